@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Build the course book (HTML) from the repository root, warnings as errors.
+# Usage: .ci/build_book.sh [OUTPUT_DIR]
+#   OUTPUT_DIR  where _build/ goes (default: the repository root)
+# Exits non-zero on any Sphinx warning, notebook error or broken reference.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="${1:-$root}"
+cd "$root"
+
+# -W: warnings are errors; -n: nitpicky, so broken references are warnings
+# too; --keep-going: report every warning before failing, not just the first.
+jupyter-book build . --builder html --path-output "$out" -W -n --keep-going
+
+echo "book built: $out/_build/html/index.html"
