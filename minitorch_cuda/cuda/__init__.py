@@ -1,0 +1,1 @@
+"""The CUDA backend: runtime (compile, launch, copy), memory, kernel registry, ops."""

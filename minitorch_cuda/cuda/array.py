@@ -1,0 +1,57 @@
+"""``DeviceArray``: a strided view of float32 device memory (the CUDA backend's array).
+
+Shape and strides count elements, like numpy's but not in bytes. Views
+(reshape, transpose, row ranges) share the buffer; ``offset`` says where the
+view starts in it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .memory import DeviceBuffer
+
+ITEMSIZE = 4  # float32 and int32 alike
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= dim
+    return tuple(reversed(strides))
+
+
+class DeviceArray:
+    __slots__ = ("buffer", "shape", "strides", "offset", "size")
+
+    def __init__(self, buffer: DeviceBuffer, shape: tuple[int, ...], strides=None, offset: int = 0):
+        self.buffer = buffer
+        self.shape = shape
+        self.strides = contiguous_strides(shape) if strides is None else strides
+        self.offset = offset
+        self.size = math.prod(shape)
+
+    @classmethod
+    def empty(cls, shape: tuple[int, ...]) -> DeviceArray:
+        return cls(DeviceBuffer(ITEMSIZE * max(math.prod(shape), 1)), shape)
+
+    @property
+    def ptr(self) -> int:
+        return self.buffer.ptr + ITEMSIZE * self.offset
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def is_contiguous(self) -> bool:
+        return all(
+            stride == expected or dim == 1
+            for dim, stride, expected in zip(self.shape, self.strides, contiguous_strides(self.shape))
+        )
+
+    def view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int | None = None) -> DeviceArray:
+        return DeviceArray(self.buffer, shape, strides, self.offset if offset is None else offset)
+
+    def __repr__(self) -> str:
+        return f"DeviceArray(shape={self.shape}, strides={self.strides}, offset={self.offset})"

@@ -1,0 +1,166 @@
+"""The CUDA layer under the backend: compile, launch, copy, synchronize.
+
+Every call into the driver goes through this module, so that each one is
+checked, counted and (inside ``profiler.profile()``) timed, and so that the
+stage decides in one place whether a launch is followed by a device sync.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+from .. import profiler, stages
+from ..device import require_cuda
+
+KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernels"
+CACHE_DIR = Path(os.environ.get("MINITORCH_CUDA_CACHE", Path.home() / ".cache" / "minitorch_cuda"))
+# MINITORCH_CUDA_SYNC=1 syncs after every launch at every stage, so that an
+# asynchronous fault is reported against the kernel that caused it.
+DEBUG_SYNC = os.environ.get("MINITORCH_CUDA_SYNC") == "1"
+
+require_cuda()  # importing this module means CUDA is wanted: fail here, clearly
+import pycuda.driver as drv  # noqa: E402
+from pycuda.compiler import SourceModule  # noqa: E402
+
+
+class KernelError(RuntimeError):
+    """A CUDA kernel failed to launch or to run."""
+
+
+class KernelCompileError(KernelError):
+    """nvcc rejected a kernel source; the message carries its log and the lines."""
+
+
+@functools.cache
+def arch() -> str:
+    major, minor = drv.Context.get_device().compute_capability()
+    return f"sm_{major}{minor}"
+
+
+def device_properties() -> dict:
+    dev = drv.Context.get_device()
+    attrs = dev.get_attributes()
+    a = drv.device_attribute
+    return {
+        "name": dev.name(),
+        "compute_capability": dev.compute_capability(),
+        "multiprocessors": attrs[a.MULTIPROCESSOR_COUNT],
+        "total_memory_bytes": dev.total_memory(),
+        "clock_khz": attrs[a.CLOCK_RATE],
+        "memory_clock_khz": attrs[a.MEMORY_CLOCK_RATE],
+        "memory_bus_width_bits": attrs[a.GLOBAL_MEMORY_BUS_WIDTH],
+        "max_threads_per_block": attrs[a.MAX_THREADS_PER_BLOCK],
+        "warp_size": attrs[a.WARP_SIZE],
+        "shared_memory_per_block_bytes": attrs[a.MAX_SHARED_MEMORY_PER_BLOCK],
+        "l2_cache_bytes": attrs[a.L2_CACHE_SIZE],
+    }
+
+
+def _numbered_excerpt(source: str, log: str, context: int = 2) -> str:
+    """The source lines that the compiler log points at, with line numbers."""
+    lines = source.splitlines()
+    wanted = sorted({int(m) for m in re.findall(r"\((\d+)\): (?:error|warning)", log)})
+    shown: list[str] = []
+    for number in wanted:
+        for i in range(max(1, number - context), min(len(lines), number + context) + 1):
+            marker = ">>" if i == number else "  "
+            shown.append(f"{marker} {i:4d} | {lines[i - 1]}")
+        shown.append("")
+    return "\n".join(shown)
+
+
+@functools.cache
+def compile_module(source: str, label: str):
+    """Compile once per process (and once per machine: nvcc's output is cached on disk)."""
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    try:
+        return SourceModule(
+            source,
+            no_extern_c=True,
+            arch=arch(),
+            include_dirs=[str(KERNEL_DIR)],
+            options=["-lineinfo"],
+            cache_dir=str(CACHE_DIR),
+        )
+    except drv.CompileError as exc:
+        log = (exc.stderr or "") + (exc.stdout or "")
+        raise KernelCompileError(
+            f"nvcc could not compile {label}:\n{log.strip()}\n\n{_numbered_excerpt(source, log)}"
+        ) from None
+
+
+class Kernel:
+    """A compiled ``__global__`` function, prepared for cheap repeated launches."""
+
+    __slots__ = ("name", "function")
+
+    def __init__(self, name: str, module, entry: str, signature: str):
+        try:
+            self.function = module.get_function(entry)
+        except drv.Error as exc:
+            raise KernelError(f"kernel {entry!r} not found in the compiled module ({exc})") from None
+        self.function.prepare(signature)
+        self.name = name
+
+
+def launch(kernel: Kernel, grid: tuple, block: tuple, *args, shapes=()) -> None:
+    """Launch on the default stream; sync afterwards where the stage says so."""
+    counters = profiler.counters
+    counters.launches += 1
+    prof = profiler.active()
+    token = prof.begin() if prof else None
+    try:
+        kernel.function.prepared_async_call(grid, block, None, *args)
+    except drv.Error as exc:
+        raise KernelError(
+            f"launch of {kernel.name} failed (grid={grid}, block={block}, shapes={shapes}): {exc}"
+        ) from None
+    if prof:
+        prof.end(kernel.name, "kernel", token)
+    if DEBUG_SYNC or stages.sync_after_launch():
+        synchronize(f"{kernel.name} (grid={grid}, block={block}, shapes={shapes})")
+
+
+def synchronize(after: str = "the last launch") -> None:
+    profiler.counters.syncs += 1
+    try:
+        drv.Context.synchronize()
+    except drv.Error as exc:
+        raise KernelError(
+            f"a kernel failed while the device ran {after}: {exc}. The CUDA context may be "
+            "unusable now; set MINITORCH_CUDA_SYNC=1 to find the failing launch."
+        ) from None
+
+
+def _copy(kind: str, nbytes: int, action) -> None:
+    c = profiler.counters
+    setattr(c, f"{kind}_copies", getattr(c, f"{kind}_copies") + 1)
+    setattr(c, f"{kind}_bytes", getattr(c, f"{kind}_bytes") + nbytes)
+    prof = profiler.active()
+    token = prof.begin() if prof else None
+    try:
+        action()
+    except drv.Error as exc:
+        raise KernelError(f"{kind} copy of {nbytes} bytes failed: {exc}") from None
+    if prof:
+        prof.end(f"[CUDA memcpy {kind.upper()}]", "memcpy", token)
+
+
+def copy_htod(dst_ptr: int, host: np.ndarray) -> None:
+    """Blocking host-to-device copy (the host array is pageable)."""
+    _copy("htod", host.nbytes, lambda: drv.memcpy_htod(dst_ptr, host))
+
+
+def copy_dtoh(host: np.ndarray, src_ptr: int) -> None:
+    """Blocking device-to-host copy: waits for all earlier work on the device."""
+    _copy("dtoh", host.nbytes, lambda: drv.memcpy_dtoh(host, src_ptr))
+
+
+def copy_dtod(dst_ptr: int, src_ptr: int, nbytes: int) -> None:
+    """Device-to-device copy; cuMemcpyDtoD returns once the copy is queued."""
+    _copy("dtod", nbytes, lambda: drv.memcpy_dtod(dst_ptr, src_ptr, nbytes))

@@ -1,0 +1,86 @@
+"""MNIST from the committed IDX files: verified, decoded, split, one-hot."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+MNIST_DIR = Path(__file__).resolve().parent.parent / "data" / "mnist"
+FILES = {
+    "train_images": "train-images-idx3-ubyte.gz",
+    "train_labels": "train-labels-idx1-ubyte.gz",
+    "test_images": "t10k-images-idx3-ubyte.gz",
+    "test_labels": "t10k-labels-idx1-ubyte.gz",
+}
+
+
+class DatasetError(ValueError):
+    """A data file is missing, corrupted or not in the expected format."""
+
+
+def _expected_checksums(directory: Path) -> dict[str, str]:
+    sums = directory / "SHA256SUMS"
+    if not sums.exists():
+        raise DatasetError(f"{sums} is missing: cannot verify the MNIST files")
+    pairs = (line.split() for line in sums.read_text().splitlines() if line.strip())
+    return {name.lstrip("*"): digest for digest, name in pairs}
+
+
+def _read_idx(path: Path, expected_sha256: str | None) -> np.ndarray:
+    if not path.exists():
+        raise DatasetError(f"MNIST file {path} is missing")
+    raw = path.read_bytes()
+    if expected_sha256 is not None and hashlib.sha256(raw).hexdigest() != expected_sha256:
+        raise DatasetError(f"{path.name} is corrupted: its SHA-256 does not match SHA256SUMS")
+    try:
+        data = gzip.decompress(raw)
+    except (OSError, EOFError) as exc:
+        raise DatasetError(f"{path.name} is not a valid gzip file: {exc}") from None
+    magic = int.from_bytes(data[:4], "big")
+    if magic >> 8 != 0x08:  # 0x08 = unsigned bytes; the low byte counts dimensions
+        raise DatasetError(f"{path.name} is not an unsigned-byte IDX file (magic {magic:#010x})")
+    ndim = magic & 0xFF
+    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
+    if body.size != np.prod(shape):
+        raise DatasetError(f"{path.name} holds {body.size} bytes of data, its header promises {shape}")
+    return body.reshape(shape)
+
+
+def load_mnist(directory: str | Path = MNIST_DIR, verify: bool = True):
+    """(x_train, y_train, x_test, y_test): images as float32 rows of 784 in [0, 1], labels as int64."""
+    directory = Path(directory)
+    sums = _expected_checksums(directory) if verify else {}
+    arrays = {key: _read_idx(directory / name, sums.get(name) if verify else None) for key, name in FILES.items()}
+
+    def images(key):
+        return arrays[key].reshape(len(arrays[key]), -1).astype(np.float32) / 255.0
+
+    return (
+        images("train_images"),
+        arrays["train_labels"].astype(np.int64),
+        images("test_images"),
+        arrays["test_labels"].astype(np.int64),
+    )
+
+
+def one_hot(labels: np.ndarray, classes: int = 10) -> np.ndarray:
+    labels = np.asarray(labels)
+    if labels.dtype.kind not in "iu" or labels.min() < 0 or labels.max() >= classes:
+        raise ValueError(f"labels must be integers in [0, {classes})")
+    out = np.zeros((len(labels), classes), dtype=np.float32)
+    out[np.arange(len(labels)), labels] = 1.0
+    return out
+
+
+def train_val_split(x: np.ndarray, y: np.ndarray, val_fraction: float = 0.1, seed: int = 42):
+    """(x_train, x_val, y_train, y_val), shuffled once with a fixed seed."""
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction must lie in (0, 1), got {val_fraction}")
+    order = np.random.default_rng(seed).permutation(len(x))
+    n_val = int(round(len(x) * val_fraction))
+    val, train = order[:n_val], order[n_val:]
+    return x[train], x[val], y[train], y[val]

@@ -1,0 +1,81 @@
+"""Layers: the building blocks of the blog's MLP."""
+
+from __future__ import annotations
+
+import math
+
+from .device import Device, as_device
+from .tensor import Tensor, cross_entropy_with_softmax, randn, zeros
+
+
+class Module:
+    def parameters(self) -> list[Tensor]:
+        return []
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.forward(x)
+
+    def forward(self, x: Tensor) -> Tensor:
+        raise NotImplementedError
+
+
+class FeedForward(Module):
+    """``y = x @ W + b`` with W of shape (in, out), Xavier-normal initialized."""
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        device: str | Device | None = None,
+        seed: int | None = None,
+    ):
+        device = as_device(device)
+        std = math.sqrt(2.0 / (in_features + out_features))  # Glorot & Bengio (2010)
+        self.weight = randn((in_features, out_features), std, seed, device, requires_grad=True)
+        self.bias = zeros((out_features,), device, requires_grad=True) if bias else None
+
+    def parameters(self) -> list[Tensor]:
+        return [self.weight] + ([self.bias] if self.bias is not None else [])
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = x @ self.weight
+        return y + self.bias if self.bias is not None else y
+
+
+Linear = FeedForward
+
+
+class ReLU(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return x.relu()
+
+
+class Sigmoid(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return x.sigmoid()
+
+
+class Softmax(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return x.softmax()
+
+
+class Sequential(Module):
+    def __init__(self, *layers: Module):
+        self.layers = list(layers)
+
+    def parameters(self) -> list[Tensor]:
+        return [p for layer in self.layers for p in layer.parameters()]
+
+    def forward(self, x: Tensor) -> Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class CrossEntropyWithSoftmax:
+    """Loss on raw logits: softmax and cross-entropy in one op, stable and cheap to differentiate."""
+
+    def __call__(self, logits: Tensor, target: Tensor) -> Tensor:
+        return cross_entropy_with_softmax(logits, target)

@@ -1,0 +1,175 @@
+"""Counting and timing what the CUDA backend does, without nsys.
+
+Counters are always on (plain integer adds). Timing is on inside
+``with profile() as prof:``: every launch and copy is bracketed by a pair of
+CUDA events, read back when the block ends. ``prof.stats()`` prints a table in
+the form of ``nsys stats`` and ``prof.timeline()`` draws the events.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import statistics
+from collections.abc import Iterator
+
+
+@dataclasses.dataclass
+class Counters:
+    launches: int = 0
+    syncs: int = 0
+    htod_copies: int = 0
+    htod_bytes: int = 0
+    dtoh_copies: int = 0
+    dtoh_bytes: int = 0
+    dtod_copies: int = 0
+    dtod_bytes: int = 0
+    allocations: int = 0  # real device allocations (cuMemAlloc)
+    pool_hits: int = 0  # requests served from the pool
+    pool_misses: int = 0  # requests the pool had to allocate for
+
+    def reset(self) -> None:
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, 0)
+
+    def snapshot(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+    def pool_hit_rate(self) -> float:
+        requests = self.pool_hits + self.pool_misses
+        return self.pool_hits / requests if requests else 0.0
+
+
+counters = Counters()
+
+
+@contextlib.contextmanager
+def count() -> Iterator[Counters]:
+    """Counters for the block only: ``with count() as c: ...; c.syncs``."""
+    before = counters.snapshot()
+    delta = Counters()
+    try:
+        yield delta
+    finally:
+        for name, value in counters.snapshot().items():
+            setattr(delta, name, value - before[name])
+
+
+@dataclasses.dataclass
+class Record:
+    name: str
+    kind: str  # "kernel" or "memcpy"
+    start_ms: float
+    duration_ms: float
+
+
+class Profile:
+    """Events recorded while active; records are resolved when the block ends."""
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[str, str, object, object]] = []
+        self.records: list[Record] = []
+
+    def begin(self):  # returns a token handed back to end()
+        from pycuda import driver
+
+        start = driver.Event()
+        start.record()
+        return start
+
+    def end(self, name: str, kind: str, start) -> None:
+        from pycuda import driver
+
+        stop = driver.Event()
+        stop.record()
+        self._pending.append((name, kind, start, stop))
+
+    def _resolve(self) -> None:
+        if not self._pending:
+            return
+        self._pending[-1][3].synchronize()
+        origin = self._pending[0][2]
+        for name, kind, start, stop in self._pending:
+            self.records.append(Record(name, kind, start.time_since(origin), stop.time_since(start)))
+        self._pending.clear()
+
+    def stats(self, kind: str | None = None) -> list[dict]:
+        """Rows like ``nsys stats`` (times in microseconds), largest total first."""
+        groups: dict[str, list[float]] = {}
+        for record in self.records:
+            if kind is None or record.kind == kind:
+                groups.setdefault(record.name, []).append(record.duration_ms * 1e3)
+        total_all = sum(sum(v) for v in groups.values()) or 1.0
+        rows = [
+            {
+                "time_pct": 100.0 * sum(v) / total_all,
+                "total_us": sum(v),
+                "instances": len(v),
+                "avg_us": statistics.fmean(v),
+                "med_us": statistics.median(v),
+                "min_us": min(v),
+                "max_us": max(v),
+                "stddev_us": statistics.pstdev(v),
+                "name": name,
+            }
+            for name, v in groups.items()
+        ]
+        return sorted(rows, key=lambda row: -row["total_us"])
+
+    def table(self, kind: str | None = None) -> str:
+        head = (
+            f"{'Time (%)':>9} {'Total (us)':>12} {'Instances':>9} {'Avg (us)':>10} "
+            f"{'Med (us)':>10} {'Min (us)':>10} {'Max (us)':>10} {'StdDev (us)':>11}  Name"
+        )
+        lines = [head, "-" * len(head)]
+        for r in self.stats(kind):
+            lines.append(
+                f"{r['time_pct']:9.1f} {r['total_us']:12.1f} {r['instances']:9d} {r['avg_us']:10.2f} "
+                f"{r['med_us']:10.2f} {r['min_us']:10.2f} {r['max_us']:10.2f} {r['stddev_us']:11.2f}  {r['name']}"
+            )
+        return "\n".join(lines)
+
+    def timeline(self, ax=None, max_records: int | None = None):
+        """Draw one bar per recorded launch or copy, a row per name (matplotlib)."""
+        import matplotlib.pyplot as plt
+
+        records = self.records[:max_records] if max_records else self.records
+        names = sorted({r.name for r in records})
+        row = {name: i for i, name in enumerate(names)}
+        if ax is None:
+            _, ax = plt.subplots(figsize=(10, 0.35 * len(names) + 1.2))
+        colors = {"kernel": "tab:blue", "memcpy": "tab:red"}
+        for r in records:
+            ax.barh(
+                row[r.name],
+                r.duration_ms * 1e3,
+                left=r.start_ms * 1e3,
+                height=0.6,
+                color=colors.get(r.kind, "tab:gray"),
+            )
+        ax.set_yticks(range(len(names)), names)
+        ax.set_xlabel("time since first event (us)")
+        ax.set_title("GPU timeline (kernels blue, copies red)")
+        return ax
+
+
+_active: Profile | None = None
+
+
+def active() -> Profile | None:
+    return _active
+
+
+@contextlib.contextmanager
+def profile() -> Iterator[Profile]:
+    """Time every launch and copy in the block with CUDA events."""
+    global _active
+    if _active is not None:
+        raise RuntimeError("profile() blocks cannot be nested")
+    prof = Profile()
+    _active = prof
+    try:
+        yield prof
+    finally:
+        _active = None
+        prof._resolve()

@@ -1,0 +1,106 @@
+"""The blog's MNIST benchmark protocol, shared by the benchmark, the tests and the book.
+
+MLP 784-256-128-10 (ReLU), batch 64, CrossEntropyWithSoftmax,
+RmsProp(lr=1e-4, decay=0.999), clip_gradients(1.0) every step, the loss read
+back every step; the training split (90% of MNIST's 60,000 images) is uploaded
+once and shuffled on the device every epoch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from . import nn, optim
+from .autograd import no_grad
+from .data import load_mnist, one_hot, train_val_split
+from .device import Device, as_device
+from .tensor import Tensor, tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class Protocol:
+    hidden: tuple[int, ...] = (256, 128)
+    activation: str = "relu"
+    batch_size: int = 64
+    lr: float = 1e-4
+    decay: float = 0.999
+    max_norm: float = 1.0
+    seed: int = 0
+
+
+@dataclasses.dataclass
+class MnistOnDevice:
+    x_train: Tensor
+    y_train: Tensor  # one-hot
+    x_val: Tensor
+    x_test: Tensor
+    labels_val: np.ndarray
+    labels_test: np.ndarray
+
+
+def load_to(device: str | Device) -> MnistOnDevice:
+    """Read MNIST, split 90/10 and upload every split once."""
+    device = as_device(device)
+    x, labels, x_test, labels_test = load_mnist()
+    x_train, x_val, l_train, l_val = train_val_split(x, labels, 0.1, seed=42)
+    return MnistOnDevice(
+        tensor(x_train, device),
+        tensor(one_hot(l_train), device),
+        tensor(x_val, device),
+        tensor(x_test, device),
+        l_val,
+        labels_test,
+    )
+
+
+def make_net(protocol: Protocol, device: str | Device, seed: int | None = None) -> nn.Sequential:
+    sizes = (784, *protocol.hidden, 10)
+    activation = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid}[protocol.activation]
+    seed = protocol.seed if seed is None else seed
+    layers: list[nn.Module] = []
+    for i, (n_in, n_out) in enumerate(zip(sizes, sizes[1:])):
+        layers.append(nn.FeedForward(n_in, n_out, device=device, seed=seed + i))
+        if i < len(sizes) - 2:
+            layers.append(activation())
+    return nn.Sequential(*layers)
+
+
+class Trainer:
+    """One network, its loss and optimizer, trained by the protocol."""
+
+    def __init__(self, protocol: Protocol, device: str | Device, net: nn.Sequential | None = None):
+        self.protocol = protocol
+        self.net = net or make_net(protocol, device)
+        self.loss_fn = nn.CrossEntropyWithSoftmax()
+        self.optim = optim.RmsProp(self.net.parameters(), protocol.lr, protocol.decay)
+        self.rng = np.random.default_rng(protocol.seed)
+
+    def step(self, xb: Tensor, yb: Tensor) -> float:
+        loss = self.loss_fn(self.net(xb), yb)
+        loss.backward()
+        self.optim.clip_gradients(self.protocol.max_norm)
+        self.optim.step()
+        self.optim.zero_grad()
+        return loss.item()  # the one read-back per step
+
+    def epoch(self, x: Tensor, y: Tensor, max_batches: int | None = None, order: np.ndarray | None = None) -> float:
+        """Shuffle on the device (one gather of the whole split), then step through
+        contiguous batches of it. Returns the mean loss."""
+        order = self.rng.permutation(len(x)) if order is None else order
+        x_shuffled, y_shuffled = x[order], y[order]
+        total, steps = 0.0, 0
+        for start in range(0, len(x), self.protocol.batch_size):
+            stop = min(start + self.protocol.batch_size, len(x))
+            total += self.step(x_shuffled[start:stop], y_shuffled[start:stop])
+            steps += 1
+            if steps == max_batches:
+                break
+        return total / steps
+
+
+def accuracy(net: nn.Module, x: Tensor, labels: np.ndarray, batch: int = 2000) -> float:
+    with no_grad():
+        predictions = np.concatenate([net(x[i : i + batch]).numpy().argmax(axis=1) for i in range(0, len(x), batch)])
+    return float((predictions == labels).mean())

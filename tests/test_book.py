@@ -1,0 +1,190 @@
+"""Checks for the Jupyter Book: it builds with warnings as errors, every page
+renders its figures in a headless browser, and every chapter notebook runs end
+to end.
+
+All tests carry the `book` mark. They are slow (the build executes every
+chapter), so select or deselect them with `-m book` / `-m "not book"`.
+
+Environment:
+  BOOK_HTML   path to an already built `_build/html`; the build test then only
+              checks that the pages exist, and the browser tests use it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.book
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+# Flags for a quiet, sandbox-free, offline browser in CI containers.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def toc_files() -> list[str]:
+    """Every page listed in _toc.yml (root included), as paths without suffix."""
+    import yaml
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                files.append(entry["file"])
+            walk(entry.get("sections"))
+
+    for part in toc.get("parts", []):
+        walk(part.get("chapters"))
+    walk(toc.get("chapters"))
+    return files
+
+
+def chapter_notebooks() -> list[Path]:
+    """Every chapter notebook on disk, listed in the toc or not yet."""
+    return sorted((ROOT / "chapters").glob("[0-9][0-9]_*.md"))
+
+
+# ---------------------------------------------------------------------------
+# (a) the build
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def book_html(tmp_path_factory) -> Path:
+    """Build the book once per test module (or reuse $BOOK_HTML)."""
+    if os.environ.get("BOOK_HTML"):
+        html = Path(os.environ["BOOK_HTML"]).resolve()
+        assert (html / "index.html").exists(), f"BOOK_HTML={html} has no index.html"
+        return html
+    if shutil.which("jupyter-book") is None:
+        pytest.skip("jupyter-book is not installed (pip install 'jupyter-book<2')")
+    out = tmp_path_factory.mktemp("book")
+    proc = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "build_book.sh"), str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=3600,
+    )
+    log = proc.stdout + proc.stderr
+    (out / "build.log").write_text(log)
+    # The script runs with -W, so any warning already makes it exit non-zero;
+    # the tail of the log says which one.
+    assert proc.returncode == 0, f"book build failed (log: {out / 'build.log'}):\n{log[-6000:]}"
+    return out / "_build" / "html"
+
+
+def test_book_builds_every_toc_page(book_html: Path) -> None:
+    missing = [f for f in toc_files() if not (book_html / f"{f}.html").exists()]
+    assert not missing, f"pages listed in _toc.yml but not built: {missing}"
+
+
+# ---------------------------------------------------------------------------
+# (b) every page renders its figures in headless Chromium
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"chromium is not installed at {CHROMIUM} (apt-get install -y chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("the playwright python package is not installed (pip install playwright)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+# Runs in the page: every <img> must have finished loading with real pixels.
+_IMAGES_JS = """() => Array.from(document.images).map(img => ({
+    src: img.getAttribute('src'), complete: img.complete, width: img.naturalWidth}))"""
+_ERRORS_JS = """() => document.querySelectorAll('.output.traceback, .output.error').length"""
+
+
+@pytest.mark.parametrize("page", toc_files())
+def test_page_renders_figures(page: str, book_html: Path, browser, tmp_path: Path) -> None:
+    path = book_html / f"{page}.html"
+    assert path.exists(), f"{path} was not built"
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    # The book must render offline: refuse everything that is not a local file
+    # (CDN scripts for widgets or MathJax fail fast instead of hanging).
+    ctx.route("**/*", lambda route: route.continue_()
+              if route.request.url.startswith("file:") else route.abort())
+    try:
+        pg = ctx.new_page()
+        pg.goto(path.as_uri(), wait_until="load", timeout=60_000)
+        images = pg.evaluate(_IMAGES_JS)
+        n_errors = pg.evaluate(_ERRORS_JS)
+        shot = tmp_path / (page.replace("/", "__") + ".png")
+        pg.screenshot(path=str(shot), full_page=True)
+    finally:
+        ctx.close()
+    broken = [img for img in images if not img["complete"] or img["width"] == 0]
+    assert not broken, f"{page}: images that did not load (screenshot {shot}): {broken}"
+    assert n_errors == 0, f"{page}: {n_errors} error outputs rendered (screenshot {shot})"
+
+
+# ---------------------------------------------------------------------------
+# (c) every chapter notebook executes end to end
+# ---------------------------------------------------------------------------
+
+
+def _drop_gpu_cells(nb) -> int:
+    """Remove cells tagged `gpu`; chapters are written so later cells never
+    depend on them (they read recorded results instead). Returns how many."""
+    keep = [c for c in nb.cells if "gpu" not in c.get("metadata", {}).get("tags", [])]
+    dropped = len(nb.cells) - len(keep)
+    nb.cells = keep
+    return dropped
+
+
+@pytest.mark.parametrize("chapter", chapter_notebooks(), ids=lambda p: p.stem)
+def test_chapter_executes(chapter: Path, tmp_path: Path, monkeypatch) -> None:
+    try:
+        import minitorch_cuda as mt
+    except ImportError as err:
+        pytest.skip(f"minitorch_cuda does not import yet: {err}")
+    if not hasattr(mt, "cuda_available"):
+        pytest.skip("minitorch_cuda has no cuda_available() yet")
+    jupytext = pytest.importorskip("jupytext")
+    nbclient = pytest.importorskip("nbclient")
+    import nbformat
+
+    nb = jupytext.read(chapter)
+    if not mt.cuda_available():
+        _drop_gpu_cells(nb)
+    # GPU cells write their measurements into the results folder; give them a
+    # copy so a test run never overwrites the recorded results.
+    results = tmp_path / "results"
+    if (ROOT / "book" / "results").is_dir():
+        shutil.copytree(ROOT / "book" / "results", results)
+    results.mkdir(exist_ok=True)
+    monkeypatch.setenv("MINITORCH_CUDA_RESULTS_DIR", str(results))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+
+    client = nbclient.NotebookClient(
+        nb, timeout=600, kernel_name="python3",
+        resources={"metadata": {"path": str(chapter.parent)}},
+    )
+    try:
+        client.execute()
+    except nbclient.exceptions.CellExecutionError as err:
+        executed = tmp_path / f"{chapter.stem}.ipynb"
+        nbformat.write(nb, executed)
+        pytest.fail(f"{chapter.name} failed (executed notebook: {executed}):\n{err}")
