@@ -154,6 +154,7 @@ def _drop_gpu_cells(nb) -> int:
     return dropped
 
 
+@pytest.mark.notebooks
 @pytest.mark.parametrize("chapter", chapter_notebooks(), ids=lambda p: p.stem)
 def test_chapter_executes(chapter: Path, tmp_path: Path, monkeypatch) -> None:
     try:
@@ -177,6 +178,9 @@ def test_chapter_executes(chapter: Path, tmp_path: Path, monkeypatch) -> None:
     results.mkdir(exist_ok=True)
     monkeypatch.setenv("MINITORCH_CUDA_RESULTS_DIR", str(results))
     monkeypatch.setenv("MPLBACKEND", "Agg")
+    # The kernel must import the same minitorch_cuda this process tested.
+    pythonpath = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(pythonpath))
 
     client = nbclient.NotebookClient(
         nb, timeout=600, kernel_name="python3",
