@@ -77,7 +77,10 @@ def book_html(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("book")
     proc = subprocess.run(
         ["bash", str(ROOT / ".ci" / "build_book.sh"), str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=3600,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=3600,
     )
     log = proc.stdout + proc.stderr
     (out / "build.log").write_text(log)
@@ -124,8 +127,7 @@ def test_page_renders_figures(page: str, book_html: Path, browser, tmp_path: Pat
     ctx = browser.new_context(viewport={"width": 1280, "height": 900})
     # The book must render offline: refuse everything that is not a local file
     # (CDN scripts for widgets or MathJax fail fast instead of hanging).
-    ctx.route("**/*", lambda route: route.continue_()
-              if route.request.url.startswith("file:") else route.abort())
+    ctx.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
     try:
         pg = ctx.new_page()
         pg.goto(path.as_uri(), wait_until="load", timeout=60_000)
@@ -183,7 +185,9 @@ def test_chapter_executes(chapter: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(pythonpath))
 
     client = nbclient.NotebookClient(
-        nb, timeout=600, kernel_name="python3",
+        nb,
+        timeout=600,
+        kernel_name="python3",
         resources={"metadata": {"path": str(chapter.parent)}},
     )
     try:

@@ -72,7 +72,7 @@ def assign(dst: DeviceArray, src: np.ndarray) -> None:
 def item(x: DeviceArray, flat_index: int) -> float:
     """One element read back to the host (a blocking 4-byte copy)."""
     coords = np.unravel_index(flat_index, x.shape) if x.shape else ()
-    element = x.offset + sum(int(c) * s for c, s in zip(coords, x.strides))
+    element = x.offset + int(np.dot(coords, x.strides)) if x.shape else x.offset
     host = np.empty(1, dtype=np.float32)
     copy_dtoh(host, x.buffer.ptr + ITEMSIZE * element)
     return float(host[0])

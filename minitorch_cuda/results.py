@@ -1,0 +1,34 @@
+"""Recorded measurements: the JSON files in ``book/results/`` that the book shows.
+
+A GPU run writes them (``python -m minitorch_cuda.bench --record``); a machine
+without a GPU reads them, so every reader sees numbers measured on real hardware.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import platform
+from pathlib import Path
+
+RESULTS_DIR = Path(__file__).resolve().parent.parent / "book" / "results"
+
+
+def load(name: str) -> dict | None:
+    """The recorded result ``name`` (without .json), or None if it was never recorded."""
+    path = RESULTS_DIR / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def save(name: str, data: dict, command: str) -> Path:
+    """Write a result with the command that made it and where it was measured."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    record = {
+        "command": command,
+        "recorded": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        **data,
+    }
+    path = RESULTS_DIR / f"{name}.json"
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return path
