@@ -1,0 +1,112 @@
+"""The kernel table and C-signature parsing: pure Python, importable without PyCUDA.
+
+``SPECS`` names every built-in kernel, the ``.cu`` file it lives in and the C
+parameter list every implementation must take; ``prepare_signature`` turns
+such a list into PyCUDA's ``prepare()`` format and ``entry_params`` finds a
+kernel's parameter list in a source. The registry (which needs CUDA) builds
+on these; tests and tools that only read the table import this module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernels"
+
+_BINARY = "float* out, const float* a, const float* b, int n, int b_div, int b_mod"
+_UNARY = "float* out, const float* a, int n"
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSpec:
+    file: str
+    params: str  # the C parameter list every implementation must take
+
+    @property
+    def signature(self) -> str:
+        return prepare_signature(self.params)
+
+
+SPECS: dict[str, KernelSpec] = {
+    **{name: KernelSpec("elementwise.cu", _BINARY) for name in ("ew_add", "ew_sub", "ew_mul", "ew_div")},
+    **{name: KernelSpec("elementwise.cu", _UNARY) for name in ("ew_exp", "ew_log", "ew_relu", "ew_sigmoid")},
+    "ew_affine": KernelSpec("elementwise.cu", "float* out, const float* a, float alpha, float beta, int n"),
+    "ew_rdiv": KernelSpec("elementwise.cu", "float* out, const float* a, float s, int n"),
+    "ew_relu_backward": KernelSpec("elementwise.cu", "float* out, const float* grad, const float* x, int n"),
+    "ew_sigmoid_backward": KernelSpec("elementwise.cu", "float* out, const float* grad, const float* y, int n"),
+    "ew_fill": KernelSpec("elementwise.cu", "float* out, float value, int n"),
+    "strided_copy": KernelSpec(
+        "layout.cu",
+        "float* out, const float* in, int n, int d1, int d2, int d3, int s0, int s1, int s2, int s3",
+    ),
+    "gather_rows": KernelSpec("gather.cu", "float* out, const float* in, const int* idx, int rows, int row_len"),
+    "scatter_add_rows": KernelSpec("gather.cu", "float* out, const float* grad, const int* idx, int rows, int row_len"),
+    **{
+        f"sum_rows_{kind}": KernelSpec("reduce.cu", "float* out, const float* in, int rows, int cols, float scale")
+        for kind in ("volatile", "shuffle")
+    },
+    **{
+        f"sumsq_{kind}": KernelSpec("reduce.cu", "float* out, const float* x, int n")
+        for kind in ("volatile", "shuffle")
+    },
+    "sum_axis": KernelSpec("reduce.cu", "float* out, const float* in, int outer, int red, int inner, float scale"),
+    **{
+        f"softmax_rows_{kind}": KernelSpec("softmax.cu", "float* out, const float* in, int rows, int cols")
+        for kind in ("volatile", "shuffle")
+    },
+    **{
+        f"softmax_xent_{kind}": KernelSpec(
+            "softmax.cu",
+            "float* probs, float* row_loss, const float* logits, const float* target, int rows, int cols",
+        )
+        for kind in ("volatile", "shuffle")
+    },
+    "xent_backward": KernelSpec(
+        "softmax.cu",
+        "float* out, const float* probs, const float* target, const float* upstream, int n, float scale",
+    ),
+    "matmul_naive": KernelSpec("matmul.cu", "float* c, const float* a, const float* b, int M, int N, int K"),
+    "matmul_transposed": KernelSpec(
+        "matmul.cu", "float* c, const float* a, const float* b, int M, int N, int K, int ta, int tb"
+    ),
+    **{
+        name: KernelSpec(
+            "matmul.cu",
+            "float* c, const float* a, const float* b, int M, int N, int K, int ta, int tb, int stride_a, int stride_b",
+        )
+        for name in ("matmul_batched", "matmul_tiled")
+    },
+    "clip_scale": KernelSpec("optim.cu", "float* g, const float* partials, int n_parts, float max_norm, int n"),
+    "rmsprop_step": KernelSpec(
+        "optim.cu", "float* p, const float* g, float* v, float lr, float decay, float eps, int n"
+    ),
+    "sgd_step": KernelSpec("optim.cu", "float* p, const float* g, float lr, int n"),
+    "init_normal": KernelSpec("init.cu", "float* out, int n, float std, unsigned int seed"),
+}
+
+
+def prepare_signature(params: str) -> str:
+    """C parameters -> PyCUDA's prepare() format: P pointer, i int, I unsigned, f float."""
+    codes = []
+    for param in filter(None, (p.strip() for p in params.split(","))):
+        if "*" in param:
+            codes.append("P")
+        elif re.search(r"\bfloat\b", param):
+            codes.append("f")
+        elif re.search(r"\bunsigned\b", param):
+            codes.append("I")
+        elif re.search(r"\bint\b", param):
+            codes.append("i")
+        else:
+            raise TypeError(f"unsupported kernel parameter {param!r}: use pointers, int, unsigned int or float")
+    return "".join(codes)
+
+
+def entry_params(source: str, entry: str) -> str:
+    """The parameter list of ``__global__ void entry(...)`` in ``source``."""
+    match = re.search(r"__global__\s+void\s+" + re.escape(entry) + r"\s*\(([^)]*)\)", source)
+    if match is None:
+        raise ValueError(f"no `__global__ void {entry}(...)` found in the kernel source")
+    return " ".join(match.group(1).split())
