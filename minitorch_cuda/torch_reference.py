@@ -1,0 +1,95 @@
+"""The benchmark protocol in PyTorch eager: the peer every stage is measured against.
+
+Same network, initialization scheme, loss, optimizer, clipping and per-step
+loss read-back as ``minitorch_cuda.train``; data uploaded once and shuffled on
+the device every epoch.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .train import Protocol
+
+
+def available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+class TorchTrainer:
+    def __init__(self, protocol: Protocol, data, seed: int = 0):
+        import torch
+
+        self.torch, self.protocol = torch, protocol
+        torch.manual_seed(seed)
+        sizes = (784, *protocol.hidden, 10)
+        layers = []
+        for i, (n_in, n_out) in enumerate(zip(sizes, sizes[1:])):
+            linear = torch.nn.Linear(n_in, n_out)
+            torch.nn.init.xavier_normal_(linear.weight)
+            torch.nn.init.zeros_(linear.bias)
+            layers.append(linear)
+            if i < len(sizes) - 2:
+                layers.append(torch.nn.ReLU() if protocol.activation == "relu" else torch.nn.Sigmoid())
+        self.net = torch.nn.Sequential(*layers).cuda()
+        self.optim = torch.optim.RMSprop(self.net.parameters(), lr=protocol.lr, alpha=protocol.decay, eps=1e-8)
+        self.x = torch.from_numpy(data.x_train.numpy()).cuda()
+        self.y = torch.from_numpy(data.y_train.numpy()).cuda()
+        self.x_test = torch.from_numpy(data.x_test.numpy()).cuda()
+        self.labels_test = data.labels_test
+
+    def epoch(self, max_batches: int | None = None) -> float:
+        torch, p = self.torch, self.protocol
+        order = torch.randperm(len(self.x), device="cuda")
+        x, y = self.x[order], self.y[order]
+        total, steps = 0.0, 0
+        for start in range(0, len(x), p.batch_size):
+            xb, yb = x[start : start + p.batch_size], y[start : start + p.batch_size]
+            loss = torch.nn.functional.cross_entropy(self.net(xb), yb)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.net.parameters(), p.max_norm)
+            self.optim.step()
+            self.optim.zero_grad(set_to_none=True)
+            total += loss.item()
+            steps += 1
+            if steps == max_batches:
+                break
+        return total / steps
+
+    def accuracy(self) -> float:
+        with self.torch.no_grad():
+            predictions = self.net(self.x_test).argmax(dim=1).cpu().numpy()
+        return float((predictions == self.labels_test).mean())
+
+
+def run_protocol(protocol: Protocol, data, epochs: int, warmup_batches: int, progress=None) -> dict:
+    """Warm up, then time ``epochs`` full epochs; report the median and the test accuracy."""
+    import torch
+
+    trainer = TorchTrainer(protocol, data)
+    trainer.epoch(warmup_batches)
+    times = []
+    for _ in range(epochs):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        trainer.epoch()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+        if progress:
+            progress.update(1)
+    batches = -(-len(trainer.x) // protocol.batch_size)
+    median = float(np.median(times))
+    return {
+        "name": f"PyTorch {torch.__version__} eager",
+        "batches_per_epoch": batches,
+        "epoch_seconds": times,
+        "median_s": median,
+        "s_per_step": median / batches,
+        "test_accuracy": trainer.accuracy(),
+    }
