@@ -17,6 +17,8 @@ def broadcast_pattern(a_shape: tuple, b_shape: tuple) -> str | None:
     """How ``b`` stretches over ``a``: same, row (last axis), col (all but last), scalar."""
     if b_shape == a_shape:
         return "same"
+    if len(b_shape) > len(a_shape):  # the result would have b's rank: broadcast a over b instead
+        return None
     if math.prod(b_shape) == 1:
         return "scalar"
     if a_shape and b_shape and b_shape[-1] == a_shape[-1] and math.prod(b_shape) == a_shape[-1]:

@@ -1,0 +1,96 @@
+"""Shared test helpers: GPU skipping, device x stage parameters, ``assert_close``.
+
+GPU tests carry ``@pytest.mark.gpu``; where ``minitorch_cuda.cuda_available()``
+is False they are skipped here, once, with the reason CUDA cannot be used.
+Run them on a GPU machine with ``python3 -m pytest -m gpu -q``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+
+import minitorch_cuda as mt
+
+STAGES = list(range(mt.MAX_STAGE + 1))
+
+# (device, stage): the CPU once, CUDA at every stage. Use as
+#   @pytest.mark.parametrize(("device", "stage"), DEVICE_STAGES)
+DEVICE_STAGES = [pytest.param("cpu", None, id="cpu")] + [
+    pytest.param("cuda", s, id=f"cuda-s{s}", marks=pytest.mark.gpu) for s in STAGES
+]
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("gpu") is not None and not mt.cuda_available():
+        pytest.skip(f"needs a CUDA GPU: {mt.cuda_unavailable_reason()}")
+
+
+@pytest.fixture(autouse=True)
+def _restore_stage():
+    """Every test starts and ends at the top stage, whatever it switched to."""
+    mt.set_stage(mt.MAX_STAGE)
+    yield
+    mt.set_stage(mt.MAX_STAGE)
+
+
+def on(device: str, stage: int | None):
+    """A context for one (device, stage) pair: the stage applies to CUDA only."""
+    return mt.use_stage(stage) if device == "cuda" and stage is not None else contextlib.nullcontext()
+
+
+def assert_close(actual, ref, atol: float = 1e-5, rtol: float = 1e-4, what: str = "") -> None:
+    """``|actual - ref| <= atol + rtol * |ref|`` elementwise, shapes equal, no nan/inf
+    where the reference is finite; on failure name the first mismatches."""
+    if isinstance(actual, mt.Tensor):
+        actual = actual.numpy()
+    actual = np.asarray(actual, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    label = f"{what}: " if what else ""
+    if actual.shape != ref.shape:
+        raise AssertionError(f"{label}shape {actual.shape} != reference shape {ref.shape}")
+    bound = atol + rtol * np.abs(ref)
+    bad = ~(np.abs(actual - ref) <= bound)  # nan compares False: counted as bad
+    bad &= ~((actual == ref) & np.isinf(ref))  # equal infinities are fine
+    if bad.any():
+        where = np.argwhere(bad) if actual.ndim else np.zeros((1, 0), dtype=int)
+        lines = []
+        for index in where[:5]:
+            i = tuple(int(v) for v in index)
+            lines.append(
+                f"  at {i}: got {actual[i]!r}, expected {ref[i]!r} "
+                f"(|diff| {abs(actual[i] - ref[i]):.3g} > {bound[i]:.3g})"
+            )
+        raise AssertionError(
+            f"{label}{int(bad.sum())} of {bad.size} elements differ (atol={atol}, rtol={rtol}), "
+            f"first at:\n" + "\n".join(lines)
+        )
+
+
+def numeric_grad(f, arrays: list[np.ndarray], weight: np.ndarray, h: float = 1e-6) -> list[np.ndarray]:
+    """d sum(f(*arrays) * weight) / d arrays, by central differences in float64."""
+    arrays = [np.array(a, dtype=np.float64) for a in arrays]
+    weight = np.asarray(weight, dtype=np.float64)
+    grads = []
+    for a in arrays:
+        g = np.zeros_like(a)
+        flat, gflat = a.reshape(-1), g.reshape(-1)
+        for i in range(flat.size):
+            old = flat[i]
+            flat[i] = old + h
+            up = float(np.sum(f(*arrays) * weight))
+            flat[i] = old - h
+            down = float(np.sum(f(*arrays) * weight))
+            flat[i] = old
+            gflat[i] = (up - down) / (2 * h)
+        grads.append(g)
+    return grads
+
+
+def mnist_available() -> bool:
+    from minitorch_cuda.data import FILES, MNIST_DIR
+
+    return all((MNIST_DIR / name).exists() for name in FILES.values())
