@@ -141,7 +141,8 @@ class Tensor:
         else:
             if grad.shape != self.shape or grad.device != self.device:
                 raise ValueError(f"gradient must have shape {self.shape} on {self.device}")
-            seed = grad.data
+            # A leaf keeps its seed as .grad, later scaled in place: never alias the caller's tensor.
+            seed = grad.data if self._node is not None else self.backend.copy(grad.data)
         _backward(self, seed)
 
     # --- elementwise -----------------------------------------------------------------
