@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +38,7 @@ def _read_idx(path: Path, expected_sha256: str | None) -> np.ndarray:
         raise DatasetError(f"{path.name} is corrupted: its SHA-256 does not match SHA256SUMS")
     try:
         data = gzip.decompress(raw)
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, zlib.error) as exc:
         raise DatasetError(f"{path.name} is not a valid gzip file: {exc}") from None
     magic = int.from_bytes(data[:4], "big")
     if magic >> 8 != 0x08:  # 0x08 = unsigned bytes; the low byte counts dimensions
