@@ -1,0 +1,88 @@
+"""The blog's MNIST protocol end to end: accuracy on the CPU and on CUDA, and every
+stage's losses against stage 8's and the CPU's from the same weights and batches."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+from conftest import mnist_available
+
+import minitorch_cuda as mt
+from minitorch_cuda.data import MNIST_DIR
+from minitorch_cuda.train import Protocol, Trainer, accuracy, load_to, make_net
+
+pytestmark = pytest.mark.skipif(not mnist_available(), reason=f"MNIST files not found in {MNIST_DIR}")
+
+STEPS = 20
+
+
+@functools.cache
+def mnist(device: str):
+    return load_to(device)
+
+
+@pytest.mark.slow
+def test_one_cpu_epoch_reaches_93_percent():
+    data = mnist("cpu")
+    trainer = Trainer(Protocol(), "cpu")
+    loss = trainer.epoch(data.x_train, data.y_train)
+    acc = accuracy(trainer.net, data.x_test, data.labels_test)
+    assert np.isfinite(loss) and loss < 1.0, loss
+    assert acc >= 0.93, f"test accuracy after one CPU epoch: {acc:.4f}"
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_five_cuda_epochs_at_stage_8_reach_96_percent():
+    with mt.use_stage(8):
+        data = load_to("cuda")
+        trainer = Trainer(Protocol(), "cuda")
+        losses = [trainer.epoch(data.x_train, data.y_train) for _ in range(5)]
+        acc = accuracy(trainer.net, data.x_test, data.labels_test)
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0], losses
+    assert acc >= 0.96, f"test accuracy after five stage-8 epochs: {acc:.4f} (losses {losses})"
+
+
+def _losses_from(device: str, stage: int | None, order: np.ndarray) -> list[float]:
+    """The first STEPS losses from the CPU net's initial weights on the batches ``order`` picks."""
+    protocol = Protocol()
+    reference = make_net(protocol, "cpu")
+    context = mt.use_stage(stage) if stage is not None else mt.use_stage(mt.get_stage())
+    with context:
+        net = make_net(protocol, device)
+        for mine, theirs in zip(net.parameters(), reference.parameters()):
+            mine.assign(theirs.numpy())
+        data = mnist("cpu")
+        n = STEPS * protocol.batch_size
+        x = mt.tensor(data.x_train[:n].numpy(), device)
+        y = mt.tensor(data.y_train[:n].numpy(), device)
+        trainer = Trainer(protocol, device, net=net)
+        losses: list[float] = []
+        step = trainer.step
+        trainer.step = lambda xb, yb: losses.append(step(xb, yb)) or losses[-1]
+        trainer.epoch(x, y, max_batches=STEPS, order=order)
+    assert len(losses) == STEPS
+    return losses
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_every_stage_trains_like_stage_8_and_the_cpu():
+    order = np.random.default_rng(1).permutation(STEPS * Protocol().batch_size)
+    cpu = np.array(_losses_from("cpu", None, order))
+    top = np.array(_losses_from("cuda", 8, order))
+    assert cpu[-1] < cpu[0], f"the CPU reference does not learn: {cpu}"
+    np.testing.assert_allclose(top, cpu, rtol=1e-3, err_msg="stage 8 vs the CPU backend")
+    for stage in range(8):
+        losses = np.array(_losses_from("cuda", stage, order))
+        np.testing.assert_allclose(losses, top, rtol=1e-3, err_msg=f"stage {stage} vs stage 8")
+        np.testing.assert_allclose(losses, cpu, rtol=1e-3, err_msg=f"stage {stage} vs the CPU backend")
+
+
+def test_cpu_steps_learn_and_are_reproducible():
+    order = np.random.default_rng(1).permutation(STEPS * Protocol().batch_size)
+    first = _losses_from("cpu", None, order)
+    assert first == _losses_from("cpu", None, order)
+    assert np.mean(first[-5:]) < np.mean(first[:5]), first
