@@ -1,0 +1,430 @@
+"""The checks behind every exercise: the notebooks call them, the grader calls them.
+
+``run_check(exercise_id, artifact)`` returns a ``CheckResult``; ``report`` runs
+the same check in a notebook and prints what passed and what failed, with the
+first mismatching indices. Inputs are drawn fresh (from a random seed) on every
+call, so a submission cannot pass by returning numbers it saw before.
+
+Kernel checks (they need a GPU) live in ``kernel_checks``; the Python
+exercises (launch configuration, BF16 rounding, memory pool) are checked here
+on the CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+
+import numpy as np
+
+from . import exercises
+
+# Failure reasons, as they appear in the grade sheet and the feedback.
+PASSED = "passed"
+NOT_IMPLEMENTED = "not_implemented"  # still the stub
+NO_WRITES = "no_writes"  # the output buffer still holds the poison: an empty kernel
+WRONG_RESULT = "wrong_result"
+BOUNDARY = "boundary"  # wrong only at the tail or writes past the end: an off-by-one
+RACE = "race"  # the same inputs give different outputs from run to run
+NOT_A_KERNEL = "not_a_kernel"  # no __global__ entry with the right name
+SIGNATURE = "signature"
+COMPILE_ERROR = "compile_error"
+HOST_SIDE = "host_side"  # computes on the host, or bypasses the kernel being checked
+NOT_LAUNCHED = "not_launched"
+FORBIDDEN = "forbidden"  # uses what the exercise rules out (ml_dtypes, the built-in reduction)
+MISSING = "missing"  # the exercise cell or its variable is not in the notebook
+MISSING_NOTEBOOK = "missing_notebook"
+EXCEPTION = "exception"
+CUDA_ERROR = "cuda_error"  # illegal memory access and other faults of the CUDA context
+TIMEOUT = "timeout"
+CRASHED = "crashed"  # the checking process died without a result
+SYNCS = "device_syncs"  # the training step synchronizes the device
+NO_GPU = "no_gpu"  # the grading machine has none: not the student's fault, regraded on rerun
+
+ENVIRONMENT_REASONS = {NO_GPU}
+
+
+@dataclasses.dataclass
+class CheckResult:
+    exercise: str
+    passed: bool
+    reason: str
+    message: str = ""
+    details: list[str] = dataclasses.field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        ex = exercises.EXERCISES.get(self.exercise)
+        title = f"Exercise {self.exercise}" + (f" ({ex.title})" if ex else "")
+        head = f"{title}: PASSED" if self.passed else f"{title}: FAILED [{self.reason}]"
+        out = [head]
+        if self.message:
+            out.append("  " + self.message)
+        out += ["  - " + d for d in self.details]
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class CheckFailed(Exception):
+    """Raised inside a check to stop at the first failed sub-check."""
+
+    def __init__(self, reason: str, message: str, details: list[str] | None = None):
+        super().__init__(message)
+        self.reason, self.message, self.details = reason, message, details or []
+
+
+def fail(reason: str, message: str, details: list[str] | None = None):
+    raise CheckFailed(reason, message, details)
+
+
+# --- comparing arrays ------------------------------------------------------------
+
+
+def first_mismatches(got: np.ndarray, want: np.ndarray, bad: np.ndarray, limit: int = 5) -> list[str]:
+    """``index: got x, want y`` for the first ``limit`` True entries of ``bad``."""
+    out = []
+    for index in np.argwhere(bad)[:limit]:
+        key = tuple(int(i) for i in index)
+        shown = key[0] if len(key) == 1 else key
+        out.append(f"index {shown}: got {got[key]!r}, want {want[key]!r}")
+    return out
+
+
+def compare(
+    got: np.ndarray,
+    want: np.ndarray,
+    what: str,
+    *,
+    atol: float = 1e-6,
+    rtol: float = 1e-5,
+    poison: float | None = None,
+    tail: int | None = None,
+) -> None:
+    """Fail unless ``got`` matches ``want`` within ``atol + rtol * |want|``.
+
+    ``poison``: the value the output held before the launch; all of it still
+    there means nothing was written. ``tail``: flat length of the last partial
+    block; mismatches only there are reported as an off-by-one.
+    """
+    got = np.asarray(got, dtype=np.float64).reshape(np.shape(want))
+    want = np.asarray(want, dtype=np.float64)
+    if poison is not None and got.size and np.all(got == np.float64(np.float32(poison))):
+        fail(NO_WRITES, f"{what}: the output was never written (it still holds the poison value {poison:g})")
+    bad = ~np.isclose(got, want, atol=atol, rtol=rtol, equal_nan=True)
+    if not bad.any():
+        return
+    details = first_mismatches(got, want, bad)
+    flat = bad.ravel()
+    count = int(flat.sum())
+    message = f"{what}: {count} of {flat.size} values differ (atol={atol:g}, rtol={rtol:g})"
+    if tail and flat[: flat.size - tail].sum() == 0:
+        fail(BOUNDARY, message + "; all of them in the last partial block: check the bounds test", details)
+    if poison is not None:
+        unwritten = int((got.ravel() == np.float64(np.float32(poison)))[flat].sum())
+        if unwritten:
+            message += f"; {unwritten} were never written"
+            if unwritten == count and flat[-1]:
+                fail(BOUNDARY, message + " (the last elements: check the bounds test)", details)
+    fail(WRONG_RESULT, message, details)
+
+
+def source_of(obj) -> str:
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        return ""
+
+
+def forbid(source: str, patterns: dict[str, str]) -> None:
+    """Fail if the source uses any of ``patterns`` (regex -> why it is ruled out)."""
+    code = "\n".join(line.split("#", 1)[0] for line in source.splitlines())
+    for pattern, why in patterns.items():
+        if re.search(pattern, code):
+            fail(FORBIDDEN, why)
+
+
+# --- 1.2 launch configuration ----------------------------------------------------
+
+
+def check_launch_config(launch_config, source: str = "") -> list[str]:
+    done = []
+    for threads in (256, 1024, 64):
+        for n in (1, 31, 255, 256, 257, 1000, 2**20 + 1, 54_000 * 784, 10**9):
+            try:
+                grid, block = launch_config(n, threads)
+            except NotImplementedError:
+                raise
+            except Exception as exc:
+                fail(EXCEPTION, f"launch_config({n}, {threads}) raised {type(exc).__name__}: {exc}")
+            want_grid, want_block = ((n + threads - 1) // threads, 1, 1), (threads, 1, 1)
+            got = (tuple(int(v) for v in grid), tuple(int(v) for v in block))
+            if got != (want_grid, want_block):
+                reason = BOUNDARY if got[0][0] == want_grid[0] - 1 else WRONG_RESULT
+                fail(reason, f"launch_config({n}, {threads}) = {got}, want ({want_grid}, {want_block})")
+    done.append("grid = ceil(n / threads) blocks of (threads, 1, 1) for 27 sizes")
+    for n in (0, -5):
+        try:
+            launch_config(n, 256)
+        except ValueError:
+            continue
+        except NotImplementedError:
+            raise
+        except Exception as exc:
+            fail(WRONG_RESULT, f"launch_config({n}, 256) should raise ValueError, raised {type(exc).__name__}")
+        fail(WRONG_RESULT, f"launch_config({n}, 256) should raise ValueError (nothing to launch)")
+    done.append("n <= 0 raises ValueError")
+    return done
+
+
+# --- 2.1 BF16 rounding -----------------------------------------------------------
+
+
+def _bf16_inputs(rng: np.random.Generator) -> np.ndarray:
+    bits = rng.integers(0, 2**32, size=200_000, dtype=np.uint64).astype(np.uint32)
+    special = np.array(
+        [
+            0x00000000,
+            0x80000000,
+            0x7F800000,
+            0xFF800000,
+            0x7F7FFFFF,
+            0xFF7FFFFF,
+            0x00000001,
+            0x007FFFFF,
+            0x3F808000,
+            0x3F818000,
+            0x3F807FFF,
+            0x3F808001,
+            0x7F7F8000,
+            0x7F7F7FFF,
+            0x00008000,
+            0x00018000,
+        ],
+        dtype=np.uint32,
+    )
+    ties = (rng.integers(0, 2**16, size=2000, dtype=np.uint64).astype(np.uint32) << 16) | 0x8000
+    bits = np.concatenate([special, ties, bits])
+    values = bits.view(np.float32)
+    return values[~np.isnan(values)]
+
+
+def check_bf16(round_to_bf16, source: str = "") -> list[str]:
+    import ml_dtypes
+
+    forbid(
+        source or source_of(round_to_bf16),
+        {
+            r"ml_dtypes|bfloat16": "round with bit operations on numpy arrays, not with a bfloat16 type",
+            r"\btorch\b|\bjax\b|\btensorflow\b": "numpy only: no deep-learning library does the rounding for you",
+        },
+    )
+    done = []
+    rng = np.random.default_rng()
+    x = _bf16_inputs(rng)
+    got = np.asarray(round_to_bf16(x.copy()))
+    if got.shape != x.shape or got.dtype != np.float32:
+        fail(WRONG_RESULT, f"expected a float32 array of shape {x.shape}, got {got.dtype} {got.shape}")
+    want = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    got_bits, want_bits = got.view(np.uint32), want.view(np.uint32)
+    bad = got_bits != want_bits
+    if bad.any():
+        details = [
+            f"input {x[i]!r} (bits 0x{x.view(np.uint32)[i]:08X}): got 0x{got_bits[i]:08X}, want 0x{want_bits[i]:08X}"
+            for i in np.flatnonzero(bad)[:5]
+        ]
+        tie = (x.view(np.uint32) & 0xFFFF) == 0x8000
+        hint = " (ties: round half to even)" if (bad & tie).sum() == bad.sum() else ""
+        fail(WRONG_RESULT, f"{int(bad.sum())} of {x.size} values round differently from ml_dtypes{hint}", details)
+    done.append(
+        f"{x.size} values (random bit patterns, ties, zeros, infinities, subnormals) match ml_dtypes bit for bit"
+    )
+    nan = np.array([np.nan, -np.nan, np.float32(np.nan)], dtype=np.float32)
+    got_nan = np.asarray(round_to_bf16(nan))
+    if not np.isnan(got_nan).all():
+        fail(WRONG_RESULT, f"NaN must stay NaN, got {got_nan}")
+    done.append("NaN stays NaN")
+    if not (np.asarray(round_to_bf16(np.float32([3.3895314e38]))) == np.inf).all():
+        fail(WRONG_RESULT, "values that round past bfloat16's largest number must overflow to inf")
+    done.append("overflow rounds to inf")
+    return done
+
+
+# --- 4.1 memory pool ---------------------------------------------------------------
+
+
+class FakeAllocation:
+    """What the fake driver hands out: an id, a size and a free() that may be called once."""
+
+    def __init__(self, device: FakeDevice, nbytes: int):
+        self.device, self.nbytes, self.freed = device, nbytes, False
+        self.id = device.next_id
+        device.next_id += 1
+
+    def free(self) -> None:
+        if self.freed:
+            fail(WRONG_RESULT, f"allocation {self.id} ({self.nbytes} bytes) was freed twice")
+        self.freed = True
+        self.device.used -= self.nbytes
+        self.device.frees += 1
+
+    def __int__(self) -> int:
+        return 0x10000 + self.id * 0x1000
+
+    def __repr__(self) -> str:
+        return f"<fake allocation {self.id}: {self.nbytes} bytes>"
+
+
+class FakeDevice:
+    """A driver with ``capacity`` bytes that raises MemoryError when full."""
+
+    def __init__(self, capacity: int):
+        self.capacity, self.used, self.next_id, self.allocs, self.frees = capacity, 0, 0, 0, 0
+
+    def allocate(self, nbytes: int) -> FakeAllocation:
+        if self.used + nbytes > self.capacity:
+            raise MemoryError(f"out of memory: {self.used} + {nbytes} > {self.capacity} bytes")
+        self.used += nbytes
+        self.allocs += 1
+        return FakeAllocation(self, nbytes)
+
+
+def check_memory_pool(pool_class, source: str = "") -> list[str]:
+    from .. import profiler
+
+    done = []
+    device = FakeDevice(capacity=1 << 20)
+    pool = pool_class(device.allocate)
+    with profiler.count() as c:
+        a = pool.acquire(1024)
+        if device.allocs != 1:
+            fail(WRONG_RESULT, f"the first acquire(1024) should allocate once, allocated {device.allocs} times")
+        pool.release(a, 1024)
+        b = pool.acquire(1024)
+    if b is not a or device.allocs != 1:
+        fail(
+            WRONG_RESULT, "acquire(1024) after release(a, 1024) should hand back the same allocation without allocating"
+        )
+    if (c.pool_hits, c.pool_misses) != (1, 1):
+        fail(WRONG_RESULT, f"counters: want pool_hits=1, pool_misses=1, got {c.pool_hits}, {c.pool_misses}")
+    done.append("a released allocation is reused for the same size; hits and misses counted")
+    d = pool.acquire(2048)
+    if d is b or device.allocs != 2:
+        fail(WRONG_RESULT, "acquire(2048) must not be served by a cached 1024-byte allocation")
+    pool.release(b, 1024)
+    pool.release(d, 2048)
+    if pool.cached_bytes() != 3072:
+        fail(WRONG_RESULT, f"cached_bytes() after releasing 1024 + 2048 bytes: want 3072, got {pool.cached_bytes()}")
+    done.append("sizes are kept apart; cached_bytes() counts the free lists")
+    live = pool.acquire(4096)
+    pool.flush()
+    if not (b.freed and d.freed) or live.freed or pool.cached_bytes() != 0:
+        fail(WRONG_RESULT, "flush() must free every cached allocation (and only those), leaving the cache empty")
+    done.append("flush() frees the cache, not what is in use")
+    pool.release(live, 4096)
+
+    device = FakeDevice(capacity=4096)
+    pool = pool_class(device.allocate)
+    first = pool.acquire(2048)
+    pool.release(first, 2048)
+    try:
+        second = pool.acquire(3072)
+    except MemoryError:
+        fail(WRONG_RESULT, "out of memory with 2048 cached bytes: flush the cache and retry once before giving up")
+    if not first.freed or second.nbytes != 3072:
+        fail(WRONG_RESULT, "on out-of-memory the pool should flush its cache and allocate again")
+    try:
+        pool.acquire(4096)
+    except MemoryError:
+        pass
+    else:
+        fail(WRONG_RESULT, "a request the device cannot hold even after a flush must raise MemoryError")
+    done.append("out of memory: flush and retry once, then raise MemoryError")
+
+    rng = np.random.default_rng()
+    device = FakeDevice(capacity=1 << 16)
+    pool = pool_class(device.allocate)
+    held: list[tuple[object, int]] = []
+    for _ in range(500):
+        if held and rng.random() < 0.5:
+            allocation, size = held.pop(int(rng.integers(len(held))))
+            pool.release(allocation, size)
+        else:
+            size = int(rng.choice([256, 512, 4096, 8192]))
+            allocation = pool.acquire(size)
+            if getattr(allocation, "freed", False) or allocation.nbytes != size:
+                fail(WRONG_RESULT, f"acquire({size}) returned a freed or wrongly sized allocation {allocation!r}")
+            if any(allocation is h for h, _ in held):
+                fail(WRONG_RESULT, f"acquire({size}) returned an allocation that is still in use")
+            held.append((allocation, size))
+    in_use = sum(size for _, size in held)
+    if device.used != in_use + pool.cached_bytes():
+        fail(WRONG_RESULT, f"device bytes {device.used} != in use {in_use} + cached {pool.cached_bytes()}")
+    done.append("500 random acquire/release calls: no allocation handed out twice, bytes add up")
+    return done
+
+
+# --- dispatch ----------------------------------------------------------------------
+
+PYTHON_CHECKS = {"1.2": check_launch_config, "2.1": check_bf16, "4.1": check_memory_pool}
+
+
+def run_check(exercise_id: str, artifact, source: str = "") -> CheckResult:
+    """Run the hidden checks of one exercise on ``artifact`` (a kernel source or a Python object).
+
+    NotImplementedError propagates (the exercise is still a stub); every
+    other failure becomes a failed ``CheckResult``.
+    """
+    ex = exercises.get(exercise_id)
+    try:
+        if ex.id in PYTHON_CHECKS:
+            done = PYTHON_CHECKS[ex.id](artifact, source)
+        else:
+            from . import kernel_checks
+
+            done = kernel_checks.run(ex, artifact, source)
+    except CheckFailed as failure:
+        return CheckResult(ex.id, False, failure.reason, failure.message, failure.details)
+    except NotImplementedError:
+        raise
+    except Exception as exc:
+        return CheckResult(ex.id, False, classify_exception(exc), f"{type(exc).__name__}: {exc}")
+    return CheckResult(ex.id, True, PASSED, "", done)
+
+
+def classify_exception(exc: BaseException) -> str:
+    name = type(exc).__name__
+    text = str(exc).lower()
+    if name == "KernelCompileError":
+        return COMPILE_ERROR
+    if name == "CudaUnavailableError":
+        return NO_GPU
+    if any(
+        s in text
+        for s in (
+            "illegal memory access",
+            "misaligned address",
+            "unspecified launch failure",
+            "illegal address",
+            "launch timed out",
+            "context is destroyed",
+            "illegal instruction",
+        )
+    ):
+        return CUDA_ERROR
+    if name == "KernelError":
+        return CUDA_ERROR
+    return EXCEPTION
+
+
+def report(exercise_id: str, artifact) -> CheckResult:
+    """The notebook's check cell: run the grader's checks here and print the outcome."""
+    if isinstance(artifact, str) and "TODO: Exercise" in artifact:
+        raise NotImplementedError(f"Exercise {exercise_id}")
+    result = run_check(exercise_id, artifact)
+    print(result)
+    return result

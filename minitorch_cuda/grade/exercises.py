@@ -1,0 +1,135 @@
+"""The exercises of the course: one id per exercise, the same in the solution
+notebook, the student notebook, the checks, the rubric and the grade sheet.
+
+An exercise is either a CUDA kernel (a Python string holding CUDA C, swapped
+into the framework with ``mt.override``) or a Python object (a function or a
+class). The notebook cell that holds it carries the cell metadata
+``exercise: 'N.k'`` and defines the variable named here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+
+@dataclasses.dataclass(frozen=True)
+class Exercise:
+    id: str
+    notebook: str  # file stem in solutions/ and exercises/
+    title: str
+    kind: str  # "cuda" or "python"
+    name: str  # the variable the exercise cell defines
+    kernel: str | None = None  # the registry name it overrides (or the standalone entry)
+    params: str | None = None  # the C parameters of a standalone kernel (not in the registry)
+    gpu: bool = True  # whether its checks need a GPU
+
+    @property
+    def sort_key(self) -> tuple[int, int]:
+        chapter, number = self.id.split(".")
+        return int(chapter), int(number)
+
+
+# The parameter lists of the kernels the exercises replace, as in
+# ``minitorch_cuda.cuda.registry.SPECS`` (which needs PyCUDA to import; a GPU
+# test checks that the two agree).
+_UNARY = "float* out, const float* a, int n"
+_ROWS = "float* out, const float* in, int rows, int cols"
+_BATCHED = "float* c, const float* a, const float* b, int M, int N, int K, int ta, int tb, int stride_a, int stride_b"
+PARAMS = {
+    "ew_relu": _UNARY,
+    "ew_sigmoid": _UNARY,
+    "softmax_rows_volatile": _ROWS,
+    "sumsq_volatile": "float* out, const float* x, int n",
+    "clip_scale": "float* g, const float* partials, int n_parts, float max_norm, int n",
+    "gather_rows": "float* out, const float* in, const int* idx, int rows, int row_len",
+    "matmul_transposed": "float* c, const float* a, const float* b, int M, int N, int K, int ta, int tb",
+    "init_normal": "float* out, int n, float std, unsigned int seed",
+    "matmul_batched": _BATCHED,
+    "matmul_tiled": _BATCHED,
+    "sum_rows_shuffle": _ROWS + ", float scale",
+}
+
+
+def _cuda(id_: str, notebook: str, title: str, kernel: str, name: str | None = None, **kw) -> Exercise:
+    kw.setdefault("params", PARAMS.get(kernel))
+    return Exercise(id_, notebook, title, "cuda", name or f"{kernel}_source", kernel, **kw)
+
+
+def entry_params(source: str, entry: str) -> str:
+    """The parameter list of ``__global__ void entry(...)`` in ``source`` (as the registry reads it)."""
+    match = re.search(r"__global__\s+void\s+" + re.escape(entry) + r"\s*\(([^)]*)\)", source)
+    if match is None:
+        raise ValueError(f"no `__global__ void {entry}(...)` found in the kernel source")
+    return " ".join(match.group(1).split())
+
+
+def signature(params: str) -> str:
+    """C parameters -> PyCUDA's prepare() codes, as ``registry.prepare_signature``."""
+    codes = []
+    for param in filter(None, (p.strip() for p in params.split(","))):
+        if "*" in param:
+            codes.append("P")
+        elif re.search(r"\bfloat\b", param):
+            codes.append("f")
+        elif re.search(r"\bunsigned\b", param):
+            codes.append("I")
+        elif re.search(r"\bint\b", param):
+            codes.append("i")
+        else:
+            codes.append("?")
+    return "".join(codes)
+
+
+def check_entry(ex: Exercise, source: str) -> None:
+    """Raise ValueError / TypeError unless ``source`` defines the exercise's kernel with its parameters."""
+    theirs = entry_params(source, ex.kernel)
+    if signature(theirs) != signature(ex.params):
+        raise TypeError(f"{ex.kernel} must take ({ex.params}); yours takes ({theirs})")
+
+
+EXERCISES: dict[str, Exercise] = {
+    e.id: e
+    for e in [
+        _cuda(
+            "1.1",
+            "01_cuda_setup",
+            "scalar-multiply kernel",
+            "scale",
+            "scale_source",
+            params="float* out, const float* in, float alpha, int n",
+        ),
+        Exercise("1.2", "01_cuda_setup", "launch configuration", "python", "launch_config", gpu=False),
+        Exercise("2.1", "02_floating_point", "BF16 rounding by bit manipulation", "python", "round_to_bf16", gpu=False),
+        _cuda("3.1", "03_building_the_backend", "ReLU kernel", "ew_relu"),
+        _cuda("3.2", "03_building_the_backend", "stable sigmoid kernel", "ew_sigmoid"),
+        _cuda("3.3", "03_building_the_backend", "softmax forward kernel", "softmax_rows_volatile", "softmax_source"),
+        Exercise("4.1", "04_memory", "memory pool", "python", "MemoryPool", gpu=False),
+        _cuda("6.1", "06_opt1_memcopies", "sum of squares (clipping norm)", "sumsq_volatile", "sumsq_source"),
+        _cuda("6.2", "06_opt1_memcopies", "clipping scale kernel", "clip_scale"),
+        _cuda("7.1", "07_opt2_gather", "gather kernel", "gather_rows", "gather_source"),
+        _cuda("8.1", "08_opt3_transpose_fusion", "matmul with transpose flags", "matmul_transposed"),
+        _cuda("9.1", "09_opt4_init_and_pool", "on-device normal init", "init_normal"),
+        _cuda("10.1", "10_opt5_batched_matmul", "batched matmul over a 3-D grid", "matmul_batched"),
+        _cuda("11.1", "11_opt6_tiled_matmul", "shared-memory tiled matmul", "matmul_tiled"),
+        Exercise("12.1", "12_opt7_syncs", "a training step without device syncs", "python", "train_step"),
+        _cuda("13.1", "13_opt8_warp_shuffle", "warp-shuffle row sum", "sum_rows_shuffle"),
+    ]
+}
+
+NOTEBOOKS: list[str] = sorted({e.notebook for e in EXERCISES.values()})
+
+
+def get(exercise_id: str) -> Exercise:
+    try:
+        return EXERCISES[str(exercise_id)]
+    except KeyError:
+        raise KeyError(f"no exercise {exercise_id!r}; known: {', '.join(EXERCISES)}") from None
+
+
+def for_notebook(notebook: str) -> list[Exercise]:
+    return sorted((e for e in EXERCISES.values() if e.notebook == notebook), key=lambda e: e.sort_key)
+
+
+def ordered() -> list[Exercise]:
+    return sorted(EXERCISES.values(), key=lambda e: e.sort_key)

@@ -1,0 +1,619 @@
+"""Checks of the CUDA kernel exercises (they need a GPU).
+
+Every check does two things with the student's source:
+
+1. launches the kernel directly with the launch configuration the backend
+   uses, into output buffers that are poisoned and padded with guard zones on
+   both sides, on fresh random inputs of awkward sizes (not multiples of the
+   block or tile): an empty kernel leaves the poison, an off-by-one writes into
+   a guard zone or leaves the tail unwritten;
+2. runs the framework op under ``mt.override`` and checks both the result and
+   that the overriding kernel was really launched.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .checks import (
+    BOUNDARY,
+    FORBIDDEN,
+    HOST_SIDE,
+    NO_WRITES,
+    NOT_A_KERNEL,
+    NOT_LAUNCHED,
+    RACE,
+    SIGNATURE,
+    SYNCS,
+    WRONG_RESULT,
+    compare,
+    fail,
+    forbid,
+)
+from .exercises import Exercise, check_entry, signature
+
+POISON = np.float32(-1.2345678e30)
+GUARD = 256  # floats on each side of every buffer
+BLOCK = 256
+
+
+class Buffer:
+    """``n`` values on the device between two guard zones, all poisoned unless given."""
+
+    def __init__(self, n: int, host: np.ndarray | None = None, dtype=np.float32):
+        from ..cuda.memory import DeviceBuffer
+        from ..cuda.runtime import copy_htod
+
+        self.n, self.dtype = n, dtype
+        fill = POISON if dtype == np.float32 else -1
+        self.initial = np.full(n + 2 * GUARD, fill, dtype=dtype)
+        if host is not None:
+            self.initial[GUARD : GUARD + n] = np.asarray(host, dtype=dtype).ravel()
+        self.buffer = DeviceBuffer(self.initial.nbytes)
+        copy_htod(self.buffer.ptr, self.initial)
+        self.ptr = self.buffer.ptr + GUARD * self.initial.itemsize
+
+    def read(self, what: str) -> np.ndarray:
+        """The ``n`` values; fails if anything was written into a guard zone."""
+        from ..cuda.runtime import copy_dtoh
+
+        host = np.empty_like(self.initial)
+        copy_dtoh(host, self.buffer.ptr)
+        before, after = host[:GUARD], host[GUARD + self.n :]
+        if not (np.array_equal(before, self.initial[:GUARD]) and np.array_equal(after, self.initial[GUARD + self.n :])):
+            where = "after the end" if not np.array_equal(after, self.initial[GUARD + self.n :]) else "before the start"
+            first = np.flatnonzero(after != self.initial[GUARD + self.n :])
+            detail = [f"element n + {int(first[0])} was written"] if first.size else []
+            fail(BOUNDARY, f"{what}: the kernel wrote {where} of the {self.n}-element buffer", detail)
+        return host[GUARD : GUARD + self.n].copy()
+
+
+class _CountingFunction:
+    """Stands in for a pycuda Function and counts prepared launches."""
+
+    def __init__(self, function):
+        self.function, self.calls = function, 0
+
+    def prepared_async_call(self, *args, **kwargs):
+        self.calls += 1
+        return self.function.prepared_async_call(*args, **kwargs)
+
+
+class Override:
+    """``mt.override`` plus a launch counter on the overriding kernel."""
+
+    def __init__(self, name: str, source: str):
+        import minitorch_cuda as mt
+
+        self.handle = mt.override(name, source=source)
+        self.counter = _CountingFunction(self.handle.kernel.function)
+        self.handle.kernel.function = self.counter
+        self.kernel = self.handle.kernel
+
+    def __enter__(self) -> Override:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.handle.restore()
+
+    def expect_launched(self, what: str) -> None:
+        if self.counter.calls == 0:
+            fail(NOT_LAUNCHED, f"{what}: the framework never launched your kernel")
+
+
+def launch(kernel, grid, block, *args) -> None:
+    from ..cuda.runtime import launch as runtime_launch
+
+    runtime_launch(kernel, tuple(grid), tuple(block), *args)
+
+
+def static_checks(ex: Exercise, source) -> None:
+    """The submission must be CUDA C with a ``__global__`` entry of the right name and parameters."""
+    if not isinstance(source, str):
+        fail(HOST_SIDE, f"expected the kernel as a string of CUDA C, got a {type(source).__name__}")
+    if "__global__" not in source:
+        fail(NOT_A_KERNEL, "the source has no __global__ function: the work must happen in a CUDA kernel")
+    try:
+        check_entry(ex, source)
+    except ValueError as exc:
+        fail(NOT_A_KERNEL, str(exc))
+    except TypeError as exc:
+        fail(SIGNATURE, str(exc))
+
+
+def _rng() -> np.random.Generator:
+    return np.random.default_rng()
+
+
+def _grid1d(n: int) -> tuple[int, int, int]:
+    return ((n + BLOCK - 1) // BLOCK, 1, 1)
+
+
+def _tail(n: int, block: int = BLOCK) -> int:
+    return n % block or block
+
+
+def _reduce_block(cols: int) -> int:
+    from ..cuda.backend import _reduce_block as backend_reduce_block
+
+    return backend_reduce_block(cols)
+
+
+# --- 1.1 scale (standalone PyCUDA) ---------------------------------------------------
+
+
+def check_scale(ex: Exercise, source: str) -> list[str]:
+    from ..cuda.runtime import Kernel, compile_module
+
+    kernel = Kernel("scale", compile_module(source, "your kernel 'scale'"), "scale", signature(ex.params))
+    counter = _CountingFunction(kernel.function)
+    kernel.function = counter
+    rng = _rng()
+    sizes = [1, 255, 256, 257, 100_003]
+    for n in sizes:
+        x = rng.standard_normal(n).astype(np.float32)
+        alpha = np.float32(rng.uniform(-3, 3))
+        out, inp = Buffer(n), Buffer(n, x)
+        launch(kernel, _grid1d(n), (BLOCK, 1, 1), out.ptr, inp.ptr, float(alpha), n)
+        compare(out.read(f"n={n}"), alpha * x, f"scale, n={n}", poison=POISON, tail=_tail(n))
+        if not np.array_equal(inp.read("the input"), x):
+            fail(WRONG_RESULT, "the kernel modified its input")
+    if counter.calls != len(sizes):
+        fail(NOT_LAUNCHED, "the kernel was not launched")
+    return [f"out = alpha * in for n in {sizes}, 256 threads per block, nothing written out of bounds"]
+
+
+# --- elementwise -------------------------------------------------------------------------
+
+
+def _check_unary(ex: Exercise, source: str, inputs, reference, op: str, atol: float, rtol: float) -> list[str]:
+    import minitorch_cuda as mt
+
+    rng = _rng()
+    sizes = [1, 255, 256, 257, 10_013]
+    with Override(ex.kernel, source) as ov:
+        for n in sizes:
+            x = inputs(rng, n)
+            out, inp = Buffer(n), Buffer(n, x)
+            launch(ov.kernel, _grid1d(n), (BLOCK, 1, 1), out.ptr, inp.ptr, n)
+            got = out.read(f"{ex.kernel}, n={n}")
+            compare(
+                got,
+                reference(x.astype(np.float64)),
+                f"{ex.kernel}, n={n}",
+                atol=atol,
+                rtol=rtol,
+                poison=POISON,
+                tail=_tail(n),
+            )
+        x = inputs(rng, 64 * 129).reshape(64, 129)
+        before = ov.counter.calls
+        y = getattr(mt.tensor(x, device="cuda"), op)().numpy()
+        if ov.counter.calls == before:
+            fail(NOT_LAUNCHED, f"x.{op}() never launched your kernel")
+        compare(y, reference(x.astype(np.float64)), f"x.{op}() on a (64, 129) tensor", atol=atol, rtol=rtol)
+    return [f"{ex.kernel} for n in {sizes} (guarded, poisoned output)", f"tensor.{op}() runs your kernel"]
+
+
+def _stable_sigmoid(x: np.ndarray) -> np.ndarray:
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _sigmoid_inputs(rng, n):
+    x = rng.standard_normal(n) * 6
+    extremes = np.array([-1e4, 1e4, -100.0, 100.0, -88.5, 88.5, 0.0, -0.0, -200.0, 200.0])
+    x[: min(n, extremes.size)] = extremes[: min(n, extremes.size)]
+    rng.shuffle(x)
+    return x.astype(np.float32)
+
+
+# --- reductions: softmax, sum of squares, row sums ---------------------------------------
+
+_OWN_REDUCTION = {r"block_reduce|warp_reduce": "write the reduction yourself (block_reduce.cuh is the answer key)"}
+_SHAPES_ROWS = [(64, 10), (7, 1000), (3, 3001), (5, 1), (2, 65), (1, 4096)]
+
+
+def check_softmax(ex: Exercise, source: str) -> list[str]:
+    import minitorch_cuda as mt
+
+    forbid(source, _OWN_REDUCTION)
+    rng = _rng()
+    with Override(ex.kernel, source) as ov:
+        for rows, cols in _SHAPES_ROWS:
+            x = (rng.standard_normal((rows, cols)) * 20 + rng.uniform(-80, 80, (rows, 1))).astype(np.float32)
+            z = x.astype(np.float64) - x.max(axis=1, keepdims=True)
+            want = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+            runs = []
+            for _ in range(2):
+                out, inp = Buffer(x.size), Buffer(x.size, x)
+                launch(ov.kernel, (rows, 1, 1), (_reduce_block(cols), 1, 1), out.ptr, inp.ptr, rows, cols)
+                runs.append(out.read(f"softmax {rows}x{cols}").reshape(rows, cols))
+            compare(runs[0], want, f"softmax {rows}x{cols}", atol=1e-6, rtol=1e-4, poison=POISON)
+            if not np.array_equal(runs[0], runs[1]):
+                fail(RACE, f"softmax {rows}x{cols}: two runs on the same input disagree (a missing __syncthreads?)")
+        x = rng.standard_normal((64, 10)).astype(np.float32) * 5
+        with mt.use_stage(7):
+            y = mt.tensor(x, device="cuda").softmax().numpy()
+        ov.expect_launched("x.softmax() at stage 7")
+        z = x - x.max(axis=1, keepdims=True)
+        compare(y, np.exp(z) / np.exp(z).sum(axis=1, keepdims=True), "x.softmax()", atol=1e-6, rtol=1e-4)
+    return [
+        f"softmax rows for shapes {_SHAPES_ROWS}, inputs up to +-150 (no overflow), twice each",
+        "x.softmax() at stage 7 runs your kernel",
+    ]
+
+
+def check_sumsq(ex: Exercise, source: str) -> list[str]:
+    import minitorch_cuda as mt
+
+    from ..cuda import backend
+
+    forbid(source, _OWN_REDUCTION)
+    rng = _rng()
+    sizes = [1, 1000, 1024, 1025, 200_003]
+    with Override(ex.kernel, source) as ov:
+        for n in sizes:
+            x = rng.standard_normal(n).astype(np.float32)
+            want = np.array([np.sum(x.astype(np.float64) ** 2)])
+            results = []
+            for _ in range(3):
+                out, inp = Buffer(1), Buffer(n, x)
+                launch(ov.kernel, (1, 1, 1), (1024, 1, 1), out.ptr, inp.ptr, n)
+                results.append(out.read(f"sumsq n={n}"))
+            if any(not np.array_equal(r, results[0]) for r in results):
+                fail(RACE, f"sumsq n={n}: three runs on one input gave {[float(r[0]) for r in results]}")
+            compare(results[0], want, f"sumsq n={n}", atol=1e-3, rtol=1e-4, poison=POISON)
+        grads_host = [rng.standard_normal(s).astype(np.float32) for s in [(784, 256), (256,), (256, 10), (10,)]]
+        norm = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads_host))
+        with mt.use_stage(7):
+            grads = [backend.from_numpy(g) for g in grads_host]
+            backend.clip_gradients(grads, 1.0)
+            clipped = [backend.to_numpy(g) for g in grads]
+        ov.expect_launched("clip_gradients at stage 7")
+        for g, h in zip(clipped, grads_host):
+            compare(g, h * (1.0 / (norm + 1e-6)), "clip_gradients with your sumsq", atol=1e-7, rtol=1e-3)
+    return [
+        f"sum of squares for n in {sizes} with one block of 1024 threads, three runs each",
+        "clip_gradients at stage 7 runs your kernel and clips to norm 1",
+    ]
+
+
+def check_sum_rows(ex: Exercise, source: str) -> list[str]:
+    import minitorch_cuda as mt
+
+    forbid(source, _OWN_REDUCTION)
+    if "__shfl" not in source:
+        fail(FORBIDDEN, "reduce within each warp with __shfl_down_sync (or __shfl_xor_sync)")
+    rng = _rng()
+    with Override(ex.kernel, source) as ov:
+        for rows, cols in _SHAPES_ROWS:
+            x = rng.standard_normal((rows, cols)).astype(np.float32)
+            scale = float(rng.uniform(0.5, 2.0))
+            want = scale * x.astype(np.float64).sum(axis=1)
+            runs = []
+            for _ in range(2):
+                out, inp = Buffer(rows), Buffer(x.size, x)
+                launch(ov.kernel, (rows, 1, 1), (_reduce_block(cols), 1, 1), out.ptr, inp.ptr, rows, cols, scale)
+                runs.append(out.read(f"row sums {rows}x{cols}"))
+            compare(runs[0], want, f"row sums {rows}x{cols}", atol=1e-4, rtol=1e-4, poison=POISON)
+            if not np.array_equal(runs[0], runs[1]):
+                fail(RACE, f"row sums {rows}x{cols}: two runs on the same input disagree")
+        x = rng.standard_normal((64, 130)).astype(np.float32)
+        with mt.use_stage(8):
+            y = mt.tensor(x, device="cuda").mean(axis=1).numpy()
+        ov.expect_launched("x.mean(axis=1) at stage 8")
+        compare(y, x.astype(np.float64).mean(axis=1), "x.mean(axis=1)", atol=1e-5, rtol=1e-4)
+    return [f"scaled row sums for shapes {_SHAPES_ROWS}", "x.mean(axis=1) at stage 8 runs your kernel"]
+
+
+# --- clipping scale ----------------------------------------------------------------------
+
+
+def check_clip_scale(ex: Exercise, source: str) -> list[str]:
+    import minitorch_cuda as mt
+
+    from ..cuda import backend
+
+    rng = _rng()
+    cases = []
+    with Override(ex.kernel, source) as ov:
+        for n, max_norm in [(1, 0.5), (257, 1.0), (10_007, 2.0), (10_007, 1e6)]:
+            g = rng.standard_normal(n).astype(np.float32)
+            partials = np.array([float(np.sum(g.astype(np.float64) ** 2)), rng.uniform(0, 5), rng.uniform(0, 5)])
+            norm = math.sqrt(partials.sum())
+            want = g * (max_norm / (norm + 1e-6)) if norm > max_norm else g
+            buf, parts = Buffer(n, g), Buffer(3, partials.astype(np.float32))
+            launch(ov.kernel, _grid1d(n), (BLOCK, 1, 1), buf.ptr, parts.ptr, 3, float(max_norm), n)
+            got = buf.read(f"clip_scale n={n}")
+            if norm > max_norm and np.array_equal(got, g):
+                fail(NO_WRITES, f"clip_scale n={n}: the gradient was not scaled (norm {norm:.3g} > {max_norm})")
+            compare(got, want, f"clip_scale n={n}, max_norm={max_norm}", atol=1e-7, rtol=1e-5, tail=_tail(n))
+            cases.append(n)
+        grads_host = [rng.standard_normal(s).astype(np.float32) for s in [(100, 30), (30,)]]
+        norm = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads_host))
+        with mt.use_stage(7):
+            grads = [backend.from_numpy(g) for g in grads_host]
+            backend.clip_gradients(grads, 1.0)
+            clipped = [backend.to_numpy(g) for g in grads]
+        ov.expect_launched("clip_gradients at stage 7")
+        for g, h in zip(clipped, grads_host):
+            compare(g, h / (norm + 1e-6), "clip_gradients with your clip_scale", atol=1e-7, rtol=1e-4)
+    return [f"in-place scaling for n in {cases}, clipped and unclipped", "clip_gradients runs your kernel"]
+
+
+# --- gather ------------------------------------------------------------------------------
+
+
+def check_gather(ex: Exercise, source: str) -> list[str]:
+    import minitorch_cuda as mt
+
+    rng = _rng()
+    shapes = [(64, 784, 1000), (3, 5, 7), (1000, 1, 50), (257, 3, 10)]
+    with Override(ex.kernel, source) as ov:
+        for rows, row_len, n_src in shapes:
+            src = rng.standard_normal((n_src, row_len)).astype(np.float32)
+            idx = rng.integers(0, n_src, rows).astype(np.int32)
+            out, inp, d_idx = Buffer(rows * row_len), Buffer(src.size, src), Buffer(rows, idx, np.int32)
+            launch(ov.kernel, _grid1d(rows * row_len), (BLOCK, 1, 1), out.ptr, inp.ptr, d_idx.ptr, rows, row_len)
+            got = out.read(f"gather {rows} rows of {row_len}").reshape(rows, row_len)
+            compare(
+                got,
+                src[idx],
+                f"gather {rows} rows of {row_len}",
+                atol=0,
+                rtol=0,
+                poison=POISON,
+                tail=_tail(rows * row_len),
+            )
+        x = rng.standard_normal((500, 33)).astype(np.float32)
+        order = rng.permutation(500)
+        with mt.use_stage(7):
+            y = mt.tensor(x, device="cuda")[order].numpy()
+        ov.expect_launched("x[order] at stage 7")
+        compare(y, x[order], "x[order]", atol=0, rtol=0)
+    return [f"gathers (rows, row_len, source rows) {shapes} with repeated indices", "x[order] runs your kernel"]
+
+
+# --- matmul family ---------------------------------------------------------------------------
+
+
+def _operands(rng, M, N, K, ta, tb, batch=None):
+    lead = () if batch is None else (batch,)
+    a = rng.standard_normal(lead + ((K, M) if ta else (M, K))).astype(np.float32)
+    b = rng.standard_normal(lead + ((N, K) if tb else (K, N))).astype(np.float32)
+    return a, b
+
+
+def _matmul_ref(a, b, ta, tb):
+    """op(a) @ op(b) in float64; a 2-D b broadcasts over a's batch."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    return (np.swapaxes(a64, -1, -2) if ta else a64) @ (np.swapaxes(b64, -1, -2) if tb else b64)
+
+
+def _matmul_tol(K: int) -> dict:
+    return {"atol": 1e-4 * math.sqrt(K), "rtol": 1e-4}
+
+
+def _run_matmul(kernel, tile, a, b, M, N, K, ta, tb, batch, stride_a, stride_b, with_strides) -> np.ndarray:
+    out, da, db = Buffer(batch * M * N), Buffer(a.size, a), Buffer(b.size, b)
+    grid = ((N + tile - 1) // tile, (M + tile - 1) // tile, batch)
+    args = [out.ptr, da.ptr, db.ptr, M, N, K, int(ta), int(tb)] + ([stride_a, stride_b] if with_strides else [])
+    launch(kernel, grid, (tile, tile, 1), *args)
+    return out.read(f"matmul M={M} N={N} K={K} ta={int(ta)} tb={int(tb)}").reshape(batch, M, N)
+
+
+_MATMUL_SHAPES = [(64, 256, 784), (33, 17, 65), (1, 1, 1), (70, 45, 129), (31, 33, 32)]
+
+
+def check_matmul(ex: Exercise, source: str) -> list[str]:
+    import minitorch_cuda as mt
+
+    rng = _rng()
+    batched = ex.kernel != "matmul_transposed"
+    tile = 32 if ex.kernel == "matmul_tiled" else 16
+    stage = {"matmul_transposed": 3, "matmul_batched": 5, "matmul_tiled": 6}[ex.kernel]
+    if ex.kernel == "matmul_tiled" and "__shared__" not in source:
+        fail(FORBIDDEN, "stage the tiles of A and B in __shared__ memory")
+    with Override(ex.kernel, source) as ov:
+        for M, N, K in _MATMUL_SHAPES:
+            for ta in (False, True):
+                for tb in (False, True):
+                    batch = 3 if batched else 1
+                    a, b = _operands(rng, M, N, K, ta, tb, batch if batched else None)
+                    if batched and tb:  # broadcast B over the batch: stride 0
+                        b = b[0]
+                    stride_b = 0 if b.ndim == 2 else K * N
+                    got = _run_matmul(ov.kernel, tile, a, b, M, N, K, ta, tb, batch, M * K, stride_b, batched)
+                    want = _matmul_ref(a, b, ta, tb)
+                    what = f"{ex.kernel} M={M} N={N} K={K} ta={int(ta)} tb={int(tb)}" + (
+                        f" batch={batch}" if batched else ""
+                    )
+                    compare(got, want.reshape(got.shape), what, poison=POISON, **_matmul_tol(K))
+        if ex.kernel == "matmul_tiled":  # a missing __syncthreads shows as run-to-run differences
+            M, N, K = 256, 256, 2048
+            a, b = _operands(rng, M, N, K, False, False)
+            runs = [_run_matmul(ov.kernel, tile, a, b, M, N, K, False, False, 1, 0, 0, True) for _ in range(3)]
+            if any(not np.array_equal(r, runs[0]) for r in runs[1:]):
+                fail(RACE, "the same 256x256x2048 product differs from run to run: a missing __syncthreads()?")
+            compare(runs[0][0], _matmul_ref(a, b, False, False), "256x256x2048", poison=POISON, **_matmul_tol(K))
+        a = rng.standard_normal((4, 40, 70) if batched else (40, 70)).astype(np.float32)
+        b = rng.standard_normal((33, 70)).astype(np.float32)
+        with mt.use_stage(stage):
+            y = mt.tensor(a, device="cuda").matmul(mt.tensor(b, device="cuda"), transpose_b=True).numpy()
+        ov.expect_launched(f"a.matmul(b, transpose_b=True) at stage {stage}")
+        compare(y, a.astype(np.float64) @ b.T.astype(np.float64), "a.matmul(b, transpose_b=True)", **_matmul_tol(70))
+    done = [
+        f"all four transpose flags on shapes (M, N, K) {_MATMUL_SHAPES}"
+        + (", batch 3, B broadcast with stride 0" if batched else "")
+    ]
+    if ex.kernel == "matmul_tiled":
+        done.append("256x256x2048 three times: identical, correct (no race)")
+    done.append(f"tensor matmul at stage {stage} runs your kernel")
+    return done
+
+
+# --- on-device init ----------------------------------------------------------------------------
+
+
+def check_init(ex: Exercise, source: str) -> list[str]:
+    import minitorch_cuda as mt
+
+    rng = _rng()
+    n, std = 1_000_003, float(rng.uniform(0.5, 2.0))
+    seed = int(rng.integers(0, 2**31))
+
+    def draw(kernel, count, s, std_=std):
+        out = Buffer(count)
+        launch(kernel, _grid1d(count), (BLOCK, 1, 1), out.ptr, count, float(std_), s & 0xFFFFFFFF)
+        values = out.read(f"init_normal n={count}")
+        if np.all(values == POISON):
+            fail(NO_WRITES, f"init_normal n={count}: nothing was written")
+        if (values == POISON).any():
+            fail(
+                BOUNDARY,
+                f"init_normal n={count}: elements {np.flatnonzero(values == POISON)[:5].tolist()} were never written",
+            )
+        if not np.isfinite(values).all():
+            fail(
+                WRONG_RESULT, f"init_normal n={count}: non-finite values at {np.flatnonzero(~np.isfinite(values))[:5]}"
+            )
+        return values.astype(np.float64)
+
+    done = []
+    with Override(ex.kernel, source) as ov:
+        x = draw(ov.kernel, n, seed)
+        z = x / std
+        tol_mean = 6 / math.sqrt(n)
+        if abs(z.mean()) > tol_mean or abs(z.std() - 1) > 0.01:
+            fail(WRONG_RESULT, f"mean {x.mean():.4g} and std {x.std():.4g}; want 0 and {std:.4g}")
+        within = float(np.mean(np.abs(z) < 1)), float(np.mean(np.abs(z) < 2))
+        if abs(within[0] - 0.6827) > 0.005 or abs(within[1] - 0.9545) > 0.003:
+            fail(
+                WRONG_RESULT,
+                f"not normal: {within[0]:.4f} within 1 std (want 0.6827), {within[1]:.4f} within 2 (want 0.9545)",
+            )
+        done.append(f"n={n}: mean, std and the share within 1 and 2 std match N(0, {std:.3g}^2)")
+        lag = float(np.corrcoef(z[:-1], z[1:])[0, 1])
+        lag_block = float(np.corrcoef(z[:-BLOCK], z[BLOCK:])[0, 1])
+        if max(abs(lag), abs(lag_block)) > tol_mean:
+            fail(WRONG_RESULT, f"neighbours are correlated: lag 1 {lag:.4f}, lag {BLOCK} {lag_block:.4f}")
+        other = draw(ov.kernel, n, seed + 1) / std
+        cross = float(np.corrcoef(z, other)[0, 1])
+        if abs(cross) > tol_mean or np.array_equal(z, other):
+            fail(WRONG_RESULT, f"seeds {seed} and {seed + 1} give correlated draws (r = {cross:.4f})")
+        done.append("independent: neighbours and consecutive seeds uncorrelated")
+        again = draw(ov.kernel, n, seed)
+        if not np.array_equal(again, x):
+            fail(WRONG_RESULT, f"the same seed gave different values (first at {np.flatnonzero(again != x)[0]})")
+        prefix = draw(ov.kernel, 1000, seed)
+        if not np.array_equal(prefix, x[:1000]):
+            fail(
+                WRONG_RESULT,
+                "element i must depend only on (seed, i): n=1000 and n=1000003 disagree on the first 1000 values",
+            )
+        done.append("deterministic per seed; element i depends only on (seed, i)")
+        with mt.use_stage(4):
+            w = mt.randn((300, 7), std=0.1, seed=5, device="cuda").numpy()
+        ov.expect_launched("mt.randn at stage 4")
+        if abs(w.std() - 0.1) > 0.01:
+            fail(WRONG_RESULT, f"mt.randn(std=0.1) at stage 4 gave std {w.std():.4g}")
+        done.append("mt.randn at stage 4 runs your kernel")
+    return done
+
+
+# --- 12.1 a training step without syncs ---------------------------------------------------------
+
+
+def check_train_step(ex: Exercise, train_step) -> list[str]:
+    import minitorch_cuda as mt
+
+    from .. import nn, optim, profiler
+
+    rng = _rng()
+
+    def make():
+        net = nn.Sequential(
+            nn.FeedForward(20, 16, device="cuda", seed=1), nn.ReLU(), nn.FeedForward(16, 4, device="cuda", seed=2)
+        )
+        return net, optim.RmsProp(net.parameters(), lr=1e-2, decay=0.9)
+
+    loss_fn = nn.CrossEntropyWithSoftmax()
+    with mt.use_stage(7):
+        net, opt = make()
+        ref_net, ref_opt = make()
+        for step in range(3):
+            x = rng.standard_normal((8, 20)).astype(np.float32)
+            y = np.eye(4, dtype=np.float32)[rng.integers(0, 4, 8)]
+            xb, yb = mt.tensor(x, device="cuda"), mt.tensor(y, device="cuda")
+            mt.synchronize()
+            with profiler.count() as c:
+                loss = train_step(net, loss_fn, opt, xb, yb, 1.0)
+            ref_loss = loss_fn(ref_net(xb), yb)
+            ref_loss.backward()
+            ref_opt.clip_gradients(1.0)
+            ref_opt.step()
+            ref_opt.zero_grad()
+            want = ref_loss.item()
+            if not isinstance(loss, float):
+                fail(WRONG_RESULT, f"train_step must return the loss as a Python float, got {type(loss).__name__}")
+            if c.launches == 0:
+                fail(HOST_SIDE, "train_step launched no kernel: the step must run on the GPU")
+            if c.syncs:
+                fail(SYNCS, f"step {step}: {c.syncs} device synchronizations; want none")
+            if c.dtoh_copies != 1 or c.htod_copies:
+                fail(
+                    HOST_SIDE,
+                    f"step {step}: {c.dtoh_copies} device-to-host and {c.htod_copies} host-to-device "
+                    "copies; want exactly one read-back (the loss) and no upload",
+                )
+            compare(np.float32(loss), np.float32(want), f"loss at step {step}", atol=1e-6, rtol=1e-5)
+        for i, (p, q) in enumerate(zip(net.parameters(), ref_net.parameters())):
+            compare(p.numpy(), q.numpy(), f"parameter {i} after 3 steps", atol=1e-6, rtol=1e-5)
+    return [
+        "3 steps: loss and parameters match forward, backward, clip(1.0), RmsProp step, zero_grad",
+        "each step: 0 device syncs, 1 device-to-host copy, no uploads",
+    ]
+
+
+PYTHON_GPU_CHECKS = {"12.1": check_train_step}
+
+# --- dispatch ------------------------------------------------------------------------------------
+
+CHECKS = {
+    "scale": check_scale,
+    "ew_relu": lambda ex, s: _check_unary(
+        ex,
+        s,
+        lambda rng, n: (rng.standard_normal(n) * 3).astype(np.float32),
+        lambda x: np.maximum(x, 0),
+        "relu",
+        0.0,
+        0.0,
+    ),
+    "ew_sigmoid": lambda ex, s: _check_unary(ex, s, _sigmoid_inputs, _stable_sigmoid, "sigmoid", 1e-7, 1e-5),
+    "softmax_rows_volatile": check_softmax,
+    "sumsq_volatile": check_sumsq,
+    "clip_scale": check_clip_scale,
+    "gather_rows": check_gather,
+    "matmul_transposed": check_matmul,
+    "matmul_batched": check_matmul,
+    "matmul_tiled": check_matmul,
+    "init_normal": check_init,
+    "sum_rows_shuffle": check_sum_rows,
+}
+
+
+def run(ex: Exercise, artifact, cell_source: str = "") -> list[str]:
+    from ..device import require_cuda
+
+    if ex.kind == "python":
+        require_cuda()
+        return PYTHON_GPU_CHECKS[ex.id](ex, artifact)
+    if isinstance(artifact, str) and "TODO: Exercise" in artifact:
+        raise NotImplementedError(f"Exercise {ex.id}")
+    static_checks(ex, artifact)
+    require_cuda()
+    return CHECKS[ex.kernel](ex, artifact)

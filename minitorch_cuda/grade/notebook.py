@@ -1,0 +1,132 @@
+"""Reading notebooks (``.ipynb`` or MyST ``.md``), finding exercise cells, executing them.
+
+Exercise cells are found in the notebook *source*: the code cell whose
+metadata says ``exercise: 'N.k'``, or, when a student lost the metadata, the
+last code cell that defines the exercise's variable. Outputs are never read.
+"""
+
+from __future__ import annotations
+
+import ast
+import time
+from pathlib import Path
+
+import nbformat
+
+from .exercises import Exercise
+
+GPU_TAG = "gpu"
+
+
+def read(path: str | Path) -> nbformat.NotebookNode:
+    path = Path(path)
+    if path.suffix == ".md":
+        import jupytext
+
+        return jupytext.read(path)
+    return nbformat.read(path, as_version=4)
+
+
+def find(folder: Path, stem: str) -> Path | None:
+    """``stem.ipynb`` or ``stem.md`` in ``folder`` (the notebook as shipped or saved)."""
+    for suffix in (".ipynb", ".md"):
+        if (folder / f"{stem}{suffix}").exists():
+            return folder / f"{stem}{suffix}"
+    return None
+
+
+def cell_exercise(cell) -> str | None:
+    value = cell.get("metadata", {}).get("exercise")
+    return None if value is None else str(value)
+
+
+def python_source(source: str) -> str:
+    """Cell source as plain Python: IPython magics and shell lines become comments."""
+    lines = []
+    for line in source.splitlines():
+        stripped = line.lstrip()
+        lines.append("# " + line if stripped.startswith(("%", "!")) else line)
+    return "\n".join(lines)
+
+
+def _defines(source: str, name: str) -> bool:
+    try:
+        tree = ast.parse(python_source(source))
+    except SyntaxError:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
+            return True
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
+            return True
+    return False
+
+
+def exercise_source(nb, ex: Exercise) -> str | None:
+    """The source of the cell(s) holding exercise ``ex``, or None when there is none."""
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    tagged = [c.source for c in code if cell_exercise(c) == ex.id]
+    if tagged:
+        return "\n\n".join(tagged)
+    defining = [c.source for c in code if _defines(c.source, ex.name)]
+    return defining[-1] if defining else None
+
+
+def without_gpu_cells(nb):
+    nb = nbformat.from_dict(nb)
+    nb.cells = [c for c in nb.cells if GPU_TAG not in c.get("metadata", {}).get("tags", [])]
+    return nb
+
+
+def strip_outputs(nb):
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+def execute(nb, cwd: str | Path, cell_timeout: float) -> list[dict]:
+    """Run every cell in a fresh kernel, errors allowed; one record per code cell.
+
+    Records: index, exercise id (or None), tags, seconds, and the error
+    (``ename``, ``evalue``) if the cell raised or timed out.
+    """
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    nb = strip_outputs(nbformat.from_dict(nb))
+    client = NotebookClient(
+        nb,
+        timeout=cell_timeout,
+        allow_errors=True,
+        interrupt_on_timeout=True,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(cwd)}},
+    )
+    records: list[dict] = []
+    with client.setup_kernel():  # the kernel inherits this process's environment
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            record = {
+                "index": index,
+                "exercise": cell_exercise(cell),
+                "tags": list(cell.get("metadata", {}).get("tags", [])),
+                "first_line": cell.source.strip().splitlines()[0][:80] if cell.source.strip() else "",
+            }
+            start = time.perf_counter()
+            try:
+                client.execute_cell(cell, index)
+            except CellTimeoutError:
+                record["error"] = {"ename": "CellTimeoutError", "evalue": f"no result after {cell_timeout} s"}
+            except DeadKernelError as exc:
+                record["error"] = {"ename": "DeadKernelError", "evalue": str(exc)}
+                record["seconds"] = time.perf_counter() - start
+                records.append(record)
+                break
+            record["seconds"] = time.perf_counter() - start
+            for output in cell.get("outputs", []):
+                if output.get("output_type") == "error" and "error" not in record:
+                    record["error"] = {"ename": output.get("ename", ""), "evalue": output.get("evalue", "")}
+            records.append(record)
+    return records
