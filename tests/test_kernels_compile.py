@@ -1,0 +1,106 @@
+"""Every kernel file compiles with nvcc (where nvcc exists; CI has it), and every
+kernel the registry names is defined ``extern "C"`` in the file it names."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from minitorch_cuda.cuda.signature import KERNEL_DIR, SPECS, entry_params, prepare_signature
+
+NVCC = shutil.which("nvcc")
+CU_FILES = sorted(KERNEL_DIR.glob("*.cu"))
+
+
+def test_kernel_files_exist():
+    assert CU_FILES, f"no .cu files in {KERNEL_DIR}"
+    assert {s.file for s in SPECS.values()} <= {p.name for p in CU_FILES}
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("path", CU_FILES, ids=lambda p: p.name)
+def test_compiles_with_nvcc(path: Path, tmp_path: Path):
+    result = subprocess.run(
+        [NVCC, "-arch=sm_90", "-c", "-I", str(KERNEL_DIR), "-o", str(tmp_path / "out.o"), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, f"nvcc failed on {path.name}:\n{result.stderr}{result.stdout}"
+    assert "warning" not in result.stderr.lower(), f"nvcc warned on {path.name}:\n{result.stderr}"
+
+
+def _split_args(text: str) -> list[str]:
+    args, depth, current = [], 0, ""
+    for ch in text:
+        if ch == "," and depth == 0:
+            args.append(current.strip())
+            current = ""
+            continue
+        depth += ch == "("
+        depth -= ch == ")"
+        current += ch
+    return args + [current.strip()]
+
+
+def _expanded(source: str) -> str:
+    """The source with its function-like macros expanded at top level (enough of a
+    C preprocessor for BINARY(ew_add, ...) and REDUCTION_VARIANTS(DEFINE_SUM_ROWS))."""
+    for header in re.findall(r'^#include\s+"([^"]+)"', source, re.M):
+        source = (KERNEL_DIR / header).read_text() + "\n" + source
+    source = source.replace("\\\n", " ")  # join continuation lines
+    macros = {}
+    for name, params, body in re.findall(r"^#define\s+(\w+)\(([^)]*)\)(.*)$", source, re.M):
+        macros[name] = ([p.strip() for p in params.split(",")], body)
+    text = re.sub(r"^#.*$", "", source, flags=re.M)
+    if not macros:
+        return text
+    for _ in range(4):  # nested macros: REDUCTION_VARIANTS(DEFINE) -> DEFINE(volatile) ...
+        out, pos = [], 0
+        for match in re.finditer(r"\b(" + "|".join(map(re.escape, macros)) + r")\(", text):
+            if match.start() < pos:
+                continue
+            depth, i = 1, match.end()
+            while depth and i < len(text):
+                depth += {"(": 1, ")": -1}.get(text[i], 0)
+                i += 1
+            params, body = macros[match.group(1)]
+            args = _split_args(text[match.end() : i - 1])
+            for param, arg in zip(params, args):
+                body = re.sub(r"\b" + re.escape(param) + r"\b", arg, body)
+            out.append(text[pos : match.start()] + re.sub(r"\s*##\s*", "", body))
+            pos = i
+        out.append(text[pos:])
+        text = "".join(out)
+    return text
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_every_registry_kernel_is_defined_in_its_file(name):
+    spec = SPECS[name]
+    source = (KERNEL_DIR / spec.file).read_text()
+    pattern = r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\('
+    direct = set(re.findall(pattern, source))
+    if name in direct:
+        params = entry_params(source, name)
+        assert prepare_signature(params) == spec.signature, f"{name}: ({params}) vs the registry's ({spec.params})"
+        return
+    # Kernels written through macros: BINARY(ew_add, ...) or DEFINE_SUM_ROWS(KIND) via REDUCTION_VARIANTS.
+    expanded = _expanded(source)
+    assert re.search(r'extern\s+"C"\s+__global__\s+void\s+' + name + r"\s*\(", expanded), (
+        f'{name} is not defined extern "C" in {spec.file}'
+    )
+    params = entry_params(expanded, name)
+    assert prepare_signature(params) == spec.signature, f"{name}: ({params}) vs the registry's ({spec.params})"
+
+
+def test_every_extern_c_kernel_is_in_the_registry():
+    defined: set[str] = set()
+    for path in CU_FILES:
+        expanded = _expanded(path.read_text())
+        defined |= set(re.findall(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(', expanded))
+    assert defined - set(SPECS) == set(), f"kernels no op can reach: {sorted(defined - set(SPECS))}"

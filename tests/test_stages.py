@@ -1,0 +1,159 @@
+"""The profiler's counters prove what each optimization stage changed.
+
+Each test runs the same work at the stages on both sides of a step and checks
+the counters (``mt.profiler.count()``) or the kernel names that
+``mt.profiler.profile()`` recorded. GPU only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minitorch_cuda as mt
+from minitorch_cuda import optim
+from minitorch_cuda.data import one_hot
+from minitorch_cuda.train import Protocol, Trainer
+
+pytestmark = pytest.mark.gpu
+ALL = range(mt.MAX_STAGE + 1)
+
+
+def kernel_names(prof) -> set[str]:
+    return {row["name"] for row in prof.stats("kernel")}
+
+
+def synthetic_batches(steps: int, batch: int = 64):
+    rng = np.random.default_rng(0)
+    x = rng.random((steps * batch, 784), dtype=np.float32)
+    y = one_hot(rng.integers(0, 10, steps * batch))
+    return mt.tensor(x, "cuda"), mt.tensor(y, "cuda")
+
+
+def trainer_and_batches(steps: int):
+    trainer = Trainer(Protocol(), "cuda")
+    x, y = synthetic_batches(steps)
+    batches = [(x[i * 64 : (i + 1) * 64], y[i * 64 : (i + 1) * 64]) for i in range(steps)]
+    return trainer, batches
+
+
+@pytest.mark.parametrize("stage", [0, 1])
+def test_stage_1_clips_on_the_device(stage):
+    with mt.use_stage(stage):
+        params = [mt.randn(s, device="cuda", requires_grad=True) for s in ((300, 20), (20,), (20, 10))]
+        for p in params:
+            p.grad = mt.randn(p.shape, std=10.0, device="cuda")
+        grad_bytes = sum(4 * p.size for p in params)
+        opt = optim.SGD(params, lr=0.1)
+        with mt.profiler.count() as c:
+            opt.clip_gradients(1.0)
+            mt.synchronize()
+        norm = np.sqrt(sum(float((p.grad.numpy().astype(np.float64) ** 2).sum()) for p in params))
+    assert norm == pytest.approx(1.0, rel=1e-4)
+    if stage == 0:
+        assert c.dtoh_bytes >= grad_bytes, f"stage 0 reads every gradient back: {c}"
+    else:
+        assert c.dtoh_copies == 0 and c.dtoh_bytes == 0 and c.htod_bytes == 0, f"stage 1 keeps clipping on the GPU: {c}"
+
+
+@pytest.mark.parametrize("stage", ALL)
+def test_stage_2_gathers_rows_in_one_launch(stage):
+    rows = [5, 0, 49, 17, 17, 3, 8, 22, 41, 30]
+    with mt.use_stage(stage):
+        x = mt.tensor(np.arange(50 * 7, dtype=np.float32).reshape(50, 7), "cuda")
+        mt.synchronize()
+        with mt.profiler.count() as c:
+            out = x[rows]
+        assert np.array_equal(out.numpy(), x.numpy()[rows])
+    if stage < 2:
+        assert c.dtod_copies == len(rows) and c.launches == 0, f"stage {stage}: one copy per row: {c}"
+    else:
+        assert c.dtod_copies == 0 and c.launches == 1, f"stage {stage}: one gather launch: {c}"
+
+
+@pytest.mark.parametrize("stage", ALL)
+def test_stage_3_fuses_transposes_into_matmul(stage):
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((16, 24)).astype(np.float32), rng.standard_normal((32, 24)).astype(np.float32)
+    with mt.use_stage(stage):
+        ta, tb = mt.tensor(a, "cuda"), mt.tensor(b, "cuda")
+        mt.synchronize()
+        with mt.profiler.count() as c, mt.profiler.profile() as prof:
+            out = ta.matmul(tb, transpose_b=True)
+            out2 = ta @ tb.T
+        np.testing.assert_allclose(out.numpy(), a @ b.T, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(out2.numpy(), a @ b.T, rtol=1e-4, atol=1e-4)
+    names = kernel_names(prof)
+    if stage < 3:
+        assert "strided_copy" in names and c.launches == 4, f"stage {stage}: {names}, {c}"
+    else:
+        assert "strided_copy" not in names and c.launches == 2, f"stage {stage}: {names}, {c}"
+
+
+@pytest.mark.parametrize("stage", ALL)
+def test_stage_4_pools_memory(stage):
+    with mt.use_stage(stage):
+        trainer, batches = trainer_and_batches(6)
+        trainer.step(*batches[0])
+        per_step = []
+        with mt.profiler.count() as total:
+            for xb, yb in batches[1:]:
+                with mt.profiler.count() as c:
+                    trainer.step(xb, yb)
+                per_step.append(c)
+    if stage < 4:
+        assert all(c.allocations > 0 for c in per_step), f"stage {stage}: {[c.allocations for c in per_step]}"
+        assert total.pool_hits == 0
+    else:
+        assert total.pool_hit_rate() > 0.99, f"stage {stage}: pool hit rate {total.pool_hit_rate():.4f}, {total}"
+        assert total.allocations <= 0.01 * (total.pool_hits + total.pool_misses)
+
+
+@pytest.mark.parametrize("stage", ALL)
+def test_stage_5_batches_matmul_into_one_launch(stage):
+    rng = np.random.default_rng(1)
+    a, b = (rng.standard_normal((8, 64, 64)).astype(np.float32) for _ in range(2))
+    with mt.use_stage(stage):
+        ta, tb = mt.tensor(a, "cuda"), mt.tensor(b, "cuda")
+        mt.synchronize()
+        with mt.profiler.count() as c, mt.profiler.profile() as prof:
+            out = ta @ tb
+        np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    names = kernel_names(prof)
+    expected = {0: "matmul_naive", 3: "matmul_transposed", 5: "matmul_batched", 6: "matmul_tiled"}
+    expected_name = expected[max(s for s in expected if s <= stage)]
+    assert names == {expected_name}, f"stage {stage}: {names}"
+    assert c.launches == (8 if stage < 5 else 1), f"stage {stage}: {c}"
+
+
+@pytest.mark.parametrize("stage", ALL)
+def test_stage_7_drops_syncs(stage):
+    with mt.use_stage(stage):
+        trainer, batches = trainer_and_batches(3)
+        trainer.step(*batches[0])  # compiles what the step needs
+        with mt.profiler.count() as c:
+            loss = trainer.step(*batches[1])
+    assert np.isfinite(loss)
+    if stage <= 6:
+        assert c.launches > 0 and c.syncs == c.launches, f"stage {stage}: a sync after every launch: {c}"
+    else:
+        assert c.syncs == 0, f"stage {stage}: a training step must not sync: {c}"
+        assert c.dtoh_copies == 1 and c.dtoh_bytes == 4, f"stage {stage}: only the loss is read back: {c}"
+
+
+@pytest.mark.parametrize("stage", ALL)
+def test_stage_8_uses_warp_shuffle_reductions(stage):
+    with mt.use_stage(stage):
+        trainer, batches = trainer_and_batches(2)
+        trainer.step(*batches[0])
+        x = mt.randn((5, 300), device="cuda")
+        with mt.profiler.profile() as prof:
+            trainer.step(*batches[1])
+            x.softmax().sum(1)
+            x.sum()
+    reductions = {n for n in kernel_names(prof) if n.startswith(("sum_rows", "sumsq", "softmax_rows", "softmax_xent"))}
+    kind = "_shuffle" if stage >= 8 else "_volatile"
+    assert {n.rsplit("_", 1)[0] for n in reductions} == {"sum_rows", "softmax_rows", "softmax_xent"} | (
+        {"sumsq"} if stage >= 1 else set()
+    ), reductions
+    assert all(n.endswith(kind) for n in reductions), f"stage {stage}: {reductions}"
