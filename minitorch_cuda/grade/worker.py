@@ -66,7 +66,12 @@ def check(exercise_id: str, cell_file: str, result_file: str) -> int:
 
         from . import kernel_checks  # noqa: F401
     before = _framework_snapshot()
-    namespace: dict = {"__name__": "__exercise__"}
+    import numpy as np
+
+    from ..exercise import cuda_exercise
+
+    # What the notebook's setup cell provides; everything else must be in the cell.
+    namespace: dict = {"__name__": "__exercise__", "np": np, "mt": mt, "cuda_exercise": cuda_exercise}
     try:
         exec(compile(python_source(source), f"<exercise {ex.id} cell>", "exec"), namespace)
     except NotImplementedError:
