@@ -104,3 +104,56 @@ def test_every_extern_c_kernel_is_in_the_registry():
         expanded = _expanded(path.read_text())
         defined |= set(re.findall(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(', expanded))
     assert defined - set(SPECS) == set(), f"kernels no op can reach: {sorted(defined - set(SPECS))}"
+
+
+# --- the compute-sanitizer script ---------------------------------------------------------
+
+
+def test_sanitize_parses_stages_and_summaries():
+    import argparse
+
+    from minitorch_cuda import sanitize
+
+    assert sanitize.parse_stages("0-8") == list(range(9))
+    assert sanitize.parse_stages("8,0, 2-3") == [0, 2, 3, 8]
+    for bad in ("9", "3-1", "a", "", "0-9"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            sanitize.parse_stages(bad)
+    assert sanitize.parse_summary("========= ERROR SUMMARY: 0 errors\n") == 0
+    assert sanitize.parse_summary("========= ERROR SUMMARY: 3 errors\n") == 3
+    assert sanitize.parse_summary("========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)") == 2
+    assert sanitize.parse_summary("Traceback ...") is None
+    rows = [
+        {"tool": "memcheck", "stage": 0, "ok": True, "errors": 0, "returncode": 0},
+        {"tool": "memcheck", "stage": 8, "ok": False, "errors": 2, "returncode": 1},
+    ]
+    text = sanitize.table(rows, ["memcheck"], [0, 8])
+    assert "s0" in text and "s8" in text and text.splitlines()[-1].split() == ["memcheck", "0", "2"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stage", range(9))
+def test_sanitize_workload_runs(stage):
+    from minitorch_cuda import sanitize
+
+    sanitize.workload(stage)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_memcheck_is_clean_at_stages_0_and_8(tmp_path):
+    import json
+    import sys
+
+    if shutil.which("compute-sanitizer") is None and not Path("/usr/local/cuda/bin/compute-sanitizer").exists():
+        pytest.skip("compute-sanitizer is not installed")
+    out = tmp_path / "sanitize.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "minitorch_cuda.sanitize", "--tools", "memcheck", "--stages", "0,8", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    results = json.loads(out.read_text())["results"]
+    assert [(r["tool"], r["stage"], r["errors"]) for r in results] == [("memcheck", 0, 0), ("memcheck", 8, 0)]

@@ -1,0 +1,238 @@
+"""Run every built-in kernel under NVIDIA compute-sanitizer, at every stage.
+
+    python -m minitorch_cuda.sanitize                       # memcheck racecheck synccheck, stages 0-8
+    python -m minitorch_cuda.sanitize --tools memcheck --stages 0,8 --json out.json
+    python -m minitorch_cuda.sanitize --workload 8          # the workload alone (what the sanitizer runs)
+
+For each tool and stage this runs
+
+    compute-sanitizer --tool T --error-exitcode 1 python -m minitorch_cuda.sanitize --workload STAGE
+
+where the workload launches every kernel the stage uses on small odd shapes
+(and a few training steps), reads the sanitizer's summary ("ERROR SUMMARY: N
+errors"), prints a table tool x stage -> errors and exits nonzero if any run
+reported an error or failed. racecheck is slow: the shapes are kept small.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+TOOLS = ("memcheck", "racecheck", "synccheck")
+SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error", re.I)
+RACECHECK_SUMMARY = re.compile(r"RACECHECK SUMMARY:\s*(\d+)\s+hazard", re.I)
+
+
+def parse_stages(text: str) -> list[int]:
+    """'0-8', '0,3,8' or '2-4,8' -> sorted stage numbers, checked against 0..MAX_STAGE."""
+    from .stages import MAX_STAGE, MIN_STAGE
+
+    stages: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if match is None:
+            raise argparse.ArgumentTypeError(f"bad stage list {text!r}: use e.g. 0-8 or 0,3,8")
+        lo, hi = int(match.group(1)), int(match.group(2) or match.group(1))
+        if lo > hi or lo < MIN_STAGE or hi > MAX_STAGE:
+            raise argparse.ArgumentTypeError(f"stages must lie in {MIN_STAGE}..{MAX_STAGE}, got {part!r}")
+        stages.update(range(lo, hi + 1))
+    if not stages:
+        raise argparse.ArgumentTypeError("no stages given")
+    return sorted(stages)
+
+
+def parse_summary(output: str) -> int | None:
+    """Errors the sanitizer reported (racecheck's hazards count too), None if no summary."""
+    counts = [int(m) for m in SUMMARY.findall(output)] + [int(m) for m in RACECHECK_SUMMARY.findall(output)]
+    return max(counts) if counts else None
+
+
+# --- the workload: runs inside the sanitizer -----------------------------------------------
+
+
+def workload(stage: int) -> None:
+    """Launch every built-in kernel the stage uses, on small odd shapes, and check results."""
+    import numpy as np
+
+    import minitorch_cuda as mt
+    from minitorch_cuda import optim
+    from minitorch_cuda.data import one_hot
+    from minitorch_cuda.train import Protocol, Trainer
+
+    rng = np.random.default_rng(stage)
+    mt.set_stage(stage)
+
+    def check(t, ref, what, tol=1e-3):
+        got = t.numpy() if isinstance(t, mt.Tensor) else np.asarray(t)
+        if not np.allclose(got, ref, atol=tol, rtol=tol):
+            raise AssertionError(f"stage {stage}: {what} differs from numpy")
+
+    a = rng.standard_normal((37, 33)).astype(np.float32)
+    b = rng.standard_normal((33, 35)).astype(np.float32)
+    col = rng.standard_normal((37, 1)).astype(np.float32)
+    row = rng.standard_normal(33).astype(np.float32)
+    ta = mt.tensor(a, "cuda", requires_grad=True)
+    tb = mt.tensor(b, "cuda", requires_grad=True)
+    tcol, trow = mt.tensor(col, "cuda", requires_grad=True), mt.tensor(row, "cuda", requires_grad=True)
+    # elementwise (every binary op and pattern, affine, rdiv, unary maps) and their backwards
+    y = ((ta + trow) * tcol - ta / (tcol * tcol + 1.0)).sigmoid() + (2.0 / (ta * ta + 1.0)).log()
+    y = y.relu().exp() - 1.5 - ta.T.contiguous().T
+    check(
+        y,
+        np.exp(
+            np.maximum(
+                1 / (1 + np.exp(-((a + row) * col - a / (col * col + 1)))) + np.log(2 / (a * a + 1)),
+                0,
+            )
+        )
+        - 1.5
+        - a,
+        "elementwise chain",
+    )
+    # matmul with every flag, batched and broadcast; softmax, reductions, cross-entropy
+    z = ta.matmul(tb) + ta.matmul(tb.T, transpose_b=True)  # a flag, and a transposed view
+    w = tb.matmul(ta, transpose_a=True, transpose_b=True)
+    logits = z.matmul(mt.tensor(rng.standard_normal((35, 10)).astype(np.float32), "cuda"))
+    batch = mt.tensor(rng.standard_normal((3, 37, 33)).astype(np.float32), "cuda", requires_grad=True)
+    bb = batch @ tb
+    bt = batch.matmul(batch, transpose_b=True)
+    loss = (
+        mt.cross_entropy_with_softmax(logits, mt.tensor(one_hot(rng.integers(0, 10, 37)), "cuda"))
+        + z.softmax().sum(0).mean()
+        + bb.sum(1).mean()
+        + bt.mean()
+        + w.mean()
+        + ta[[3, 0, 36, 3]].sum()
+        + ta[5:9].sum(1, keepdims=True).sum()
+    )
+    loss.backward()
+    check(bb, np.asarray(batch.numpy()) @ b, "batched matmul", 1e-3)
+    # creation, fill, item, gather, optimizers and clipping
+    mt.randn((41, 3), seed=1, device="cuda").fill_(0.5)
+    mt.ones((1,), "cuda").item()
+    opt = optim.RmsProp([ta, tb, tcol, trow, batch], lr=1e-3)
+    opt.clip_gradients(0.1)
+    opt.step()
+    sgd = optim.SGD([ta], lr=1e-3)
+    sgd.step()
+    # a few training steps of a small MLP, shuffled on the device
+    trainer = Trainer(Protocol(hidden=(31,), batch_size=17), "cuda")
+    x = mt.tensor(rng.random((17 * 3, 784), dtype=np.float32), "cuda")
+    labels = mt.tensor(one_hot(rng.integers(0, 10, 17 * 3)), "cuda")
+    losses = [trainer.epoch(x, labels, max_batches=3)]
+    mt.synchronize()
+    if not all(np.isfinite(losses)):
+        raise AssertionError(f"stage {stage}: training loss is not finite: {losses}")
+    print(f"workload at stage {stage}: ok (loss {losses[0]:.4f})")
+
+
+# --- the driver: runs the workload under each tool -----------------------------------------
+
+
+def run_one(sanitizer: str, tool: str, stage: int, timeout: float) -> dict:
+    command = [
+        sanitizer,
+        "--tool",
+        tool,
+        "--error-exitcode",
+        "1",
+        sys.executable,
+        "-m",
+        "minitorch_cuda.sanitize",
+        "--workload",
+        str(stage),
+    ]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    start = time.perf_counter()
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+        output, code = result.stdout + result.stderr, result.returncode
+    except subprocess.TimeoutExpired as exc:
+        output = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        output, code = output + f"\ntimed out after {timeout:.0f} s", None
+    errors = parse_summary(output)
+    ok = code == 0 and errors == 0
+    return {
+        "tool": tool,
+        "stage": stage,
+        "errors": errors,
+        "returncode": code,
+        "ok": ok,
+        "seconds": round(time.perf_counter() - start, 1),
+        "tail": "" if ok else output[-4000:],
+    }
+
+
+def table(results: list[dict], tools: list[str], stages: list[int]) -> str:
+    cell = {(r["tool"], r["stage"]): r for r in results}
+
+    def show(r):
+        if r["ok"]:
+            return "0"
+        if r["errors"] is None:
+            return "FAIL" if r["returncode"] is not None else "TIMEOUT"
+        return str(r["errors"]) + ("" if r["returncode"] in (0, 1) else "!")
+
+    head = f"{'tool':<10}" + "".join(f"{f's{s}':>9}" for s in stages)
+    lines = [head, "-" * len(head)]
+    for tool in tools:
+        lines.append(f"{tool:<10}" + "".join(f"{show(cell[(tool, s)]):>9}" for s in stages))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m minitorch_cuda.sanitize", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tools", nargs="+", choices=TOOLS, default=list(TOOLS))
+    parser.add_argument("--stages", type=parse_stages, default=parse_stages("0-8"), help="e.g. 0-8 or 0,8")
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per sanitizer run")
+    parser.add_argument("--workload", type=int, metavar="STAGE", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.workload is not None:
+        workload(args.workload)
+        return 0
+
+    sanitizer = shutil.which("compute-sanitizer") or (
+        "/usr/local/cuda/bin/compute-sanitizer" if os.path.exists("/usr/local/cuda/bin/compute-sanitizer") else None
+    )
+    if sanitizer is None:
+        print("compute-sanitizer not found (it ships with the CUDA toolkit: add its bin/ to PATH)", file=sys.stderr)
+        return 2
+    from .device import cuda_available, cuda_unavailable_reason
+
+    if not cuda_available():
+        print(f"no CUDA here: {cuda_unavailable_reason()}", file=sys.stderr)
+        return 2
+
+    results = []
+    for tool in args.tools:
+        for stage in args.stages:
+            r = run_one(sanitizer, tool, stage, args.timeout)
+            results.append(r)
+            status = "ok" if r["ok"] else f"errors={r['errors']} rc={r['returncode']}"
+            print(f"{tool:<10} stage {stage}: {status} ({r['seconds']} s)", flush=True)
+            if not r["ok"]:
+                print(r["tail"], file=sys.stderr)
+    print()
+    print(table(results, args.tools, args.stages))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"sanitizer": sanitizer, "results": results}, f, indent=2)
+    failed = [r for r in results if not r["ok"]]
+    if failed:
+        print(f"\n{len(failed)} of {len(results)} runs reported errors or failed", file=sys.stderr)
+        return 1
+    print(f"\nall {len(results)} runs clean")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
