@@ -1,0 +1,222 @@
+"""The grader: isolation, reasons, outputs, resume.
+
+CPU tests grade the Python exercises (launch configuration 1.2, BF16 2.1,
+memory pool 4.1) of the known-wrong students in tests/submissions; the GPU
+tests grade every kernel exercise and need a GPU:
+    bash .gpu/run.sh python3 -m pytest -m gpu tests/test_grader.py
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import minitorch_cuda as mt
+from minitorch_cuda import grade
+from minitorch_cuda.grade import checks, exercises, runner
+
+SUBMISSIONS = Path(__file__).resolve().parent / "submissions"
+CPU_IDS = ["1.2", "2.1", "4.1"]
+gpu = pytest.mark.skipif(not mt.cuda_available(), reason=f"needs a GPU: {mt.cuda_unavailable_reason()}")
+
+
+def run_grader(subs: Path, out: Path, ids: list[str] | None, *extra: str) -> dict:
+    argv = [str(subs), "--out", str(out), "--no-execute", *extra]
+    for i in ids or []:
+        argv += ["--exercise", i]
+    assert grade.main(argv) == 0
+    data = json.loads(out.with_suffix(".json").read_text())
+    return {(r["student"], r["exercise"]): r for r in data["results"]}
+
+
+@pytest.fixture(scope="module")
+def cpu_grades(tmp_path_factory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("grades") / "grades.csv"
+    return out, run_grader(SUBMISSIONS, out, CPU_IDS, "--timeout", "10", "--jobs", "4")
+
+
+EXPECTED_CPU = {
+    ("full_solutions", "1.2"): "passed",
+    ("full_solutions", "2.1"): "passed",
+    ("full_solutions", "4.1"): "passed",
+    ("empty_kernels", "1.2"): checks.NOT_IMPLEMENTED,
+    ("empty_kernels", "2.1"): checks.NOT_IMPLEMENTED,
+    ("empty_kernels", "4.1"): checks.NOT_IMPLEMENTED,
+    ("off_by_one", "1.2"): checks.BOUNDARY,
+    ("host_cheat", "2.1"): checks.FORBIDDEN,
+    ("infinite_loop", "1.2"): checks.TIMEOUT,
+    ("infinite_loop", "2.1"): checks.TIMEOUT,
+    ("infinite_loop", "4.1"): checks.TIMEOUT,
+    ("renamed_notebooks", "1.2"): checks.MISSING_NOTEBOOK,
+    ("renamed_notebooks", "2.1"): checks.MISSING_NOTEBOOK,
+    ("renamed_notebooks", "4.1"): "passed",
+}
+
+
+@pytest.mark.parametrize("key", list(EXPECTED_CPU), ids=[f"{s}-{e}" for s, e in EXPECTED_CPU])
+def test_cpu_reason(cpu_grades, key) -> None:
+    _, results = cpu_grades
+    assert results[key]["reason"] == EXPECTED_CPU[key], results[key]
+
+
+def test_csv_and_feedback(cpu_grades) -> None:
+    out, results = cpu_grades
+    rows = {r["student"]: r for r in csv.DictReader(out.open())}
+    assert set(rows) == {p.name for p in SUBMISSIONS.iterdir() if p.is_dir()}
+    rubric = runner.load_rubric(None)["points"]
+    full = sum(rubric[i] for i in CPU_IDS)
+    assert float(rows["full_solutions"]["total"]) == full == float(rows["full_solutions"]["max"])
+    assert float(rows["empty_kernels"]["total"]) == 0
+    assert float(rows["renamed_notebooks"]["4.1"]) == rubric["4.1"]
+    feedback = (out.parent / "feedback" / "renamed_notebooks.md").read_text()
+    assert "missing_notebook" in feedback and "my_cuda_setup.md" in feedback
+    assert "Exercise 4.1" in (out.parent / "feedback" / "full_solutions.md").read_text()
+
+
+def test_resume_does_not_regrade(cpu_grades, tmp_path, monkeypatch) -> None:
+    out, results = cpu_grades
+    copy = tmp_path / "grades.csv"
+    shutil.copy(out.with_suffix(".json"), copy.with_suffix(".json"))
+
+    def boom(*args, **kwargs):
+        raise AssertionError("a finished (student, exercise) pair was graded again")
+
+    monkeypatch.setattr(runner, "check_exercise", boom)
+    again = run_grader(SUBMISSIONS, copy, CPU_IDS)
+    assert {k: r["graded_at"] for k, r in again.items()} == {k: r["graded_at"] for k, r in results.items()}
+    assert copy.exists() and (tmp_path / "feedback" / "full_solutions.md").exists()
+
+
+def _student(tmp_path: Path, name: str, stem: str, text: str) -> Path:
+    subs = tmp_path / "subs"
+    (subs / name).mkdir(parents=True)
+    (subs / name / f"{stem}.md").write_text(text)
+    return subs
+
+
+def test_missing_exercise_cell_and_tampering(tmp_path) -> None:
+    sol = (SUBMISSIONS / "full_solutions" / "02_floating_point.md").read_text()
+    subs = _student(tmp_path, "renamed_variable", "02_floating_point", sol.replace("round_to_bf16", "to_bf16"))
+    tampered = sol.replace(
+        "def round_to_bf16",
+        "import minitorch_cuda.stages\nminitorch_cuda.stages.set_stage = print\n\n\ndef round_to_bf16",
+    )
+    (subs / "tamper").mkdir()
+    (subs / "tamper" / "02_floating_point.md").write_text(tampered)
+    results = run_grader(subs, tmp_path / "g.csv", ["2.1"])
+    assert results[("renamed_variable", "2.1")]["reason"] == checks.MISSING
+    assert results[("tamper", "2.1")]["reason"] == checks.HOST_SIDE
+
+
+def test_no_metadata_falls_back_to_the_defining_cell(tmp_path) -> None:
+    sol = (SUBMISSIONS / "full_solutions" / "02_floating_point.md").read_text()
+    subs = _student(tmp_path, "lost_metadata", "02_floating_point", sol.replace(":exercise: '2.1'\n", ""))
+    assert run_grader(subs, tmp_path / "g.csv", ["2.1"])[("lost_metadata", "2.1")]["passed"]
+
+
+def test_exception_in_cell(tmp_path) -> None:
+    sol = (SUBMISSIONS / "full_solutions" / "01_cuda_setup.md").read_text()
+    subs = _student(tmp_path, "raises", "01_cuda_setup", sol.replace("    if n <= 0:", "    1 / 0\n    if n <= 0:"))
+    result = run_grader(subs, tmp_path / "g.csv", ["1.2"])[("raises", "1.2")]
+    assert result["reason"] == checks.EXCEPTION and "ZeroDivisionError" in result["message"]
+
+
+@pytest.mark.skipif(mt.cuda_available(), reason="checks the behaviour without a GPU")
+def test_kernel_exercises_without_gpu_are_not_final(tmp_path) -> None:
+    out = tmp_path / "g.csv"
+    subs = tmp_path / "subs"
+    shutil.copytree(SUBMISSIONS / "full_solutions", subs / "full_solutions")
+    results = run_grader(subs, out, ["3.1"])
+    assert results[("full_solutions", "3.1")]["reason"] == checks.NO_GPU
+    assert not runner.Ledger(out.with_suffix(".json"), runner.load_rubric(None)).done("full_solutions", "3.1")
+
+
+def test_notebook_execution_feeds_feedback(tmp_path) -> None:
+    subs = tmp_path / "subs"
+    for student in ("full_solutions", "empty_kernels"):
+        (subs / student).mkdir(parents=True)
+        shutil.copy(SUBMISSIONS / student / "02_floating_point.md", subs / student)
+    out = tmp_path / "g.csv"
+    assert grade.main([str(subs), "--out", str(out), "--exercise", "2.1", "--cell-timeout", "60"]) == 0
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert data["executions"]["full_solutions/02_floating_point"]["errors"] == []
+    errors = data["executions"]["empty_kernels/02_floating_point"]["errors"]
+    assert errors and all("NotImplementedError" in e for e in errors)
+    assert "NotImplementedError" in (tmp_path / "feedback" / "empty_kernels.md").read_text()
+
+
+def test_rubric_covers_every_exercise() -> None:
+    assert set(runner.load_rubric(None)["points"]) == set(exercises.EXERCISES)
+
+
+# --- GPU ------------------------------------------------------------------------------------
+
+KERNEL_IDS = [e.id for e in exercises.ordered() if e.gpu]
+FIRST_EXPECTED = {
+    "empty_kernels": {i: {checks.NO_WRITES} for i in KERNEL_IDS} | {"12.1": {checks.NOT_IMPLEMENTED}},
+    "host_cheat": {i: {checks.HOST_SIDE} for i in KERNEL_IDS} | {"1.1": {checks.NOT_A_KERNEL}},
+    "off_by_one": {i: {checks.BOUNDARY, checks.WRONG_RESULT, checks.CUDA_ERROR} for i in KERNEL_IDS if i != "12.1"}
+    | {"3.1": {checks.BOUNDARY}, "3.2": {checks.BOUNDARY}, "1.1": {checks.BOUNDARY}, "7.1": {checks.BOUNDARY}},
+    "missing_syncthreads": {i: {checks.RACE, checks.WRONG_RESULT} for i in ("3.3", "6.1", "11.1", "13.1")},
+    "infinite_loop": {i: {checks.TIMEOUT} for i in ("3.1", "11.1", "13.1", "12.1")},
+}
+
+
+@pytest.fixture(scope="module")
+def gpu_grades(tmp_path_factory) -> dict:
+    """Every kernel exercise of every student; the endless loops only where listed (each costs its timeout)."""
+    results = {}
+    for students, ids, timeout in [
+        ([s for s in ["full_solutions", *FIRST_EXPECTED] if s != "infinite_loop"], KERNEL_IDS, "60"),
+        (["infinite_loop"], list(FIRST_EXPECTED["infinite_loop"]), "20"),
+    ]:
+        subs = tmp_path_factory.mktemp("subs")
+        for student in students:
+            shutil.copytree(SUBMISSIONS / student, subs / student)
+        results |= run_grader(subs, tmp_path_factory.mktemp("gpu") / "grades.csv", ids, "--timeout", timeout)
+    return results
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("exercise_id", KERNEL_IDS)
+def test_gpu_solutions_pass(gpu_grades, exercise_id) -> None:
+    result = gpu_grades[("full_solutions", exercise_id)]
+    assert result["passed"], result
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "student,exercise_id",
+    [(s, i) for s, expected in FIRST_EXPECTED.items() for i in expected],
+)
+def test_gpu_known_wrong(gpu_grades, student, exercise_id) -> None:
+    result = gpu_grades.get((student, exercise_id))
+    if result is None:
+        pytest.skip(f"{student} has no notebook for {exercise_id}")
+    assert result["reason"] in FIRST_EXPECTED[student][exercise_id], result
+
+
+@gpu
+@pytest.mark.gpu
+def test_gpu_illegal_memory_access(tmp_path) -> None:
+    sol = (SUBMISSIONS / "full_solutions" / "03_building_the_backend.md").read_text()
+    bad = sol.replace("out[i] = x > 0.0f ? x : 0.0f;", "out[i + 400000000] = x > 0.0f ? x : 0.0f;")
+    subs = _student(tmp_path, "wild_pointer", "03_building_the_backend", bad)
+    result = run_grader(subs, tmp_path / "g.csv", ["3.1", "3.2"], "--timeout", "60")
+    assert result[("wild_pointer", "3.1")]["reason"] in {checks.CUDA_ERROR, checks.CRASHED}
+    assert result[("wild_pointer", "3.2")]["passed"]  # the broken context cost only 3.1
+
+
+@gpu
+@pytest.mark.gpu
+def test_gpu_params_match_registry() -> None:
+    from minitorch_cuda.cuda.registry import SPECS, prepare_signature
+
+    for kernel, params in exercises.PARAMS.items():
+        assert exercises.signature(params) == prepare_signature(SPECS[kernel].params), kernel
