@@ -1,0 +1,150 @@
+"""The exercise checks themselves, the notebook helper and the generator.
+
+CPU: the Python exercises against their solutions and typical mistakes; the
+generator's stubs and `--check`. GPU: every kernel solution passes its checks
+in-process, as in the notebook's check cell.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jupytext
+import nbformat
+import numpy as np
+import pytest
+
+import minitorch_cuda as mt
+from minitorch_cuda.exercise import cuda_exercise
+from minitorch_cuda.grade import checks, exercises, generate, notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def solution(exercise_id: str):
+    """The solution cell of an exercise, executed as the grader does."""
+    ex = exercises.get(exercise_id)
+    source = notebook.exercise_source(jupytext.read(ROOT / "solutions" / f"{ex.notebook}.md"), ex)
+    namespace = {"np": np, "mt": mt, "cuda_exercise": cuda_exercise}
+    exec(source, namespace)
+    return namespace[ex.name], source
+
+
+@pytest.mark.parametrize("exercise_id", ["1.2", "2.1", "4.1"])
+def test_python_solutions_pass(exercise_id) -> None:
+    artifact, source = solution(exercise_id)
+    result = checks.run_check(exercise_id, artifact, source)
+    assert result.passed, str(result)
+
+
+def test_bf16_truncation_fails_with_indices() -> None:
+    def truncate(x):
+        return (np.asarray(x, np.float32).view(np.uint32) & 0xFFFF0000).view(np.float32)
+
+    result = checks.run_check("2.1", truncate, "")
+    assert result.reason == checks.WRONG_RESULT and result.details[0].startswith("input ")
+
+
+def test_bf16_ties_away_from_zero_is_named() -> None:
+    def away(x):
+        bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+        out = ((bits + 0x8000) & 0xFFFF0000).astype(np.uint32)
+        return np.where(np.isnan(x), np.float32(np.nan).view(np.uint32), out).view(np.float32)
+
+    assert "half to even" in checks.run_check("2.1", away, "").message
+
+
+def test_pool_without_retry_fails() -> None:
+    pool_class, _ = solution("4.1")
+
+    class NoRetry(pool_class):
+        def acquire(self, nbytes):
+            free = self._free.get(nbytes)
+            return free.pop() if free else self._allocate(nbytes)
+
+    result = checks.run_check("4.1", NoRetry)
+    assert not result.passed
+
+
+def test_report_raises_on_stub_and_prints(capsys) -> None:
+    with pytest.raises(NotImplementedError, match="Exercise 3.1"):
+        checks.report("3.1", "// TODO: Exercise 3.1")
+    launch_config, _ = solution("1.2")
+    assert checks.report("1.2", launch_config).passed
+    assert "Exercise 1.2 (launch configuration): PASSED" in capsys.readouterr().out
+
+
+def test_compare_reasons() -> None:
+    want = np.arange(300, dtype=np.float32)
+    poisoned = np.full(300, -1.0, np.float32)
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.compare(poisoned, want, "x", poison=-1.0)
+    assert info.value.reason == checks.NO_WRITES
+    tail = want.copy()
+    tail[-1] = 7
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.compare(tail, want, "x", tail=300 % 256)
+    assert info.value.reason == checks.BOUNDARY and "index 299" in info.value.details[0]
+
+
+def test_cuda_exercise_helper() -> None:
+    with pytest.raises(NotImplementedError, match="Exercise 3.1"):
+        cuda_exercise(
+            "3.1",
+            'extern "C" __global__ void ew_relu(float* out, const float* a, int n) {\n    // TODO: Exercise 3.1\n}',
+        )
+    with pytest.raises(TypeError, match="must take"):
+        cuda_exercise("3.1", 'extern "C" __global__ void ew_relu(float* out, int n) {}')
+    with pytest.raises(ValueError, match="no `__global__ void ew_relu"):
+        cuda_exercise("3.1", "__global__ void relu(float* out, const float* a, int n) {}")
+
+
+def test_stub_source() -> None:
+    python = "def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION\n"
+    assert generate.stub_source(python, "2.1", "t") == 'def f():\n    raise NotImplementedError("Exercise 2.1")'
+    cuda = 'src = """\n__global__ void k() {\n    // BEGIN SOLUTION\n    x();\n    // END SOLUTION\n}\n"""'
+    assert "    // TODO: Exercise 6.1\n}" in generate.stub_source(cuda, "6.1", "t")
+    with pytest.raises(generate.MarkerError):
+        generate.stub_source("# BEGIN SOLUTION\nx = 1\n", "1.1", "t")
+    with pytest.raises(generate.MarkerError):
+        generate.stub_source("# BEGIN SOLUTION\n# END SOLUTION\n", None, "t")
+
+
+def test_exercises_are_up_to_date() -> None:
+    assert generate.main(["--check"]) == 0, "exercises/ is stale: run `python -m minitorch_cuda.grade.generate`"
+
+
+def test_check_mode_flags_stale_files_and_outputs(tmp_path) -> None:
+    sols, exs = tmp_path / "solutions", tmp_path / "exercises"
+    sols.mkdir()
+    exs.mkdir()
+    (sols / "02_floating_point.md").write_text((ROOT / "solutions" / "02_floating_point.md").read_text())
+    args = ["--solutions", str(sols), "--exercises", str(exs)]
+    assert generate.main(["--check", *args]) == 1  # missing
+    assert generate.main(args) == 0
+    assert generate.main(["--check", *args]) == 0
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("1", outputs=[nbformat.v4.new_output("stream", text="1")])]
+    )
+    nbformat.write(nb, exs / "scratch.ipynb")
+    assert generate.main(["--check", *args]) == 1
+
+
+def test_every_exercise_has_a_solution_cell_and_check_cell() -> None:
+    for ex in exercises.ordered():
+        nb = jupytext.read(ROOT / "solutions" / f"{ex.notebook}.md")
+        cells = [c for c in nb.cells if c.cell_type == "code"]
+        solved = [c for c in cells if notebook.cell_exercise(c) == ex.id]
+        checking = [c for c in cells if str(c.metadata.get("exercise_check")) == ex.id]
+        assert len(solved) == 1 and "BEGIN SOLUTION" in solved[0].source, ex.id
+        assert len(checking) == 1 and f'report("{ex.id}"' in checking[0].source, ex.id
+        assert ("gpu" in checking[0].metadata.get("tags", [])) == ex.gpu, ex.id
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not mt.cuda_available(), reason=f"needs a GPU: {mt.cuda_unavailable_reason()}")
+@pytest.mark.parametrize("exercise_id", [e.id for e in exercises.ordered() if e.gpu])
+def test_gpu_solution_passes_in_process(exercise_id) -> None:
+    artifact, source = solution(exercise_id)
+    result = checks.run_check(exercise_id, artifact, source)
+    assert result.passed, str(result)
