@@ -1,0 +1,47 @@
+# The usual jobs. `make help` lists them.
+PYTHON ?= python3
+
+.PHONY: help install install-gpu test test-gpu lint format book book-results exercises sanitize bench train clean
+
+help:
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+install: ## install the package with the dev and book extras (no GPU needed)
+	$(PYTHON) -m pip install -e '.[dev,book]'
+
+install-gpu: ## the same plus PyCUDA (needs the CUDA toolkit and driver)
+	$(PYTHON) -m pip install -e '.[cuda,dev,book]'
+
+test: ## the whole suite; GPU tests run where a GPU is present and skip with a reason elsewhere
+	$(PYTHON) -m pytest -q
+
+test-gpu: ## only the GPU tests
+	$(PYTHON) -m pytest -q -m gpu
+
+lint: ## ruff, as CI runs it
+	ruff check .
+
+format: ## format the Python sources
+	ruff format minitorch_cuda tests
+	ruff check --fix .
+
+book: ## build the HTML book, warnings as errors
+	.ci/build_book.sh
+
+book-results: ## on a GPU machine: re-measure everything the book shows into book/results/
+	$(PYTHON) -m minitorch_cuda.bench --record
+
+exercises: ## regenerate exercises/ from solutions/
+	$(PYTHON) -m minitorch_cuda.grade.generate
+
+sanitize: ## compute-sanitizer (memcheck, racecheck, synccheck) over every kernel at every stage
+	$(PYTHON) -m minitorch_cuda.sanitize
+
+bench: ## the blog's benchmark for stages 0-8 with PyTorch eager alongside
+	$(PYTHON) -m minitorch_cuda.bench
+
+train: ## a short MNIST training on whatever device there is
+	$(PYTHON) -m minitorch_cuda train
+
+clean:
+	rm -rf _build .pytest_cache .ruff_cache .hypothesis
