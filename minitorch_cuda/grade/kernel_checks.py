@@ -47,7 +47,7 @@ class Buffer:
         from ..cuda.runtime import copy_htod
 
         self.n, self.dtype = n, dtype
-        fill = POISON if dtype == np.float32 else -1
+        fill = POISON if dtype == np.float32 else 0  # index guards stay valid row numbers
         self.initial = np.full(n + 2 * GUARD, fill, dtype=dtype)
         if host is not None:
             self.initial[GUARD : GUARD + n] = np.asarray(host, dtype=dtype).ravel()
