@@ -10,7 +10,8 @@ class). The notebook cell that holds it carries the cell metadata
 from __future__ import annotations
 
 import dataclasses
-import re
+
+from ..cuda.signature import SPECS, entry_params, prepare_signature
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,61 +31,16 @@ class Exercise:
         return int(chapter), int(number)
 
 
-# The parameter lists of the kernels the exercises replace, as in
-# ``minitorch_cuda.cuda.registry.SPECS`` (which needs PyCUDA to import; a GPU
-# test checks that the two agree).
-_UNARY = "float* out, const float* a, int n"
-_ROWS = "float* out, const float* in, int rows, int cols"
-_BATCHED = "float* c, const float* a, const float* b, int M, int N, int K, int ta, int tb, int stride_a, int stride_b"
-PARAMS = {
-    "ew_relu": _UNARY,
-    "ew_sigmoid": _UNARY,
-    "softmax_rows_volatile": _ROWS,
-    "sumsq_volatile": "float* out, const float* x, int n",
-    "clip_scale": "float* g, const float* partials, int n_parts, float max_norm, int n",
-    "gather_rows": "float* out, const float* in, const int* idx, int rows, int row_len",
-    "matmul_transposed": "float* c, const float* a, const float* b, int M, int N, int K, int ta, int tb",
-    "init_normal": "float* out, int n, float std, unsigned int seed",
-    "matmul_batched": _BATCHED,
-    "matmul_tiled": _BATCHED,
-    "sum_rows_shuffle": _ROWS + ", float scale",
-}
-
-
 def _cuda(id_: str, notebook: str, title: str, kernel: str, name: str | None = None, **kw) -> Exercise:
-    kw.setdefault("params", PARAMS.get(kernel))
+    if "params" not in kw:  # a registry kernel: its parameters come from the kernel table
+        kw["params"] = SPECS[kernel].params
     return Exercise(id_, notebook, title, "cuda", name or f"{kernel}_source", kernel, **kw)
-
-
-def entry_params(source: str, entry: str) -> str:
-    """The parameter list of ``__global__ void entry(...)`` in ``source`` (as the registry reads it)."""
-    match = re.search(r"__global__\s+void\s+" + re.escape(entry) + r"\s*\(([^)]*)\)", source)
-    if match is None:
-        raise ValueError(f"no `__global__ void {entry}(...)` found in the kernel source")
-    return " ".join(match.group(1).split())
-
-
-def signature(params: str) -> str:
-    """C parameters -> PyCUDA's prepare() codes, as ``registry.prepare_signature``."""
-    codes = []
-    for param in filter(None, (p.strip() for p in params.split(","))):
-        if "*" in param:
-            codes.append("P")
-        elif re.search(r"\bfloat\b", param):
-            codes.append("f")
-        elif re.search(r"\bunsigned\b", param):
-            codes.append("I")
-        elif re.search(r"\bint\b", param):
-            codes.append("i")
-        else:
-            codes.append("?")
-    return "".join(codes)
 
 
 def check_entry(ex: Exercise, source: str) -> None:
     """Raise ValueError / TypeError unless ``source`` defines the exercise's kernel with its parameters."""
     theirs = entry_params(source, ex.kernel)
-    if signature(theirs) != signature(ex.params):
+    if prepare_signature(theirs) != prepare_signature(ex.params):
         raise TypeError(f"{ex.kernel} must take ({ex.params}); yours takes ({theirs})")
 
 

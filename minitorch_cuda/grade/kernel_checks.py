@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from ..cuda.signature import prepare_signature
 from .checks import (
     BOUNDARY,
     FORBIDDEN,
@@ -32,7 +33,7 @@ from .checks import (
     fail,
     forbid,
 )
-from .exercises import Exercise, check_entry, signature
+from .exercises import Exercise, check_entry
 
 POISON = np.float32(-1.2345678e30)
 GUARD = 256  # floats on each side of every buffer
@@ -147,7 +148,7 @@ def _reduce_block(cols: int) -> int:
 def check_scale(ex: Exercise, source: str) -> list[str]:
     from ..cuda.runtime import Kernel, compile_module
 
-    kernel = Kernel("scale", compile_module(source, "your kernel 'scale'"), "scale", signature(ex.params))
+    kernel = Kernel("scale", compile_module(source, "your kernel 'scale'"), "scale", prepare_signature(ex.params))
     counter = _CountingFunction(kernel.function)
     kernel.function = counter
     rng = _rng()
