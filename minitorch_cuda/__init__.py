@@ -6,11 +6,6 @@ with mt.use_stage(0):      # the blog's naive backend
     ...
 """
 
-# The subpackage ``minitorch_cuda.cuda`` (the CUDA backend) shares its name with the
-# device ``cuda`` below. Importing a subpackage sets it as an attribute of its parent,
-# so load it (its __init__ is pure) before binding the device: later imports of
-# ``minitorch_cuda.cuda.backend`` then leave ``minitorch_cuda.cuda`` the Device.
-from . import cuda as _cuda_subpackage  # noqa: F401
 from . import data, nn, optim, profiler
 from .autograd import is_grad_enabled, no_grad
 from .device import (

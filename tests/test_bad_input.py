@@ -120,7 +120,7 @@ def test_bad_indices(device, index, error, match):
 
 @pytest.mark.gpu
 def test_mixed_devices():
-    a, b = mt.ones((2, 2)), mt.ones((2, 2), "cuda")
+    a, b = mt.ones((2, 2)), mt.ones((2, 2), "cuda", requires_grad=True)
     for op in (lambda: a + b, lambda: b * a, lambda: a @ b, lambda: mt.cross_entropy_with_softmax(b, a)):
         with pytest.raises(ValueError, match="different devices"):
             op()
@@ -143,7 +143,7 @@ def test_cuda_requested_without_a_gpu():
     assert reason, "cuda_unavailable_reason() must say why"
     for make in (
         lambda: mt.zeros((2, 2), device="cuda"),
-        lambda: mt.tensor([1.0], device=mt.cuda),
+        lambda: mt.tensor([1.0], device=mt.Device("cuda")),
         lambda: mt.ones((2,)).to("cuda"),
         lambda: mt.randn((2,), device="cuda"),
     ):

@@ -427,7 +427,7 @@ def test_to_device_round_trip(stage):
     with mt.use_stage(stage):
         t = mt.tensor(x)
         g = t.to("cuda")
-        assert g.device == mt.cuda and t.to("cpu") is t
+        assert g.device == mt.Device("cuda") and t.to("cpu") is t
         assert np.array_equal(g.numpy(), x)
         assert np.array_equal(g.to(mt.cpu).numpy(), x)
         assert np.array_equal(g.T.to("cpu").numpy(), x.T)  # a view copies out in its own layout
