@@ -51,7 +51,8 @@ def full(shape: tuple[int, ...], value: float) -> DeviceArray:
 
 
 def from_numpy(array: np.ndarray) -> DeviceArray:
-    host = np.ascontiguousarray(array, dtype=np.float32)
+    # ascontiguousarray makes a 0-d array 1-d: keep the shape, e.g. () for a scalar tensor
+    host = np.ascontiguousarray(array, dtype=np.float32).reshape(np.shape(array))
     out = DeviceArray.empty(host.shape)
     copy_htod(out.ptr, host)
     return out
