@@ -11,8 +11,6 @@ from .autograd import is_grad_enabled, no_grad
 from .device import (
     CudaUnavailableError,
     Device,
-    cpu,
-    cuda,
     cuda_available,
     cuda_unavailable_reason,
 )
@@ -50,9 +48,7 @@ __all__ = [
     "CudaUnavailableError",
     "Device",
     "Tensor",
-    "cpu",
     "cross_entropy_with_softmax",
-    "cuda",
     "cuda_available",
     "cuda_unavailable_reason",
     "data",

@@ -429,7 +429,7 @@ def test_to_device_round_trip(stage):
         g = t.to("cuda")
         assert g.device == mt.Device("cuda") and t.to("cpu") is t
         assert np.array_equal(g.numpy(), x)
-        assert np.array_equal(g.to(mt.cpu).numpy(), x)
+        assert np.array_equal(g.to(mt.Device("cpu")).numpy(), x)
         assert np.array_equal(g.T.to("cpu").numpy(), x.T)  # a view copies out in its own layout
 
 
