@@ -166,6 +166,7 @@ class Tensor:
                 return other._binary(self, op)
             if op == "sub":
                 return -(other._binary(self, "sub"))
+            return (1.0 / other)._binary(self, "mul")  # a / b == (1 / b) * a
         raise ValueError(
             f"{op}: shapes {self.shape} and {other.shape} do not broadcast; the second operand may be "
             "the same shape, a scalar, a row (last axis) or a column (size 1 in the last axis)"
@@ -284,8 +285,7 @@ class Tensor:
             if not -n <= index < n:
                 raise IndexError(f"row {index} is out of range for {n} rows")
             index %= n
-            row = F.SliceRows.apply(self, start=index, stop=index + 1)
-            return row.reshape(self.shape[1:]) if self.ndim > 1 else row
+            return F.SliceRows.apply(self, start=index, stop=index + 1).reshape(self.shape[1:])
         if isinstance(index, slice):
             start, stop, step = index.indices(n)
             if step != 1:

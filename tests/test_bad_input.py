@@ -32,7 +32,7 @@ def still_usable(device: str = "cpu") -> None:
         (lambda d: mt.ones((2, 3), d) @ np.ones((3, 2)), TypeError, "expected a Tensor"),
         (lambda d: mt.ones((2, 3), d) + mt.ones((3, 2), d), ValueError, r"\(2, 3\) and \(3, 2\) do not broadcast"),
         (lambda d: mt.ones((2, 3), d) * mt.ones((2,), d), ValueError, "do not broadcast"),
-        (lambda d: mt.ones((3,), d) / mt.ones((2, 3), d), ValueError, "div"),
+        (lambda d: mt.ones((2, 3), d) / mt.ones((3, 2), d), ValueError, "div"),
         (lambda d: mt.ones((2, 3), d) + "1", TypeError, "got str"),
         (lambda d: mt.ones((2, 3), d) * None, TypeError, "got NoneType"),
         (lambda d: mt.ones((2, 3), d) + True, TypeError, "got bool"),

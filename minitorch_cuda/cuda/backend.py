@@ -67,6 +67,8 @@ def to_numpy(x: DeviceArray) -> np.ndarray:
 
 def assign(dst: DeviceArray, src: np.ndarray) -> None:
     """Overwrite a contiguous array with host data of the same shape."""
+    if not dst.is_contiguous():
+        raise ValueError(f"assign needs a contiguous tensor; this view has strides {dst.strides}")
     copy_htod(dst.ptr, np.ascontiguousarray(src, dtype=np.float32))
 
 
