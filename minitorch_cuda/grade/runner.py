@@ -22,8 +22,6 @@ import tempfile
 import threading
 from pathlib import Path
 
-import tomllib
-
 from . import checks, exercises, notebook
 
 try:
