@@ -1,0 +1,95 @@
+// Transform kernels in CUDA C (SIMT): one thread per element, grid-stride loop.
+// The reference side of the tile evaluation (chapter 20). Kernels:
+//   copy_<T> scale_<T> add_<T> triad_<T> nstream_<T>   the five streams
+//   fib                                                 data-dependent loop (int64 -> int64)
+//   heavy_<N>                                           N values per thread in registers (uint32)
+// <T> is fp16 bf16 fp32 fp64 int8 int64. The Python side appends the
+// INSTANTIATE_* lines it needs, so one kernel can be compiled alone (for its
+// compile time, cubin size and PTX) or all of them in one module (the benchmark).
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+// The scalar arrives as a double; it goes through float first so that 16-bit
+// types round it exactly as Triton does (its float scalar argument is fp32).
+template <class T> __device__ __forceinline__ T from_scalar(double s) { return static_cast<T>(s); }
+template <> __device__ __forceinline__ __half from_scalar<__half>(double s) { return __float2half_rn(float(s)); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_scalar<__nv_bfloat16>(double s) {
+    return __float2bfloat16_rn(float(s));
+}
+
+// The arithmetic of each stream, written once for every type. Integer
+// products of int8 promote to int and are truncated on the store, which is
+// the same wrap-around every model gives.
+template <class T> struct Copy    { __device__ T operator()(T a, T, T, T) const { return a; } };
+template <class T> struct Scale   { __device__ T operator()(T a, T, T, T s) const { return T(s * a); } };
+template <class T> struct Add     { __device__ T operator()(T a, T b, T, T) const { return T(a + b); } };
+template <class T> struct Triad   { __device__ T operator()(T a, T b, T, T s) const { return T(a + s * b); } };
+template <class T> struct Nstream { __device__ T operator()(T a, T b, T c, T s) const { return T(a + b + s * c); } };
+
+// out may alias a (nstream updates a in place), so no __restrict__ on them.
+template <class T, class F>
+__device__ void stream(T* out, const T* a, const T* b, const T* c, double scalar, long long n) {
+    const T s = from_scalar<T>(scalar);
+    const F f;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        // unused operands are null: read them only when the op needs them
+        const T x = a[i];
+        const T y = b ? b[i] : x;
+        const T z = c ? c[i] : x;
+        out[i] = f(x, y, z, s);
+    }
+}
+
+#define INSTANTIATE_STREAM(OP, FUNCTOR, T, SUFFIX)                                                      \
+    extern "C" __global__ void OP##_##SUFFIX(T* out, const T* a, const T* b, const T* c, double scalar, \
+                                             long long n) {                                              \
+        stream<T, FUNCTOR<T>>(out, a, b, c, scalar, n);                                                  \
+    }
+
+// The CUB benchmark's fibonacci: the loop runs n - 2 times, a different
+// count in every thread of a warp.
+extern "C" __global__ void fib(long long* out, const long long* in, long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long k = in[i];
+        long long t1 = 0, t2 = 1, r;
+        if (k < 1 || k == 1) {
+            r = 0;
+        } else if (k == 2) {
+            r = 1;
+        } else {
+            for (long long j = 3; j <= k; ++j) {
+                const long long next = t1 + t2;
+                t1 = t2;
+                t2 = next;
+            }
+            r = t2;
+        }
+        out[i] = r;
+    }
+}
+
+// The source's heavy_op: an array of N values per element. The loops have
+// constant bounds and indices, so after unrolling reg[] lives in registers.
+template <int N>
+__device__ void heavy(unsigned int* out, const unsigned int* in, long long n) {
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
+         e += (long long)gridDim.x * blockDim.x) {
+        unsigned int reg[N];
+        reg[0] = in[e];
+#pragma unroll
+        for (int i = 1; i < N; ++i) reg[i] = reg[i - 1] * reg[i - 1] + 1u;
+#pragma unroll
+        for (int i = 0; i < N; ++i) reg[i] = (reg[i] * reg[i]) % 19u;
+#pragma unroll
+        for (int i = 0; i < N; ++i) reg[i] = reg[N - i - 1] * reg[i];
+        unsigned int x = 0;
+#pragma unroll
+        for (int i = 0; i < N; ++i) x += reg[i];
+        out[e] = x;
+    }
+}
+
+#define INSTANTIATE_HEAVY(N) \
+    extern "C" __global__ void heavy_##N(unsigned int* out, const unsigned int* in, long long n) { heavy<N>(out, in, n); }
