@@ -1,0 +1,151 @@
+// fused.cu: work of several kernels done in one launch (stage 10).
+//   matmul_bias_act_BMxBNxBK   act(op(A) op(B) + bias[col]): the register-tiled matmul
+//                              (matmul_regtiled.cuh) with the bias add and, for act = 1,
+//                              the ReLU in its epilogue; same variants as matmul_regtiled
+//   softmax_xent_fused         probs = softmax(logits) and loss[0] = scale * sum over rows of
+//                              -sum_c t log softmax(x): one block, one warp per row (rows up
+//                              to 1024 columns), the row sum in a fixed order (deterministic)
+//   multi_sumsq                sums of squares of up to 8 tensors in one launch: block
+//                              (x, t) writes partials[t * gridDim.x + x]
+//   multi_clip_rmsprop         every block sums all partials into the global norm, then
+//                              for tensor t = blockIdx.y: g *= clip factor (written back),
+//                              v = decay v + (1 - decay) g^2, p -= lr g / (sqrt(v) + eps);
+//                              n_partials = 0 means no clipping
+//   multi_clip_scale           the clipping alone: g *= clip factor
+// Multi-tensor kernels take the tensors as kernel parameters (8 slots, unused ones
+// null with size 0), not as a device table: nothing is uploaded per step and a
+// captured CUDA graph keeps the addresses it was captured with.
+#include <math_constants.h>
+#include "block_reduce.cuh"
+#include "matmul_regtiled.cuh"
+
+#define BIAS_ACT(NAME, BM, BN, BK, TM, TN, MIN_BLOCKS)                                       \
+extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN), MIN_BLOCKS) NAME(          \
+    float* c, const float* a, const float* b, const float* bias, int M, int N, int K, int ta,  \
+    int tb, int stride_a, int stride_b, int act) {                                           \
+    regtiled_body<BM, BN, BK, TM, TN>(c, a, b, bias, M, N, K, ta, tb, stride_a, stride_b, act); \
+}
+
+BIAS_ACT(matmul_bias_act_128x128x8, 128, 128, 8, 8, 8, 2)
+BIAS_ACT(matmul_bias_act_128x64x8, 128, 64, 8, 8, 4, 2)
+BIAS_ACT(matmul_bias_act_64x64x8, 64, 64, 8, 4, 4, 2)
+BIAS_ACT(matmul_bias_act_64x64x16, 64, 64, 16, 4, 4, 2)
+BIAS_ACT(matmul_bias_act_32x32x8, 32, 32, 8, 4, 4, 8)
+
+#define XENT_VALUES 32  // per lane: rows up to 1024 columns
+
+// Block: a multiple of 32 threads up to 1024 (one block in all); grid (1, 1, 1).
+extern "C" __global__ void softmax_xent_fused(float* probs, float* loss, const float* logits, const float* target,
+                                              int rows, int cols, float scale) {
+    __shared__ float warp_loss[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    float my_loss = 0.0f;  // this warp's rows, summed in row order (lane 0's copy counts)
+    for (int row = warp; row < rows; row += warps) {
+        const float* x = logits + (long long)row * cols;
+        const float* t = target + (long long)row * cols;
+        float* p = probs + (long long)row * cols;
+        float v[XENT_VALUES];
+        float m = -CUDART_INF_F;
+#pragma unroll
+        for (int j = 0; j < XENT_VALUES; ++j) {
+            const int c = lane + 32 * j;
+            v[j] = c < cols ? x[c] : -CUDART_INF_F;
+            m = fmaxf(m, v[j]);
+        }
+        for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < XENT_VALUES; ++j) s += lane + 32 * j < cols ? expf(v[j] - m) : 0.0f;
+        for (int offset = 16; offset > 0; offset >>= 1) s += __shfl_xor_sync(0xffffffffu, s, offset);
+        const float log_s = logf(s);
+        float row_loss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < XENT_VALUES; ++j) {
+            const int c = lane + 32 * j;
+            if (c < cols) {
+                const float zc = v[j] - m;
+                p[c] = expf(zc) / s;
+                row_loss -= t[c] * (zc - log_s);
+            }
+        }
+        for (int offset = 16; offset > 0; offset >>= 1) row_loss += __shfl_xor_sync(0xffffffffu, row_loss, offset);
+        my_loss += row_loss;
+    }
+    if (lane == 0) warp_loss[warp] = my_loss;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float total = 0.0f;
+        for (int w = 0; w < warps; ++w) total += warp_loss[w];
+        loss[0] = scale * total;
+    }
+}
+
+// Slot t of eight parameters, without an indexed local array (which would live in
+// local memory): a chain of selects on the block-uniform t.
+template <class T>
+__device__ __forceinline__ T slot(int t, T x0, T x1, T x2, T x3, T x4, T x5, T x6, T x7) {
+    return t == 0 ? x0 : t == 1 ? x1 : t == 2 ? x2 : t == 3 ? x3 : t == 4 ? x4 : t == 5 ? x5 : t == 6 ? x6 : x7;
+}
+
+#define SLOT(name) slot(blockIdx.y, name##0, name##1, name##2, name##3, name##4, name##5, name##6, name##7)
+
+// Block: 256 threads (a power of two for block_reduce_shuffle); grid (chunks, tensors).
+extern "C" __global__ void multi_sumsq(float* partials, const float* g0, const float* g1, const float* g2, const float* g3, const float* g4,
+                                       const float* g5, const float* g6, const float* g7,
+                                       int n0, int n1, int n2, int n3, int n4, int n5, int n6, int n7) {
+    __shared__ float smem[33];
+    const float* g = SLOT(g);
+    const int n = SLOT(n);
+    float acc = 0.0f;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) acc += g[i] * g[i];
+    acc = block_reduce_shuffle<SumOp>(acc, smem);
+    if (threadIdx.x == 0) partials[blockIdx.y * gridDim.x + blockIdx.x] = acc;
+}
+
+// The clip factor from all partial sums; every block computes it (a few hundred
+// values from L2), so that no second launch is needed to broadcast the norm.
+__device__ __forceinline__ float clip_factor(const float* partials, int n_partials, float max_norm, float* smem) {
+    float acc = 0.0f;
+    for (int i = threadIdx.x; i < n_partials; i += blockDim.x) acc += partials[i];
+    const float norm = sqrtf(block_reduce_shuffle<SumOp>(acc, smem));
+    return (n_partials > 0 && norm > max_norm) ? max_norm / (norm + 1e-6f) : 1.0f;
+}
+
+extern "C" __global__ void multi_clip_rmsprop(const float* partials, int n_partials, float max_norm, float lr,
+                                              float decay, float eps,
+                                              float* p0, float* p1, float* p2, float* p3, float* p4, float* p5, float* p6,
+                                              float* p7,
+                                              float* g0, float* g1, float* g2, float* g3, float* g4, float* g5, float* g6,
+                                              float* g7,
+                                              float* v0, float* v1, float* v2, float* v3, float* v4, float* v5, float* v6,
+                                              float* v7,
+                                              int n0, int n1, int n2, int n3, int n4, int n5, int n6, int n7) {
+    __shared__ float smem[33];
+    const float factor = clip_factor(partials, n_partials, max_norm, smem);
+    float* p = SLOT(p);
+    float* g = SLOT(g);
+    float* v = SLOT(v);
+    const int n = SLOT(n);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        float gi = g[i];
+        if (factor != 1.0f) {
+            gi *= factor;
+            g[i] = gi;
+        }
+        const float vi = decay * v[i] + (1.0f - decay) * gi * gi;
+        v[i] = vi;
+        p[i] -= lr * gi / (sqrtf(vi) + eps);
+    }
+}
+
+extern "C" __global__ void multi_clip_scale(const float* partials, int n_partials, float max_norm,
+                                            float* g0, float* g1, float* g2, float* g3, float* g4, float* g5, float* g6,
+                                              float* g7,
+                                            int n0, int n1, int n2, int n3, int n4, int n5, int n6, int n7) {
+    __shared__ float smem[33];
+    const float factor = clip_factor(partials, n_partials, max_norm, smem);
+    if (factor == 1.0f) return;
+    float* g = SLOT(g);
+    const int n = SLOT(n);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) g[i] *= factor;
+}

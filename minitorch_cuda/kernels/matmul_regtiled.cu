@@ -1,0 +1,27 @@
+// matmul_regtiled.cu: register-tiled SGEMM (stage 9), same parameters as matmul_tiled.
+//   matmul_regtiled_BMxBNxBK   BM x BN block tile, K-slices of BK, 256 or 64 threads,
+//                              each thread TM x TN outputs in registers (see the header).
+// MIN_BLOCKS asks ptxas to leave room for that many resident blocks per SM.
+// The autotuner (cuda/autotune.py) times the variants on the first call of each
+// (M, N, K, flags, batch) and keeps the fastest. Launch: block (NT, 1, 1),
+// grid (ceil(N / BN), ceil(M / BM), batch).
+//   variant          BM   BN  BK  TM  TN  threads
+//   128x128x8       128  128   8   8   8  256
+//   128x64x8        128   64   8   8   4  256
+//   64x64x8          64   64   8   4   4  256
+//   64x64x16         64   64  16   4   4  256
+//   32x32x8          32   32   8   4   4   64   (small and skinny products: more blocks)
+#include "matmul_regtiled.cuh"
+
+#define REGTILED(NAME, BM, BN, BK, TM, TN, MIN_BLOCKS)                                        \
+extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN), MIN_BLOCKS) NAME(          \
+    float* c, const float* a, const float* b, int M, int N, int K, int ta, int tb,             \
+    int stride_a, int stride_b) {                                                            \
+    regtiled_body<BM, BN, BK, TM, TN>(c, a, b, nullptr, M, N, K, ta, tb, stride_a, stride_b, 0); \
+}
+
+REGTILED(matmul_regtiled_128x128x8, 128, 128, 8, 8, 8, 2)
+REGTILED(matmul_regtiled_128x64x8, 128, 64, 8, 8, 4, 2)
+REGTILED(matmul_regtiled_64x64x8, 64, 64, 8, 4, 4, 2)
+REGTILED(matmul_regtiled_64x64x16, 64, 64, 16, 4, 4, 2)
+REGTILED(matmul_regtiled_32x32x8, 32, 32, 8, 4, 4, 8)

@@ -1,0 +1,128 @@
+// matmul_regtiled.cuh: the register-tiled SGEMM body shared by matmul_regtiled.cu
+// (stage 9) and fused.cu (its bias + activation epilogue, stage 10).
+//
+// C (M x N) = op(A) (M x K) op(B) (K x N) [+ bias[col]] [ReLU], float32, row-major,
+// flags, batch strides and C's stride as in matmul.cu.
+// A block of NT = (BM/TM) (BN/TN) threads computes a BM x BN tile of C; each
+// thread a TM x TN register tile, as TM/4 x TN/4 groups of 4 x 4 spread over the
+// block tile (rows c * RT*4 + ty*4 + i), so that the float4 reads of shared memory
+// by a warp are either broadcasts (A) or one contiguous run (B): no bank conflicts.
+// Shared memory holds A transposed (As[k][m]) and B as is (Bs[k][n]), both padded
+// by 4 floats per row, and twice: while the block multiplies one K-slice out of
+// one buffer, the next slice is loaded into registers and then stored into the
+// other buffer, so one barrier per slice suffices.
+#pragma once
+#include "tile_load.cuh"
+
+#define RT_PAD 4
+
+template <int BM, int BN, int BK, int TM, int TN>
+__device__ __forceinline__ void regtiled_body(float* c, const float* a, const float* b, const float* bias,
+                                              int M, int N, int K, int ta, int tb, int stride_a, int stride_b,
+                                              int relu) {
+    static_assert(TM % 4 == 0 && TN % 4 == 0 && BK % 4 == 0, "register tiles are groups of 4 x 4");
+    constexpr int RT = BM / TM, CT = BN / TN, NT = RT * CT;
+    constexpr int SA = BM + RT_PAD, SB = BN + RT_PAD;
+    using LoadA = TileLoader<BM, BK, NT>;   // A stored M x K: tile BM x BK, quads along k
+    using LoadAT = TileLoader<BK, BM, NT>;  // A stored K x M: tile BK x BM, quads along m
+    using LoadB = TileLoader<BK, BN, NT>;   // B stored K x N
+    using LoadBT = TileLoader<BN, BK, NT>;  // B stored N x K
+    static_assert(LoadA::L == LoadAT::L && LoadB::L == LoadBT::L, "same registers either way");
+    __shared__ __align__(16) float As[2][BK][SA];
+    __shared__ __align__(16) float Bs[2][BK][SB];
+
+    const int tid = threadIdx.x;
+    const int tx = tid % CT, ty = tid / CT;
+    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    const long long z = blockIdx.z;
+    a += z * stride_a;
+    b += z * stride_b;
+    c += z * M * N;
+    // Vector loads need the contiguous extent to be a multiple of 4 and an aligned start.
+    const bool vec_a = ((ta ? M : K) & 3) == 0 && aligned16(a);
+    const bool vec_b = ((tb ? K : N) & 3) == 0 && aligned16(b);
+
+    float ra[LoadA::L][4], rb[LoadB::L][4];
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+
+    // Global (row, col) of the slice that starts at k0, staged into registers.
+    auto load = [&](int k0) {
+        if (ta) LoadAT::load(ra, a, K, M, k0, row0, vec_a, tid);
+        else LoadA::load(ra, a, M, K, row0, k0, vec_a, tid);
+        if (tb) LoadBT::load(rb, b, N, K, col0, k0, vec_b, tid);
+        else LoadB::load(rb, b, K, N, k0, col0, vec_b, tid);
+    };
+    auto store = [&](int buf) {
+        if (ta) LoadAT::store(&As[buf][0][0], SA, false, ra, tid, Identity());
+        else LoadA::store(&As[buf][0][0], SA, true, ra, tid, Identity());
+        if (tb) LoadBT::store(&Bs[buf][0][0], SB, true, rb, tid, Identity());
+        else LoadB::store(&Bs[buf][0][0], SB, false, rb, tid, Identity());
+    };
+
+    const int tiles = (K + BK - 1) / BK;
+    load(0);
+    store(0);
+    __syncthreads();
+    for (int t = 0; t < tiles; ++t) {
+        const int cur = t & 1;
+        if (t + 1 < tiles) load((t + 1) * BK);  // in flight while we multiply
+#pragma unroll
+        for (int k = 0; k < BK; ++k) {
+            float fa[TM], fb[TN];
+#pragma unroll
+            for (int g = 0; g < TM / 4; ++g) {
+                const float4 v = *reinterpret_cast<const float4*>(&As[cur][k][g * RT * 4 + ty * 4]);
+                fa[g * 4 + 0] = v.x;
+                fa[g * 4 + 1] = v.y;
+                fa[g * 4 + 2] = v.z;
+                fa[g * 4 + 3] = v.w;
+            }
+#pragma unroll
+            for (int g = 0; g < TN / 4; ++g) {
+                const float4 v = *reinterpret_cast<const float4*>(&Bs[cur][k][g * CT * 4 + tx * 4]);
+                fb[g * 4 + 0] = v.x;
+                fb[g * 4 + 1] = v.y;
+                fb[g * 4 + 2] = v.z;
+                fb[g * 4 + 3] = v.w;
+            }
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(fa[i], fb[j], acc[i][j]);
+        }
+        // The other buffer was last read before the previous barrier: safe to fill.
+        if (t + 1 < tiles) store(cur ^ 1);
+        __syncthreads();
+    }
+
+    const bool vec_c = (N & 3) == 0 && aligned16(c);
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int row = row0 + (i / 4) * RT * 4 + ty * 4 + (i % 4);
+        if (row >= M) continue;
+        float* out = c + (long long)row * N;
+#pragma unroll
+        for (int g = 0; g < TN / 4; ++g) {
+            const int col = col0 + g * CT * 4 + tx * 4;
+            if (col >= N) continue;
+            float v[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                v[e] = acc[i][g * 4 + e];
+                if (bias != nullptr && col + e < N) v[e] += bias[col + e];
+                if (relu) v[e] = fmaxf(v[e], 0.0f);
+            }
+            if (vec_c) {
+                store4(out + col, make_float4(v[0], v[1], v[2], v[3]));
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    if (col + e < N) out[col + e] = v[e];
+            }
+        }
+    }
+}
