@@ -60,8 +60,9 @@ def toolkit_version() -> tuple[int, int] | None:
     return _version(done.stdout)
 
 
-def cutile_reason(imported: str | None, tileiras: bool, cuda: tuple[int, int] | None,
-                  capability: tuple[int, int] | None) -> str | None:
+def cutile_reason(
+    imported: str | None, tileiras: bool, cuda: tuple[int, int] | None, capability: tuple[int, int] | None
+) -> str | None:
     """The decision, apart from the probing, so that it can be tested without a GPU."""
     if imported:
         return f"cuTile Python does not import ({imported})"

@@ -55,8 +55,16 @@ def numpy_dtype(name: str) -> np.dtype:
         except ImportError as exc:
             raise ImportError(f"bf16 on the host needs ml_dtypes: pip install ml_dtypes ({exc})") from None
         return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype({"fp16": np.float16, "fp32": np.float32, "fp64": np.float64, "int8": np.int8,
-                     "int64": np.int64, "uint32": np.uint32}[name])
+    return np.dtype(
+        {
+            "fp16": np.float16,
+            "fp32": np.float32,
+            "fp64": np.float64,
+            "int8": np.int8,
+            "int64": np.int64,
+            "uint32": np.uint32,
+        }[name]
+    )
 
 
 def scalar_for(dtype: str) -> float | int:
@@ -98,17 +106,31 @@ STREAMS: dict[str, Op] = {
 }
 
 
-def stream_inputs(op: str, dtype: str, n: int, seed: int = 0) -> list[np.ndarray]:
-    """Inputs of a stream: small values, so that integer types do not overflow by much."""
+def stream_inputs(op: str, dtype: str, n: int, seed: int = 0, bits: bool = False) -> list[np.ndarray]:
+    """Inputs of a stream: small values, so that integer types do not overflow by much.
+
+    bf16 values are float32 values cut to bf16 precision, so they convert exactly;
+    with ``bits=True`` they come as their uint16 bit patterns (no ml_dtypes needed:
+    this is what goes to the GPU and is compared bit for bit).
+    """
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(STREAMS[op].inputs):
-        if DTYPES[dtype].is_float:
-            x = rng.random(n, dtype=np.float32) * 2 - 1
+        if not DTYPES[dtype].is_float:
+            out.append(rng.integers(-8, 8, n, dtype=np.int8).astype(numpy_dtype(dtype)))
+            continue
+        x = rng.random(n, dtype=np.float32) * 2 - 1
+        if dtype == "bf16":
+            top = (x.view(np.uint32) >> 16).astype(np.uint16)
+            out.append(top if bits else (top.astype(np.uint32) << 16).view(np.float32).astype(numpy_dtype("bf16")))
         else:
-            x = rng.integers(-8, 8, n, dtype=np.int8)
-        out.append(x.astype(numpy_dtype(dtype)))
+            out.append(x.astype(numpy_dtype(dtype)))
     return out
+
+
+def host_dtype(dtype: str) -> np.dtype:
+    """The numpy type that holds ``dtype``'s bytes on the host without ml_dtypes."""
+    return np.dtype(np.uint16) if dtype == "bf16" else numpy_dtype(dtype)
 
 
 # --- fibonacci: a loop whose trip count depends on the data ------------------------
@@ -160,11 +182,8 @@ def heavy_inputs(size: int, seed: int = 0) -> np.ndarray:
 
 def throughput_cases(sizes_log2=SIZES_LOG2) -> list[dict]:
     """Every (case, dtype, size) the benchmark measures, in order."""
-    cases = [
-        {"case": op, "dtype": dt, "log2": k}
-        for op in STREAMS
-        for dt in STREAM_DTYPES
-        for k in sizes_log2
+    cases = [  # ordered so that consecutive streams share their inputs
+        {"case": op, "dtype": dt, "log2": k} for dt in STREAM_DTYPES for k in sizes_log2 for op in STREAMS
     ]
     cases += [{"case": "fib", "dtype": "int64", "log2": k} for k in sizes_log2]
     cases += [{"case": f"heavy{n}", "dtype": "uint32", "log2": k} for n in HEAVY_NS for k in sizes_log2]

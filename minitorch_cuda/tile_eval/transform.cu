@@ -49,26 +49,24 @@ __device__ void stream(T* out, const T* a, const T* b, const T* c, double scalar
 
 // The CUB benchmark's fibonacci: the loop runs n - 2 times, a different
 // count in every thread of a warp.
-extern "C" __global__ void fib(long long* out, const long long* in, long long n) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-         i += (long long)gridDim.x * blockDim.x) {
-        const long long k = in[i];
-        long long t1 = 0, t2 = 1, r;
-        if (k < 1 || k == 1) {
-            r = 0;
-        } else if (k == 2) {
-            r = 1;
-        } else {
-            for (long long j = 3; j <= k; ++j) {
-                const long long next = t1 + t2;
-                t1 = t2;
-                t2 = next;
-            }
-            r = t2;
-        }
-        out[i] = r;
+__device__ long long fib_value(long long k) {
+    long long t1 = 0, t2 = 1;
+    if (k < 1 || k == 1) return 0;
+    if (k == 2) return 1;
+    for (long long j = 3; j <= k; ++j) {
+        const long long next = t1 + t2;
+        t1 = t2;
+        t2 = next;
     }
+    return t2;
 }
+
+#define INSTANTIATE_FIB()                                                                  \
+    extern "C" __global__ void fib(long long* out, const long long* in, long long n) {     \
+        for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;         \
+             i += (long long)gridDim.x * blockDim.x)                                         \
+            out[i] = fib_value(in[i]);                                                       \
+    }
 
 // The source's heavy_op: an array of N values per element. The loops have
 // constant bounds and indices, so after unrolling reg[] lives in registers.

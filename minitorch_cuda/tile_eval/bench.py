@@ -1,0 +1,169 @@
+"""The tile evaluation benchmark: every row of chapter 20's table, in one run.
+
+    python -m minitorch_cuda.tile_eval --json PATH [--sizes 16,20,24,28] [--repeats N] [--record]
+
+Without a GPU it stops at once and says why. With ``--record`` the result is
+also written to ``book/results/tile_eval.json`` (or under
+``$MINITORCH_CUDA_RESULTS_DIR``) through ``minitorch_cuda.results.save``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .. import results
+from ..device import cuda_unavailable_reason
+from . import availability, cases, sources
+
+RESULT_NAME = "tile_eval"
+
+
+def _fresh_caches() -> None:
+    """Empty compile caches for Triton and CuPy, so that 'cold' means cold (set before they import)."""
+    root = Path(tempfile.mkdtemp(prefix="tile_eval_"))
+    os.environ["TRITON_CACHE_DIR"] = str(root / "triton")
+    os.environ["CUPY_CACHE_DIR"] = str(root / "cupy")
+
+
+def load_models(available: dict, cuda_cache: str | None = None) -> dict:
+    from .cuda_c import CudaModel
+
+    models = {"cuda_c": CudaModel(cache_dir=cuda_cache)}
+    if available["triton"] is None:
+        from . import triton_kernels
+
+        models["triton"] = triton_kernels
+    if available["cupy"] is None:
+        from . import cupy_kernels
+
+        models["cupy"] = cupy_kernels
+    if available["cutile"] is None:
+        from . import cutile_kernels
+
+        models["cutile"] = cutile_kernels
+    return models
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version(), "cuda_toolkit": availability.toolkit_version()}
+    for name in ("pycuda", "triton", "cupy", "cuda.tile", "numpy"):
+        try:
+            module = __import__(name, fromlist=["__version__"])
+            out[name] = getattr(module, "__version__", getattr(module, "VERSION", "?"))
+        except Exception as exc:
+            out[name] = f"not importable: {type(exc).__name__}"
+    import pycuda.driver as drv
+
+    out["driver"] = drv.get_driver_version()
+    return out
+
+
+def run(sizes_log2: list[int], repeats: int, log=print) -> dict:
+    from ..cuda.runtime import device_properties
+    from . import measure, rows, timing
+
+    started = time.perf_counter()
+    available = availability.report()
+    data: dict = {
+        "device": device_properties(),
+        "available": available,
+        "versions": versions(),
+        "sizes_log2": sizes_log2,
+        "repeats": repeats,
+    }
+    log(f"models: {', '.join(k + ('' if v is None else ' (no)') for k, v in available.items())}")
+    with tempfile.TemporaryDirectory() as cuda_cache:
+        t0 = time.perf_counter()
+        models = load_models(available, cuda_cache)
+        data["cuda_c_module_compile_s"] = time.perf_counter() - t0
+        log("compile times, binary sizes, PTX/SASS")
+        compile_rows = {"cuda_c": rows.cuda_compile(models["cuda_c"])}
+    if "triton" in models:
+        compile_rows["triton"] = rows.triton_compile()
+    if "cupy" in models:
+        compile_rows["cupy"] = rows.cupy_compile()
+    data["compile"] = compile_rows
+    data["lines_per_kernel"] = sources.lines_per_kernel()
+
+    l2 = data["device"]["l2_cache_bytes"]
+    copy_cache: dict[int, float] = {}
+
+    def copy_gbps(nbytes: int) -> float:
+        if nbytes not in copy_cache:
+            copy_cache[nbytes] = timing.copy_bandwidth(nbytes, repeats)["gbps"]
+        return copy_cache[nbytes]
+
+    throughput = []
+    specs = cases.throughput_cases(sizes_log2)
+    for i, spec in enumerate(specs):
+        log(f"[{i + 1}/{len(specs)}] {spec['case']} {spec['dtype']} 2^{spec['log2']}")
+        throughput += measure.run_case(models, spec, l2, copy_gbps, repeats)
+    data["throughput"] = throughput
+    data["copy_gbps"] = {str(k): v for k, v in sorted(copy_cache.items())}
+
+    log("launch overhead, tuning, diagnostics")
+    data["launch_overhead"] = rows.launch_overhead(models)
+    if "triton" in models:
+        data["tuning"] = {"triton": rows.triton_tuning(repeats, l2)}
+    data["diagnostics"] = rows.diagnostics_rows(available)
+    log("ncu")
+    data["ncu"] = rows.ncu_rows()
+    data["seconds"] = time.perf_counter() - started
+    return data
+
+
+def ncu_target() -> None:
+    """One launch of each model's triad, fib and heavy32, for ncu to profile."""
+    import numpy as np
+
+    from . import measure
+
+    models = load_models(availability.report())
+    for spec in (
+        {"case": "triad", "dtype": "fp32", "log2": 24},
+        {"case": "fib", "dtype": "int64", "log2": 24},
+        {"case": "heavy32", "dtype": "uint32", "log2": 24},
+    ):
+        measure.run_case(models, spec, 0, lambda nbytes: np.nan, repeats=1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m minitorch_cuda.tile_eval", description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, help="write the result here")
+    parser.add_argument("--sizes", default=",".join(map(str, cases.SIZES_LOG2)), help="log2 of the sizes: 16,20,24,28")
+    parser.add_argument("--repeats", type=int, default=20, help="timed samples per kernel (default 20)")
+    parser.add_argument("--record", action="store_true", help=f"also save book/results/{RESULT_NAME}.json")
+    parser.add_argument("--ncu-target", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if not args.json and not args.record and not args.ncu_target:
+        parser.error("say where the result goes: --json PATH and/or --record")
+    try:
+        sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    except ValueError:
+        parser.error(f"--sizes takes comma-separated integers (log2 of the sizes), not {args.sizes!r}")
+    if any(not 4 <= s <= 30 for s in sizes):
+        parser.error("--sizes: each log2 size must be between 4 and 30")
+    reason = cuda_unavailable_reason()
+    if reason:
+        print(f"tile_eval needs a CUDA GPU and PyCUDA: {reason}", file=sys.stderr)
+        return 2
+    if args.ncu_target:
+        ncu_target()
+        return 0
+    _fresh_caches()
+    data = run(sizes, args.repeats, log=lambda m: print(m, file=sys.stderr, flush=True))
+    command = "python -m minitorch_cuda.tile_eval " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"command": command, **data}, indent=1) + "\n")
+        print(f"wrote {args.json}")
+    if args.record:
+        print(f"recorded {results.save(RESULT_NAME, data, command)}")
+    return 0

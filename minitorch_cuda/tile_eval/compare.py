@@ -1,0 +1,59 @@
+"""Correctness as the evaluation asks for it: bitwise, or in units in the last place.
+
+Two results of the same kernel on the same inputs are compared element by
+element. Floating-point results are compared through their bit patterns mapped
+to a monotonic integer line, where the distance is the number of representable
+values between them (ULPs); integers by their difference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .cases import DTYPES
+
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_INT = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
+
+
+def ordered_bits(x: np.ndarray) -> np.ndarray:
+    """Float bit patterns as signed integers that sort like the floats (-0 and +0 both 0)."""
+    size = x.dtype.itemsize
+    bits = x.view(_INT[size]).astype(np.int64)
+    sign_mask = np.int64(1) << np.int64(8 * size - 1)
+    magnitude = bits & (sign_mask - 1)
+    return np.where(bits < 0, -magnitude, magnitude)
+
+
+def differences(got: np.ndarray, want: np.ndarray, dtype: str) -> dict:
+    """How far ``got`` is from ``want`` (same shape, host types from ``cases.host_dtype``)."""
+    if got.shape != want.shape:
+        raise ValueError(f"shapes differ: {got.shape} and {want.shape}")
+    size = got.dtype.itemsize
+    same_bits = got.view(_UINT[size]) == want.view(_UINT[size])
+    out = {"elements": int(got.size), "bitwise_equal": bool(same_bits.all()), "differing": int((~same_bits).sum())}
+    if DTYPES[dtype].is_float:
+        nan_got, nan_want = _isnan(got, dtype), _isnan(want, dtype)
+        both = nan_got & nan_want
+        dist = np.abs(ordered_bits(got) - ordered_bits(want))
+        dist = np.where(both, 0, dist)
+        out["max_ulp"] = int(dist.max()) if dist.size else 0
+        out["nan_mismatch"] = int((nan_got != nan_want).sum())
+    else:
+        diff = np.abs(got.astype(np.int64) - want.astype(np.int64))
+        out["max_abs_diff"] = int(diff.max()) if diff.size else 0
+    if out["differing"]:
+        first = int(np.flatnonzero(~same_bits)[0])
+        out["first_difference"] = {
+            "index": first,
+            "got_bits": hex(int(got.view(_UINT[size])[first])),
+            "want_bits": hex(int(want.view(_UINT[size])[first])),
+        }
+    return out
+
+
+def _isnan(x: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bf16":  # uint16 patterns: exponent all ones and a non-zero fraction
+        bits = x.view(np.uint16)
+        return ((bits & 0x7F80) == 0x7F80) & ((bits & 0x007F) != 0)
+    return np.isnan(x)
