@@ -47,7 +47,7 @@ def triton_undefined_name(make_array) -> str:
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         a = tl.load(a_ptr + offs, mask=mask)
-        b = tl.load(b_ptr + offs, mask=mask)
+        b = tl.load(b_ptr + offs, mask=mask)  # noqa: F841 (b is loaded, bb is used: the mistake)
         tl.store(out_ptr + offs, a + scalar * bb, mask=mask)  # noqa: F821 (the deliberate mistake)
 
     x = make_array(np.ones(64, np.float32), "fp32")

@@ -15,7 +15,6 @@ import numpy as np
 from . import cases, compare, timing
 from .interop import TileArray
 
-
 CHECKED_PREFIX = 1 << 22  # elements read back and compared per model (the rest behaves the same)
 NUMPY_PREFIX = 1 << 16  # elements held to the numpy reference (heavy64 in numpy is slow)
 
@@ -138,7 +137,10 @@ def run_case(models: dict, spec: dict, l2_bytes: int, copy_gbps, repeats: int) -
                     row["matches_numpy"] = _check_numpy(case, dtype, host, got)
                 row["correctness"] = compare.differences(got, reference, out_dtype)
                 t = timing.time_launches(
-                    lambda i: launch(*buffers.sets[i % len(buffers.sets)]), n, len(buffers.sets), repeats=repeats
+                    lambda i, launch=launch: launch(*buffers.sets[i % len(buffers.sets)]),
+                    n,
+                    len(buffers.sets),
+                    repeats=repeats,
                 )
                 row.update(t)
                 row["gelems"] = n / (t["median_ms"] * 1e6)

@@ -140,7 +140,9 @@ def triton_tuning(repeats: int, l2_bytes: int) -> dict:
                 for warps in (4, 8):
                     launch = make(block, warps)
                     try:
-                        t = timing.time_launches(lambda i: launch(*buffers.sets[0]), n, 1, repeats=repeats)
+                        t = timing.time_launches(
+                            lambda i, launch=launch, sets=buffers.sets: launch(*sets[0]), n, 1, repeats=repeats
+                        )
                         rows.append(
                             {
                                 "block": block,
