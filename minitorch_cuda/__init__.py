@@ -14,7 +14,7 @@ from .device import (
     cuda_available,
     cuda_unavailable_reason,
 )
-from .stages import MAX_STAGE, get_stage, set_stage, use_stage
+from .stages import DEFAULT_STAGE, MAX_STAGE, get_stage, set_stage, use_stage
 from .tensor import (
     Tensor,
     cross_entropy_with_softmax,
@@ -44,6 +44,7 @@ def synchronize() -> None:
 
 
 __all__ = [
+    "DEFAULT_STAGE",
     "MAX_STAGE",
     "CudaUnavailableError",
     "Device",

@@ -156,6 +156,21 @@ def matmul(a, b, ta=False, tb=False):
     return np.matmul(a, b).astype(F32, copy=False)
 
 
+def linear(x, w, bias, relu):
+    y = matmul(x, w)
+    if bias is not None:
+        y = y + bias
+    return _relu(y) if relu else y
+
+
+def fusion_enabled():
+    return False  # the fused ops exist here for parity; nn builds from them on CUDA only
+
+
+def graphs_enabled():
+    return False
+
+
 def clip_gradients(grads, max_norm):
     norm = float(np.sqrt(np.sum([np.sum(g.astype(np.float64) ** 2) for g in grads])))
     if norm > max_norm:
@@ -168,6 +183,13 @@ def rmsprop_step(p, g, v, lr, decay, eps):
     v *= F32(decay)
     v += F32(1 - decay) * g * g
     p -= F32(lr) * g / (np.sqrt(v) + F32(eps))
+
+
+def rmsprop_multi(params, grads, states, lr, decay, eps, max_norm=None):
+    if max_norm is not None:
+        clip_gradients(grads, max_norm)
+    for p, g, v in zip(params, grads, states):
+        rmsprop_step(p, g, v, lr, decay, eps)
 
 
 def sgd_step(p, g, lr):

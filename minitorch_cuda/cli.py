@@ -19,7 +19,7 @@ def train_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="minitorch-cuda train", description="Train the blog's MLP on MNIST.")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if cuda_available() else "cpu")
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--stage", type=int, default=stages.MAX_STAGE)
+    parser.add_argument("--stage", type=int, default=stages.DEFAULT_STAGE)
     parser.add_argument("--activation", choices=["relu", "sigmoid"], default="relu")
     args = parser.parse_args(argv)
     stages.set_stage(args.stage)

@@ -251,3 +251,22 @@ class SoftmaxCrossEntropy(Function):
     def backward(self, backend, g):
         probs, target = self.saved
         return backend.xent_backward(probs, target, g), None
+
+
+class Linear(Function):
+    """``act(x @ w + b)`` as one node (stage 10: one launch forward). ReLU's derivative is
+    read from the output (y > 0 exactly where x @ w + b > 0), so nothing else is saved."""
+
+    __slots__ = ()
+
+    def forward(self, backend, x, w, b=None, *, relu: bool):
+        y = backend.linear(x, w, b, relu)
+        self.saved = (x, w, y if relu else None, b is not None)
+        return y
+
+    def backward(self, backend, g):
+        x, w, y, has_bias = self.saved
+        gz = backend.relu_backward(g, y) if y is not None else g
+        gx = backend.matmul(gz, w, False, True)
+        gw = backend.matmul(x, gz, True, False)
+        return (gx, gw, backend.sum(gz, 0)) if has_bias else (gx, gw)

@@ -39,6 +39,11 @@ class Optimizer:
     def step(self) -> None:
         raise NotImplementedError
 
+    def clip_and_step(self, max_norm: float) -> None:
+        """``clip_gradients(max_norm)`` then ``step()``; optimizers with a fused kernel do both at once."""
+        self.clip_gradients(max_norm)
+        self.step()
+
 
 class SGD(Optimizer):
     def step(self) -> None:
@@ -57,6 +62,24 @@ class RmsProp(Optimizer):
         self.state = [self.backend.full(p.shape, 0.0) for p in self.params]
 
     def step(self) -> None:
+        if self.backend.fusion_enabled():
+            self._fused_step(None)
+            return
         for p, v in zip(self.params, self.state):
             if p.grad is not None:
                 self.backend.rmsprop_step(p.data, p.grad.data, v, self.lr, self.decay, self.eps)
+
+    def clip_and_step(self, max_norm: float) -> None:
+        if not self.backend.fusion_enabled():
+            super().clip_and_step(max_norm)
+            return
+        if not isinstance(max_norm, numbers.Real) or max_norm <= 0:
+            raise ValueError(f"max_norm must be a positive number, got {max_norm!r}")
+        self._fused_step(float(max_norm))
+
+    def _fused_step(self, max_norm: float | None) -> None:
+        """Clipping (if ``max_norm``) and the update of every parameter in two launches."""
+        pairs = [(p, v) for p, v in zip(self.params, self.state) if p.grad is not None]
+        if pairs:
+            params, grads, states = [p.data for p, _ in pairs], [p.grad.data for p, _ in pairs], [v for _, v in pairs]
+            self.backend.rmsprop_multi(params, grads, states, self.lr, self.decay, self.eps, max_norm)

@@ -76,14 +76,22 @@ class Trainer:
         self.loss_fn = nn.CrossEntropyWithSoftmax()
         self.optim = optim.RmsProp(self.net.parameters(), protocol.lr, protocol.decay)
         self.rng = np.random.default_rng(protocol.seed)
+        self._graphed = None  # stage 11: the step captured in a CUDA graph, per batch shape
 
     def step(self, xb: Tensor, yb: Tensor) -> float:
+        if xb.backend.graphs_enabled():
+            if self._graphed is None:
+                self._graphed = xb.backend.graphed_step(self.device_step)
+            return self._graphed(xb, yb)  # replays the captured step; reads back the loss
+        return self.device_step(xb, yb).item()  # the one read-back per step
+
+    def device_step(self, xb: Tensor, yb: Tensor) -> Tensor:
+        """Everything of a step that stays on the device; returns the loss tensor."""
         loss = self.loss_fn(self.net(xb), yb)
         loss.backward()
-        self.optim.clip_gradients(self.protocol.max_norm)
-        self.optim.step()
+        self.optim.clip_and_step(self.protocol.max_norm)
         self.optim.zero_grad()
-        return loss.item()  # the one read-back per step
+        return loss
 
     def epoch(self, x: Tensor, y: Tensor, max_batches: int | None = None, order: np.ndarray | None = None) -> float:
         """Shuffle on the device (one gather of the whole split), then step through

@@ -14,6 +14,9 @@ from minitorch_cuda.cuda.signature import KERNEL_DIR, SPECS, entry_params, prepa
 
 NVCC = shutil.which("nvcc")
 CU_FILES = sorted(KERNEL_DIR.glob("*.cu"))
+# extern "C" __global__ void [__launch_bounds__(...)] NAME(
+_BOUNDS = r"(?:__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)\s*)?"
+EXTERN_C = r'extern\s+"C"\s+__global__\s+void\s+' + _BOUNDS
 
 
 def test_kernel_files_exist():
@@ -83,15 +86,14 @@ def _expanded(source: str) -> str:
 def test_every_registry_kernel_is_defined_in_its_file(name):
     spec = SPECS[name]
     source = (KERNEL_DIR / spec.file).read_text()
-    pattern = r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\('
-    direct = set(re.findall(pattern, source))
+    direct = set(re.findall(EXTERN_C + r"(\w+)\s*\(", source))
     if name in direct:
         params = entry_params(source, name)
         assert prepare_signature(params) == spec.signature, f"{name}: ({params}) vs the registry's ({spec.params})"
         return
     # Kernels written through macros: BINARY(ew_add, ...) or DEFINE_SUM_ROWS(KIND) via REDUCTION_VARIANTS.
     expanded = _expanded(source)
-    assert re.search(r'extern\s+"C"\s+__global__\s+void\s+' + name + r"\s*\(", expanded), (
+    assert re.search(EXTERN_C + name + r"\s*\(", expanded), (
         f'{name} is not defined extern "C" in {spec.file}'
     )
     params = entry_params(expanded, name)
@@ -102,7 +104,7 @@ def test_every_extern_c_kernel_is_in_the_registry():
     defined: set[str] = set()
     for path in CU_FILES:
         expanded = _expanded(path.read_text())
-        defined |= set(re.findall(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(', expanded))
+        defined |= set(re.findall(EXTERN_C + r"(\w+)\s*\(", expanded))
     assert defined - set(SPECS) == set(), f"kernels no op can reach: {sorted(defined - set(SPECS))}"
 
 
@@ -112,11 +114,12 @@ def test_every_extern_c_kernel_is_in_the_registry():
 def test_sanitize_parses_stages_and_summaries():
     import argparse
 
-    from minitorch_cuda import sanitize
+    from minitorch_cuda import sanitize, stages
 
     assert sanitize.parse_stages("0-8") == list(range(9))
     assert sanitize.parse_stages("8,0, 2-3") == [0, 2, 3, 8]
-    for bad in ("9", "3-1", "a", "", "0-9"):
+    too_high = str(stages.MAX_STAGE + 1)
+    for bad in (too_high, "3-1", "a", "", f"0-{too_high}"):
         with pytest.raises(argparse.ArgumentTypeError):
             sanitize.parse_stages(bad)
     assert sanitize.parse_summary("========= ERROR SUMMARY: 0 errors\n") == 0

@@ -14,8 +14,10 @@ import numpy as np
 from .. import stages
 from . import registry
 from .array import ITEMSIZE, DeviceArray
+from .autotune import fits, tuner
 from .memory import DeviceBuffer
-from .runtime import copy_dtod, copy_dtoh, copy_htod, launch, synchronize
+from .runtime import copy_dtod, copy_dtoh, copy_htod, launch, multiprocessors, synchronize, time_launch_ms
+from .signature import MMA_TILE, MULTI_TENSOR_SLOTS, REGTILED_TILES, SPECS
 
 BLOCK = 256  # threads per block for one-thread-per-element kernels
 
@@ -26,6 +28,17 @@ def _grid(n: int) -> tuple[int, int, int]:
 
 def _elementwise(name: str, n: int, *args, shapes=()) -> None:
     launch(registry.get(name), _grid(n), (BLOCK, 1, 1), *args, shapes=shapes)
+
+
+def _elementwise_vec(name: str, n: int, pointers: tuple[int, ...], *args, shapes=()) -> None:
+    """Stage 9 on: the 16-byte vectorized, grid-stride variant where every pointer is
+    16-byte aligned (fresh buffers are; row slices of odd widths may not be)."""
+    vec = f"{name}_vec4"
+    if stages.vectorized_kernels() and vec in SPECS and all(p % 16 == 0 for p in pointers):
+        blocks = max(1, min(-(-(n // 4) // BLOCK), 8 * multiprocessors()))
+        launch(registry.get(vec), (blocks, 1, 1), (BLOCK, 1, 1), *args, shapes=shapes)
+    else:
+        _elementwise(name, n, *args, shapes=shapes)
 
 
 def _reduce_block(length: int) -> int:
@@ -93,7 +106,7 @@ def randn(shape: tuple[int, ...], std: float, seed: int) -> DeviceArray:
 def fill_(x: DeviceArray, value: float) -> None:
     if not x.is_contiguous():
         raise ValueError("fill_ needs a contiguous tensor")
-    _elementwise("ew_fill", x.size, x.ptr, float(value), x.size, shapes=(x.shape,))
+    _elementwise_vec("ew_fill", x.size, (x.ptr,), x.ptr, float(value), x.size, shapes=(x.shape,))
 
 
 # --- layout ------------------------------------------------------------------------
@@ -199,14 +212,18 @@ def binary(op: str, a: DeviceArray, b: DeviceArray, pattern: str) -> DeviceArray
     n, cols = a.size, a.shape[-1] if a.shape else 1
     b_div, b_mod = {"same": (1, n), "row": (1, cols), "col": (cols, n // cols), "scalar": (1, 1)}[pattern]
     out = DeviceArray.empty(a.shape)
-    _elementwise(f"ew_{op}", n, out.ptr, a.ptr, b.ptr, n, b_div, b_mod, shapes=(a.shape, b.shape))
+    _elementwise_vec(
+        f"ew_{op}", n, (out.ptr, a.ptr, b.ptr), out.ptr, a.ptr, b.ptr, n, b_div, b_mod, shapes=(a.shape, b.shape)
+    )
     return out
 
 
 def affine(x: DeviceArray, alpha: float, beta: float) -> DeviceArray:
     x = contiguous(x)
     out = DeviceArray.empty(x.shape)
-    _elementwise("ew_affine", x.size, out.ptr, x.ptr, float(alpha), float(beta), x.size, shapes=(x.shape,))
+    _elementwise_vec(
+        "ew_affine", x.size, (out.ptr, x.ptr), out.ptr, x.ptr, float(alpha), float(beta), x.size, shapes=(x.shape,)
+    )
     return out
 
 
@@ -220,14 +237,15 @@ def rdiv(x: DeviceArray, s: float) -> DeviceArray:
 def unary(op: str, x: DeviceArray) -> DeviceArray:
     x = contiguous(x)
     out = DeviceArray.empty(x.shape)
-    _elementwise(f"ew_{op}", x.size, out.ptr, x.ptr, x.size, shapes=(x.shape,))
+    _elementwise_vec(f"ew_{op}", x.size, (out.ptr, x.ptr), out.ptr, x.ptr, x.size, shapes=(x.shape,))
     return out
 
 
 def _with_saved(name: str, grad: DeviceArray, saved: DeviceArray) -> DeviceArray:
     grad, saved = contiguous(grad), contiguous(saved)
     out = DeviceArray.empty(grad.shape)
-    _elementwise(name, grad.size, out.ptr, grad.ptr, saved.ptr, grad.size, shapes=(grad.shape,))
+    ptrs = (out.ptr, grad.ptr, saved.ptr)
+    _elementwise_vec(name, grad.size, ptrs, out.ptr, grad.ptr, saved.ptr, grad.size, shapes=(grad.shape,))
     return out
 
 
@@ -275,6 +293,12 @@ def softmax(x: DeviceArray) -> DeviceArray:
     cols = x.shape[-1]
     rows = x.size // cols
     out = DeviceArray.empty(x.shape)
+    if stages.vectorized_kernels():  # one read of the row: in registers, or online (max, sum)
+        if cols <= 1024:
+            launch(registry.get("softmax_rows_warp"), (-(-rows // 8), 1, 1), (256, 1, 1), out.ptr, x.ptr, rows, cols)
+        else:
+            launch(registry.get("softmax_rows_online"), (rows, 1, 1), (256, 1, 1), out.ptr, x.ptr, rows, cols)
+        return out
     launch(
         registry.get(_variant("softmax_rows")),
         (rows, 1, 1),
@@ -293,6 +317,23 @@ def softmax_xent(logits: DeviceArray, target: DeviceArray) -> tuple[DeviceArray,
     logits, target = contiguous(logits), contiguous(target)
     rows, cols = logits.shape
     probs = DeviceArray.empty(logits.shape)
+    if stages.fused_kernels() and cols <= 1024:  # probabilities and the mean loss in one launch
+        loss = DeviceArray.empty(())
+        threads = min(1024, 32 * rows)
+        launch(
+            registry.get("softmax_xent_fused"),
+            (1, 1, 1),
+            (threads, 1, 1),
+            probs.ptr,
+            loss.ptr,
+            logits.ptr,
+            target.ptr,
+            rows,
+            cols,
+            1.0 / rows,
+            shapes=(logits.shape, target.shape),
+        )
+        return probs, loss
     row_loss = DeviceArray.empty((rows,))
     launch(
         registry.get(_variant("softmax_xent")),
@@ -355,6 +396,9 @@ def matmul(a: DeviceArray, b: DeviceArray, ta: bool = False, tb: bool = False) -
     stride_b = K * N if b.ndim > 2 else 0
     out = DeviceArray.empty(batch_shape + (M, N))
     shapes = (a.shape, b.shape, (ta, tb))
+    if stages.regtiled_matmul():
+        _matmul_beyond(out, a, b, M, N, K, ta, tb, stride_a, stride_b, batch, shapes)
+        return out
     if stages.tiled_matmul() or stages.batched_matmul():
         tile = 32 if stages.tiled_matmul() else 16
         name = "matmul_tiled" if stages.tiled_matmul() else "matmul_batched"
@@ -399,6 +443,79 @@ def matmul(a: DeviceArray, b: DeviceArray, ta: bool = False, tb: bool = False) -
     return out
 
 
+def _matmul_beyond(out, a, b, M, N, K, ta, tb, stride_a, stride_b, batch, shapes, bias=None, relu=False) -> None:
+    """Stages 9-12: the tensor-core kernel (12) or the autotuned register-tiled variant;
+    with ``bias`` the fused bias (+ ReLU) epilogue of stage 10."""
+    flags = (M, N, K, int(ta), int(tb), stride_a, stride_b)
+    if stages.tensor_cores() and bias is None:
+        bm, bn, threads = MMA_TILE
+        grid = ((N + bn - 1) // bn, (M + bm - 1) // bm, batch)
+        launch(registry.get("matmul_tf32"), grid, (threads, 1, 1), out.ptr, a.ptr, b.ptr, *flags, shapes=shapes)
+        return
+    tile = _regtiled_tile(out, a, b, M, N, K, ta, tb, stride_a, stride_b, batch)
+    bm, bn, _, threads = REGTILED_TILES[tile]
+    grid = ((N + bn - 1) // bn, (M + bm - 1) // bm, batch)
+    if bias is None:
+        args = (out.ptr, a.ptr, b.ptr, *flags)
+        launch(registry.get(f"matmul_regtiled_{tile}"), grid, (threads, 1, 1), *args, shapes=shapes)
+    else:
+        args = (out.ptr, a.ptr, b.ptr, bias.ptr, *flags, int(relu))
+        launch(registry.get(f"matmul_bias_act_{tile}"), grid, (threads, 1, 1), *args, shapes=shapes)
+
+
+def _regtiled_tile(out, a, b, M, N, K, ta, tb, stride_a, stride_b, batch) -> str:
+    """The register-tiled variant for this problem: timed on first use (autotune.tuner)."""
+    key = (M, N, K, int(ta), int(tb), batch, a.ptr % 16 == 0, b.ptr % 16 == 0)
+    tiles = [t for t, (bm, bn, _, _) in REGTILED_TILES.items() if fits(bm, bn, M, N)]
+    args = (out.ptr, a.ptr, b.ptr, M, N, K, int(ta), int(tb), stride_a, stride_b)
+
+    def time_ms(tile: str) -> float:
+        bm, bn, _, threads = REGTILED_TILES[tile]
+        grid = ((N + bn - 1) // bn, (M + bm - 1) // bm, batch)
+        return time_launch_ms(registry.get(f"matmul_regtiled_{tile}"), grid, (threads, 1, 1), *args)
+
+    return tuner.pick("matmul_regtiled", key, tiles, time_ms)
+
+
+def linear(x: DeviceArray, w: DeviceArray, bias: DeviceArray | None, relu: bool) -> DeviceArray:
+    """``act(x @ w + bias)`` for a 2-D ``x`` in one launch (stage 10's fused epilogue)."""
+    x, tx = _operand(x, False)
+    w, tw = _operand(w, False)
+    M, K = (x.shape[-1], x.shape[-2]) if tx else x.shape
+    N = w.shape[-2] if tw else w.shape[-1]
+    out = DeviceArray.empty((M, N))
+    bias = contiguous(bias) if bias is not None else _NO_BIAS
+    _matmul_beyond(out, x, w, M, N, K, tx, tw, 0, 0, 1, (x.shape, w.shape, (tx, tw)), bias=bias, relu=relu)
+    return out
+
+
+class _NullPointer:
+    ptr = 0  # the kernel skips the bias add for a null pointer
+
+
+_NO_BIAS = _NullPointer()
+
+
+def fusion_enabled() -> bool:
+    """Whether ``nn`` should build its layers from the fused ops (stage 10 on)."""
+    return stages.fused_kernels()
+
+
+def graphs_enabled() -> bool:
+    """Whether a training step should go through a CUDA graph now (stage 11 on)."""
+    if not stages.cuda_graphs():
+        return False
+    from . import graphs
+
+    return graphs.usable_now()
+
+
+def graphed_step(body):
+    from . import graphs
+
+    return graphs.GraphedStep(body)
+
+
 # --- optimizer -------------------------------------------------------------------
 
 
@@ -406,6 +523,20 @@ def clip_gradients(grads: list[DeviceArray], max_norm: float) -> None:
     """Scale all gradients in place so that their global L2 norm is at most ``max_norm``."""
     if not stages.device_clipping():
         _clip_on_host(grads, max_norm)
+        return
+    if stages.fused_kernels():  # two launches for all gradients together
+        partials, n_partials = _multi_sumsq(grads)
+        for group in _groups(grads):
+            launch(
+                registry.get("multi_clip_scale"),
+                (_multi_chunks(grads), len(group), 1),
+                (BLOCK, 1, 1),
+                partials.ptr,
+                n_partials,
+                float(max_norm),
+                *_slot_ptrs(group),
+                *_slot_sizes(group),
+            )
         return
     partials = DeviceArray.empty((len(grads),))
     sumsq = registry.get(_variant("sumsq"))
@@ -436,6 +567,77 @@ def rmsprop_step(p: DeviceArray, g: DeviceArray, v: DeviceArray, lr: float, deca
     _elementwise(
         "rmsprop_step", p.size, p.ptr, g.ptr, v.ptr, float(lr), float(decay), float(eps), p.size, shapes=(p.shape,)
     )
+
+
+def rmsprop_multi(
+    params: list[DeviceArray],
+    grads: list[DeviceArray],
+    states: list[DeviceArray],
+    lr: float,
+    decay: float,
+    eps: float,
+    max_norm: float | None = None,
+) -> None:
+    """Clip all gradients to a global norm (if ``max_norm``) and take an RmsProp step for
+    every parameter: two launches (one without clipping) for up to 8 tensors."""
+    if max_norm is not None:
+        partials, n_partials = _multi_sumsq(grads)
+    else:
+        partials, n_partials = _NO_BIAS, 0
+    chunks = _multi_chunks(grads)
+    for start in range(0, len(params), MULTI_TENSOR_SLOTS):
+        end = start + MULTI_TENSOR_SLOTS
+        launch(
+            registry.get("multi_clip_rmsprop"),
+            (chunks, len(params[start:end]), 1),
+            (BLOCK, 1, 1),
+            partials.ptr,
+            n_partials,
+            float(max_norm or 0.0),
+            float(lr),
+            float(decay),
+            float(eps),
+            *_slot_ptrs(params[start:end]),
+            *_slot_ptrs(grads[start:end]),
+            *_slot_ptrs(states[start:end]),
+            *_slot_sizes(params[start:end]),
+        )
+
+
+def _groups(arrays: list) -> list[list]:
+    return [arrays[i : i + MULTI_TENSOR_SLOTS] for i in range(0, len(arrays), MULTI_TENSOR_SLOTS)]
+
+
+def _multi_chunks(arrays: list[DeviceArray]) -> int:
+    """Blocks per tensor: enough for the largest at 4 elements a thread, at most 128."""
+    return max(1, min(128, -(-max(x.size for x in arrays) // (4 * BLOCK))))
+
+
+def _slot_ptrs(arrays: list[DeviceArray]) -> list[int]:
+    for x in arrays:
+        if not x.is_contiguous():
+            raise ValueError("multi-tensor kernels need contiguous tensors")
+    return [x.ptr for x in arrays] + [0] * (MULTI_TENSOR_SLOTS - len(arrays))
+
+
+def _slot_sizes(arrays: list[DeviceArray]) -> list[int]:
+    return [x.size for x in arrays] + [0] * (MULTI_TENSOR_SLOTS - len(arrays))
+
+
+def _multi_sumsq(grads: list[DeviceArray]) -> tuple[DeviceArray, int]:
+    """Partial sums of squares of all gradients: one launch per 8 tensors."""
+    chunks = _multi_chunks(grads)
+    partials = DeviceArray.empty((chunks * len(grads),))
+    for g, group in enumerate(_groups(grads)):
+        launch(
+            registry.get("multi_sumsq"),
+            (chunks, len(group), 1),
+            (BLOCK, 1, 1),
+            partials.ptr + ITEMSIZE * g * MULTI_TENSOR_SLOTS * chunks,
+            *_slot_ptrs(group),
+            *_slot_sizes(group),
+        )
+    return partials, chunks * len(grads)
 
 
 def sgd_step(p: DeviceArray, g: DeviceArray, lr: float) -> None:

@@ -8,6 +8,7 @@ handed to the next request of that size without touching the driver.
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 
 import pycuda.driver as drv
@@ -57,6 +58,22 @@ def _allocate(nbytes: int, retry=None):
         return drv.mem_alloc(nbytes)
 
 
+_keepers: list[list] = []
+
+
+@contextlib.contextmanager
+def keep_alive():
+    """Collect every buffer created in the block into a list that holds them: none goes
+    back to the pool while the list lives. A captured CUDA graph owns its buffers this
+    way, so that no later tensor is handed memory that a replay still writes."""
+    kept: list = []
+    _keepers.append(kept)
+    try:
+        yield kept
+    finally:
+        _keepers.remove(kept)
+
+
 class DeviceBuffer:
     """``nbytes`` of device memory, returned to where it came from when collected."""
 
@@ -67,6 +84,8 @@ class DeviceBuffer:
         self._pooled = stages.memory_pool()
         self._allocation = pool.acquire(nbytes) if self._pooled else _allocate(nbytes)
         self.ptr = int(self._allocation)
+        if _keepers:
+            _keepers[-1].append(self)
 
     def __del__(self) -> None:
         allocation = getattr(self, "_allocation", None)

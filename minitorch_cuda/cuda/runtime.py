@@ -3,10 +3,17 @@
 Every call into the driver goes through this module, so that each one is
 checked, counted and (inside ``profiler.profile()``) timed, and so that the
 stage decides in one place whether a launch is followed by a device sync.
+
+Launches and device-to-device copies go to the *current stream*: the legacy
+default stream unless ``on_stream(stream)`` chose another (CUDA graph capture,
+stage 11, needs every launch of the step on one non-default stream). While a
+capture is running, host copies and synchronizations are refused loudly: they
+would invalidate the capture.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -26,6 +33,38 @@ DEBUG_SYNC = os.environ.get("MINITORCH_CUDA_SYNC") == "1"
 require_cuda()  # importing this module means CUDA is wanted: fail here, clearly
 import pycuda.driver as drv  # noqa: E402
 from pycuda.compiler import SourceModule  # noqa: E402
+
+_stream = None  # a pycuda Stream, or None for the legacy default stream
+_capturing = False
+
+
+@contextlib.contextmanager
+def on_stream(stream, capturing: bool = False):
+    """Send launches and device copies of the block to ``stream`` (``capturing``: a
+    CUDA graph capture is running on it, so nothing may wait for the device)."""
+    global _stream, _capturing
+    previous = _stream, _capturing
+    _stream, _capturing = stream, capturing
+    try:
+        yield stream
+    finally:
+        _stream, _capturing = previous
+
+
+def current_stream():
+    return _stream
+
+
+def capturing() -> bool:
+    return _capturing
+
+
+def _refuse_during_capture(what: str) -> None:
+    if _capturing:
+        raise KernelError(
+            f"{what} while a CUDA graph is being captured: the captured step must stay on the "
+            "device (no host copies, no synchronization)"
+        )
 
 
 class KernelError(RuntimeError):
@@ -109,13 +148,13 @@ class Kernel:
 
 
 def launch(kernel: Kernel, grid: tuple, block: tuple, *args, shapes=()) -> None:
-    """Launch on the default stream; sync afterwards where the stage says so."""
+    """Launch on the current stream; sync afterwards where the stage says so."""
     counters = profiler.counters
     counters.launches += 1
-    prof = profiler.active()
+    prof = None if _capturing else profiler.active()  # events on the legacy stream would break a capture
     token = prof.begin() if prof else None
     try:
-        kernel.function.prepared_async_call(grid, block, None, *args)
+        kernel.function.prepared_async_call(grid, block, _stream, *args)
     except drv.Error as exc:
         raise KernelError(
             f"launch of {kernel.name} failed (grid={grid}, block={block}, shapes={shapes}): {exc}"
@@ -126,7 +165,28 @@ def launch(kernel: Kernel, grid: tuple, block: tuple, *args, shapes=()) -> None:
         synchronize(f"{kernel.name} (grid={grid}, block={block}, shapes={shapes})")
 
 
+def time_launch_ms(kernel: Kernel, grid: tuple, block: tuple, *args) -> float:
+    """One launch between two events on the legacy stream, waited for (the autotuner's
+    measurement: not counted, not profiled, never during a capture)."""
+    _refuse_during_capture(f"timing {kernel.name}")
+    start, stop = drv.Event(), drv.Event()
+    start.record()
+    try:
+        kernel.function.prepared_async_call(grid, block, None, *args)
+    except drv.Error as exc:
+        raise KernelError(f"launch of {kernel.name} failed (grid={grid}, block={block}): {exc}") from None
+    stop.record()
+    stop.synchronize()
+    return stop.time_since(start)
+
+
+@functools.cache
+def multiprocessors() -> int:
+    return drv.Context.get_device().get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
+
+
 def synchronize(after: str = "the last launch") -> None:
+    _refuse_during_capture(f"a device synchronization after {after}")
     profiler.counters.syncs += 1
     try:
         drv.Context.synchronize()
@@ -153,14 +213,20 @@ def _copy(kind: str, nbytes: int, action) -> None:
 
 def copy_htod(dst_ptr: int, host: np.ndarray) -> None:
     """Blocking host-to-device copy (the host array is pageable)."""
+    _refuse_during_capture(f"a host-to-device copy of {host.nbytes} bytes")
     _copy("htod", host.nbytes, lambda: drv.memcpy_htod(dst_ptr, host))
 
 
 def copy_dtoh(host: np.ndarray, src_ptr: int) -> None:
     """Blocking device-to-host copy: waits for all earlier work on the device."""
+    _refuse_during_capture(f"a device-to-host copy of {host.nbytes} bytes")
     _copy("dtoh", host.nbytes, lambda: drv.memcpy_dtoh(host, src_ptr))
 
 
 def copy_dtod(dst_ptr: int, src_ptr: int, nbytes: int) -> None:
-    """Device-to-device copy; cuMemcpyDtoD returns once the copy is queued."""
-    _copy("dtod", nbytes, lambda: drv.memcpy_dtod(dst_ptr, src_ptr, nbytes))
+    """Device-to-device copy; cuMemcpyDtoD returns once the copy is queued (on the
+    current stream when one is chosen)."""
+    if _stream is not None:
+        _copy("dtod", nbytes, lambda: drv.memcpy_dtod_async(dst_ptr, src_ptr, nbytes, _stream))
+    else:
+        _copy("dtod", nbytes, lambda: drv.memcpy_dtod(dst_ptr, src_ptr, nbytes))

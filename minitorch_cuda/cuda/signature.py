@@ -86,6 +86,59 @@ SPECS: dict[str, KernelSpec] = {
     "init_normal": KernelSpec("init.cu", "float* out, int n, float std, unsigned int seed"),
 }
 
+# --- stages 9-12 -----------------------------------------------------------------------
+_MATMUL = "float* c, const float* a, const float* b, int M, int N, int K, int ta, int tb, int stride_a, int stride_b"
+_BIAS_ACT = (
+    "float* c, const float* a, const float* b, const float* bias, int M, int N, int K, int ta, int tb, "
+    "int stride_a, int stride_b, int act"
+)
+# Tile shapes of the register-tiled variants: name suffix -> (BM, BN, BK, threads).
+REGTILED_TILES: dict[str, tuple[int, int, int, int]] = {
+    "128x128x8": (128, 128, 8, 256),
+    "128x64x8": (128, 64, 8, 256),
+    "64x64x8": (64, 64, 8, 256),
+    "64x64x16": (64, 64, 16, 256),
+    "32x32x8": (32, 32, 8, 64),
+}
+MMA_TILE = (128, 128, 256)  # BM, BN, threads of matmul_tf32 / matmul_bf16
+
+
+def _slots(kind: str, name: str) -> str:
+    return ", ".join(f"{kind} {name}{i}" for i in range(MULTI_TENSOR_SLOTS))
+
+
+MULTI_TENSOR_SLOTS = 8
+VEC4_OPS = (
+    "ew_add", "ew_sub", "ew_mul", "ew_div", "ew_exp", "ew_log", "ew_relu", "ew_sigmoid",
+    "ew_relu_backward", "ew_sigmoid_backward", "ew_affine", "ew_fill",
+)  # fmt: skip
+
+SPECS.update(
+    {
+        **{f"{op}_vec4": KernelSpec("vectorized.cu", SPECS[op].params) for op in VEC4_OPS},
+        "softmax_rows_warp": KernelSpec("vectorized.cu", "float* out, const float* in, int rows, int cols"),
+        "softmax_rows_online": KernelSpec("vectorized.cu", "float* out, const float* in, int rows, int cols"),
+        **{f"matmul_regtiled_{t}": KernelSpec("matmul_regtiled.cu", _MATMUL) for t in REGTILED_TILES},
+        **{f"matmul_bias_act_{t}": KernelSpec("fused.cu", _BIAS_ACT) for t in REGTILED_TILES},
+        "softmax_xent_fused": KernelSpec(
+            "fused.cu",
+            "float* probs, float* loss, const float* logits, const float* target, int rows, int cols, float scale",
+        ),
+        "multi_sumsq": KernelSpec("fused.cu", f"float* partials, {_slots('const float*', 'g')}, {_slots('int', 'n')}"),
+        "multi_clip_rmsprop": KernelSpec(
+            "fused.cu",
+            "const float* partials, int n_partials, float max_norm, float lr, float decay, float eps, "
+            f"{_slots('float*', 'p')}, {_slots('float*', 'g')}, {_slots('float*', 'v')}, {_slots('int', 'n')}",
+        ),
+        "multi_clip_scale": KernelSpec(
+            "fused.cu",
+            f"const float* partials, int n_partials, float max_norm, {_slots('float*', 'g')}, {_slots('int', 'n')}",
+        ),
+        "matmul_tf32": KernelSpec("mma.cu", _MATMUL),
+        "matmul_bf16": KernelSpec("mma.cu", _MATMUL),
+    }
+)
+
 
 def prepare_signature(params: str) -> str:
     """C parameters -> PyCUDA's prepare() format: P pointer, i int, I unsigned, f float."""
@@ -106,7 +159,10 @@ def prepare_signature(params: str) -> str:
 
 def entry_params(source: str, entry: str) -> str:
     """The parameter list of ``__global__ void entry(...)`` in ``source``."""
-    match = re.search(r"__global__\s+void\s+" + re.escape(entry) + r"\s*\(([^)]*)\)", source)
+    bounds = r"(?:__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)\s*)?"  # optional, one level of parens
+    match = re.search(
+        r"__global__\s+" + bounds + r"void\s+" + bounds + re.escape(entry) + r"\s*\(([^)]*)\)", source
+    )
     if match is None:
         raise ValueError(f"no `__global__ void {entry}(...)` found in the kernel source")
     return " ".join(match.group(1).split())

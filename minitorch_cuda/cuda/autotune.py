@@ -1,0 +1,87 @@
+"""A small autotuner: on the first call of each shape, time every candidate kernel, keep the fastest.
+
+The key is whatever decides the fastest variant (for matmul: M, N, K, the flags,
+the batch and whether the operands allow vector loads). The tuner is pure
+Python: the backend hands it a ``time_ms(name)`` callable that launches one
+variant and measures it with CUDA events, so the bookkeeping is testable on a
+machine without a GPU. Every decision is recorded in ``choices()`` (a
+JSON-serializable dict) so that the benchmark can save what it ran.
+
+Set ``MINITORCH_CUDA_AUTOTUNE=0`` to skip the timing and take the heuristic
+choice (the first candidate that fits), e.g. for reproducible profiles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Hashable, Sequence
+
+
+@dataclasses.dataclass
+class Decision:
+    choice: str
+    timings_ms: dict[str, float]  # empty when the heuristic decided
+    how: str  # "timed" or "heuristic"
+
+
+class Autotuner:
+    def __init__(self, enabled: bool | None = None, repeats: int = 3):
+        self.enabled = os.environ.get("MINITORCH_CUDA_AUTOTUNE", "1") != "0" if enabled is None else enabled
+        self.repeats = repeats
+        self._decisions: dict[tuple[str, Hashable], Decision] = {}
+        self.frozen = False  # while True (e.g. during graph capture) nothing may be timed
+
+    def pick(
+        self,
+        family: str,
+        key: Hashable,
+        candidates: Sequence[str],
+        time_ms: Callable[[str], float],
+    ) -> str:
+        """The fastest of ``candidates`` for ``key``: timed once, then remembered.
+        ``time_ms(name)`` runs one candidate and returns its time in milliseconds;
+        it is called ``repeats`` times per candidate and the minimum counts."""
+        if not candidates:
+            raise ValueError(f"autotune {family}: no candidate kernels for {key}")
+        found = self._decisions.get((family, key))
+        if found is not None:
+            return found.choice
+        if not self.enabled or len(candidates) == 1:
+            decision = Decision(candidates[0], {}, "heuristic")
+        elif self.frozen:
+            raise RuntimeError(
+                f"autotune {family}: {key} was never tuned and timing is not allowed now "
+                "(inside a CUDA graph capture); run the step once eagerly first"
+            )
+        else:
+            timings = {name: min(time_ms(name) for _ in range(self.repeats)) for name in candidates}
+            best = min(timings, key=timings.__getitem__)
+            decision = Decision(best, timings, "timed")
+        self._decisions[(family, key)] = decision
+        return decision.choice
+
+    def choices(self) -> dict[str, dict]:
+        """Every decision so far: ``{"family key": {"choice", "how", "timings_ms"}}``."""
+        return {
+            f"{family} {_format_key(key)}": dataclasses.asdict(decision)
+            for (family, key), decision in self._decisions.items()
+        }
+
+    def clear(self) -> None:
+        self._decisions.clear()
+
+
+def _format_key(key: Hashable) -> str:
+    if isinstance(key, tuple):
+        return ",".join(str(part) for part in key)
+    return str(key)
+
+
+def fits(tile_m: int, tile_n: int, M: int, N: int) -> bool:
+    """Whether a tile shape is worth trying: at most one tile of padding in each direction
+    beyond the matrix (a 128-row tile for a 10-row matrix wastes 92% of the block)."""
+    return tile_m <= max(32, 2 * M) and tile_n <= max(32, 2 * N)
+
+
+tuner = Autotuner()
