@@ -20,8 +20,7 @@ def ordered_bits(x: np.ndarray) -> np.ndarray:
     """Float bit patterns as signed integers that sort like the floats (-0 and +0 both 0)."""
     size = x.dtype.itemsize
     bits = x.view(_INT[size]).astype(np.int64)
-    sign_mask = np.int64(1) << np.int64(8 * size - 1)
-    magnitude = bits & (sign_mask - 1)
+    magnitude = bits & np.int64((1 << (8 * size - 1)) - 1)  # drop the sign bit (sign-extended here)
     return np.where(bits < 0, -magnitude, magnitude)
 
 

@@ -1,0 +1,252 @@
+"""Chapter 20's tile evaluation: references, interop, compare, sources, tables (CPU);
+the CUDA C kernels through nvcc (where nvcc exists); the Triton kernels in
+Triton's interpreter, on numpy arrays (where triton imports); the whole
+benchmark on a GPU (``-m gpu``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import minitorch_cuda as mt
+from minitorch_cuda.tile_eval import availability, cases, compare, cuda_c, diagnostics, report, sources
+from minitorch_cuda.tile_eval.interop import TileArray
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU = mt.cuda_available()
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+# find_spec, not import: importing triton here would fix it in compiled mode for this process
+TRITON = None if importlib.util.find_spec("triton") else "triton is not installed (pip install triton to run these)"
+needs_triton = pytest.mark.skipif(TRITON is not None, reason=TRITON or "")
+
+
+# --- references ---------------------------------------------------------------------
+
+
+def test_fib_table_is_the_cub_function() -> None:
+    assert list(cases.FIB_TABLE[:8]) == [0, 0, 1, 1, 2, 3, 5, 8]
+    assert cases.fib_scalar(cases.MAX_FIB_N) == cases.FIB_TABLE[-1] == 165580141
+
+
+def test_heavy_reference_pairs_closed_form() -> None:
+    """The in-place third loop equals rev*r in the first half and rev*r*r in the second (the Triton form)."""
+    data = cases.heavy_inputs(257, seed=5)
+    for n_values in cases.HEAVY_NS:
+        reg = np.empty((data.size, n_values), np.uint32)
+        v = data.copy()
+        reg[:, 0] = v
+        with np.errstate(over="ignore"):
+            for i in range(1, n_values):
+                v = v * v + np.uint32(1)
+                reg[:, i] = v
+            reg = (reg * reg) % np.uint32(19)
+            rev = reg[:, ::-1]
+            half = np.arange(n_values) < n_values // 2
+            closed = np.where(half, rev * reg, rev * reg * reg).sum(axis=1, dtype=np.uint32)
+        np.testing.assert_array_equal(closed, cases.heavy_reference(data, n_values))
+
+
+def test_bf16_inputs_as_bits_and_as_values_agree() -> None:
+    pytest.importorskip("ml_dtypes")
+    bits = cases.stream_inputs("triad", "bf16", 1000, seed=3, bits=True)
+    values = cases.stream_inputs("triad", "bf16", 1000, seed=3)
+    for b, v in zip(bits, values):
+        assert b.dtype == np.uint16
+        np.testing.assert_array_equal(b, v.view(np.uint16))
+
+
+def test_throughput_cases_cover_the_issue() -> None:
+    specs = cases.throughput_cases()
+    assert {s["case"] for s in specs} == {*cases.STREAMS, "fib", "heavy8", "heavy16", "heavy32", "heavy64"}
+    assert {s["log2"] for s in specs} == {16, 20, 24, 28}
+    assert len(specs) == 5 * 6 * 4 + 4 + 4 * 4
+
+
+# --- compare, interop, availability, sources ----------------------------------------------
+
+
+def test_ulp_distance() -> None:
+    a = np.float32([1.0, -2.0, 0.0])
+    b = np.nextafter(np.nextafter(a, np.float32(9)), np.float32(9))
+    d = compare.differences(b, a, "fp32")
+    assert d["max_ulp"] == 2 and d["differing"] == 3 and not d["bitwise_equal"]
+    assert compare.differences(np.float32([-0.0]), np.float32([0.0]), "fp32")["max_ulp"] == 0
+    nan = np.float64([np.nan, 1.0])
+    assert compare.differences(nan, nan.copy(), "fp64")["bitwise_equal"]
+    assert compare.differences(np.int8([5, -3]), np.int8([5, 4]), "int8")["max_abs_diff"] == 7
+    assert compare.differences(np.uint16([0x7FC0]), np.uint16([0x7FC1]), "bf16")["nan_mismatch"] == 0
+
+
+def test_tile_array_exposes_the_same_pointer() -> None:
+    t = TileArray(0x7F0000001000, (1024,), "fp16")
+    cai = t.__cuda_array_interface__
+    assert cai["data"] == (0x7F0000001000, False) and cai["shape"] == (1024,) and cai["typestr"] == "<f2"
+    assert t.data_ptr() == t.ptr and str(t.dtype) == "float16" and t.nbytes == 2048
+    with pytest.raises(TypeError, match="bf16"):
+        TileArray(0x1000, (4,), "bf16").__cuda_array_interface__  # noqa: B018
+
+
+def test_tile_array_from_device_array_without_copy() -> None:
+    class FakeDeviceArray:  # the part of minitorch_cuda.cuda.array.DeviceArray that is used
+        ptr, shape = 0xABC000, (3, 4)
+
+        def is_contiguous(self) -> bool:
+            return True
+
+    t = TileArray.from_device_array(FakeDeviceArray())
+    assert t.ptr == 0xABC000 and t.shape == (3, 4) and t.strides == (4, 1) and str(t.dtype) == "float32"
+
+
+def test_cutile_reasons() -> None:
+    h200 = availability.cutile_reason(None, False, (13, 0), (9, 0))
+    assert "CUDA >= 13.1" in h200 and "CUDA 13.0" in h200 and "compute capability 9.0" in h200
+    assert availability.cutile_reason(None, False, (13, 1), (12, 0)) is None
+    assert "does not import" in availability.cutile_reason("ModuleNotFoundError: cuda", True, None, None)
+    assert all(v is None or isinstance(v, str) for v in availability.report().values())
+
+
+def test_sources_are_read_from_the_package() -> None:
+    assert "tl.where" in sources.python_function("triton", "fib_unrolled_kernel")
+    assert "ct.where" in sources.python_function("cutile", "fib_kernel")
+    assert "heavy_##N" in sources.cuda_block(r"^#define INSTANTIATE_HEAVY")
+    counts = sources.lines_per_kernel()
+    assert set(counts) == {"triad", "fib", "heavy"}
+    assert all(v > 0 for per in counts.values() for v in per.values())
+    assert sources.code_lines('def f():\n    """doc"""\n    # c\n\n    return 1\n') == 2
+
+
+def test_report_tables_from_a_synthetic_result() -> None:
+    row = {"case": "triad", "dtype": "fp32", "log2": 24, "median_ms": 1.0, "q1_ms": 0.9, "q3_ms": 1.1}
+    data = {
+        "device": {"name": "Test GPU", "compute_capability": [9, 0]},
+        "available": {"cuda_c": None, "cutile": "no"},
+        "throughput": [
+            dict(
+                row,
+                model="cuda_c",
+                gelems=16.7,
+                fraction_of_copy=0.9,
+                matches_numpy=None,
+                correctness={"bitwise_equal": True},
+            ),
+            dict(
+                row,
+                model="triton",
+                gelems=15.0,
+                ratio_to_cuda_c=0.9,
+                fraction_of_copy=0.8,
+                correctness={"bitwise_equal": False, "max_ulp": 1},
+            ),
+        ],
+        "launch_overhead": {"cuda_c": {"enqueue_us": 3.0, "until_done_us": 4.0}},
+    }
+    assert "0.90x" in report.ratio_table(data, ["triad"], 24)
+    assert "90%" in report.copy_fraction_table(data, 24)
+    assert "bitwise equal in 0/1" in report.correctness_summary(data)
+    assert "Test GPU" in report.where(data) and "enqueue" in report.overhead_text(data)
+
+
+# --- CUDA C through nvcc ----------------------------------------------------------------
+
+
+@needs_nvcc
+def test_cuda_c_kernels_compile_for_sm90() -> None:
+    cubin, _ = cuda_c.nvcc_compile(cuda_c.module_source())
+    assert len(cubin) > 10_000
+
+
+@needs_nvcc
+def test_cuda_c_heavy_keeps_its_array_in_registers() -> None:
+    from minitorch_cuda.tile_eval import codegen
+
+    ptx, _ = cuda_c.nvcc_compile(cuda_c.module_source(["heavy_64"]), target="ptx")
+    counts = codegen.count(ptx.decode(), codegen.PTX_PATTERNS)
+    assert counts["ld.local"] == counts["st.local"] == counts["malloc"] == 0
+
+
+@needs_nvcc
+def test_cuda_c_diagnostic_names_the_identifier() -> None:
+    assert 'identifier "bb" is undefined' in diagnostics.cuda_c_undefined_name()
+
+
+# --- Triton in its interpreter (CPU) ------------------------------------------------------
+# The interpreter must be chosen before triton is first imported, so the kernels
+# run in a separate process (minitorch_cuda.tile_eval.interpret), once per session.
+
+INTERPRETER_CHECKS = (
+    [f"stream-{op}-{dt}" for op in cases.STREAMS for dt in cases.STREAM_DTYPES if dt != "bf16" or op == "copy"]
+    + ["fib-unrolled", "fib-tilemax"]
+    + [f"heavy-{n}" for n in cases.HEAVY_NS]
+    + ["diagnostic-undefined-name", "diagnostic-tile-size"]
+)
+
+
+@pytest.fixture(scope="module")
+def interpreter_results() -> dict:
+    from minitorch_cuda.tile_eval import interpret
+
+    return {r["check"]: r for r in interpret.results()}
+
+
+@needs_triton
+@pytest.mark.parametrize("check", INTERPRETER_CHECKS)
+def test_triton_kernel_in_the_interpreter(interpreter_results, check) -> None:
+    assert check in interpreter_results, f"{check} did not run"
+    assert interpreter_results[check]["ok"], interpreter_results[check]["problem"]
+
+
+def test_bf16_arithmetic_is_left_to_the_gpu() -> None:
+    """Recorded on purpose: Triton's interpreter gets bf16 arithmetic wrong, so only bf16 copy runs there."""
+    from minitorch_cuda.tile_eval import interpret
+
+    assert interpret.BF16_OPS == ("copy",)
+
+
+# --- the benchmark -------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(GPU, reason="checks the message given where there is no GPU")
+def test_benchmark_fails_fast_without_a_gpu(tmp_path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "minitorch_cuda.tile_eval", "--json", str(tmp_path / "t.json")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "needs a CUDA GPU" in done.stderr
+    assert not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPU, reason=f"needs a GPU: {mt.cuda_unavailable_reason()}")
+def test_benchmark_small_run(tmp_path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["MINITORCH_CUDA_RESULTS_DIR"] = str(tmp_path / "results")
+    path = tmp_path / "t.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "minitorch_cuda.tile_eval", "--json", str(path), "--sizes", "16", "--repeats", "3"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(path.read_text())
+    rows = [r for r in data["throughput"] if r["model"] == "cuda_c"]
+    assert rows and all("error" not in r for r in rows)
+    assert all(r["matches_numpy"] is not False for r in rows)
+    ints = [r for r in data["throughput"] if r["dtype"] in ("int8", "int64", "uint32") and "correctness" in r]
+    assert all(r["correctness"]["bitwise_equal"] for r in ints), [
+        r for r in ints if not r["correctness"]["bitwise_equal"]
+    ]
