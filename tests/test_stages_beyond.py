@@ -1,0 +1,488 @@
+"""Stages 9-12: every new kernel against float64 numpy, fused against unfused, the
+CUDA-graph step against the eager one, TF32/BF16 error bounds; and, on any machine,
+the pure parts (autotuner bookkeeping, the signature table, stage predicates, the
+CPU side of the fused ops)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from conftest import assert_close, numeric_grad
+
+import minitorch_cuda as mt
+from minitorch_cuda import functions as F
+from minitorch_cuda import nn, optim, stages
+from minitorch_cuda.cuda.autotune import Autotuner, fits
+from minitorch_cuda.cuda.signature import (
+    KERNEL_DIR,
+    MULTI_TENSOR_SLOTS,
+    REGTILED_TILES,
+    SPECS,
+    VEC4_OPS,
+    prepare_signature,
+)
+
+FLAGS = [(False, False), (False, True), (True, False), (True, True)]
+
+# --- CPU: stages -------------------------------------------------------------------------
+
+
+def test_stage_range_and_default():
+    assert stages.MAX_STAGE == 12
+    assert stages.MIN_STAGE <= stages.DEFAULT_STAGE <= stages.MAX_STAGE
+    assert set(stages.DESCRIPTIONS) == set(range(stages.MAX_STAGE + 1))
+
+
+@pytest.mark.parametrize(
+    ("predicate", "first"),
+    [
+        ("regtiled_matmul", 9),
+        ("vectorized_kernels", 9),
+        ("fused_kernels", 10),
+        ("cuda_graphs", 11),
+        ("tensor_cores", 12),
+    ],
+)
+def test_new_predicates_switch_on_at_their_stage(predicate, first):
+    for s in range(stages.MAX_STAGE + 1):
+        with stages.use_stage(s):
+            assert getattr(stages, predicate)() == (s >= first), (predicate, s)
+
+
+def test_old_predicates_keep_their_meaning_above_8():
+    for s in range(9, stages.MAX_STAGE + 1):
+        with stages.use_stage(s):
+            assert stages.device_clipping() and stages.gather_kernel() and stages.fused_transpose()
+            assert stages.device_init() and stages.memory_pool() and stages.batched_matmul()
+            assert stages.tiled_matmul() and stages.warp_shuffle() and not stages.sync_after_launch()
+
+
+def test_only_stage_12_gives_up_fp32():
+    assert [s for s in range(stages.MAX_STAGE + 1) if not stages.full_fp32(s)] == [12]
+
+
+def test_docstring_marks_stages_9_to_12_unverified():
+    assert "NOT YET VERIFIED ON A GPU" in stages.__doc__
+
+
+# --- CPU: the kernel table ---------------------------------------------------------------
+
+
+def test_vec4_kernels_take_the_scalar_kernels_parameters():
+    for op in VEC4_OPS:
+        assert SPECS[f"{op}_vec4"].params == SPECS[op].params
+
+
+def test_every_regtiled_variant_has_a_fused_twin_and_a_header_row():
+    header = (KERNEL_DIR / "matmul_regtiled.cu").read_text()
+    for tile, (bm, bn, bk, threads) in REGTILED_TILES.items():
+        assert SPECS[f"matmul_regtiled_{tile}"].signature == SPECS["matmul_tiled"].signature
+        assert SPECS[f"matmul_bias_act_{tile}"].signature == "PPPP" + "iiiiiiii"
+        assert tile == f"{bm}x{bn}x{bk}"
+        row = re.search(rf"^//\s+{tile}\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", header, re.M)
+        assert row, f"{tile} is missing from the header table of matmul_regtiled.cu"
+        BM, BN, BK, TM, TN, nt = map(int, row.groups())
+        assert (BM, BN, BK) == (bm, bn, bk) and nt == threads == (BM // TM) * (BN // TN)
+        assert f"REGTILED(matmul_regtiled_{tile}, {bm}, {bn}, {bk}, {TM}, {TN}," in header
+
+
+def test_multi_tensor_signatures_have_every_slot():
+    n = MULTI_TENSOR_SLOTS
+    assert SPECS["multi_sumsq"].signature == "P" + "P" * n + "i" * n
+    assert SPECS["multi_clip_rmsprop"].signature == "Piffff" + "P" * 3 * n + "i" * n
+    assert SPECS["multi_clip_scale"].signature == "Pif" + "P" * n + "i" * n
+    assert prepare_signature(SPECS["softmax_xent_fused"].params) == "PPPPiif"
+
+
+# --- CPU: the autotuner ------------------------------------------------------------------
+
+
+def test_autotuner_times_each_candidate_once_per_key():
+    calls = []
+    fake = {"a": 3.0, "b": 1.0, "c": 2.0}
+
+    def time_ms(name):
+        calls.append(name)
+        return fake[name]
+
+    tuner = Autotuner(enabled=True, repeats=2)
+    assert tuner.pick("mm", (64, 64, 64), ["a", "b", "c"], time_ms) == "b"
+    assert calls == ["a", "a", "b", "b", "c", "c"]
+    assert tuner.pick("mm", (64, 64, 64), ["a", "b", "c"], time_ms) == "b"
+    assert len(calls) == 6, "a decided key is never timed again"
+    tuner.pick("mm", (128, 64, 64), ["a", "c"], time_ms)
+    choices = tuner.choices()
+    assert choices["mm 64,64,64"] == {"choice": "b", "timings_ms": fake, "how": "timed"}
+    assert choices["mm 128,64,64"]["choice"] == "c"
+    json.dumps(choices)  # the benchmark saves it
+
+
+def test_autotuner_heuristic_and_frozen():
+    tuner = Autotuner(enabled=False)
+    assert tuner.pick("mm", 1, ["x", "y"], lambda name: pytest.fail("no timing when disabled")) == "x"
+    assert tuner.choices()["mm 1"]["how"] == "heuristic"
+    tuner = Autotuner(enabled=True)
+    tuner.frozen = True
+    with pytest.raises(RuntimeError, match="never tuned"):
+        tuner.pick("mm", 2, ["x", "y"], lambda name: 1.0)
+    assert tuner.pick("mm", 3, ["only"], lambda name: pytest.fail("one candidate needs no timing")) == "only"
+    with pytest.raises(ValueError):
+        tuner.pick("mm", 4, [], lambda name: 1.0)
+
+
+def test_tile_fit_rule():
+    assert fits(32, 32, 1, 1) and fits(128, 128, 64, 64) and not fits(128, 128, 10, 10)
+    assert any(fits(bm, bn, 1, 1) for bm, bn, _, _ in REGTILED_TILES.values()), "some variant fits any shape"
+
+
+# --- CPU: the fused ops' definitions ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_function_forward_and_backward_on_cpu(relu, bias):
+    rng = np.random.default_rng(0)
+    x, w, b = rng.standard_normal((7, 5)), rng.standard_normal((5, 3)), rng.standard_normal(3)
+    arrays = [x, w, b] if bias else [x, w]
+
+    def ref(x, w, b=None):
+        z = x @ w + (b if b is not None else 0.0)
+        return np.maximum(z, 0.0) if relu else z
+
+    tensors = [mt.tensor(a.astype(np.float32), requires_grad=True) for a in arrays]
+    out = F.Linear.apply(*tensors, relu=relu)
+    assert_close(out, ref(*arrays), 1e-5, 1e-4, "linear forward")
+    weight = rng.standard_normal(out.shape)
+    out.backward(mt.tensor(weight.astype(np.float32)))
+    for t, g in zip(tensors, numeric_grad(ref, arrays, weight)):
+        assert_close(t.grad, g, 1e-4, 1e-3, "linear grad")
+
+
+def test_clip_and_step_is_clip_then_step_on_cpu():
+    rng = np.random.default_rng(1)
+    values = [rng.standard_normal(s).astype(np.float32) for s in ((4, 3), (3,))]
+    grads = [10 * rng.standard_normal(v.shape).astype(np.float32) for v in values]
+    results = []
+    for fused in (False, True):
+        params = [mt.tensor(v, requires_grad=True) for v in values]
+        for p, g in zip(params, grads):
+            p.grad = mt.tensor(g)
+        opt = optim.RmsProp(params, lr=0.01)
+        if fused:
+            opt.clip_and_step(1.0)
+        else:
+            opt.clip_gradients(1.0)
+            opt.step()
+        results.append([p.numpy() for p in params])
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+
+
+# --- GPU helpers ---------------------------------------------------------------------------
+
+
+def _matmul_inputs(M, N, K, ta, tb, batch_a=(), batch_b=(), seed=0):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(batch_a + ((K, M) if ta else (M, K))).astype(np.float32)
+    b = rng.standard_normal(batch_b + ((N, K) if tb else (K, N))).astype(np.float32)
+    return a, b
+
+
+def _reference(a, b, ta, tb):
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    a64 = np.swapaxes(a64, -1, -2) if ta else a64
+    b64 = np.swapaxes(b64, -1, -2) if tb else b64
+    return a64 @ b64, np.abs(a64) @ np.abs(b64)
+
+
+def _launch_matmul(name, a, b, M, N, K, ta, tb, bias=None, relu=False):
+    """Launch one named matmul kernel directly (no autotuner) on uploaded a, b."""
+    from minitorch_cuda.cuda import backend, registry
+    from minitorch_cuda.cuda.array import DeviceArray
+    from minitorch_cuda.cuda.runtime import launch
+    from minitorch_cuda.cuda.signature import MMA_TILE
+
+    da, db = backend.from_numpy(a), backend.from_numpy(b)
+    batch = max(int(np.prod(a.shape[:-2])), int(np.prod(b.shape[:-2])))
+    stride_a = M * K if a.ndim > 2 else 0
+    stride_b = K * N if b.ndim > 2 else 0
+    out = DeviceArray.empty(((batch,) if batch > 1 or a.ndim > 2 or b.ndim > 2 else ()) + (M, N))
+    if name.startswith(("matmul_regtiled_", "matmul_bias_act_")):
+        bm, bn, _, threads = REGTILED_TILES[name.rsplit("_", 1)[1]]
+    else:
+        bm, bn, threads = MMA_TILE
+    grid = ((N + bn - 1) // bn, (M + bm - 1) // bm, batch)
+    args = [out.ptr, da.ptr, db.ptr, M, N, K, int(ta), int(tb), stride_a, stride_b]
+    if name.startswith("matmul_bias_act_"):
+        dbias = backend.from_numpy(bias) if bias is not None else None
+        args = args[:3] + [dbias.ptr if dbias is not None else 0] + args[3:] + [int(relu)]
+    launch(registry.get(name), grid, (threads, 1, 1), *args)
+    return backend.to_numpy(out)
+
+
+REGTILED = [f"matmul_regtiled_{t}" for t in REGTILED_TILES]
+ODD = [(72, 73, 74), (1, 1, 1), (5, 130, 3), (129, 7, 257), (64, 64, 64)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", REGTILED)
+@pytest.mark.parametrize(("ta", "tb"), FLAGS)
+@pytest.mark.parametrize("shape", ODD, ids=lambda s: "x".join(map(str, s)))
+def test_regtiled_variants_against_float64(name, ta, tb, shape):
+    M, N, K = shape
+    a, b = _matmul_inputs(M, N, K, ta, tb)
+    ref, scale = _reference(a, b, ta, tb)
+    out = _launch_matmul(name, a, b, M, N, K, ta, tb)
+    assert np.all(np.abs(out - ref) <= 1e-5 * scale + 1e-6), f"{name} {shape} ta={ta} tb={tb}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", REGTILED)
+@pytest.mark.parametrize("batches", [((3,), (3,)), ((3,), ()), ((), (3,))], ids=["both", "a-only", "b-only"])
+@pytest.mark.parametrize(("ta", "tb"), FLAGS)
+def test_regtiled_batched_and_broadcast(name, batches, ta, tb):
+    M, N, K = 72, 73, 74
+    a, b = _matmul_inputs(M, N, K, ta, tb, *batches, seed=2)
+    ref, scale = _reference(a, b, ta, tb)
+    out = _launch_matmul(name, a, b, M, N, K, ta, tb)
+    assert np.all(np.abs(out - ref) <= 1e-5 * scale + 1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stage", [9, 10, 11])
+def test_matmul_op_at_stages_9_to_11_through_the_autotuner(stage):
+    from minitorch_cuda.cuda.autotune import tuner
+
+    a, b = _matmul_inputs(72, 73, 74, False, True, (2,), (2,), seed=3)
+    ref, _ = _reference(a, b, False, True)
+    with mt.use_stage(stage), mt.profiler.profile() as prof:
+        out = mt.tensor(a, "cuda").matmul(mt.tensor(b, "cuda"), transpose_b=True)
+        assert_close(out, ref, 1e-4, 1e-4, "matmul at stage 9+")
+    assert all(row["name"].startswith("matmul_regtiled_") for row in prof.stats("kernel"))
+    assert any(k.startswith("matmul_regtiled 72,73,74,0,1,2") for k in tuner.choices())
+
+
+@pytest.mark.gpu
+def test_unaligned_views_take_the_scalar_loads():
+    x = np.random.default_rng(4).standard_normal((9, 74)).astype(np.float32)
+    w = np.random.default_rng(5).standard_normal((74, 13)).astype(np.float32)
+    with mt.use_stage(9):
+        t = mt.tensor(x, "cuda")[1:]  # starts 74 floats in: not 16-byte aligned
+        assert_close(t @ mt.tensor(w, "cuda"), x[1:].astype(np.float64) @ w, 1e-4, 1e-4, "unaligned A")
+
+
+# --- GPU: vectorized elementwise and softmax ---------------------------------------------------
+
+SIZES = [1, 3, 4, 7, 1021, 4096, 4099]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+@pytest.mark.parametrize("pattern", ["same", "row", "col", "scalar"])
+def test_vec4_binary_matches_scalar(n, op, pattern):
+    rng = np.random.default_rng(n)
+    cols = {1: 1, 3: 3, 4: 4, 7: 7, 1021: 1021, 4096: 64, 4099: 4099}[n]
+    a = rng.standard_normal((n // cols, cols)).astype(np.float32)
+    b_shape = {"same": a.shape, "row": (cols,), "col": (n // cols, 1), "scalar": (1,)}[pattern]
+    b = (np.abs(rng.standard_normal(b_shape)) + 0.5).astype(np.float32)
+    ref = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}[op](
+        a.astype(np.float64), b.astype(np.float64)
+    )
+    with mt.use_stage(9), mt.profiler.profile() as prof:
+        out = getattr(mt.tensor(a, "cuda"), f"__{'truediv' if op == 'div' else op}__")(mt.tensor(b, "cuda"))
+        assert_close(out, ref, 1e-6, 1e-6, f"{op} {pattern} n={n}")
+    assert {r["name"] for r in prof.stats("kernel")} == {f"ew_{op}_vec4"}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", SIZES)
+def test_vec4_unary_and_backward_kernels(n):
+    rng = np.random.default_rng(n + 1)
+    x = rng.standard_normal(n).astype(np.float32)
+    g = rng.standard_normal(n).astype(np.float32)
+    x64, g64 = x.astype(np.float64), g.astype(np.float64)
+    with mt.use_stage(9):
+        tx = mt.tensor(x, "cuda", requires_grad=True)
+        assert_close(tx.relu(), np.maximum(x64, 0), 0, 0, "relu")
+        assert_close(tx.exp(), np.exp(x64), 1e-6, 1e-6, "exp")
+        assert_close((tx * tx + 1.0).log(), np.log(x64 * x64 + 1), 1e-6, 1e-5, "log")
+        assert_close(tx.sigmoid(), 1 / (1 + np.exp(-x64)), 1e-6, 1e-6, "sigmoid")
+        assert_close(tx * 2.5 - 1.0, 2.5 * x64 - 1.0, 1e-6, 1e-6, "affine")
+        assert_close(mt.full((n,), 3.0, "cuda"), np.full(n, 3.0), 0, 0, "fill")
+        tx.relu().backward(mt.tensor(g, "cuda"))
+        assert_close(tx.grad, np.where(x64 > 0, g64, 0.0), 0, 0, "relu backward")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("rows", "cols"), [(1, 1), (64, 10), (33, 1000), (5, 1024), (3, 1025), (4, 4099), (2, 8192)])
+def test_stage_9_softmax(rows, cols):
+    x = (3 * np.random.default_rng(cols).standard_normal((rows, cols))).astype(np.float32)
+    z = x.astype(np.float64) - x.max(axis=1, keepdims=True)
+    ref = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+    with mt.use_stage(9), mt.profiler.profile() as prof:
+        assert_close(mt.tensor(x, "cuda").softmax(), ref, 1e-7, 1e-5, f"softmax {rows}x{cols}")
+    expected = "softmax_rows_warp" if cols <= 1024 else "softmax_rows_online"
+    assert {r["name"] for r in prof.stats("kernel")} == {expected}
+
+
+# --- GPU: fusion -----------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", [f"matmul_bias_act_{t}" for t in REGTILED_TILES])
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize(("ta", "tb"), FLAGS)
+def test_matmul_bias_act_against_float64(name, relu, ta, tb):
+    M, N, K = 72, 73, 74
+    a, b = _matmul_inputs(M, N, K, ta, tb, seed=6)
+    bias = np.random.default_rng(7).standard_normal(N).astype(np.float32)
+    ref, scale = _reference(a, b, ta, tb)
+    ref = ref + bias
+    ref = np.maximum(ref, 0) if relu else ref
+    out = _launch_matmul(name, a, b, M, N, K, ta, tb, bias=bias, relu=relu)
+    assert np.all(np.abs(out - ref) <= 1e-5 * (scale + np.abs(bias)) + 1e-6)
+    no_bias = _launch_matmul(name, a, b, M, N, K, ta, tb, bias=None, relu=False)
+    assert np.all(np.abs(no_bias - _reference(a, b, ta, tb)[0]) <= 1e-5 * scale + 1e-6)
+
+
+def _mlp_grads(stage, x, y, seed=0):
+    with mt.use_stage(stage):
+        net = nn.Sequential(
+            nn.FeedForward(74, 73, device="cuda", seed=seed),
+            nn.ReLU(),
+            nn.FeedForward(73, 10, device="cuda", seed=seed + 1),
+        )
+        with mt.profiler.count() as c:
+            loss = nn.CrossEntropyWithSoftmax()(net(mt.tensor(x, "cuda")), mt.tensor(y, "cuda"))
+            loss.backward()
+            mt.synchronize()
+        return loss.item(), [p.grad.numpy() for p in net.parameters()], c.launches
+
+
+@pytest.mark.gpu
+def test_fused_mlp_step_equals_unfused():
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((72, 74)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 72)]
+    loss9, grads9, launches9 = _mlp_grads(9, x, y)
+    loss10, grads10, launches10 = _mlp_grads(10, x, y)
+    assert loss10 == pytest.approx(loss9, rel=1e-5)
+    for g9, g10 in zip(grads9, grads10):
+        assert_close(g10, g9, 1e-6, 1e-4, "fused vs unfused gradient")
+    assert launches10 < launches9, (launches9, launches10)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("rows", "cols"), [(1, 1), (64, 10), (72, 73), (3, 1024)])
+def test_softmax_xent_fused(rows, cols):
+    rng = np.random.default_rng(rows * cols)
+    z = (4 * rng.standard_normal((rows, cols))).astype(np.float32)
+    t = rng.random((rows, cols)).astype(np.float32)
+    t /= t.sum(axis=1, keepdims=True)
+    zs = z.astype(np.float64) - z.max(axis=1, keepdims=True)
+    log_p = zs - np.log(np.exp(zs).sum(axis=1, keepdims=True))
+    with mt.use_stage(10), mt.profiler.profile() as prof:
+        logits = mt.tensor(z, "cuda", requires_grad=True)
+        loss = mt.cross_entropy_with_softmax(logits, mt.tensor(t, "cuda"))
+        assert_close(loss, -(t * log_p).sum() / rows, 1e-6, 1e-5, "fused loss")
+        loss.backward()
+        assert_close(logits.grad, (np.exp(log_p) - t) / rows, 1e-7, 1e-5, "fused loss gradient")
+    assert "softmax_xent_fused" in {r["name"] for r in prof.stats("kernel")}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n_params", [1, 6, 8, 9, 17])
+def test_multi_tensor_clip_rmsprop_matches_per_tensor(n_params):
+    rng = np.random.default_rng(n_params)
+    shapes = [(int(rng.integers(1, 300)), int(rng.integers(1, 40))) for _ in range(n_params)]
+    values = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    grads = [3 * rng.standard_normal(s).astype(np.float32) for s in shapes]
+    results = {}
+    for stage in (9, 10):
+        with mt.use_stage(stage):
+            params = [mt.tensor(v, "cuda", requires_grad=True) for v in values]
+            opt = optim.RmsProp(params, lr=0.01, decay=0.9)
+            for _ in range(3):
+                for p, g in zip(params, grads):
+                    p.grad = mt.tensor(g, "cuda")
+                with mt.profiler.count() as c:
+                    opt.clip_and_step(1.0)
+            clipped = [p.grad.numpy() for p in params]
+            results[stage] = ([p.numpy() for p in params], clipped, c.launches)
+    for a, b in zip(results[9][0] + results[9][1], results[10][0] + results[10][1]):
+        assert_close(b, a, 1e-6, 1e-4, "multi-tensor vs per-tensor")
+    groups = -(-n_params // 8)
+    assert results[10][2] == 2 * groups, results[10][2]
+
+
+# --- GPU: CUDA graphs -----------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_graph_replay_equals_eager_steps():
+    pytest.importorskip("cuda.bindings")
+    from minitorch_cuda.train import Protocol, Trainer
+
+    rng = np.random.default_rng(9)
+    steps = 20
+    x = rng.random((steps * 64 + 48, 784), dtype=np.float32)  # a last partial batch too
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, len(x))]
+    runs = {}
+    for stage in (10, 11):
+        with mt.use_stage(stage):
+            trainer = Trainer(Protocol(), "cuda")
+            tx, ty = mt.tensor(x, "cuda"), mt.tensor(y, "cuda")
+            losses = [trainer.step(tx[i : i + 64], ty[i : i + 64]) for i in range(0, len(x), 64)]
+            with mt.profiler.count() as c:
+                losses.append(trainer.step(tx[:64], ty[:64]))
+            runs[stage] = (losses, [p.numpy() for p in trainer.net.parameters()], c)
+    eager, graphed = runs[10], runs[11]
+    np.testing.assert_allclose(graphed[0], eager[0], rtol=1e-5, atol=1e-6)
+    for a, b in zip(eager[1], graphed[1]):
+        assert_close(b, a, 1e-6, 1e-4, "parameters after graph replays")
+    c = graphed[2]
+    assert c.launches == 1 and c.syncs == 0 and c.dtoh_copies == 1 and c.htod_copies == 0, c
+    assert c.allocations == 0 and c.pool_hits + c.pool_misses == 0, c
+
+
+# --- GPU: tensor cores ------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("name", "bound", "typical"), [("matmul_tf32", 1.5e-3, 1e-3), ("matmul_bf16", 1.2e-2, 8e-3)])
+@pytest.mark.parametrize(("ta", "tb"), FLAGS)
+@pytest.mark.parametrize("shape", [(72, 73, 74), (1, 1, 1), (129, 257, 300), (256, 256, 1024)], ids=str)
+def test_tensor_core_error_against_float64(name, bound, typical, ta, tb, shape):
+    """|C - C64| <= bound * (|A| |B|) elementwise (input rounding 2^-11 for TF32, 2^-8 for
+    BF16, twice, plus FP32 accumulation), and the typical relative error stays near 1e-3."""
+    M, N, K = shape
+    a, b = _matmul_inputs(M, N, K, ta, tb, seed=10)
+    ref, scale = _reference(a, b, ta, tb)
+    out = _launch_matmul(name, a, b, M, N, K, ta, tb)
+    assert np.all(np.abs(out - ref) <= bound * scale + 1e-6), f"max {np.max(np.abs(out - ref) / scale):.2e}"
+    if M * N > 1:
+        relative = np.linalg.norm(out - ref) / np.linalg.norm(ref)
+        assert relative < typical, relative
+
+
+@pytest.mark.gpu
+def test_tensor_core_batched():
+    a, b = _matmul_inputs(72, 73, 74, True, False, (3,), (), seed=11)
+    ref, scale = _reference(a, b, True, False)
+    out = _launch_matmul("matmul_tf32", a, b, 72, 73, 74, True, False)
+    assert np.all(np.abs(out - ref) <= 1.5e-3 * scale + 1e-6)
+
+
+@pytest.mark.gpu
+def test_stage_12_ops_other_than_matmul_are_exact_fp32():
+    """The op suite's non-matmul ops at stage 12, with the suite's own tolerances."""
+    from test_ops import ALL_OPS, check_op
+
+    for op in ALL_OPS:
+        if "mm" in op.name or "matmul" in op.name:
+            continue
+        check_op(op, "cuda", 12, op.shapes(3, 5, 2), seed=0)
