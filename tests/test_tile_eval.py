@@ -250,3 +250,34 @@ def test_benchmark_small_run(tmp_path) -> None:
     assert all(r["correctness"]["bitwise_equal"] for r in ints), [
         r for r in ints if not r["correctness"]["bitwise_equal"]
     ]
+
+
+# --- Exercise 20.1 -------------------------------------------------------------------------
+
+
+def test_exercise_20_1_solution_and_mistakes() -> None:
+    import jupytext
+
+    from minitorch_cuda.grade import checks, exercises, notebook
+
+    ex = exercises.get("20.1")
+    source = notebook.exercise_source(jupytext.read(ROOT / "solutions" / f"{ex.notebook}.md"), ex)
+    namespace = {"np": np, "mt": mt}
+    exec(source, namespace)
+    assert checks.run_check("20.1", namespace["fib_tile"], source).passed
+
+    def per_element(n):
+        return np.array([cases.fib_scalar(int(v)) for v in n.ravel()]).reshape(n.shape)
+
+    looped = "def per_element(n):\n    return [f(v) for v in n]\n"
+    assert checks.run_check("20.1", per_element, looped).reason == checks.FORBIDDEN
+
+    def off_by_one(n):
+        t1, t2 = np.zeros_like(n), np.ones_like(n)
+        for k in range(3, cases.MAX_FIB_N + 1):
+            more = n > k
+            t1, t2 = np.where(more, t2, t1), np.where(more, t1 + t2, t2)
+        return np.where(n == 2, 1, np.where(n < 2, 0, t2))
+
+    result = checks.run_check("20.1", off_by_one)
+    assert result.reason == checks.WRONG_RESULT and result.details

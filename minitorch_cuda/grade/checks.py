@@ -370,7 +370,13 @@ def check_memory_pool(pool_class, source: str = "") -> list[str]:
 
 # --- dispatch ----------------------------------------------------------------------
 
-PYTHON_CHECKS = {"1.2": check_launch_config, "2.1": check_bf16, "4.1": check_memory_pool}
+def check_fib_tile(fib_tile, source: str = "") -> list[str]:
+    from ..tile_eval.exercise import check_fib_tile as check  # chapter 20's check lives with its code
+
+    return check(fib_tile, source)
+
+
+PYTHON_CHECKS = {"1.2": check_launch_config, "2.1": check_bf16, "4.1": check_memory_pool, "20.1": check_fib_tile}
 
 
 def run_check(exercise_id: str, artifact, source: str = "") -> CheckResult:

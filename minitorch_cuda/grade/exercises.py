@@ -70,6 +70,7 @@ EXERCISES: dict[str, Exercise] = {
         _cuda("11.1", "11_opt6_tiled_matmul", "shared-memory tiled matmul", "matmul_tiled"),
         Exercise("12.1", "12_opt7_syncs", "a training step without device syncs", "python", "train_step"),
         _cuda("13.1", "13_opt8_warp_shuffle", "warp-shuffle row sum", "sum_rows_shuffle"),
+        Exercise("20.1", "20_tile_programming", "fibonacci as a tile function", "python", "fib_tile", gpu=False),
     ]
 }
 
