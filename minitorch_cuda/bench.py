@@ -3,6 +3,7 @@
     python -m minitorch_cuda.bench                      # stages 0-8, PyTorch, table
     python -m minitorch_cuda.bench --stages 6-8 --json out.json
     python -m minitorch_cuda.bench --record             # refresh book/results/
+    python -m minitorch_cuda.bench --only-kernels --json k.json   # matmul + bandwidth tables only
 
 Protocol (DESIGN.md): one warm-up call of 10 batches, then 5 timed epochs, the
 median reported. Stages 0 and 1 time fewer batches per epoch, as the blog did
@@ -35,8 +36,18 @@ MATMUL_SIZES = [
     ("MNIST fwd 2", 64, 128, 256),
     ("MNIST fwd 3", 64, 10, 128),
     ("MNIST dW1", 784, 256, 64),
+    ("2048^3", 2048, 2048, 2048),
+    ("4096^3", 4096, 4096, 4096),
 ]
-MATMUL_KERNELS = {"matmul_naive": 0, "matmul_transposed": 3, "matmul_batched": 5, "matmul_tiled": 6}
+MATMUL_KERNELS = {
+    "matmul_naive": 0,
+    "matmul_transposed": 3,
+    "matmul_batched": 5,
+    "matmul_tiled": 6,
+    "matmul_regtiled": 9,  # the autotuned variant for the shape
+    "matmul_tf32": 12,
+}
+SLOW_KERNELS = {"matmul_naive", "matmul_transposed", "matmul_batched"}  # skipped above 1024^3
 
 
 def parse_stages(text: str) -> list[int]:
@@ -96,12 +107,14 @@ def profile_stage(stage: int, data, steps: int = 20, keep: int = 400) -> dict:
 
 
 def matmul_gflops(repeats: int = 20) -> dict:
-    """GFLOP/s of each matmul kernel and of cuBLAS (through PyTorch) on the same shapes."""
+    """GFLOP/s of each matmul kernel and of cuBLAS (through PyTorch, FP32 and TF32) on the same shapes."""
     import pycuda.driver as drv
 
-    from .cuda import registry
+    from .cuda import backend, registry
     from .cuda.array import DeviceArray
+    from .cuda.autotune import tuner
     from .cuda.backend import from_numpy
+    from .cuda.signature import MMA_TILE, REGTILED_TILES
 
     rng = np.random.default_rng(0)
     rows = []
@@ -112,18 +125,85 @@ def matmul_gflops(repeats: int = 20) -> dict:
         flops = 2.0 * M * N * K
         row = {"label": label, "M": M, "N": N, "K": K, "gflops": {}}
         for name in MATMUL_KERNELS:
-            tile = 32 if name == "matmul_tiled" else 16
-            grid, block = ((N + tile - 1) // tile, (M + tile - 1) // tile, 1), (tile, tile, 1)
+            if name in SLOW_KERNELS and M * N * K > 1024**3:
+                continue
+            kernel_name = name
+            if name == "matmul_regtiled":
+                tile = backend._regtiled_tile(c, a, b, M, N, K, False, False, 0, 0, 1)
+                kernel_name = f"matmul_regtiled_{tile}"
+                bm, bn, _, threads = REGTILED_TILES[tile]
+                grid, block = ((N + bn - 1) // bn, (M + bm - 1) // bm, 1), (threads, 1, 1)
+                row["regtiled_variant"] = tile
+            elif name == "matmul_tf32":
+                bm, bn, threads = MMA_TILE
+                grid, block = ((N + bn - 1) // bn, (M + bm - 1) // bm, 1), (threads, 1, 1)
+            else:
+                tile = 32 if name == "matmul_tiled" else 16
+                grid, block = ((N + tile - 1) // tile, (M + tile - 1) // tile, 1), (tile, tile, 1)
             extra = {"matmul_naive": (), "matmul_transposed": (0, 0)}.get(name, (0, 0, 0, 0))
-            fn = registry.get(name).function
+            fn = registry.get(kernel_name).function
             args = (c.ptr, a.ptr, b.ptr, M, N, K, *extra)
             launch = functools.partial(fn.prepared_async_call, grid, block, None, *args)
             row["gflops"][name] = flops / 1e9 / _median_seconds(launch, repeats, drv)
-        cublas = _cublas_seconds(M, N, K, repeats)
-        if cublas:
-            row["gflops"]["cublas"] = flops / 1e9 / cublas
+        for key, tf32 in (("cublas", False), ("cublas_tf32", True)):
+            seconds = _cublas_seconds(M, N, K, repeats, tf32)
+            if seconds:
+                row["gflops"][key] = flops / 1e9 / seconds
         rows.append(row)
-    return {"rows": rows, "repeats": repeats}
+    return {"rows": rows, "repeats": repeats, "autotune": tuner.choices()}
+
+
+def bandwidth_table(repeats: int = 10) -> dict:
+    """GB/s of the bandwidth-bound kernels next to cuMemcpyDtoD's, measured in the same run:
+    elementwise ops on 2^28 floats (scalar stage-8 kernels and stage 9's float4 ones),
+    softmax over 8192 x 8192 (stage 8's three-pass and stage 9's online kernel)."""
+    import pycuda.driver as drv
+
+    from .cuda import registry
+    from .cuda.array import DeviceArray
+    from .cuda.runtime import multiprocessors
+
+    n = 1 << 28
+    x, y, out = DeviceArray.empty((n,)), DeviceArray.empty((n,)), DeviceArray.empty((n,))
+    registry.get("ew_fill").function.prepared_call(((n + 255) // 256, 1, 1), (256, 1, 1), x.ptr, 1.0, n)
+    registry.get("ew_fill").function.prepared_call(((n + 255) // 256, 1, 1), (256, 1, 1), y.ptr, 2.0, n)
+    scalar_grid, block = ((n + 255) // 256, 1, 1), (256, 1, 1)
+    vec_grid = (min(-(-(n // 4) // 256), 8 * multiprocessors()), 1, 1)
+    cases = {
+        "memcpy_dtod": (2, lambda: drv.memcpy_dtod(out.ptr, x.ptr, 4 * n)),
+        "ew_add": (3, ("ew_add", scalar_grid, (out.ptr, x.ptr, y.ptr, n, 1, n))),
+        "ew_add_vec4": (3, ("ew_add_vec4", vec_grid, (out.ptr, x.ptr, y.ptr, n, 1, n))),
+        "ew_relu": (2, ("ew_relu", scalar_grid, (out.ptr, x.ptr, n))),
+        "ew_relu_vec4": (2, ("ew_relu_vec4", vec_grid, (out.ptr, x.ptr, n))),
+    }
+    rows_, cols_ = 8192, 8192
+    cases["softmax_rows_shuffle"] = (2 * rows_ * cols_ / n, ("softmax_rows_shuffle", (rows_, 1, 1), None))
+    cases["softmax_rows_online"] = (2 * rows_ * cols_ / n, ("softmax_rows_online", (rows_, 1, 1), None))
+    table = {}
+    for name, (arrays, how) in cases.items():
+        if callable(how):
+            call = how
+        else:
+            kernel, grid, args = how
+            if args is None:  # softmax: (out, in, rows, cols), 1024 or 256 threads
+                args = (out.ptr, x.ptr, rows_, cols_)
+                block_ = (1024 if kernel.endswith("shuffle") else 256, 1, 1)
+            else:
+                block_ = block
+            call = functools.partial(registry.get(kernel).function.prepared_async_call, grid, block_, None, *args)
+        seconds = _median_seconds(call, repeats, drv)
+        table[name] = {"bytes": arrays * 4 * n, "seconds": seconds, "gb_per_s": arrays * 4 * n / seconds / 1e9}
+    copy = table["memcpy_dtod"]["gb_per_s"]
+    for row in table.values():
+        row["share_of_copy"] = row["gb_per_s"] / copy
+    return {"n": n, "softmax_shape": [rows_, cols_], "kernels": table}
+
+
+def format_bandwidth(table: dict) -> str:
+    lines = [f"{'kernel':>22}  {'GB/s':>8}  {'of copy':>8}"]
+    for name, row in table["kernels"].items():
+        lines.append(f"{name:>22}  {row['gb_per_s']:8.1f}  {row['share_of_copy']:8.1%}")
+    return "\n".join(lines)
 
 
 INNER = 10  # launches between two events, so that host launch gaps do not count
@@ -143,12 +223,12 @@ def _median_seconds(call, repeats: int, drv) -> float:
     return float(np.median(times))
 
 
-def _cublas_seconds(M: int, N: int, K: int, repeats: int) -> float | None:
+def _cublas_seconds(M: int, N: int, K: int, repeats: int, tf32: bool = False) -> float | None:
     try:
         import torch
     except ImportError:
         return None
-    torch.backends.cuda.matmul.allow_tf32 = False  # compare float32 with float32
+    torch.backends.cuda.matmul.allow_tf32 = tf32  # FP32 against FP32, TF32 against TF32
     a = torch.randn(M, K, device="cuda")
     b = torch.randn(K, N, device="cuda")
     torch.matmul(a, b)
@@ -161,6 +241,7 @@ def _cublas_seconds(M: int, N: int, K: int, repeats: int) -> float | None:
         stop.record()
         stop.synchronize()
         times.append(start.elapsed_time(stop) / 1e3 / INNER)
+    torch.backends.cuda.matmul.allow_tf32 = False
     return float(np.median(times))
 
 
@@ -218,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--matmul", action="store_true", help="also time each matmul kernel against cuBLAS")
     parser.add_argument("--profiles", action="store_true", help="also profile 20 steps of every stage")
     parser.add_argument("--json", help="write every result to this JSON file")
+    parser.add_argument(
+        "--only-kernels", action="store_true", help="only the matmul and bandwidth tables, no MNIST training"
+    )
     parser.add_argument("--record", action="store_true", help="write book/results/*.json (implies --matmul --profiles)")
     args = parser.parse_args(argv)
     if not cuda_available():
@@ -233,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     from .cuda.runtime import device_properties
 
     command = "python -m minitorch_cuda.bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    if args.only_kernels:
+        return kernels_main(args, command, device_properties)
     data = train.load_to("cuda")
     use_torch = not args.no_torch and torch_reference.available()
     total = args.epochs * (len(args.stages) + use_torch)
@@ -274,11 +360,31 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def kernels_main(args, command: str, device_properties) -> int:
+    result = {"device": device_properties(), "command": command}
+    result["matmul"] = matmul_gflops()
+    print(format_matmul(result["matmul"]))
+    result["bandwidth"] = bandwidth_table()
+    print(format_bandwidth(result["bandwidth"]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1, default=str)
+    return 0
+
+
 def format_matmul(table: dict) -> str:
-    names = list(table["rows"][0]["gflops"])
+    names = list(dict.fromkeys(n for row in table["rows"] for n in row["gflops"]))
     lines = [f"{'GFLOP/s':>12}  " + "  ".join(f"{n:>17}" for n in names)]
     for row in table["rows"]:
-        lines.append(f"{row['label']:>12}  " + "  ".join(f"{row['gflops'][n]:17.1f}" for n in names))
+        lines.append(
+            f"{row['label']:>12}  " + "  ".join(f"{row['gflops'].get(n, float('nan')):17.1f}" for n in names)
+        )
+    for label in ("1024^3", "4096^3"):
+        big = next((r["gflops"] for r in table["rows"] if r["label"] == label), {})
+        if "cublas" in big and "matmul_regtiled" in big:
+            lines.append(f"{label}: regtiled / cuBLAS = {big['matmul_regtiled'] / big['cublas']:.1%}")
+        if "cublas_tf32" in big and "matmul_tf32" in big:
+            lines.append(f"{label}: tf32 / cuBLAS TF32 = {big['matmul_tf32'] / big['cublas_tf32']:.1%}")
     big = next(r for r in table["rows"] if r["label"] == "1024^3")["gflops"]
     lines.append(
         f"1024^3: tiled / batched = {big['matmul_tiled'] / big['matmul_batched']:.2f}x"
