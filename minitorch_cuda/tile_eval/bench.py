@@ -25,7 +25,7 @@ from . import availability, cases, sources
 RESULT_NAME = "tile_eval"
 
 
-def _fresh_caches() -> None:
+def fresh_caches() -> None:
     """Empty compile caches for Triton and CuPy, so that 'cold' means cold (set before they import)."""
     root = Path(tempfile.mkdtemp(prefix="tile_eval_"))
     os.environ["TRITON_CACHE_DIR"] = str(root / "triton")
@@ -65,7 +65,7 @@ def versions() -> dict:
     return out
 
 
-def run(sizes_log2: list[int], repeats: int, log=print) -> dict:
+def run(sizes_log2: list[int], repeats: int, log=print, with_ncu: bool = True) -> dict:
     from ..cuda.runtime import device_properties
     from . import measure, rows, timing
 
@@ -113,8 +113,9 @@ def run(sizes_log2: list[int], repeats: int, log=print) -> dict:
     if "triton" in models:
         data["tuning"] = {"triton": rows.triton_tuning(repeats, l2)}
     data["diagnostics"] = rows.diagnostics_rows(available)
-    log("ncu")
-    data["ncu"] = rows.ncu_rows()
+    if with_ncu:
+        log("ncu")
+        data["ncu"] = rows.ncu_rows()
     data["seconds"] = time.perf_counter() - started
     return data
 
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.ncu_target:
         ncu_target()
         return 0
-    _fresh_caches()
+    fresh_caches()
     data = run(sizes, args.repeats, log=lambda m: print(m, file=sys.stderr, flush=True))
     command = "python -m minitorch_cuda.tile_eval " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.json:
