@@ -281,3 +281,108 @@ def test_exercise_20_1_solution_and_mistakes() -> None:
 
     result = checks.run_check("20.1", off_by_one)
     assert result.reason == checks.WRONG_RESULT and result.details
+
+
+# --- the chapter renders a recorded run (synthetic, shaped like bench.run's output) ----------
+
+
+def fake_result() -> dict:
+    rows = []
+    for spec in cases.throughput_cases():
+        models = ["cuda_c", "triton"] + (["triton_tilemax"] if spec["case"] == "fib" else [])
+        models += ["cupy"] if spec["dtype"] != "bf16" and not spec["case"].startswith("heavy") else []
+        for i, model in enumerate(models):
+            t = 1.0 + 0.1 * i
+            rows.append(
+                dict(
+                    spec,
+                    model=model,
+                    n=1 << spec["log2"],
+                    median_ms=t,
+                    q1_ms=t * 0.95,
+                    q3_ms=t * 1.05,
+                    min_ms=t * 0.9,
+                    max_ms=t * 1.1,
+                    gelems=1.0 / t,
+                    ratio_to_cuda_c=1.0 / t,
+                    fraction_of_copy=0.9 / t,
+                    matches_numpy=True if model == "cuda_c" else None,
+                    correctness={"bitwise_equal": i != 1, "differing": 0, "max_ulp": 1},
+                )
+            )
+    rows[1] = dict(rows[1], error="RuntimeError: a failed launch")
+    rows[1].pop("gelems")
+    evidence = {
+        "cold_s": 1.0,
+        "warm_s": 0.01,
+        "cubin_bytes": 9000,
+        "registers": 32,
+        "local_bytes": 0,
+        "ptx": {"ld.local": 0, "selp": 3},
+        "ptx_examples": ["selp.b64 %rd1, %rd2, %rd3, %p1;"],
+    }
+    return {
+        "device": {"name": "Fake H200", "compute_capability": [9, 0], "l2_cache_bytes": 60 << 20},
+        "available": {"cuda_c": None, "triton": None, "cutile": "cuTile Python cannot run here", "cupy": None},
+        "sizes_log2": list(cases.SIZES_LOG2),
+        "throughput": rows,
+        "compile": {
+            "cuda_c": {k: evidence for k in ["triad_fp32", "fib", "heavy_8", "heavy_64"]},
+            "triton": {"fib": evidence, "fib_tilemax": {"error": "CompilationError: x"}},
+            "cupy": {"error": "ImportError: no"},
+        },
+        "launch_overhead": {"cuda_c": {"enqueue_us": 3.0, "until_done_us": 4.0}, "triton": {"error": "x"}},
+        "tuning": {
+            "triton": {
+                "triad_fp32": {
+                    "n": 1,
+                    "rows": [
+                        {"block": 256, "num_warps": 4, "gelems": 1.0},
+                        {"block": 512, "num_warps": 4, "gelems": 2.0},
+                    ],
+                }
+            }
+        },
+        "diagnostics": {"undefined_name": {"cuda_c": "error: bb", "triton": "NameError: bb"}},
+        "ncu": {"error": "ncu is not on PATH"},
+    }
+
+
+def test_report_handles_every_section() -> None:
+    data = fake_result()
+    for text in (
+        report.ratio_table(data, list(cases.STREAMS), 28),
+        report.scaling_table(data, "fib"),
+        report.compile_table(data),
+        report.evidence_text(data, "fib"),
+        report.overhead_text(data),
+        report.tuning_text(data),
+        report.diagnostics_text(data),
+        report.ncu_text(data),
+        report.correctness_summary(data),
+        report.copy_fraction_table(data, 16),
+    ):
+        assert isinstance(text, str) and text
+    assert "2.00x apart" in report.tuning_text(data)
+
+
+@pytest.mark.notebooks
+def test_chapter_renders_a_recorded_result(tmp_path) -> None:
+    import jupytext
+    import nbclient
+
+    (tmp_path / "tile_eval.json").write_text(json.dumps(fake_result()))
+    nb = jupytext.read(ROOT / "chapters" / "20_tile_programming.md")
+    nb.cells = [c for c in nb.cells if "gpu" not in c.metadata.get("tags", [])]
+    env = {"MINITORCH_CUDA_RESULTS_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        nbclient.NotebookClient(
+            nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "chapters")}}
+        ).execute()
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "Fake H200" in text and "not recorded yet" not in text

@@ -65,6 +65,14 @@ def versions() -> dict:
     return out
 
 
+def _safe(fn, *args) -> dict:
+    """A section of the run; if it fails, its error is recorded and the run goes on."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+
+
 def run(sizes_log2: list[int], repeats: int, log=print, with_ncu: bool = True) -> dict:
     from ..cuda.runtime import device_properties
     from . import measure, rows, timing
@@ -86,9 +94,9 @@ def run(sizes_log2: list[int], repeats: int, log=print, with_ncu: bool = True) -
         log("compile times, binary sizes, PTX/SASS")
         compile_rows = {"cuda_c": rows.cuda_compile(models["cuda_c"])}
     if "triton" in models:
-        compile_rows["triton"] = rows.triton_compile()
+        compile_rows["triton"] = _safe(rows.triton_compile)
     if "cupy" in models:
-        compile_rows["cupy"] = rows.cupy_compile()
+        compile_rows["cupy"] = _safe(rows.cupy_compile)
     data["compile"] = compile_rows
     data["lines_per_kernel"] = sources.lines_per_kernel()
 
@@ -109,13 +117,13 @@ def run(sizes_log2: list[int], repeats: int, log=print, with_ncu: bool = True) -
     data["copy_gbps"] = {str(k): v for k, v in sorted(copy_cache.items())}
 
     log("launch overhead, tuning, diagnostics")
-    data["launch_overhead"] = rows.launch_overhead(models)
+    data["launch_overhead"] = _safe(rows.launch_overhead, models)
     if "triton" in models:
-        data["tuning"] = {"triton": rows.triton_tuning(repeats, l2)}
-    data["diagnostics"] = rows.diagnostics_rows(available)
+        data["tuning"] = {"triton": _safe(rows.triton_tuning, repeats, l2)}
+    data["diagnostics"] = _safe(rows.diagnostics_rows, available)
     if with_ncu:
         log("ncu")
-        data["ncu"] = rows.ncu_rows()
+        data["ncu"] = _safe(rows.ncu_rows)
     data["seconds"] = time.perf_counter() - started
     return data
 

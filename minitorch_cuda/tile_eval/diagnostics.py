@@ -10,6 +10,7 @@ The CUDA C one needs only nvcc; the Triton one runs in the interpreter too.
 
 from __future__ import annotations
 
+import re
 import traceback
 
 import numpy as np
@@ -32,8 +33,9 @@ def cuda_c_undefined_name() -> str:
     try:
         cuda_c.nvcc_compile(source)
     except Exception as exc:
-        # keep the compiler's own lines, without the temporary path
-        return "\n".join(line.split("/k.cu")[-1] for line in str(exc).splitlines()[:MAX_LINES])
+        # the compiler's own lines, with the temporary file's path shortened to its name
+        lines = str(exc).removeprefix("nvcc failed:").strip().splitlines()[:MAX_LINES]
+        return "\n".join(re.sub(r'"?[^\s"]*/k\.cu"?', "k.cu", line) for line in lines)
     return "compiled without an error"
 
 

@@ -91,7 +91,10 @@ def results(timeout: int = 600) -> list[dict]:
     """Run the checks in a fresh interpreter-mode process; one dict per check."""
     env = dict(os.environ, TRITON_INTERPRET="1")
     done = subprocess.run(
-        [sys.executable, "-m", "minitorch_cuda.tile_eval.interpret"], capture_output=True, text=True, env=env,
+        [sys.executable, "-m", "minitorch_cuda.tile_eval.interpret"],
+        capture_output=True,
+        text=True,
+        env=env,
         timeout=timeout,
     )
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]

@@ -117,6 +117,9 @@ def compile_table(data: dict) -> str:
         f"{'model':7s} {'kernel':12s} {'cold s':>7s} {'warm s':>7s} {'cubin B':>8s} {'regs':>5s} {'spill/local':>11s}"
     ]
     for model, kernels in data.get("compile", {}).items():
+        if "error" in kernels:
+            lines.append(f"{model:7s} {'(all)':12s} {str(kernels['error'])[:80]}")
+            continue
         for name, k in kernels.items():
             if "error" in k:
                 lines.append(f"{model:7s} {name:12s} {k['error'][:60]}")
@@ -134,6 +137,8 @@ def evidence_text(data: dict, kernel: str) -> str:
     lines = []
     for model, kernels in data.get("compile", {}).items():
         k = kernels.get(kernel)
+        if isinstance(k, dict) and "error" in k:
+            lines.append(f"{model}: {k['error'][:200]}")
         if not k or "ptx" not in k:
             continue
         lines.append(f"{model}: PTX {k['ptx']}  SASS {k.get('sass', 'not disassembled')}")
@@ -143,15 +148,23 @@ def evidence_text(data: dict, kernel: str) -> str:
 
 
 def overhead_text(data: dict) -> str:
+    overhead = data.get("launch_overhead", {})
+    if "error" in overhead:
+        return f"not measured: {overhead['error']}"
     return "\n".join(
-        f"{m:8s} enqueue {o['enqueue_us']:6.1f} us/launch, until done {o['until_done_us']:6.1f} us/launch"
-        for m, o in data.get("launch_overhead", {}).items()
+        f"{m:8s} {o['error']}"
+        if "error" in o
+        else f"{m:8s} enqueue {o['enqueue_us']:6.1f} us/launch, until done {o['until_done_us']:6.1f} us/launch"
+        for m, o in overhead.items()
     )
 
 
 def tuning_text(data: dict) -> str:
     lines = []
-    for case, t in data.get("tuning", {}).get("triton", {}).items():
+    tuning = data.get("tuning", {}).get("triton", {})
+    if "error" in tuning:
+        return f"not measured: {tuning['error']}"
+    for case, t in tuning.items():
         ok = [r for r in t["rows"] if "gelems" in r]
         if not ok:
             continue
@@ -166,7 +179,10 @@ def tuning_text(data: dict) -> str:
 
 def diagnostics_text(data: dict) -> str:
     out = []
-    for mistake, per in data.get("diagnostics", {}).items():
+    diagnostics = data.get("diagnostics", {})
+    if "error" in diagnostics:
+        return f"not recorded: {diagnostics['error']}"
+    for mistake, per in diagnostics.items():
         out.append(f"== {mistake}")
         for model, message in per.items():
             out.append(f"-- {model}:\n{message}")

@@ -115,7 +115,13 @@ def launch_overhead(models: dict) -> dict:
     for name in ("triton", "cupy", "cutile"):
         if name in models:
             launch[name] = lambda m=models[name]: m.stream("copy", out, [a], 0.0)
-    return {name: timing.launch_overhead(f) for name, f in launch.items()}
+    out = {}
+    for name, f in launch.items():
+        try:
+            out[name] = timing.launch_overhead(f)
+        except Exception as exc:  # one model failing must not lose the others
+            out[name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    return out
 
 
 def triton_tuning(repeats: int, l2_bytes: int) -> dict:
@@ -173,7 +179,10 @@ def diagnostics_rows(available: dict) -> dict:
         ("tile_not_power_of_two", "cutile"): lambda: diagnostics.cutile_tile_not_power_of_two(make),
     }
     for (mistake, model), run in tries.items():
-        out[mistake][model] = run() if available[model] is None else f"not run: {available[model]}"
+        try:
+            out[mistake][model] = run() if available[model] is None else f"not run: {available[model]}"
+        except Exception as exc:  # the harness itself failed, not the model's diagnostic
+            out[mistake][model] = f"could not be produced: {type(exc).__name__}: {str(exc)[:300]}"
     return out
 
 

@@ -84,6 +84,6 @@ def copy_bandwidth(nbytes: int, repeats: int = 20) -> dict:
     return t
 
 
-def rotations_for(set_bytes: int, l2_bytes: int, cap: int = 16) -> int:
+def rotations_for(set_bytes: int, l2_bytes: int, cap: int = 1024) -> int:
     """Buffer sets to cycle through so that consecutive launches miss in L2 (twice its size)."""
     return max(1, min(cap, -(-2 * l2_bytes // max(set_bytes, 1))))
