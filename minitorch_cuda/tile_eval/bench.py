@@ -1,6 +1,6 @@
 """The tile evaluation benchmark: every row of chapter 20's table, in one run.
 
-    python -m minitorch_cuda.tile_eval --json PATH [--sizes 16,20,24,28] [--repeats N] [--record]
+    python -m minitorch_cuda.tile_eval --json PATH [--sizes 16,20,24,28] [--repeats N] [--record] [--no-ncu]
 
 Without a GPU it stops at once and says why. With ``--record`` the result is
 also written to ``book/results/tile_eval.json`` (or under
@@ -149,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default=",".join(map(str, cases.SIZES_LOG2)), help="log2 of the sizes: 16,20,24,28")
     parser.add_argument("--repeats", type=int, default=20, help="timed samples per kernel (default 20)")
     parser.add_argument("--record", action="store_true", help=f"also save book/results/{RESULT_NAME}.json")
+    parser.add_argument("--no-ncu", action="store_true", help="skip the ncu row (it runs ncu on a child process)")
     parser.add_argument("--ncu-target", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if not args.json and not args.record and not args.ncu_target:
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         ncu_target()
         return 0
     fresh_caches()
-    data = run(sizes, args.repeats, log=lambda m: print(m, file=sys.stderr, flush=True))
+    data = run(sizes, args.repeats, log=lambda m: print(m, file=sys.stderr, flush=True), with_ncu=not args.no_ncu)
     command = "python -m minitorch_cuda.tile_eval " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -186,7 +186,7 @@ def diagnostics_rows(available: dict) -> dict:
     return out
 
 
-def ncu_rows(timeout_s: int = 240) -> dict:
+def ncu_rows(timeout_s: int = 150) -> dict:
     """Run ncu on one launch of each model's kernels (``--ncu-target``) and keep what it reports."""
     ncu = shutil.which("ncu")
     if ncu is None:
