@@ -110,7 +110,7 @@ def matmul_gflops(repeats: int = 20) -> dict:
     """GFLOP/s of each matmul kernel and of cuBLAS (through PyTorch, FP32 and TF32) on the same shapes."""
     import pycuda.driver as drv
 
-    from .cuda import backend, registry
+    from .cuda import ops_matmul, registry
     from .cuda.array import DeviceArray
     from .cuda.autotune import tuner
     from .cuda.backend import from_numpy
@@ -129,7 +129,7 @@ def matmul_gflops(repeats: int = 20) -> dict:
                 continue
             kernel_name = name
             if name == "matmul_regtiled":
-                tile = backend._regtiled_tile(c, a, b, M, N, K, False, False, 0, 0, 1)
+                tile = ops_matmul._regtiled_tile(c, a, b, M, N, K, False, False, 0, 0, 1)
                 kernel_name = f"matmul_regtiled_{tile}"
                 bm, bn, _, threads = REGTILED_TILES[tile]
                 grid, block = ((N + bn - 1) // bn, (M + bm - 1) // bm, 1), (threads, 1, 1)

@@ -160,9 +160,7 @@ def prepare_signature(params: str) -> str:
 def entry_params(source: str, entry: str) -> str:
     """The parameter list of ``__global__ void entry(...)`` in ``source``."""
     bounds = r"(?:__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)\s*)?"  # optional, one level of parens
-    match = re.search(
-        r"__global__\s+" + bounds + r"void\s+" + bounds + re.escape(entry) + r"\s*\(([^)]*)\)", source
-    )
+    match = re.search(r"__global__\s+" + bounds + r"void\s+" + bounds + re.escape(entry) + r"\s*\(([^)]*)\)", source)
     if match is None:
         raise ValueError(f"no `__global__ void {entry}(...)` found in the kernel source")
     return " ".join(match.group(1).split())

@@ -137,7 +137,7 @@ def _tail(n: int, block: int = BLOCK) -> int:
 
 
 def _reduce_block(cols: int) -> int:
-    from ..cuda.backend import _reduce_block as backend_reduce_block
+    from ..cuda.launchers import _reduce_block as backend_reduce_block
 
     return backend_reduce_block(cols)
 
