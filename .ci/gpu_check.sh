@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU half of the checks, for the lent GPU machine (logs and results under $OUT):
-#   bash gpu_extra/run.sh bash .ci/gpu_check.sh [PART ...]      (or .gpu/run.sh where pytest exists)
+#   bash .ci/gpu_run.sh bash .ci/gpu_check.sh [PART ...]   (carry .gpu and .gpu_extra; see .ci/stage_gpu_extra.sh)
 # PARTs: tests grader sanitize notebooks results (default: all, which needs more than one
 # 10-minute call; pick parts per call). Each part has its own time limit so one slow part
 # cannot starve the others; SIGINT lets pytest print its summary when a limit is hit.

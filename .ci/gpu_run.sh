@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# On the GPU machine: install the carried test-tool wheels (.gpu_extra/, see stage_gpu_extra.sh),
+# then run the command through the kit's .gpu/run.sh (PyCUDA, the Jupyter stack, PYTHONPATH).
+#   bash .ci/gpu_run.sh bash .ci/gpu_check.sh tests
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/gpu-extra "$root"/.gpu_extra/*.whl \
+    >/dev/null 2>&1 || echo "installing the .gpu_extra wheels failed"
+export PYTHONPATH="/tmp/gpu-extra${PYTHONPATH:+:$PYTHONPATH}"
+exec bash "$root/.gpu/run.sh" "$@"
