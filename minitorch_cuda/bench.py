@@ -292,7 +292,12 @@ def format_table(rows: list[dict], torch_row: dict | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m minitorch_cuda.bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--stages", type=parse_stages, default=list(range(stages.MAX_STAGE + 1)))
+    parser.add_argument(
+        "--stages",
+        type=parse_stages,
+        default=list(range(stages.DEFAULT_STAGE + 1)),
+        help=f"e.g. 0-8 or 6,8 (default 0-{stages.DEFAULT_STAGE}, the stages verified on a GPU)",
+    )
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=10, help="batches in the warm-up call")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch eager even where it imports")
@@ -376,9 +381,7 @@ def format_matmul(table: dict) -> str:
     names = list(dict.fromkeys(n for row in table["rows"] for n in row["gflops"]))
     lines = [f"{'GFLOP/s':>12}  " + "  ".join(f"{n:>17}" for n in names)]
     for row in table["rows"]:
-        lines.append(
-            f"{row['label']:>12}  " + "  ".join(f"{row['gflops'].get(n, float('nan')):17.1f}" for n in names)
-        )
+        lines.append(f"{row['label']:>12}  " + "  ".join(f"{row['gflops'].get(n, float('nan')):17.1f}" for n in names))
     for label in ("1024^3", "4096^3"):
         big = next((r["gflops"] for r in table["rows"] if r["label"] == label), {})
         if "cublas" in big and "matmul_regtiled" in big:
