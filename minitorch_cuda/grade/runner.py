@@ -156,23 +156,24 @@ class Ledger:
 
 
 def write_outputs(ledger: Ledger, students: list[str], ids: list[str], out: Path) -> None:
+    # Workers and the notebook thread call this concurrently: one writer at a time, or two
+    # of them race on the same temporary file.
     with ledger.lock:
-        results = dict(ledger.results)
-        executions = dict(ledger.executions)
-    tmp = out.with_suffix(".csv.tmp")
-    with tmp.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["student", *ids, "total", "max"])
-        maximum = sum(ledger.rubric["points"][i] for i in ids)
+        tmp = out.with_suffix(".csv.tmp")
+        with tmp.open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["student", *ids, "total", "max"])
+            maximum = sum(ledger.rubric["points"][i] for i in ids)
+            for student in students:
+                row = [ledger.results.get((student, i), {}).get("points", "") for i in ids]
+                total = sum(p for p in row if p != "")
+                writer.writerow([student, *[_fmt(p) for p in row], _fmt(total), _fmt(maximum)])
+        os.replace(tmp, out)
+        feedback = out.parent / "feedback"
+        feedback.mkdir(exist_ok=True)
         for student in students:
-            row = [results.get((student, i), {}).get("points", "") for i in ids]
-            total = sum(p for p in row if p != "")
-            writer.writerow([student, *[_fmt(p) for p in row], _fmt(total), _fmt(maximum)])
-    os.replace(tmp, out)
-    feedback = out.parent / "feedback"
-    feedback.mkdir(exist_ok=True)
-    for student in students:
-        (feedback / f"{student}.md").write_text(_feedback(student, ids, results, executions, ledger.rubric))
+            text = _feedback(student, ids, ledger.results, ledger.executions, ledger.rubric)
+            (feedback / f"{student}.md").write_text(text)
 
 
 def _fmt(value) -> str:
