@@ -311,3 +311,84 @@ def code_block(text: str, language: str = "python"):
     from IPython.display import Markdown
 
     return Markdown(f"```{language}\n{text.rstrip()}\n```")
+
+
+# --- beyond the blog (chapters 15-19) ------------------------------------------------
+
+MATMUL_LABELS.update({"matmul_regtiled": "regtiled (stage 9)", "matmul_tf32": "TF32 WMMA (stage 12)",
+                      "cublas_tf32": "cuBLAS TF32"})
+
+
+def cuda_block(file: str, first_line: str) -> str:
+    """From the first line of ``minitorch_cuda/kernels/<file>`` that contains ``first_line``
+    (a struct, a macro use, a lambda) to the brace that closes the block it opens."""
+    text = (PACKAGE / "kernels" / file).read_text()
+    start = text.find(first_line)
+    if start < 0:
+        raise KeyError(f"{first_line!r} not found in {file}")
+    start = text.rfind("\n", 0, start) + 1
+    depth, i = 0, text.index("{", start)
+    while True:
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            end = text.find("\n", i)
+            return text[start : end if end >= 0 else len(text)]
+        i += 1
+
+
+def roofline_points(device: dict, points: list[dict], ax=None, copy_gbps: float | None = None,
+                    launch_us: float | None = None):
+    """The FP32 roofline with arbitrary kernels on it. Each point is a dict with
+    ``label``, ``intensity`` (flop/byte), ``gflops`` and ``group`` (one marker per group).
+    ``copy_gbps`` adds the measured copy bandwidth as a second, lower roof."""
+    ax = _axes(ax, (8, 5))
+    flops, bandwidth = peaks(device)
+    xs = [2.0 ** e for e in range(-6, 12)]
+    ax.plot(xs, [min(flops, bandwidth * x) / 1e9 for x in xs], "k-", lw=1.5,
+            label=f"model roofs: {bandwidth / 1e12:.1f} TB/s, {flops / 1e12:.1f} TFLOP/s")
+    if copy_gbps:
+        ax.plot(xs, [min(flops / 1e9, copy_gbps * x) for x in xs], "k--", lw=0.8,
+                label=f"measured copy {copy_gbps / 1e3:.2f} TB/s")
+    markers = "os^vDPX*<>"
+    groups = list(dict.fromkeys(p["group"] for p in points))
+    for g, marker in zip(groups, markers):
+        pts = [p for p in points if p["group"] == g]
+        ax.scatter([p["intensity"] for p in pts], [p["gflops"] for p in pts], marker=marker, label=g, zorder=3)
+        for p in pts:
+            ax.annotate(p["label"], (p["intensity"], p["gflops"]), textcoords="offset points", xytext=(4, 3),
+                        fontsize=6)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (flop per byte of DRAM traffic, ideal)")
+    ax.set_ylabel("GFLOP/s")
+    ax.set_title(f"Roofline of the {device['name']} (FP32)", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(True, which="major", alpha=0.3)
+    return ax
+
+
+def bandwidth_bars(table: dict, ax=None):
+    """GB/s of each kernel of ``bench.bandwidth_table`` with the copy's as a line."""
+    ax = _axes(ax, (8, 3.5))
+    kernels = table["kernels"]
+    names = list(kernels)
+    ax.bar(range(len(names)), [kernels[n]["gb_per_s"] for n in names], color="tab:blue")
+    ax.axhline(kernels["memcpy_dtod"]["gb_per_s"], color="k", ls="--", lw=0.8, label="device-to-device copy")
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel("GB/s")
+    ax.legend(fontsize=7)
+    return ax
+
+
+def round_mantissa(x, bits: int):
+    """float32 values rounded to nearest (ties to even) with ``bits`` explicit mantissa
+    bits, as numpy float32: 10 for TF32, 7 for BF16, 23 leaves them as they are."""
+    import numpy as np
+
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    drop = 23 - bits
+    if drop <= 0:
+        return np.asarray(x, dtype=np.float32)
+    half = (1 << (drop - 1)) - 1
+    u = (u + half + ((u >> drop) & 1)) & ~np.uint64((1 << drop) - 1)
+    return u.astype(np.uint32).view(np.float32)
