@@ -12,6 +12,11 @@ from .ops_tensor import contiguous
 from .runtime import launch
 
 
+def _per_row(base: str, rows: int, cols: int, *args, shapes=()) -> None:
+    """One block per row, in the stage's reduction variant (volatile or shuffle)."""
+    launch(registry.get(_variant(base)), (rows, 1, 1), (_reduce_block(cols), 1, 1), *args, shapes=shapes)
+
+
 def binary(op: str, a: DeviceArray, b: DeviceArray, pattern: str) -> DeviceArray:
     """``a (op) b`` with b broadcast by ``pattern``: same, row, col or scalar."""
     a, b = contiguous(a), contiguous(b)
@@ -77,17 +82,7 @@ def sum(x: DeviceArray, axis: int | None = None, scale: float = 1.0) -> DeviceAr
         outer, red, inner = math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1 :])
         _elementwise("sum_axis", out.size, out.ptr, x.ptr, outer, red, inner, float(scale), shapes=(x.shape,))
         return out
-    launch(
-        registry.get(_variant("sum_rows")),
-        (rows, 1, 1),
-        (_reduce_block(cols), 1, 1),
-        out.ptr,
-        x.ptr,
-        rows,
-        cols,
-        float(scale),
-        shapes=(x.shape,),
-    )
+    _per_row("sum_rows", rows, cols, out.ptr, x.ptr, rows, cols, float(scale), shapes=(x.shape,))
     return out
 
 
@@ -102,16 +97,7 @@ def softmax(x: DeviceArray) -> DeviceArray:
         else:
             launch(registry.get("softmax_rows_online"), (rows, 1, 1), (256, 1, 1), out.ptr, x.ptr, rows, cols)
         return out
-    launch(
-        registry.get(_variant("softmax_rows")),
-        (rows, 1, 1),
-        (_reduce_block(cols), 1, 1),
-        out.ptr,
-        x.ptr,
-        rows,
-        cols,
-        shapes=(x.shape,),
-    )
+    _per_row("softmax_rows", rows, cols, out.ptr, x.ptr, rows, cols, shapes=(x.shape,))
     return out
 
 
@@ -138,18 +124,8 @@ def softmax_xent(logits: DeviceArray, target: DeviceArray) -> tuple[DeviceArray,
         )
         return probs, loss
     row_loss = DeviceArray.empty((rows,))
-    launch(
-        registry.get(_variant("softmax_xent")),
-        (rows, 1, 1),
-        (_reduce_block(cols), 1, 1),
-        probs.ptr,
-        row_loss.ptr,
-        logits.ptr,
-        target.ptr,
-        rows,
-        cols,
-        shapes=(logits.shape, target.shape),
-    )
+    args = (probs.ptr, row_loss.ptr, logits.ptr, target.ptr, rows, cols)
+    _per_row("softmax_xent", rows, cols, *args, shapes=(logits.shape, target.shape))
     return probs, sum(row_loss, None, 1.0 / rows)
 
 
