@@ -247,10 +247,24 @@ def check_softmax(ex: Exercise, source: str) -> list[str]:
     ]
 
 
-def check_sumsq(ex: Exercise, source: str) -> list[str]:
+def _check_clip_gradients(rng, ov, shapes, what: str, rtol: float) -> None:
+    """The framework's device clipping (stage 7) with the overridden kernel, against the host's."""
     import minitorch_cuda as mt
 
     from ..cuda import backend
+
+    grads_host = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    norm = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads_host))
+    with mt.use_stage(7):
+        grads = [backend.from_numpy(g) for g in grads_host]
+        backend.clip_gradients(grads, 1.0)
+        clipped = [backend.to_numpy(g) for g in grads]
+    ov.expect_launched("clip_gradients at stage 7")
+    for g, h in zip(clipped, grads_host):
+        compare(g, h / (norm + 1e-6), f"clip_gradients with {what}", atol=1e-7, rtol=rtol)
+
+
+def check_sumsq(ex: Exercise, source: str) -> list[str]:
 
     forbid(source, _OWN_REDUCTION)
     rng = _rng()
@@ -267,15 +281,7 @@ def check_sumsq(ex: Exercise, source: str) -> list[str]:
             if any(not np.array_equal(r, results[0]) for r in results):
                 fail(RACE, f"sumsq n={n}: three runs on one input gave {[float(r[0]) for r in results]}")
             compare(results[0], want, f"sumsq n={n}", atol=1e-3, rtol=1e-4, poison=POISON)
-        grads_host = [rng.standard_normal(s).astype(np.float32) for s in [(784, 256), (256,), (256, 10), (10,)]]
-        norm = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads_host))
-        with mt.use_stage(7):
-            grads = [backend.from_numpy(g) for g in grads_host]
-            backend.clip_gradients(grads, 1.0)
-            clipped = [backend.to_numpy(g) for g in grads]
-        ov.expect_launched("clip_gradients at stage 7")
-        for g, h in zip(clipped, grads_host):
-            compare(g, h * (1.0 / (norm + 1e-6)), "clip_gradients with your sumsq", atol=1e-7, rtol=1e-3)
+        _check_clip_gradients(rng, ov, [(784, 256), (256,), (256, 10), (10,)], "your sumsq", rtol=1e-3)
     return [
         f"sum of squares for n in {sizes} with one block of 1024 threads, three runs each",
         "clip_gradients at stage 7 runs your kernel and clips to norm 1",
@@ -314,9 +320,6 @@ def check_sum_rows(ex: Exercise, source: str) -> list[str]:
 
 
 def check_clip_scale(ex: Exercise, source: str) -> list[str]:
-    import minitorch_cuda as mt
-
-    from ..cuda import backend
 
     rng = _rng()
     cases = []
@@ -333,15 +336,7 @@ def check_clip_scale(ex: Exercise, source: str) -> list[str]:
                 fail(NO_WRITES, f"clip_scale n={n}: the gradient was not scaled (norm {norm:.3g} > {max_norm})")
             compare(got, want, f"clip_scale n={n}, max_norm={max_norm}", atol=1e-7, rtol=1e-5, tail=_tail(n))
             cases.append(n)
-        grads_host = [rng.standard_normal(s).astype(np.float32) for s in [(100, 30), (30,)]]
-        norm = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads_host))
-        with mt.use_stage(7):
-            grads = [backend.from_numpy(g) for g in grads_host]
-            backend.clip_gradients(grads, 1.0)
-            clipped = [backend.to_numpy(g) for g in grads]
-        ov.expect_launched("clip_gradients at stage 7")
-        for g, h in zip(clipped, grads_host):
-            compare(g, h / (norm + 1e-6), "clip_gradients with your clip_scale", atol=1e-7, rtol=1e-4)
+        _check_clip_gradients(rng, ov, [(100, 30), (30,)], "your clip_scale", rtol=1e-4)
     return [f"in-place scaling for n in {cases}, clipped and unclipped", "clip_gradients runs your kernel"]
 
 
