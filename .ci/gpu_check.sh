@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The GPU half of the checks, for the lent GPU machine (logs and results under $OUT):
 #   bash .ci/gpu_run.sh bash .ci/gpu_check.sh [PART ...]   (carry .gpu and .gpu_extra; see .ci/stage_gpu_extra.sh)
+#   bash .ci/gpu_run.sh bash .ci/gpu_check.sh --parallel tests grader sanitize
 # PARTs: tests grader sanitize notebooks results (default: all, which needs more than one
 # 10-minute call; pick parts per call). Each part has its own time limit so one slow part
 # cannot starve the others; SIGINT lets pytest print its summary when a limit is hit.
+# --parallel runs the parts side by side (correctness checks only: never with `results`,
+# whose timings need the GPU to themselves); pytest spreads over $WORKERS processes.
 set -u
 out="${OUT:-/tmp/gpu_check}"
 mkdir -p "$out/results"
@@ -18,18 +21,28 @@ part() {  # part NAME SECONDS COMMAND...
     tail -n 8 "$out/$name.log"
 }
 
+parallel=0
+if [ "${1:-}" = "--parallel" ]; then parallel=1; shift; fi
+workers="${WORKERS:-4}"
 parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=(tests grader sanitize notebooks results)
-for p in "${parts[@]}"; do
-    case $p in
-    tests) part tests 420 python3 -m pytest -m gpu -q -p no:cacheprovider -rf --durations=10 \
+run_part() {
+    case $1 in
+    tests) part tests 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rf --durations=10 -n "$workers" \
                --ignore=tests/test_grader.py --ignore=tests/test_exercises.py --ignore=tests/test_notebooks.py ;;
-    grader) part grader 300 python3 -m pytest -m gpu -q -p no:cacheprovider -rf tests/test_grader.py tests/test_exercises.py ;;
-    sanitize) part sanitize 240 python3 -m minitorch_cuda.sanitize --stages 0-8 --json "$out/sanitize.json" ;;
-    notebooks) part notebooks 540 python3 -m pytest -m notebooks -q -p no:cacheprovider -rf --durations=40 tests/test_notebooks.py ;;
+    grader) part grader 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rf -n "$workers" \
+               tests/test_grader.py tests/test_exercises.py ;;
+    sanitize) part sanitize 540 python3 -m minitorch_cuda.sanitize --stages 0-12 --json "$out/results/sanitize.json" ;;
+    notebooks) part notebooks 560 python3 -m pytest -m notebooks -q -p no:cacheprovider -rf --durations=60 \
+               -n "$workers" tests/test_notebooks.py ;;
     results) part results 540 bash .ci/refresh_results.sh ;;
-    *) echo "unknown part $p"; exit 2 ;;
+    *) echo "unknown part $1"; exit 2 ;;
     esac
+}
+
+for p in "${parts[@]}"; do
+    if [ "$parallel" = 1 ]; then run_part "$p" & else run_part "$p"; fi
 done
+wait
 # One archive: the lent machine returns only a limited number of files.
 tar -czf "$out/results.tar.gz" -C "$out" results && rm -rf "$out/results"

@@ -201,7 +201,12 @@ MATMUL_LABELS = {
     "matmul_batched": "batched (stage 5)",
     "matmul_tiled": "tiled (stage 6)",
     "cublas": "cuBLAS",
+    "matmul_regtiled": "register-tiled (stage 9)",
+    "matmul_tf32": "TF32 mma (stage 12)",
+    "cublas_tf32": "cuBLAS TF32",
 }
+# The blog's comparison (chapter 14): the ladder's kernels of stages 0-8 and cuBLAS.
+LADDER_MATMULS = ["matmul_naive", "matmul_transposed", "matmul_batched", "matmul_tiled", "cublas"]
 
 
 def gflops_bars(matmul: dict, ax=None, kernels: list[str] | None = None, labels: list[str] | None = None):

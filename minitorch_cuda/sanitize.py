@@ -158,13 +158,16 @@ def run_one(sanitizer: str, tool: str, stage: int, timeout: float) -> dict:
         output = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         output, code = output + f"\ntimed out after {timeout:.0f} s", None
     errors = parse_summary(output)
-    ok = code == 0 and errors == 0
+    # A clean summary only counts if the workload itself got to its end.
+    finished = f"workload at stage {stage}: ok" in output
+    ok = code == 0 and errors == 0 and finished
     return {
         "tool": tool,
         "stage": stage,
         "errors": errors,
         "returncode": code,
         "ok": ok,
+        "workload_finished": finished,
         "seconds": round(time.perf_counter() - start, 1),
         "tail": "" if ok else output[-4000:],
     }
@@ -190,7 +193,7 @@ def table(results: list[dict], tools: list[str], stages: list[int]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m minitorch_cuda.sanitize", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tools", nargs="+", choices=TOOLS, default=list(TOOLS))
-    parser.add_argument("--stages", type=parse_stages, default=parse_stages("0-8"), help="e.g. 0-8 or 0,8")
+    parser.add_argument("--stages", type=parse_stages, default=parse_stages("0-8"), help="e.g. 0-12 or 0,8")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per sanitizer run")
     parser.add_argument("--workload", type=int, metavar="STAGE", help=argparse.SUPPRESS)

@@ -11,6 +11,8 @@ from .launchers import _elementwise, _elementwise_vec, _reduce_block, _variant
 from .ops_tensor import contiguous
 from .runtime import launch
 
+XENT_THREADS = 512  # fused.cu: softmax_xent_fused's __launch_bounds__
+
 
 def _per_row(base: str, rows: int, cols: int, *args, shapes=()) -> None:
     """One block per row, in the stage's reduction variant (volatile or shuffle)."""
@@ -108,7 +110,7 @@ def softmax_xent(logits: DeviceArray, target: DeviceArray) -> tuple[DeviceArray,
     probs = DeviceArray.empty(logits.shape)
     if stages.fused_kernels() and cols <= 1024:  # probabilities and the mean loss in one launch
         loss = DeviceArray.empty(())
-        threads = min(1024, 32 * rows)
+        threads = min(XENT_THREADS, 32 * rows)
         launch(
             registry.get("softmax_xent_fused"),
             (1, 1, 1),

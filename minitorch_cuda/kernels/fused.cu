@@ -34,8 +34,11 @@ BIAS_ACT(matmul_bias_act_32x32x8, 32, 32, 8, 4, 4, 8)
 
 #define XENT_VALUES 32  // per lane: rows up to 1024 columns
 
-// Block: a multiple of 32 threads up to 1024 (one block in all); grid (1, 1, 1).
-extern "C" __global__ void softmax_xent_fused(float* probs, float* loss, const float* logits, const float* target,
+// Block: a multiple of 32 threads up to XENT_THREADS (one block in all); grid (1, 1, 1).
+// The bound keeps the 32 row values per lane in registers: at 1024 threads the
+// kernel would need more registers than an SM has and the launch would fail.
+#define XENT_THREADS 512
+extern "C" __global__ void __launch_bounds__(XENT_THREADS) softmax_xent_fused(float* probs, float* loss, const float* logits, const float* target,
                                               int rows, int cols, float scale) {
     __shared__ float warp_loss[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
