@@ -179,7 +179,7 @@ def table(results: list[dict], tools: list[str], stages: list[int]) -> str:
     def show(r):
         if r["ok"]:
             return "0"
-        if r["errors"] is None:
+        if not r["errors"]:  # no summary, or a clean one from a workload that failed
             return "FAIL" if r["returncode"] is not None else "TIMEOUT"
         return str(r["errors"]) + ("" if r["returncode"] in (0, 1) else "!")
 
