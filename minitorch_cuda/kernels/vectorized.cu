@@ -12,7 +12,8 @@
 //   softmax_rows_online  any row length: one block of 256 threads per row; one pass
 //                        keeps a running (max, sum) pair per thread (the sum rescaled
 //                        when the max grows), pairs merged by shuffles; a second pass
-//                        writes exp(x - max) / sum (the row is still in L2 then).
+//                        writes exp(x - max) / sum (meant to re-read the row from L2; the
+//                        bandwidth measured in chapter 15 suggests it comes from DRAM).
 #include <math_constants.h>
 #include "tile_load.cuh"
 
