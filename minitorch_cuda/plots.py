@@ -201,8 +201,8 @@ MATMUL_LABELS = {
     "matmul_batched": "batched (stage 5)",
     "matmul_tiled": "tiled (stage 6)",
     "cublas": "cuBLAS",
-    "matmul_regtiled": "register-tiled (stage 9)",
-    "matmul_tf32": "TF32 mma (stage 12)",
+    "matmul_regtiled": "regtiled (stage 9)",
+    "matmul_tf32": "TF32 WMMA (stage 12)",
     "cublas_tf32": "cuBLAS TF32",
 }
 # The blog's comparison (chapter 14): the ladder's kernels of stages 0-8 and cuBLAS.
@@ -319,9 +319,6 @@ def code_block(text: str, language: str = "python"):
 
 
 # --- beyond the blog (chapters 15-19) ------------------------------------------------
-
-MATMUL_LABELS.update({"matmul_regtiled": "regtiled (stage 9)", "matmul_tf32": "TF32 WMMA (stage 12)",
-                      "cublas_tf32": "cuBLAS TF32"})
 
 
 def cuda_block(file: str, first_line: str) -> str:
