@@ -1,6 +1,6 @@
 """Run every built-in kernel under NVIDIA compute-sanitizer, at every stage.
 
-    python -m minitorch_cuda.sanitize                       # memcheck racecheck synccheck, stages 0-8
+    python -m minitorch_cuda.sanitize                       # memcheck racecheck synccheck, every stage
     python -m minitorch_cuda.sanitize --tools memcheck --stages 0,8 --json out.json
     python -m minitorch_cuda.sanitize --workload 8          # the workload alone (what the sanitizer runs)
 
@@ -193,11 +193,15 @@ def table(results: list[dict], tools: list[str], stages: list[int]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m minitorch_cuda.sanitize", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tools", nargs="+", choices=TOOLS, default=list(TOOLS))
-    parser.add_argument("--stages", type=parse_stages, default=parse_stages("0-8"), help="e.g. 0-12 or 0,8")
+    parser.add_argument("--stages", type=parse_stages, help="e.g. 0-8 or 0,8 (default: every stage)")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per sanitizer run")
     parser.add_argument("--workload", type=int, metavar="STAGE", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.stages is None:
+        from .stages import MAX_STAGE, MIN_STAGE
+
+        args.stages = list(range(MIN_STAGE, MAX_STAGE + 1))
 
     if args.workload is not None:
         workload(args.workload)
