@@ -105,8 +105,10 @@ def test_autotuner_times_each_candidate_once_per_key():
         return fake[name]
 
     tuner = Autotuner(enabled=True, repeats=2)
+    assert tuner.cached("mm", (64, 64, 64)) is None
     assert tuner.pick("mm", (64, 64, 64), ["a", "b", "c"], time_ms) == "b"
     assert calls == ["a", "a", "b", "b", "c", "c"]
+    assert tuner.cached("mm", (64, 64, 64)) == "b" and tuner.cached("other", (64, 64, 64)) is None
     assert tuner.pick("mm", (64, 64, 64), ["a", "b", "c"], time_ms) == "b"
     assert len(calls) == 6, "a decided key is never timed again"
     tuner.pick("mm", (128, 64, 64), ["a", "c"], time_ms)

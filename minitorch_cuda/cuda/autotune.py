@@ -61,6 +61,12 @@ class Autotuner:
         self._decisions[(family, key)] = decision
         return decision.choice
 
+    def cached(self, family: str, key: Hashable) -> str | None:
+        """The choice already made for ``key``, or None: lets a caller skip building the
+        candidates on the hot path (a training step asks for the same shapes every step)."""
+        found = self._decisions.get((family, key))
+        return found.choice if found is not None else None
+
     def choices(self) -> dict[str, dict]:
         """Every decision so far: ``{"family key": {"choice", "how", "timings_ms"}}``."""
         return {

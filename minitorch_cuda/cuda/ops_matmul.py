@@ -111,6 +111,9 @@ def _matmul_beyond(out, a, b, M, N, K, ta, tb, stride_a, stride_b, batch, shapes
 def _regtiled_tile(out, a, b, M, N, K, ta, tb, stride_a, stride_b, batch) -> str:
     """The register-tiled variant for this problem: timed on first use (autotune.tuner)."""
     key = (M, N, K, int(ta), int(tb), batch, a.ptr % 16 == 0, b.ptr % 16 == 0)
+    choice = tuner.cached("matmul_regtiled", key)
+    if choice is not None:
+        return choice
     tiles = [t for t, (bm, bn, _, _) in REGTILED_TILES.items() if fits(bm, bn, M, N)]
     args = (out.ptr, a.ptr, b.ptr, M, N, K, int(ta), int(tb), stride_a, stride_b)
 
