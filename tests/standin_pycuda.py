@@ -1,0 +1,131 @@
+"""A stand-in ``pycuda`` with no device behind it, for subprocesses of the tests.
+
+``import standin_pycuda`` (before anything imports pycuda) puts fake
+``pycuda``, ``pycuda.driver``, ``pycuda.compiler`` and ``pycuda.autoprimaryctx``
+modules into ``sys.modules``. Every driver call succeeds and does nothing:
+allocations hand out distinct fake addresses, kernels compile to functions
+whose launches are no-ops, device-to-host copies fill the host array with 0.5.
+Nothing is computed, so results mean nothing; what the framework's Python does
+(which kernels it launches, how often it copies, syncs and allocates) is real.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import types
+
+
+class Error(Exception):
+    pass
+
+
+_addresses = itertools.count(1 << 20, 1 << 12)  # 4 KB apart: every address 16-byte aligned
+
+
+class _Allocation:
+    def __init__(self, nbytes: int):
+        self.address = next(_addresses)
+
+    def __int__(self) -> int:
+        return self.address
+
+    def free(self) -> None:
+        pass
+
+
+class _Device:
+    def compute_capability(self) -> tuple[int, int]:
+        return (9, 0)
+
+    def get_attribute(self, attribute) -> int:
+        return 132  # answers every attribute query with the H200's SM count
+
+    def name(self) -> str:
+        return "stand-in device"
+
+    def total_memory(self) -> int:
+        return 1 << 37
+
+
+class _Context:
+    @staticmethod
+    def get_device() -> _Device:
+        return _Device()
+
+    @staticmethod
+    def synchronize() -> None:
+        pass
+
+
+class _Event:
+    def record(self, stream=None):
+        return self
+
+    def synchronize(self) -> None:
+        pass
+
+    def time_since(self, other) -> float:
+        return 0.001
+
+
+class _Function:
+    num_regs, local_size_bytes, shared_size_bytes = 32, 0, 0
+
+    def prepare(self, signature):
+        return self
+
+    def prepared_async_call(self, *args) -> None:
+        pass
+
+    def prepared_call(self, *args) -> None:
+        pass
+
+    def get_attribute(self, attribute) -> int:
+        return 32
+
+
+class _SourceModule:
+    def __init__(self, source, *args, **kwargs):
+        pass
+
+    def get_function(self, name: str) -> _Function:
+        return _Function()
+
+
+class _Attributes:
+    def __getattr__(self, name: str) -> str:
+        return name  # drv.device_attribute.X is only ever passed back to get_attribute
+
+
+def _fill_half(host, src) -> None:
+    host[...] = 0.5
+
+
+driver = types.ModuleType("pycuda.driver")
+driver.Error = driver.CompileError = driver.MemoryError = driver.LogicError = Error
+driver.init = lambda: None
+driver.Device = type("Device", (), {"count": staticmethod(lambda: 1)})
+driver.Context = _Context
+driver.device_attribute = _Attributes()
+driver.mem_alloc = _Allocation
+driver.memcpy_htod = lambda dst, host: None
+driver.memcpy_dtoh = _fill_half
+driver.memcpy_dtod = lambda dst, src, nbytes: None
+driver.memcpy_dtod_async = lambda dst, src, nbytes, stream=None: None
+driver.Event = _Event
+driver.Stream = lambda *args, **kwargs: None
+
+compiler = types.ModuleType("pycuda.compiler")
+compiler.SourceModule = _SourceModule
+
+package = types.ModuleType("pycuda")
+package.driver, package.compiler = driver, compiler
+sys.modules.update(
+    {
+        "pycuda": package,
+        "pycuda.driver": driver,
+        "pycuda.compiler": compiler,
+        "pycuda.autoprimaryctx": types.ModuleType("pycuda.autoprimaryctx"),
+    }
+)
