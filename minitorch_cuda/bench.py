@@ -17,9 +17,11 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import shlex
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -63,17 +65,30 @@ def parse_stages(text: str) -> list[int]:
     return sorted(chosen)
 
 
+def host_steal_seconds() -> float | None:
+    """CPU time the hypervisor gave to other guests so far (Linux /proc/stat, all CPUs), or
+    None. Host-bound steps slow down when it grows: the benchmark records it per epoch."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def run_stage(stage: int, data, epochs: int, warmup: int, progress) -> dict:
     with stages.use_stage(stage):
         trainer = train.Trainer(train.Protocol(), "cuda")
         trainer.epoch(data.x_train, data.y_train, max_batches=warmup)
         limit = BATCHES.get(stage)
-        times, losses = [], []
+        times, cpu_times, steals, losses = [], [], [], []
         with profiler.count() as counts:
             for _ in range(epochs):
-                start = time.perf_counter()
+                start, cpu_start, steal_start = time.perf_counter(), time.process_time(), host_steal_seconds()
                 losses.append(trainer.epoch(data.x_train, data.y_train, max_batches=limit))
                 times.append(time.perf_counter() - start)  # the loss read-back synced every step
+                cpu_times.append(time.process_time() - cpu_start)
+                steal_end = host_steal_seconds()
+                steals.append(None if steal_start is None or steal_end is None else steal_end - steal_start)
                 progress.update(1)
         batches = limit or -(-len(data.x_train) // trainer.protocol.batch_size)
         median = float(np.median(times))
@@ -82,6 +97,10 @@ def run_stage(stage: int, data, epochs: int, warmup: int, progress) -> dict:
             "description": stages.DESCRIPTIONS[stage],
             "batches_per_epoch": batches,
             "epoch_seconds": times,
+            # Where a host-bound epoch's time went: this process's CPU time, and time the VM's
+            # CPUs were given to other guests (run-to-run differences of up to 2x were seen).
+            "epoch_cpu_seconds": cpu_times,
+            "epoch_host_steal_seconds": steals,
             "median_s": median,
             "s_per_step": median / batches,
             "last_epoch_loss": losses[-1],

@@ -40,15 +40,24 @@ rng = np.random.default_rng(0)
 data = type("Data", (), {{}})()
 data.x_train = mt.tensor(rng.random((64 * 4, 784), dtype=np.float32), "cuda")
 data.y_train = mt.tensor(one_hot(rng.integers(0, 10, 64 * 4)), "cuda")
-print(json.dumps({{s: bench.profile_stage(s, data)["counters_per_step"] for s in {list(STAGES)}}}))
+data.x_test, data.labels_test = data.x_train, rng.integers(0, 10, 64 * 4)
+profiles = {{s: bench.profile_stage(s, data)["counters_per_step"] for s in {list(STAGES)}}}
+quiet = type("Quiet", (), {{"update": lambda self, n: None}})()
+timed = bench.run_stage(8, data, epochs=2, warmup=2, progress=quiet)
+print(json.dumps({{"profiles": profiles, "run_stage": timed}}))
 """
 
 
 @pytest.fixture(scope="module")
-def host_counters() -> dict[int, dict]:
+def host_run() -> dict:
     done = subprocess.run([sys.executable, "-c", PROFILE_EVERY_STAGE], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    return {int(stage): counters for stage, counters in json.loads(done.stdout.splitlines()[-1]).items()}
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def host_counters(host_run) -> dict[int, dict]:
+    return {int(stage): counters for stage, counters in host_run["profiles"].items()}
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -60,3 +69,12 @@ def test_counters_per_step_match_the_h200_record(host_counters, stage):
     compared = sorted(set(expected) - DATA_DEPENDENT.get(stage, set()))
     mismatched = {k: (got.get(k), expected[k]) for k in compared if got.get(k) != pytest.approx(expected[k])}
     assert not mismatched, f"stage {stage}: counter (stand-in, H200) {mismatched}"
+
+
+def test_benchmark_epochs_record_where_the_time_went(host_run):
+    row = host_run["run_stage"]
+    assert row["stage"] == 8 and len(row["epoch_seconds"]) == 2
+    assert all(t > 0 for t in row["epoch_cpu_seconds"]), "the process's CPU time per epoch"
+    assert all(s is None or s >= 0 for s in row["epoch_host_steal_seconds"])
+    # 41 launches per step, and per epoch the shuffle's two gathers (images, labels) over 4 steps
+    assert row["batches_per_epoch"] == 4 and row["counters_per_step"]["launches"] == pytest.approx(41 + 2 / 4)
