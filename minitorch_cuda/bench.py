@@ -286,10 +286,7 @@ def ladder_notes(rows: list[dict]) -> list[str]:
                 else "slower by more than run-to-run noise, for a reason this benchmark does not show"
             )
             reason = known.get(row["stage"], unknown)
-            notes.append(
-                f"stage {row['stage']} is {ratio:.3f}x the time per step "
-                f"of stage {prev['stage']}: {reason}"
-            )
+            notes.append(f"stage {row['stage']} is {ratio:.3f}x the time per step of stage {prev['stage']}: {reason}")
     return notes
 
 
