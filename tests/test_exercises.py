@@ -30,7 +30,7 @@ def solution(exercise_id: str):
     return namespace[ex.name], source
 
 
-@pytest.mark.parametrize("exercise_id", ["1.2", "2.1", "4.1"])
+@pytest.mark.parametrize("exercise_id", ["1.2", "2.1", "4.1", "5.1", "14.1"])
 def test_python_solutions_pass(exercise_id) -> None:
     artifact, source = solution(exercise_id)
     result = checks.run_check(exercise_id, artifact, source)
@@ -64,6 +64,34 @@ def test_pool_without_retry_fails() -> None:
 
     result = checks.run_check("4.1", NoRetry)
     assert not result.passed
+
+
+def test_timing_without_the_second_sync_measures_the_launch() -> None:
+    def launch_only(fn, warmup=3, repeats=10, sync=None, clock=None):
+        for _ in range(warmup):
+            fn()
+        samples = []
+        for _ in range(repeats):
+            sync()
+            start = clock()
+            fn()  # queued, not done
+            samples.append(clock() - start)
+        return float(np.median(samples)), samples
+
+    result = checks.run_check("5.1", launch_only)
+    assert result.reason == checks.WRONG_RESULT and "sync() after fn()" in result.message
+    assert result.details[0].startswith("sample 0: got")
+
+
+def test_roofline_with_the_larger_roof_fails() -> None:
+    roofline, _ = solution("14.1")
+
+    def above_the_roof(M, N, K, peak, bandwidth):
+        out = roofline(M, N, K, peak, bandwidth)
+        return out | {"bound_gflops": max(peak, bandwidth * out["intensity"])}
+
+    result = checks.run_check("14.1", above_the_roof)
+    assert result.reason == checks.WRONG_RESULT and "bound_gflops" in result.message
 
 
 def test_report_raises_on_stub_and_prints(capsys) -> None:

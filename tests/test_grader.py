@@ -1,7 +1,7 @@
 """The grader: isolation, reasons, outputs, resume.
 
 CPU tests grade the Python exercises (launch configuration 1.2, BF16 2.1,
-memory pool 4.1) of the known-wrong students in tests/submissions; the GPU
+memory pool 4.1, timing 5.1, roofline bound 14.1) of the known-wrong students in tests/submissions; the GPU
 tests grade every kernel exercise and need a GPU:
     bash .gpu/run.sh python3 -m pytest -m gpu tests/test_grader.py
 """
@@ -20,7 +20,7 @@ from minitorch_cuda import grade
 from minitorch_cuda.grade import checks, exercises, runner
 
 SUBMISSIONS = Path(__file__).resolve().parent / "submissions"
-CPU_IDS = ["1.2", "2.1", "4.1"]
+CPU_IDS = ["1.2", "2.1", "4.1", "5.1", "14.1"]
 gpu = pytest.mark.skipif(not mt.cuda_available(), reason=f"needs a GPU: {mt.cuda_unavailable_reason()}")
 
 
@@ -43,17 +43,25 @@ EXPECTED_CPU = {
     ("full_solutions", "1.2"): "passed",
     ("full_solutions", "2.1"): "passed",
     ("full_solutions", "4.1"): "passed",
+    ("full_solutions", "5.1"): "passed",
+    ("full_solutions", "14.1"): "passed",
     ("empty_kernels", "1.2"): checks.NOT_IMPLEMENTED,
     ("empty_kernels", "2.1"): checks.NOT_IMPLEMENTED,
     ("empty_kernels", "4.1"): checks.NOT_IMPLEMENTED,
+    ("empty_kernels", "5.1"): checks.NOT_IMPLEMENTED,
+    ("empty_kernels", "14.1"): checks.NOT_IMPLEMENTED,
     ("off_by_one", "1.2"): checks.BOUNDARY,
+    ("off_by_one", "5.1"): checks.BOUNDARY,
     ("host_cheat", "2.1"): checks.FORBIDDEN,
     ("infinite_loop", "1.2"): checks.TIMEOUT,
     ("infinite_loop", "2.1"): checks.TIMEOUT,
     ("infinite_loop", "4.1"): checks.TIMEOUT,
+    ("infinite_loop", "5.1"): checks.TIMEOUT,
+    ("infinite_loop", "14.1"): checks.TIMEOUT,
     ("renamed_notebooks", "1.2"): checks.MISSING_NOTEBOOK,
     ("renamed_notebooks", "2.1"): checks.MISSING_NOTEBOOK,
     ("renamed_notebooks", "4.1"): "passed",
+    ("renamed_notebooks", "5.1"): checks.MISSING_NOTEBOOK,
 }
 
 

@@ -6,8 +6,8 @@ first mismatching indices. Inputs are drawn fresh (from a random seed) on every
 call, so a submission cannot pass by returning numbers it saw before.
 
 Kernel checks (they need a GPU) live in ``kernel_checks``; the Python
-exercises (launch configuration, BF16 rounding, memory pool) are checked here
-on the CPU.
+exercises (launch configuration, BF16 rounding, memory pool, timing, the
+roofline bound) are checked here on the CPU.
 """
 
 from __future__ import annotations
@@ -368,7 +368,154 @@ def check_memory_pool(pool_class, source: str = "") -> list[str]:
     return done
 
 
+# --- 5.1 timing: warm-up, sync, median -------------------------------------------
+
+
+class QueueingDevice:
+    """A fake GPU on a fake clock: ``launch()`` queues work and returns after a small host
+    cost, as a kernel launch does; ``sync()`` waits until the queue is empty."""
+
+    HOST_S = 1e-6  # what a launch costs the host
+
+    def __init__(self, durations: list[float]):
+        self.durations = iter(durations)  # device seconds of each successive call
+        self.now = 0.0
+        self.queued = 0.0
+        self.events: list[str] = []
+
+    def clock(self) -> float:
+        self.events.append("clock")
+        return self.now
+
+    def sync(self) -> None:
+        self.events.append("sync")
+        self.now += self.queued
+        self.queued = 0.0
+
+    def launch(self) -> None:
+        self.events.append("fn")
+        self.queued += next(self.durations)
+        self.now += self.HOST_S
+
+
+def check_time_median(time_median, source: str = "") -> list[str]:
+    done = []
+    rng = np.random.default_rng()
+    for warmup, repeats in ((3, 10), (0, 1), (2, 7)):
+        # warm-up calls are slow (they compile): a timed warm-up, or a sample that starts
+        # while one is still queued, shows up as a sample near one second
+        timed = list(rng.uniform(1e-4, 1e-3, repeats))
+        device = QueueingDevice([1.0] * warmup + timed)
+        try:
+            median, samples = time_median(
+                device.launch, warmup=warmup, repeats=repeats, sync=device.sync, clock=device.clock
+            )
+        except NotImplementedError:
+            raise
+        except Exception as exc:
+            fail(EXCEPTION, f"time_median(warmup={warmup}, repeats={repeats}) raised {type(exc).__name__}: {exc}")
+        samples = [float(x) for x in samples]
+        calls = device.events.count("fn")
+        if len(samples) != repeats or calls != warmup + repeats:
+            reason = (
+                BOUNDARY if abs(len(samples) - repeats) == 1 or abs(calls - warmup - repeats) == 1 else WRONG_RESULT
+            )
+            fail(reason, f"warmup={warmup}, repeats={repeats}: fn() called {calls} times, {len(samples)} samples")
+        want = np.array(timed, dtype=np.float64) + QueueingDevice.HOST_S
+        bad = ~np.isclose(samples, want, rtol=1e-9, atol=1e-12)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            hint = (
+                "a sample includes queued warm-up work: sync() before starting the clock"
+                if samples[i] > 0.5
+                else "the sample stops before the work is done: sync() after fn(), before reading the clock"
+                if samples[i] < want[i]
+                else "each sample is sync(), clock(), fn(), sync(), clock()"
+            )
+            details = [f"sample {j}: got {samples[j]:.9f} s, want {want[j]:.9f} s" for j in np.flatnonzero(bad)[:5]]
+            fail(WRONG_RESULT, f"warmup={warmup}, repeats={repeats}: {hint}", details)
+        if not np.isclose(float(median), np.median(want), rtol=1e-9, atol=1e-12):
+            fail(WRONG_RESULT, f"median {float(median)!r} s, want {np.median(want)!r} s (of {repeats} samples)")
+    done.append("warm-up calls untimed; each sample drains the queue before and after; the samples in order")
+    done.append("the median of odd and even counts, against numpy")
+    for warmup, repeats in ((0, 0), (-1, 5), (3, -2)):
+        device = QueueingDevice([])
+        try:
+            time_median(device.launch, warmup=warmup, repeats=repeats, sync=device.sync, clock=device.clock)
+        except ValueError:
+            if "fn" in device.events:
+                fail(WRONG_RESULT, f"warmup={warmup}, repeats={repeats}: raise before calling fn()")
+            continue
+        except NotImplementedError:
+            raise
+        except Exception as exc:
+            fail(
+                WRONG_RESULT, f"warmup={warmup}, repeats={repeats} should raise ValueError, raised {type(exc).__name__}"
+            )
+        fail(WRONG_RESULT, f"warmup={warmup}, repeats={repeats} should raise ValueError")
+    done.append("repeats < 1 or warmup < 0 raise ValueError before anything runs")
+    return done
+
+
+# --- 14.1 the roofline bound of a matmul ---------------------------------------------
+
+
+def check_matmul_roofline(matmul_roofline, source: str = "") -> list[str]:
+    done = []
+    rng = np.random.default_rng()
+    shapes = [(64, 256, 784), (784, 256, 64), (64, 10, 128), (1024, 1024, 1024), (1, 1, 1), (4096, 4096, 4096)]
+    shapes += [tuple(int(v) for v in rng.integers(1, 5000, 3)) for _ in range(40)]
+    for M, N, K in shapes:
+        peak, bandwidth = float(rng.uniform(1e3, 1e5)), float(rng.uniform(100, 5000))
+        try:
+            got = matmul_roofline(M, N, K, peak, bandwidth)
+        except NotImplementedError:
+            raise
+        except Exception as exc:
+            fail(EXCEPTION, f"matmul_roofline({M}, {N}, {K}, ...) raised {type(exc).__name__}: {exc}")
+        flops = 2.0 * M * N * K
+        nbytes = 4.0 * (M * K + K * N + M * N)
+        memory_roof = bandwidth * flops / nbytes
+        want = {
+            "flops": flops,
+            "bytes": nbytes,
+            "intensity": flops / nbytes,
+            "bound_gflops": min(peak, memory_roof),
+        }
+        if not isinstance(got, dict) or set(got) != {*want, "limit"}:
+            fail(WRONG_RESULT, f"return a dict with keys {sorted({*want, 'limit'})}, got {got!r}")
+        for key, value in want.items():
+            if not np.isclose(float(got[key]), value, rtol=1e-9):
+                fail(
+                    WRONG_RESULT,
+                    f"{M}x{N}x{K} at {peak:.0f} GFLOP/s, {bandwidth:.0f} GB/s: {key} {got[key]!r}, want {value!r}",
+                )
+        limit = "memory" if memory_roof <= peak else "compute"
+        if got["limit"] != limit:
+            fail(WRONG_RESULT, f"{M}x{N}x{K}: limit {got['limit']!r}, want {limit!r} (memory roof {memory_roof:.0f})")
+    done.append(f"{len(shapes)} shapes, MNIST and the blog's sizes included: flops, bytes, intensity, bound and limit")
+    for args in (
+        (0, 4, 4, 1e3, 1e3),
+        (4, -1, 4, 1e3, 1e3),
+        (4, 4, 2.5, 1e3, 1e3),
+        (4, 4, 4, 0.0, 1e3),
+        (4, 4, 4, 1e3, -5.0),
+    ):
+        try:
+            matmul_roofline(*args)
+        except ValueError:
+            continue
+        except NotImplementedError:
+            raise
+        except Exception as exc:
+            fail(WRONG_RESULT, f"matmul_roofline{args} should raise ValueError, raised {type(exc).__name__}")
+        fail(WRONG_RESULT, f"matmul_roofline{args} should raise ValueError")
+    done.append("non-positive or non-integer dimensions and non-positive rates raise ValueError")
+    return done
+
+
 # --- dispatch ----------------------------------------------------------------------
+
 
 def check_fib_tile(fib_tile, source: str = "") -> list[str]:
     from ..tile_eval.exercise import check_fib_tile as check  # chapter 20's check lives with its code
@@ -376,7 +523,14 @@ def check_fib_tile(fib_tile, source: str = "") -> list[str]:
     return check(fib_tile, source)
 
 
-PYTHON_CHECKS = {"1.2": check_launch_config, "2.1": check_bf16, "4.1": check_memory_pool, "20.1": check_fib_tile}
+PYTHON_CHECKS = {
+    "1.2": check_launch_config,
+    "2.1": check_bf16,
+    "4.1": check_memory_pool,
+    "5.1": check_time_median,
+    "14.1": check_matmul_roofline,
+    "20.1": check_fib_tile,
+}
 
 
 def run_check(exercise_id: str, artifact, source: str = "") -> CheckResult:

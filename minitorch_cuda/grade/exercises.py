@@ -61,6 +61,7 @@ EXERCISES: dict[str, Exercise] = {
         _cuda("3.2", "03_building_the_backend", "stable sigmoid kernel", "ew_sigmoid"),
         _cuda("3.3", "03_building_the_backend", "softmax forward kernel", "softmax_rows_volatile", "softmax_source"),
         Exercise("4.1", "04_memory", "memory pool", "python", "MemoryPool", gpu=False),
+        Exercise("5.1", "05_profiling", "timing: warm-up, sync, median", "python", "time_median", gpu=False),
         _cuda("6.1", "06_opt1_memcopies", "sum of squares (clipping norm)", "sumsq_volatile", "sumsq_source"),
         _cuda("6.2", "06_opt1_memcopies", "clipping scale kernel", "clip_scale"),
         _cuda("7.1", "07_opt2_gather", "gather kernel", "gather_rows", "gather_source"),
@@ -70,6 +71,7 @@ EXERCISES: dict[str, Exercise] = {
         _cuda("11.1", "11_opt6_tiled_matmul", "shared-memory tiled matmul", "matmul_tiled"),
         Exercise("12.1", "12_opt7_syncs", "a training step without device syncs", "python", "train_step"),
         _cuda("13.1", "13_opt8_warp_shuffle", "warp-shuffle row sum", "sum_rows_shuffle"),
+        Exercise("14.1", "14_cublas", "the roofline bound of a matmul", "python", "matmul_roofline", gpu=False),
         Exercise("20.1", "20_tile_programming", "fibonacci as a tile function", "python", "fib_tile", gpu=False),
     ]
 }
