@@ -394,7 +394,7 @@ class QueueingDevice:
 
     def launch(self) -> None:
         self.events.append("fn")
-        self.queued += next(self.durations)
+        self.queued += next(self.durations, 0.0)  # calls beyond the plan are counted and reported
         self.now += self.HOST_S
 
 
