@@ -44,9 +44,9 @@ class Autotuner:
         it is called ``repeats`` times per candidate and the minimum counts."""
         if not candidates:
             raise ValueError(f"autotune {family}: no candidate kernels for {key}")
-        found = self._decisions.get((family, key))
+        found = self.cached(family, key)
         if found is not None:
-            return found.choice
+            return found
         if not self.enabled or len(candidates) == 1:
             decision = Decision(candidates[0], {}, "heuristic")
         elif self.frozen:

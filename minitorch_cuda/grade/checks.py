@@ -148,6 +148,20 @@ def forbid(source: str, patterns: dict[str, str]) -> None:
             fail(FORBIDDEN, why)
 
 
+def expect_value_error(what: str, fn, *args, why: str = "", **kwargs) -> None:
+    """Fail unless ``fn(*args, **kwargs)`` raises ValueError (bad input must be refused);
+    a stub's NotImplementedError propagates."""
+    try:
+        fn(*args, **kwargs)
+    except ValueError:
+        return
+    except NotImplementedError:
+        raise
+    except Exception as exc:
+        fail(WRONG_RESULT, f"{what} should raise ValueError, raised {type(exc).__name__}")
+    fail(WRONG_RESULT, f"{what} should raise ValueError{why}")
+
+
 # --- 1.2 launch configuration ----------------------------------------------------
 
 
@@ -168,15 +182,7 @@ def check_launch_config(launch_config, source: str = "") -> list[str]:
                 fail(reason, f"launch_config({n}, {threads}) = {got}, want ({want_grid}, {want_block})")
     done.append("grid = ceil(n / threads) blocks of (threads, 1, 1) for 27 sizes")
     for n in (0, -5):
-        try:
-            launch_config(n, 256)
-        except ValueError:
-            continue
-        except NotImplementedError:
-            raise
-        except Exception as exc:
-            fail(WRONG_RESULT, f"launch_config({n}, 256) should raise ValueError, raised {type(exc).__name__}")
-        fail(WRONG_RESULT, f"launch_config({n}, 256) should raise ValueError (nothing to launch)")
+        expect_value_error(f"launch_config({n}, 256)", launch_config, n, 256, why=" (nothing to launch)")
     done.append("n <= 0 raises ValueError")
     return done
 
@@ -440,19 +446,17 @@ def check_time_median(time_median, source: str = "") -> list[str]:
     done.append("the median of odd and even counts, against numpy")
     for warmup, repeats in ((0, 0), (-1, 5), (3, -2)):
         device = QueueingDevice([])
-        try:
-            time_median(device.launch, warmup=warmup, repeats=repeats, sync=device.sync, clock=device.clock)
-        except ValueError:
-            if "fn" in device.events:
-                fail(WRONG_RESULT, f"warmup={warmup}, repeats={repeats}: raise before calling fn()")
-            continue
-        except NotImplementedError:
-            raise
-        except Exception as exc:
-            fail(
-                WRONG_RESULT, f"warmup={warmup}, repeats={repeats} should raise ValueError, raised {type(exc).__name__}"
-            )
-        fail(WRONG_RESULT, f"warmup={warmup}, repeats={repeats} should raise ValueError")
+        expect_value_error(
+            f"warmup={warmup}, repeats={repeats}",
+            time_median,
+            device.launch,
+            warmup=warmup,
+            repeats=repeats,
+            sync=device.sync,
+            clock=device.clock,
+        )
+        if "fn" in device.events:
+            fail(WRONG_RESULT, f"warmup={warmup}, repeats={repeats}: raise before calling fn()")
     done.append("repeats < 1 or warmup < 0 raise ValueError before anything runs")
     return done
 
@@ -501,15 +505,7 @@ def check_matmul_roofline(matmul_roofline, source: str = "") -> list[str]:
         (4, 4, 4, 0.0, 1e3),
         (4, 4, 4, 1e3, -5.0),
     ):
-        try:
-            matmul_roofline(*args)
-        except ValueError:
-            continue
-        except NotImplementedError:
-            raise
-        except Exception as exc:
-            fail(WRONG_RESULT, f"matmul_roofline{args} should raise ValueError, raised {type(exc).__name__}")
-        fail(WRONG_RESULT, f"matmul_roofline{args} should raise ValueError")
+        expect_value_error(f"matmul_roofline{args}", matmul_roofline, *args)
     done.append("non-positive or non-integer dimensions and non-positive rates raise ValueError")
     return done
 
