@@ -48,7 +48,8 @@ MATMUL_KERNELS = {
     "matmul_batched": 5,
     "matmul_tiled": 6,
     "matmul_regtiled": 9,  # the autotuned variant for the shape
-    "matmul_tf32": 12,
+    "matmul_tf32": 12,  # WMMA, any operands
+    "matmul_tf32_async": 12,  # mma.sync and cp.async, operands in whole quads
 }
 BLOG_LAST_STAGE = 8  # the blog's ladder ends with Opt. 8; later stages are this course's own
 SLOW_KERNELS = {"matmul_naive", "matmul_transposed", "matmul_batched"}  # skipped above 1024^3
@@ -135,7 +136,7 @@ def matmul_gflops(repeats: int = 20) -> dict:
     from .cuda.array import DeviceArray
     from .cuda.autotune import tuner
     from .cuda.backend import from_numpy
-    from .cuda.signature import MMA_TILE, REGTILED_TILES
+    from .cuda.signature import ASYNC_TILE, MMA_TILE, REGTILED_TILES
 
     rng = np.random.default_rng(0)
     rows = []
@@ -155,16 +156,18 @@ def matmul_gflops(repeats: int = 20) -> dict:
                 bm, bn, _, threads = REGTILED_TILES[tile]
                 grid, block = ((N + bn - 1) // bn, (M + bm - 1) // bm, 1), (threads, 1, 1)
                 row["regtiled_variant"] = tile
-            elif name == "matmul_tf32":
-                bm, bn, threads = MMA_TILE
+            elif name.startswith("matmul_tf32"):
+                bm, bn, threads = ASYNC_TILE if name == "matmul_tf32_async" else MMA_TILE
                 grid, block = ((N + bn - 1) // bn, (M + bm - 1) // bm, 1), (threads, 1, 1)
             else:
                 tile = 32 if name == "matmul_tiled" else 16
                 grid, block = ((N + tile - 1) // tile, (M + tile - 1) // tile, 1), (tile, tile, 1)
             extra = {"matmul_naive": (), "matmul_transposed": (0, 0)}.get(name, (0, 0, 0, 0))
-            fn = registry.get(kernel_name).function
+            kernel = registry.get(kernel_name)
+            if name == "matmul_tf32_async" and (N % 4 or K % 4):
+                continue  # it copies whole quads of A's and B's rows
             args = (c.ptr, a.ptr, b.ptr, M, N, K, *extra)
-            launch = functools.partial(fn.prepared_async_call, grid, block, None, *args)
+            launch = functools.partial(kernel.launch_async, grid, block, None, *args)
             row["gflops"][name] = flops / 1e9 / _median_seconds(launch, repeats, drv)
         for key, tf32 in (("cublas", False), ("cublas_tf32", True)):
             seconds = _cublas_seconds(M, N, K, repeats, tf32)
@@ -177,11 +180,13 @@ def matmul_gflops(repeats: int = 20) -> dict:
 def bandwidth_table(repeats: int = 10) -> dict:
     """GB/s of the bandwidth-bound kernels next to cuMemcpyDtoD's, measured in the same run:
     elementwise ops on 2^28 floats (scalar stage-8 kernels and stage 9's float4 ones),
-    softmax over 8192 x 8192 (stage 8's three-pass and stage 9's online kernel)."""
+    softmax over 8192 x 8192 (stage 8's three-pass kernel, stage 9's online one and the one that
+    holds the row in registers)."""
     import pycuda.driver as drv
 
     from .cuda import registry
     from .cuda.array import DeviceArray
+    from .cuda.ops_math import block_row_threads
     from .cuda.runtime import multiprocessors
 
     n = 1 << 28
@@ -200,15 +205,17 @@ def bandwidth_table(repeats: int = 10) -> dict:
     rows_, cols_ = 8192, 8192
     cases["softmax_rows_shuffle"] = (2 * rows_ * cols_ / n, ("softmax_rows_shuffle", (rows_, 1, 1), None))
     cases["softmax_rows_online"] = (2 * rows_ * cols_ / n, ("softmax_rows_online", (rows_, 1, 1), None))
+    cases["softmax_rows_block"] = (2 * rows_ * cols_ / n, ("softmax_rows_block", (rows_, 1, 1), None))
     table = {}
     for name, (arrays, how) in cases.items():
         if callable(how):
             call = how
         else:
             kernel, grid, args = how
-            if args is None:  # softmax: (out, in, rows, cols), 1024 or 256 threads
+            if args is None:  # softmax: (out, in, rows, cols), as ops_math launches it
                 args = (out.ptr, x.ptr, rows_, cols_)
-                block_ = (1024 if kernel.endswith("shuffle") else 256, 1, 1)
+                threads = {"shuffle": 1024, "online": 256, "block": block_row_threads(cols_)}
+                block_ = (threads[kernel.rsplit("_", 1)[1]], 1, 1)
             else:
                 block_ = block
             call = functools.partial(registry.get(kernel).function.prepared_async_call, grid, block_, None, *args)
@@ -422,8 +429,9 @@ def format_matmul(table: dict) -> str:
         big = next((r["gflops"] for r in table["rows"] if r["label"] == label), {})
         if "cublas" in big and "matmul_regtiled" in big:
             lines.append(f"{label}: regtiled / cuBLAS = {big['matmul_regtiled'] / big['cublas']:.1%}")
-        if "cublas_tf32" in big and "matmul_tf32" in big:
-            lines.append(f"{label}: tf32 / cuBLAS TF32 = {big['matmul_tf32'] / big['cublas_tf32']:.1%}")
+        for name in ("matmul_tf32", "matmul_tf32_async"):
+            if "cublas_tf32" in big and name in big:
+                lines.append(f"{label}: {name} / cuBLAS TF32 = {big[name] / big['cublas_tf32']:.1%}")
     big = next(r for r in table["rows"] if r["label"] == "1024^3")["gflops"]
     lines.append(
         f"1024^3: tiled / batched = {big['matmul_tiled'] / big['matmul_batched']:.2f}x"

@@ -75,7 +75,10 @@ class _Function:
     def prepare(self, signature):
         return self
 
-    def prepared_async_call(self, *args) -> None:
+    def prepared_async_call(self, *args, shared_size=0) -> None:
+        pass
+
+    def set_attribute(self, attribute, value) -> None:
         pass
 
     def prepared_call(self, *args) -> None:
@@ -108,6 +111,7 @@ driver.init = lambda: None
 driver.Device = type("Device", (), {"count": staticmethod(lambda: 1)})
 driver.Context = _Context
 driver.device_attribute = _Attributes()
+driver.function_attribute = _Attributes()
 driver.mem_alloc = _Allocation
 driver.memcpy_htod = lambda dst, host: None
 driver.memcpy_dtoh = _fill_half

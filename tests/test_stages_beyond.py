@@ -201,7 +201,7 @@ def _launch_matmul(name, a, b, M, N, K, ta, tb, bias=None, relu=False):
     from minitorch_cuda.cuda import backend, registry
     from minitorch_cuda.cuda.array import DeviceArray
     from minitorch_cuda.cuda.runtime import launch
-    from minitorch_cuda.cuda.signature import MMA_TILE
+    from minitorch_cuda.cuda.signature import ASYNC_TILE, MMA_TILE
 
     da, db = backend.from_numpy(a), backend.from_numpy(b)
     batch = max(int(np.prod(a.shape[:-2])), int(np.prod(b.shape[:-2])))
@@ -211,7 +211,7 @@ def _launch_matmul(name, a, b, M, N, K, ta, tb, bias=None, relu=False):
     if name.startswith(("matmul_regtiled_", "matmul_bias_act_")):
         bm, bn, _, threads = REGTILED_TILES[name.rsplit("_", 1)[1]]
     else:
-        bm, bn, threads = MMA_TILE
+        bm, bn, threads = ASYNC_TILE if name == "matmul_tf32_async" else MMA_TILE
     grid = ((N + bn - 1) // bn, (M + bm - 1) // bm, batch)
     args = [out.ptr, da.ptr, db.ptr, M, N, K, int(ta), int(tb), stride_a, stride_b]
     if name.startswith("matmul_bias_act_"):
@@ -316,14 +316,17 @@ def test_vec4_unary_and_backward_kernels(n):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("rows", "cols"), [(1, 1), (64, 10), (33, 1000), (5, 1024), (3, 1025), (4, 4099), (2, 8192)])
+@pytest.mark.parametrize(
+    ("rows", "cols"),
+    [(1, 1), (64, 10), (33, 1000), (5, 1024), (3, 1025), (4, 4099), (2, 8192), (3, 16383), (2, 16384), (2, 16385)],
+)
 def test_stage_9_softmax(rows, cols):
     x = (3 * np.random.default_rng(cols).standard_normal((rows, cols))).astype(np.float32)
     z = x.astype(np.float64) - x.max(axis=1, keepdims=True)
     ref = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
     with mt.use_stage(9), mt.profiler.profile() as prof:
         assert_close(mt.tensor(x, "cuda").softmax(), ref, 1e-7, 1e-5, f"softmax {rows}x{cols}")
-    expected = "softmax_rows_warp" if cols <= 1024 else "softmax_rows_online"
+    expected = "softmax_rows_warp" if cols <= 1024 else "softmax_rows_block" if cols <= 16384 else "softmax_rows_online"
     assert {r["name"] for r in prof.stats("kernel")} == {expected}
 
 
@@ -468,10 +471,40 @@ def test_tensor_core_error_against_float64(name, bound, typical, ta, tb, shape):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize(("ta", "tb"), FLAGS)
+@pytest.mark.parametrize("shape", [(4, 4, 4), (72, 76, 84), (132, 260, 300), (256, 256, 1024)], ids=str)
+def test_tf32_async_error_against_float64(ta, tb, shape):
+    """The cp.async kernel takes operands in whole quads (every extent a multiple of 4 here),
+    partial tiles at every edge included, with matmul_tf32's bounds."""
+    M, N, K = shape
+    a, b = _matmul_inputs(M, N, K, ta, tb, seed=12)
+    ref, scale = _reference(a, b, ta, tb)
+    out = _launch_matmul("matmul_tf32_async", a, b, M, N, K, ta, tb)
+    assert np.all(np.abs(out - ref) <= 1.5e-3 * scale + 1e-6), f"max {np.max(np.abs(out - ref) / scale):.2e}"
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("shape", "kernel"), [((64, 256, 784), "matmul_tf32_async"), ((64, 10, 128), "matmul_tf32")])
+def test_stage_12_picks_the_async_kernel_for_whole_quads(shape, kernel):
+    M, N, K = shape
+    a, b = _matmul_inputs(M, N, K, False, False, seed=13)
+    ref, scale = _reference(a, b, False, False)
+    with mt.use_stage(12), mt.profiler.profile() as prof:
+        out = mt.tensor(a, "cuda") @ mt.tensor(b, "cuda")
+        assert np.all(np.abs(out.numpy() - ref) <= 1.5e-3 * scale + 1e-6)
+    assert {r["name"] for r in prof.stats("kernel")} == {kernel}
+
+
+@pytest.mark.gpu
 def test_tensor_core_batched():
     a, b = _matmul_inputs(72, 73, 74, True, False, (3,), (), seed=11)
     ref, scale = _reference(a, b, True, False)
     out = _launch_matmul("matmul_tf32", a, b, 72, 73, 74, True, False)
+    assert np.all(np.abs(out - ref) <= 1.5e-3 * scale + 1e-6)
+    a, b = _matmul_inputs(72, 76, 84, False, True, (3,), (3,), seed=14)
+    ref, scale = _reference(a, b, False, True)
+    out = _launch_matmul("matmul_tf32_async", a, b, 72, 76, 84, False, True)
     assert np.all(np.abs(out - ref) <= 1.5e-3 * scale + 1e-6)
 
 

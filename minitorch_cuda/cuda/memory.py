@@ -28,6 +28,14 @@ class MemoryPool:
             profiler.counters.pool_hits += 1
             return free.pop()
         profiler.counters.pool_misses += 1
+        from .runtime import capturing  # (runtime imports this module)
+
+        if capturing():  # the driver would refuse too, with a message that names nothing
+            held = {size: len(a) for size, a in self._free.items() if a}
+            raise RuntimeError(
+                f"a graph capture asked for {nbytes} bytes and the pool holds none of that size "
+                f"(free sizes: {held}); the eager step before a capture must allocate the same buffers"
+            )
         return _allocate(nbytes, retry=self.flush)
 
     def release(self, allocation, nbytes: int) -> None:

@@ -12,6 +12,12 @@ from .ops_tensor import contiguous
 from .runtime import launch
 
 XENT_THREADS = 512  # fused.cu: softmax_xent_fused's __launch_bounds__
+BLOCK_ROW_COLUMNS = 512 * 32  # vectorized.cu: softmax_rows_block, 512 threads of 32 values at most
+
+
+def block_row_threads(cols: int) -> int:
+    """Threads for softmax_rows_block: 32 columns each, rounded up to whole warps."""
+    return 32 * -(-cols // (32 * 32))
 
 
 def _per_row(base: str, rows: int, cols: int, *args, shapes=()) -> None:
@@ -96,6 +102,9 @@ def softmax(x: DeviceArray) -> DeviceArray:
     if stages.vectorized_kernels():  # one read of the row: in registers, or online (max, sum)
         if cols <= 1024:
             launch(registry.get("softmax_rows_warp"), (-(-rows // 8), 1, 1), (256, 1, 1), out.ptr, x.ptr, rows, cols)
+        elif cols <= BLOCK_ROW_COLUMNS:
+            block = (block_row_threads(cols), 1, 1)
+            launch(registry.get("softmax_rows_block"), (rows, 1, 1), block, out.ptr, x.ptr, rows, cols)
         else:
             launch(registry.get("softmax_rows_online"), (rows, 1, 1), (256, 1, 1), out.ptr, x.ptr, rows, cols)
         return out

@@ -11,7 +11,7 @@ from .autotune import fits, tuner
 from .launchers import NULL_POINTER
 from .ops_tensor import contiguous, transpose
 from .runtime import launch, time_launch_ms
-from .signature import MMA_TILE, REGTILED_TILES
+from .signature import ASYNC_TILE, MMA_TILE, REGTILED_TILES
 
 
 def _operand(x: DeviceArray, flag: bool) -> tuple[DeviceArray, bool]:
@@ -93,9 +93,12 @@ def _matmul_beyond(out, a, b, M, N, K, ta, tb, stride_a, stride_b, batch, shapes
     with ``bias`` the fused bias (+ ReLU) epilogue of stage 10."""
     flags = (M, N, K, int(ta), int(tb), stride_a, stride_b)
     if stages.tensor_cores() and bias is None:
-        bm, bn, threads = MMA_TILE
+        quads = (M if ta else K) % 4 == 0 and (K if tb else N) % 4 == 0 and stride_a % 4 == 0 and stride_b % 4 == 0
+        fast = quads and a.ptr % 16 == 0 and b.ptr % 16 == 0  # cp.async copies whole aligned quads
+        bm, bn, threads = ASYNC_TILE if fast else MMA_TILE
         grid = ((N + bn - 1) // bn, (M + bm - 1) // bm, batch)
-        launch(registry.get("matmul_tf32"), grid, (threads, 1, 1), out.ptr, a.ptr, b.ptr, *flags, shapes=shapes)
+        name = "matmul_tf32_async" if fast else "matmul_tf32"
+        launch(registry.get(name), grid, (threads, 1, 1), out.ptr, a.ptr, b.ptr, *flags, shapes=shapes)
         return
     tile = _regtiled_tile(out, a, b, M, N, K, ta, tb, stride_a, stride_b, batch)
     bm, bn, _, threads = REGTILED_TILES[tile]

@@ -40,7 +40,7 @@ def get(name: str) -> Kernel:
     if kernel is None:
         s = spec(name)
         source = (KERNEL_DIR / s.file).read_text()
-        kernel = _builtin[name] = Kernel(name, compile_module(source, s.file), name, s.signature)
+        kernel = _builtin[name] = Kernel(name, compile_module(source, s.file), name, s.signature, s.shared_bytes)
     return kernel
 
 
@@ -66,7 +66,8 @@ class override:
         if prepare_signature(theirs) != expected.signature:
             raise TypeError(f"kernel {entry!r} must take ({expected.params}) to replace {name!r}; it takes ({theirs})")
         self.name = name
-        self.kernel = Kernel(name, compile_module(source, f"your kernel {entry!r}"), entry, expected.signature)
+        module = compile_module(source, f"your kernel {entry!r}")
+        self.kernel = Kernel(name, module, entry, expected.signature, expected.shared_bytes)
         _overrides.setdefault(name, []).append(self.kernel)
         self._active = True
 

@@ -134,17 +134,24 @@ def compile_module(source: str, label: str):
 
 
 class Kernel:
-    """A compiled ``__global__`` function, prepared for cheap repeated launches."""
+    """A compiled ``__global__`` function, prepared for cheap repeated launches, with the
+    dynamic shared memory every launch of it gets."""
 
-    __slots__ = ("name", "function")
+    __slots__ = ("name", "function", "shared_bytes")
 
-    def __init__(self, name: str, module, entry: str, signature: str):
+    def __init__(self, name: str, module, entry: str, signature: str, shared_bytes: int = 0):
         try:
             self.function = module.get_function(entry)
         except drv.Error as exc:
             raise KernelError(f"kernel {entry!r} not found in the compiled module ({exc})") from None
         self.function.prepare(signature)
+        if shared_bytes > 48 * 1024:  # beyond the default a function must opt in
+            self.function.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_bytes)
         self.name = name
+        self.shared_bytes = shared_bytes
+
+    def launch_async(self, grid: tuple, block: tuple, stream, *args) -> None:
+        self.function.prepared_async_call(grid, block, stream, *args, shared_size=self.shared_bytes)
 
 
 def launch(kernel: Kernel, grid: tuple, block: tuple, *args, shapes=()) -> None:
@@ -154,7 +161,7 @@ def launch(kernel: Kernel, grid: tuple, block: tuple, *args, shapes=()) -> None:
     prof = None if _capturing else profiler.active()  # events on the legacy stream would break a capture
     token = prof.begin() if prof else None
     try:
-        kernel.function.prepared_async_call(grid, block, _stream, *args)
+        kernel.launch_async(grid, block, _stream, *args)
     except drv.Error as exc:
         raise KernelError(
             f"launch of {kernel.name} failed (grid={grid}, block={block}, shapes={shapes}): {exc}"
@@ -172,7 +179,7 @@ def time_launch_ms(kernel: Kernel, grid: tuple, block: tuple, *args) -> float:
     start, stop = drv.Event(), drv.Event()
     start.record()
     try:
-        kernel.function.prepared_async_call(grid, block, None, *args)
+        kernel.launch_async(grid, block, None, *args)
     except drv.Error as exc:
         raise KernelError(f"launch of {kernel.name} failed (grid={grid}, block={block}): {exc}") from None
     stop.record()

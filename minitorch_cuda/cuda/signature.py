@@ -23,6 +23,7 @@ _UNARY = "float* out, const float* a, int n"
 class KernelSpec:
     file: str
     params: str  # the C parameter list every implementation must take
+    shared_bytes: int = 0  # dynamic shared memory each launch gets
 
     @property
     def signature(self) -> str:
@@ -103,6 +104,23 @@ REGTILED_TILES: dict[str, tuple[int, int, int, int]] = {
 MMA_TILE = (128, 128, 256)  # BM, BN, threads of matmul_tf32 / matmul_bf16
 
 
+def _async_launch() -> tuple[tuple[int, int, int], int]:
+    """(BM, BN, threads) and dynamic shared bytes of matmul_tf32_async, from the #defines
+    of mma_async.cu (the kernel file is the one place its shape is written down)."""
+    text = (KERNEL_DIR / "mma_async.cu").read_text()
+    d = {k: int(v) for k, v in re.findall(r"^#define ASYNC_(\w+) (\d+)\b", text, re.M)}
+    threads = 32 * (d["BM"] // d["WM"]) * (d["BN"] // d["WN"])
+    row = d["BK"] + 4  # a K-contiguous row; an M- or N-contiguous one is extent + 8
+
+    def tile(extent: int) -> int:
+        return max(extent * row, d["BK"] * (extent + 8))
+
+    return (d["BM"], d["BN"], threads), d["STAGES"] * (tile(d["BM"]) + tile(d["BN"])) * 4
+
+
+ASYNC_TILE, ASYNC_SMEM_BYTES = _async_launch()
+
+
 def _slots(kind: str, name: str) -> str:
     return ", ".join(f"{kind} {name}{i}" for i in range(MULTI_TENSOR_SLOTS))
 
@@ -117,6 +135,7 @@ SPECS.update(
     {
         **{f"{op}_vec4": KernelSpec("vectorized.cu", SPECS[op].params) for op in VEC4_OPS},
         "softmax_rows_warp": KernelSpec("vectorized.cu", "float* out, const float* in, int rows, int cols"),
+        "softmax_rows_block": KernelSpec("vectorized.cu", "float* out, const float* in, int rows, int cols"),
         "softmax_rows_online": KernelSpec("vectorized.cu", "float* out, const float* in, int rows, int cols"),
         **{f"matmul_regtiled_{t}": KernelSpec("matmul_regtiled.cu", _MATMUL) for t in REGTILED_TILES},
         **{f"matmul_bias_act_{t}": KernelSpec("fused.cu", _BIAS_ACT) for t in REGTILED_TILES},
@@ -135,6 +154,7 @@ SPECS.update(
             f"const float* partials, int n_partials, float max_norm, {_slots('float*', 'g')}, {_slots('int', 'n')}",
         ),
         "matmul_tf32": KernelSpec("mma.cu", _MATMUL),
+        "matmul_tf32_async": KernelSpec("mma_async.cu", _MATMUL, shared_bytes=ASYNC_SMEM_BYTES),
         "matmul_bf16": KernelSpec("mma.cu", _MATMUL),
     }
 )

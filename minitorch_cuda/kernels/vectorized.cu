@@ -9,6 +9,11 @@
 //   softmax_rows_warp    rows of at most 1024 columns: one warp per row, the row held
 //                        in registers (32 values a lane), max and sum by butterfly
 //                        shuffles: one read and one write of each element.
+//   softmax_rows_block   rows of up to 16,384 columns: one block per row, the row held in
+//                        registers (8 quads a thread; the host launches ceil(cols / 32)
+//                        threads rounded up to a warp), max and sum reduced across the
+//                        block: one read and one write of each element, so DRAM sees
+//                        two arrays however long the row (chapter 15).
 //   softmax_rows_online  any row length: one block of 256 threads per row; one pass
 //                        keeps a running (max, sum) pair per thread (the sum rescaled
 //                        when the max grows), pairs merged by shuffles; a second pass
@@ -197,5 +202,76 @@ extern "C" __global__ void __launch_bounds__(ONLINE_THREADS) softmax_rows_online
         }
     } else {
         for (int c = tid; c < cols; c += ONLINE_THREADS) y[c] = expf(x[c] - m) * inv;
+    }
+}
+
+// --- softmax, the row in a block's registers ---------------------------------------------
+
+#define BLOCK_ROW_QUADS 8            // quads a thread holds
+#define BLOCK_ROW_MAX_THREADS 512    // so rows of up to 512 * 32 = 16,384 columns
+
+// Every thread gets the block-wide reduction of v: one shuffle tree per warp, then each
+// thread folds the warps' results (a broadcast read of shared memory).
+#define BLOCK_ALL(name, combine, warp_all)                                                \
+__device__ __forceinline__ float name(float v, float* sm) {                              \
+    v = warp_all(v);                                                                     \
+    if ((threadIdx.x & 31) == 0) sm[threadIdx.x >> 5] = v;                               \
+    __syncthreads();                                                                     \
+    v = sm[0];                                                                           \
+    for (int w = 1; w < (blockDim.x >> 5); ++w) v = combine(v, sm[w]);                    \
+    return v;                                                                            \
+}
+
+__device__ __forceinline__ float add_f(float a, float b) { return a + b; }
+BLOCK_ALL(block_max_all, fmaxf, warp_max_all)
+BLOCK_ALL(block_sum_all, add_f, warp_sum_all)
+
+// Columns c .. c + 3 of a row; -inf past the end (so they drop out of max and exp).
+__device__ __forceinline__ float4 load_quad(const float* x, int c, int cols, bool vec) {
+    const float pad = -CUDART_INF_F;
+    if (vec) return c < cols ? *reinterpret_cast<const float4*>(x + c) : make_float4(pad, pad, pad, pad);
+    float4 q;
+    q.x = c < cols ? x[c] : pad;
+    q.y = c + 1 < cols ? x[c + 1] : pad;
+    q.z = c + 2 < cols ? x[c + 2] : pad;
+    q.w = c + 3 < cols ? x[c + 3] : pad;
+    return q;
+}
+
+// Block: a multiple of 32 threads, at least cols / 32; grid: (rows, 1, 1).
+extern "C" __global__ void __launch_bounds__(BLOCK_ROW_MAX_THREADS) softmax_rows_block(float* out, const float* in,
+                                                                                       int rows, int cols) {
+    // Two buffers, so the sum's writes cannot race the max's reads: one barrier each.
+    __shared__ float sm_max[BLOCK_ROW_MAX_THREADS / 32], sm_sum[BLOCK_ROW_MAX_THREADS / 32];
+    const float* x = in + (long long)blockIdx.x * cols;
+    float* y = out + (long long)blockIdx.x * cols;
+    const bool vec = (cols & 3) == 0 && aligned16(x) && aligned16(y);
+    float4 v[BLOCK_ROW_QUADS];
+    float m = -CUDART_INF_F;
+#pragma unroll
+    for (int j = 0; j < BLOCK_ROW_QUADS; ++j) {  // all loads issued before any is used
+        v[j] = load_quad(x, 4 * (threadIdx.x + j * blockDim.x), cols, vec);
+        m = fmaxf(m, fmaxf(fmaxf(v[j].x, v[j].y), fmaxf(v[j].z, v[j].w)));
+    }
+    m = block_max_all(m, sm_max);
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < BLOCK_ROW_QUADS; ++j) {  // exp(-inf - m) = 0 for the padding
+        v[j] = make_float4(expf(v[j].x - m), expf(v[j].y - m), expf(v[j].z - m), expf(v[j].w - m));
+        s += (v[j].x + v[j].y) + (v[j].z + v[j].w);
+    }
+    const float inv = 1.0f / block_sum_all(s, sm_sum);
+#pragma unroll
+    for (int j = 0; j < BLOCK_ROW_QUADS; ++j) {
+        const int c = 4 * (threadIdx.x + j * blockDim.x);
+        const float4 q = make_float4(v[j].x * inv, v[j].y * inv, v[j].z * inv, v[j].w * inv);
+        if (vec) {
+            if (c < cols) *reinterpret_cast<float4*>(y + c) = q;
+        } else {
+            if (c < cols) y[c] = q.x;
+            if (c + 1 < cols) y[c + 1] = q.y;
+            if (c + 2 < cols) y[c + 2] = q.z;
+            if (c + 3 < cols) y[c + 3] = q.w;
+        }
     }
 }
