@@ -1,12 +1,15 @@
 """The exercise checks themselves, the notebook helper and the generator.
 
 CPU: the Python exercises against their solutions and typical mistakes; the
-generator's stubs and `--check`. GPU: every kernel solution passes its checks
-in-process, as in the notebook's check cell.
+generator's stubs and `--check`; every kernel solution compiles with nvcc (where
+nvcc exists). GPU: every kernel solution passes its checks in-process, as in the
+notebook's check cell.
 """
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import jupytext
@@ -15,6 +18,7 @@ import numpy as np
 import pytest
 
 import minitorch_cuda as mt
+from minitorch_cuda.cuda.signature import KERNEL_DIR
 from minitorch_cuda.exercise import cuda_exercise
 from minitorch_cuda.grade import checks, exercises, generate, notebook
 
@@ -30,11 +34,22 @@ def solution(exercise_id: str):
     return namespace[ex.name], source
 
 
-@pytest.mark.parametrize("exercise_id", ["1.2", "2.1", "4.1", "5.1", "14.1"])
+@pytest.mark.parametrize("exercise_id", ["1.2", "2.1", "4.1", "5.1", "14.1", "18.1", "19.1"])
 def test_python_solutions_pass(exercise_id) -> None:
     artifact, source = solution(exercise_id)
     result = checks.run_check(exercise_id, artifact, source)
     assert result.passed, str(result)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("exercise_id", [e.id for e in exercises.ordered() if e.kind == "cuda"])
+def test_kernel_solutions_compile(exercise_id, tmp_path) -> None:
+    """Every kernel solution builds for the H200 (sm_90) as the grader builds it, also without a GPU."""
+    source, _ = solution(exercise_id)
+    (tmp_path / "kernel.cu").write_text(source)
+    cmd = ["nvcc", "-arch=sm_90", "-cubin", "-I", str(KERNEL_DIR), "-o", str(tmp_path / "kernel.cubin")]
+    result = subprocess.run([*cmd, str(tmp_path / "kernel.cu")], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
 
 
 def test_bf16_truncation_fails_with_indices() -> None:
@@ -92,6 +107,71 @@ def test_roofline_with_the_larger_roof_fails() -> None:
 
     result = checks.run_check("14.1", above_the_roof)
     assert result.reason == checks.WRONG_RESULT and "bound_gflops" in result.message
+
+
+def test_graphed_step_reading_before_the_replay_is_one_step_late() -> None:
+    graphed_step, _ = solution("18.1")
+
+    class ReadFirst(graphed_step):
+        def __call__(self, xb, yb):
+            key = (xb.shape, yb.shape)
+            if key not in self.graphs:
+                return super().__call__(xb, yb)
+            x, y, graph, loss = self.graphs[key]
+            self.device.copy(x, xb)
+            self.device.copy(y, yb)
+            value = self.device.read(loss)  # the previous replay's loss
+            graph.launch()
+            return value
+
+    result = checks.run_check("18.1", ReadFirst)
+    assert result.reason == checks.WRONG_RESULT and "a replay" in result.message
+    assert result.details[0].startswith("batch 1 (8 rows): got")
+
+
+def test_graphed_step_capturing_first_is_refused() -> None:
+    class CaptureFirst:
+        def __init__(self, body, device):
+            self.body, self.device = body, device
+
+        def __call__(self, xb, yb):
+            with self.device.capture() as graph:
+                loss = self.body(xb, yb)
+            graph.launch()
+            return self.device.read(loss)
+
+    result = checks.run_check("18.1", CaptureFirst)
+    assert result.reason == checks.WRONG_RESULT and "run the step once eagerly" in result.message
+
+
+def test_graphed_step_without_a_graph_is_host_side() -> None:
+    class Eager:
+        def __init__(self, body, device):
+            self.body, self.device = body, device
+
+        def __call__(self, xb, yb):
+            return self.device.read(self.body(xb, yb))
+
+    assert checks.run_check("18.1", Eager).reason == checks.HOST_SIDE
+
+
+def test_tf32_reference_agrees_with_the_chapters_rounding() -> None:
+    from minitorch_cuda import plots
+
+    x = checks._rounding_inputs(np.random.default_rng(0), 13)
+    assert np.array_equal(checks.tf32_reference(x).view(np.uint32), plots.round_mantissa(x, 10).view(np.uint32))
+
+
+def test_tf32_ties_away_from_zero_and_lost_nans_fail() -> None:
+    def away(x):  # what the tensor cores' cvt.rna does
+        bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+        out = ((bits + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32)
+        return np.where(np.isnan(x), x, out)
+
+    assert "half to even" in checks.run_check("19.1", away, "").message
+    round_to_tf32, _ = solution("19.1")
+    nan_payloads = checks.run_check("19.1", lambda x: round_to_tf32(np.where(np.isnan(x), np.float32(1), x)), "")
+    assert "NaN must stay NaN" in nan_payloads.message
 
 
 def test_report_raises_on_stub_and_prints(capsys) -> None:

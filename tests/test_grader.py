@@ -1,7 +1,8 @@
 """The grader: isolation, reasons, outputs, resume.
 
 CPU tests grade the Python exercises (launch configuration 1.2, BF16 2.1,
-memory pool 4.1, timing 5.1, roofline bound 14.1) of the known-wrong students in tests/submissions; the GPU
+memory pool 4.1, timing 5.1, roofline bound 14.1, graphed step 18.1, TF32 19.1)
+of the known-wrong students in tests/submissions; the GPU
 tests grade every kernel exercise and need a GPU:
     bash .gpu/run.sh python3 -m pytest -m gpu tests/test_grader.py
 """
@@ -20,7 +21,7 @@ from minitorch_cuda import grade
 from minitorch_cuda.grade import checks, exercises, runner
 
 SUBMISSIONS = Path(__file__).resolve().parent / "submissions"
-CPU_IDS = ["1.2", "2.1", "4.1", "5.1", "14.1"]
+CPU_IDS = ["1.2", "2.1", "4.1", "5.1", "14.1", "18.1", "19.1"]
 gpu = pytest.mark.skipif(not mt.cuda_available(), reason=f"needs a GPU: {mt.cuda_unavailable_reason()}")
 
 
@@ -45,23 +46,34 @@ EXPECTED_CPU = {
     ("full_solutions", "4.1"): "passed",
     ("full_solutions", "5.1"): "passed",
     ("full_solutions", "14.1"): "passed",
+    ("full_solutions", "18.1"): "passed",
+    ("full_solutions", "19.1"): "passed",
     ("empty_kernels", "1.2"): checks.NOT_IMPLEMENTED,
     ("empty_kernels", "2.1"): checks.NOT_IMPLEMENTED,
     ("empty_kernels", "4.1"): checks.NOT_IMPLEMENTED,
     ("empty_kernels", "5.1"): checks.NOT_IMPLEMENTED,
     ("empty_kernels", "14.1"): checks.NOT_IMPLEMENTED,
+    ("empty_kernels", "18.1"): checks.NOT_IMPLEMENTED,
+    ("empty_kernels", "19.1"): checks.NOT_IMPLEMENTED,
     ("off_by_one", "1.2"): checks.BOUNDARY,
     ("off_by_one", "5.1"): checks.BOUNDARY,
+    ("off_by_one", "18.1"): checks.WRONG_RESULT,
+    ("off_by_one", "19.1"): checks.WRONG_RESULT,
     ("host_cheat", "2.1"): checks.FORBIDDEN,
+    ("host_cheat", "18.1"): checks.HOST_SIDE,
+    ("host_cheat", "19.1"): checks.FORBIDDEN,
     ("infinite_loop", "1.2"): checks.TIMEOUT,
     ("infinite_loop", "2.1"): checks.TIMEOUT,
     ("infinite_loop", "4.1"): checks.TIMEOUT,
     ("infinite_loop", "5.1"): checks.TIMEOUT,
     ("infinite_loop", "14.1"): checks.TIMEOUT,
+    ("infinite_loop", "18.1"): checks.TIMEOUT,
+    ("infinite_loop", "19.1"): checks.TIMEOUT,
     ("renamed_notebooks", "1.2"): checks.MISSING_NOTEBOOK,
     ("renamed_notebooks", "2.1"): checks.MISSING_NOTEBOOK,
     ("renamed_notebooks", "4.1"): "passed",
     ("renamed_notebooks", "5.1"): checks.MISSING_NOTEBOOK,
+    ("renamed_notebooks", "19.1"): checks.MISSING_NOTEBOOK,
 }
 
 
@@ -165,31 +177,35 @@ def test_rubric_covers_every_exercise() -> None:
 
 KERNEL_IDS = [e.id for e in exercises.ordered() if e.gpu]
 FIRST_EXPECTED = {
-    # An empty tiled or warp-shuffle kernel already lacks the construct the exercise asks for
-    # (__shared__ tiles, __shfl_*_sync): the static check names that before any launch.
+    # An empty tiled, warp-shuffle or vectorized kernel already lacks the construct the exercise
+    # asks for (__shared__ tiles, __shfl_*_sync, float4): the static check names that before any launch.
     "empty_kernels": {i: {checks.NO_WRITES} for i in KERNEL_IDS}
-    | {"11.1": {checks.NO_WRITES, checks.FORBIDDEN}, "13.1": {checks.NO_WRITES, checks.FORBIDDEN}}
+    | {i: {checks.NO_WRITES, checks.FORBIDDEN} for i in ("11.1", "13.1", "15.1")}
     | {"12.1": {checks.NOT_IMPLEMENTED}},
     "host_cheat": {i: {checks.HOST_SIDE} for i in KERNEL_IDS} | {"1.1": {checks.NOT_A_KERNEL}},
     "off_by_one": {i: {checks.BOUNDARY, checks.WRONG_RESULT, checks.CUDA_ERROR} for i in KERNEL_IDS if i != "12.1"}
-    | {"3.1": {checks.BOUNDARY}, "3.2": {checks.BOUNDARY}, "1.1": {checks.BOUNDARY}, "7.1": {checks.BOUNDARY}},
-    "missing_syncthreads": {i: {checks.RACE, checks.WRONG_RESULT} for i in ("3.3", "6.1", "11.1", "13.1")},
-    "infinite_loop": {i: {checks.TIMEOUT} for i in ("3.1", "11.1", "13.1", "12.1")},
+    | {i: {checks.BOUNDARY} for i in ("1.1", "3.1", "3.2", "7.1", "15.1")},
+    "missing_syncthreads": {
+        i: {checks.RACE, checks.WRONG_RESULT} for i in ("3.3", "6.1", "11.1", "13.1", "16.1", "17.1")
+    },
+    "infinite_loop": {i: {checks.TIMEOUT} for i in ("3.1", "11.1", "13.1", "12.1", "15.1", "16.1", "17.1")},
 }
 
 
 @pytest.fixture(scope="module")
 def gpu_grades(tmp_path_factory) -> dict:
-    """Every kernel exercise of every student; the endless loops only where listed (each costs its timeout)."""
+    """Every kernel exercise of every student; the endless loops only where listed (each costs its
+    timeout: three at a time, since every one of them is expected to time out anyway)."""
     results = {}
-    for students, ids, timeout in [
-        ([s for s in ["full_solutions", *FIRST_EXPECTED] if s != "infinite_loop"], KERNEL_IDS, "60"),
-        (["infinite_loop"], list(FIRST_EXPECTED["infinite_loop"]), "20"),
+    for students, ids, timeout, jobs in [
+        ([s for s in ["full_solutions", *FIRST_EXPECTED] if s != "infinite_loop"], KERNEL_IDS, "60", "1"),
+        (["infinite_loop"], list(FIRST_EXPECTED["infinite_loop"]), "20", "3"),
     ]:
         subs = tmp_path_factory.mktemp("subs")
         for student in students:
             shutil.copytree(SUBMISSIONS / student, subs / student)
-        results |= run_grader(subs, tmp_path_factory.mktemp("gpu") / "grades.csv", ids, "--timeout", timeout)
+        out = tmp_path_factory.mktemp("gpu") / "grades.csv"
+        results |= run_grader(subs, out, ids, "--timeout", timeout, "--jobs", jobs)
     return results
 
 

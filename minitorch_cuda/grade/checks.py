@@ -7,11 +7,13 @@ call, so a submission cannot pass by returning numbers it saw before.
 
 Kernel checks (they need a GPU) live in ``kernel_checks``; the Python
 exercises (launch configuration, BF16 rounding, memory pool, timing, the
-roofline bound) are checked here on the CPU.
+roofline bound, replaying a captured step, TF32 rounding) are checked here on the CPU.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import dataclasses
 import inspect
 import re
@@ -187,36 +189,58 @@ def check_launch_config(launch_config, source: str = "") -> list[str]:
     return done
 
 
-# --- 2.1 BF16 rounding -----------------------------------------------------------
+# --- 2.1 BF16 and 19.1 TF32 rounding ----------------------------------------------------
 
 
-def _bf16_inputs(rng: np.random.Generator) -> np.ndarray:
-    bits = rng.integers(0, 2**32, size=200_000, dtype=np.uint64).astype(np.uint32)
+def _rounding_inputs(rng: np.random.Generator, drop: int) -> np.ndarray:
+    """float32 values whose rounding to ``23 - drop`` mantissa bits is worth testing: random
+    bit patterns, ties, zeros, infinities, subnormals and the edges of overflow (no NaN)."""
+    half = 1 << (drop - 1)  # the dropped bits of a tie
+    one, inf = 0x3F800000, 0x7F800000
     special = np.array(
-        [
-            0x00000000,
-            0x80000000,
-            0x7F800000,
-            0xFF800000,
-            0x7F7FFFFF,
-            0xFF7FFFFF,
-            0x00000001,
-            0x007FFFFF,
-            0x3F808000,
-            0x3F818000,
-            0x3F807FFF,
-            0x3F808001,
-            0x7F7F8000,
-            0x7F7F7FFF,
-            0x00008000,
-            0x00018000,
-        ],
+        [0, 0x80000000, inf, 0xFF800000, 0x7F7FFFFF, 0xFF7FFFFF, 1, 0x007FFFFF]
+        + [one | half, one | 3 * half, one | (half - 1), one | (half + 1)]  # even tie, odd tie, near ties
+        + [inf - half, inf - half - 1, half, 3 * half],  # overflow edge, subnormal ties
         dtype=np.uint32,
     )
-    ties = (rng.integers(0, 2**16, size=2000, dtype=np.uint64).astype(np.uint32) << 16) | 0x8000
-    bits = np.concatenate([special, ties, bits])
-    values = bits.view(np.float32)
+    ties = (rng.integers(0, 2 ** (32 - drop), size=2000, dtype=np.uint64).astype(np.uint32) << drop) | half
+    bits = rng.integers(0, 2**32, size=200_000, dtype=np.uint64).astype(np.uint32)
+    values = np.concatenate([special, ties, bits]).view(np.float32)
     return values[~np.isnan(values)]
+
+
+def _check_rounding(round_fn, drop: int, reference, against: str) -> list[str]:
+    """``round_fn`` must match ``reference`` bit for bit, keep NaN and overflow to inf."""
+    rng = np.random.default_rng()
+    x = _rounding_inputs(rng, drop)
+    got = np.asarray(round_fn(x.copy()))
+    if got.shape != x.shape or got.dtype != np.float32:
+        fail(WRONG_RESULT, f"expected a float32 array of shape {x.shape}, got {got.dtype} {got.shape}")
+    got_bits, want_bits = got.view(np.uint32), reference(x).view(np.uint32)
+    bad = got_bits != want_bits
+    if bad.any():
+        details = [
+            f"input {x[i]!r} (bits 0x{x.view(np.uint32)[i]:08X}): got 0x{got_bits[i]:08X}, want 0x{want_bits[i]:08X}"
+            for i in np.flatnonzero(bad)[:5]
+        ]
+        tie = (x.view(np.uint32) & ((1 << drop) - 1)) == 1 << (drop - 1)
+        hint = " (ties: round half to even)" if (bad & tie).sum() == bad.sum() else ""
+        fail(WRONG_RESULT, f"{int(bad.sum())} of {x.size} values round differently from {against}{hint}", details)
+    done = [f"{x.size} values (random bit patterns, ties, zeros, infinities, subnormals) match {against} bit for bit"]
+    # payloads that a rounding addition carries into infinity, zero or the sign bit
+    nan = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0x7FFFFFFF, 0xFFFFFFFF], dtype=np.uint32).view(np.float32)
+    got_nan = np.asarray(round_fn(nan))
+    if not np.isnan(got_nan).all():
+        fail(WRONG_RESULT, f"NaN must stay NaN, got {got_nan}")
+    done.append("NaN stays NaN")
+    largest = np.finfo(np.float32).max
+    if not (np.abs(np.asarray(round_fn(np.float32([largest, -largest])))) == np.inf).all():
+        fail(WRONG_RESULT, "values that round past the format's largest number must overflow to inf")
+    done.append("overflow rounds to inf")
+    return done
+
+
+_NO_DL_LIBRARY = {r"\btorch\b|\bjax\b|\btensorflow\b": "numpy only: no deep-learning library does the rounding for you"}
 
 
 def check_bf16(round_to_bf16, source: str = "") -> list[str]:
@@ -224,40 +248,28 @@ def check_bf16(round_to_bf16, source: str = "") -> list[str]:
 
     forbid(
         source or source_of(round_to_bf16),
-        {
-            r"ml_dtypes|bfloat16": "round with bit operations on numpy arrays, not with a bfloat16 type",
-            r"\btorch\b|\bjax\b|\btensorflow\b": "numpy only: no deep-learning library does the rounding for you",
-        },
+        {r"ml_dtypes|bfloat16": "round with bit operations on numpy arrays, not with a bfloat16 type"} | _NO_DL_LIBRARY,
     )
-    done = []
-    rng = np.random.default_rng()
-    x = _bf16_inputs(rng)
-    got = np.asarray(round_to_bf16(x.copy()))
-    if got.shape != x.shape or got.dtype != np.float32:
-        fail(WRONG_RESULT, f"expected a float32 array of shape {x.shape}, got {got.dtype} {got.shape}")
-    want = x.astype(ml_dtypes.bfloat16).astype(np.float32)
-    got_bits, want_bits = got.view(np.uint32), want.view(np.uint32)
-    bad = got_bits != want_bits
-    if bad.any():
-        details = [
-            f"input {x[i]!r} (bits 0x{x.view(np.uint32)[i]:08X}): got 0x{got_bits[i]:08X}, want 0x{want_bits[i]:08X}"
-            for i in np.flatnonzero(bad)[:5]
-        ]
-        tie = (x.view(np.uint32) & 0xFFFF) == 0x8000
-        hint = " (ties: round half to even)" if (bad & tie).sum() == bad.sum() else ""
-        fail(WRONG_RESULT, f"{int(bad.sum())} of {x.size} values round differently from ml_dtypes{hint}", details)
-    done.append(
-        f"{x.size} values (random bit patterns, ties, zeros, infinities, subnormals) match ml_dtypes bit for bit"
-    )
-    nan = np.array([np.nan, -np.nan, np.float32(np.nan)], dtype=np.float32)
-    got_nan = np.asarray(round_to_bf16(nan))
-    if not np.isnan(got_nan).all():
-        fail(WRONG_RESULT, f"NaN must stay NaN, got {got_nan}")
-    done.append("NaN stays NaN")
-    if not (np.abs(np.asarray(round_to_bf16(np.float32([3.4e38, -3.4e38])))) == np.inf).all():
-        fail(WRONG_RESULT, "values that round past bfloat16's largest number must overflow to inf")
-    done.append("overflow rounds to inf")
-    return done
+    return _check_rounding(round_to_bf16, 16, lambda x: x.astype(ml_dtypes.bfloat16).astype(np.float32), "ml_dtypes")
+
+
+def tf32_reference(x: np.ndarray) -> np.ndarray:
+    """float32 ``x`` rounded to TF32 (10 mantissa bits, ties to even) in float64 arithmetic,
+    without looking at the bits: near ``|x|`` in ``[2**(e-1), 2**e)`` TF32 values are
+    ``2**(e-11)`` apart, and never closer than the subnormal spacing ``2**-136``."""
+    x64 = np.asarray(x, dtype=np.float32).astype(np.float64)
+    with np.errstate(invalid="ignore"):  # frexp of inf
+        _, e = np.frexp(x64)
+    spacing = np.ldexp(1.0, np.maximum(e, -125) - 11)
+    rounded = np.round(x64 / spacing) * spacing  # both steps exact; np.round ties to even
+    rounded = np.where(np.abs(rounded) >= 2.0**128, np.copysign(np.inf, x64), rounded)  # past the largest TF32
+    return np.where(np.isfinite(x64), rounded, x64).astype(np.float32)
+
+
+def check_tf32(round_to_tf32, source: str = "") -> list[str]:
+    why = "round with bit operations yourself (plots.round_mantissa is the answer key)"
+    forbid(source or source_of(round_to_tf32), {r"round_mantissa|\bplots\b": why} | _NO_DL_LIBRARY)
+    return _check_rounding(round_to_tf32, 13, tf32_reference, "a float64 reference")
 
 
 # --- 4.1 memory pool ---------------------------------------------------------------
@@ -510,6 +522,175 @@ def check_matmul_roofline(matmul_roofline, source: str = "") -> list[str]:
     return done
 
 
+# --- 18.1 replaying a captured training step -------------------------------------------
+
+
+class CaptureError(RuntimeError):
+    """What the fake driver raises for work that cannot be part of a capture."""
+
+
+class FakeArray:
+    """A buffer of the fake device (the checker's batches are FakeArrays too)."""
+
+    def __init__(self, data: np.ndarray):
+        self.data = data
+
+    @property
+    def shape(self) -> tuple:
+        return self.data.shape
+
+
+class FakeGraph:
+    def __init__(self, device: GraphDevice):
+        self.device, self.nodes = device, []
+
+    def launch(self) -> None:
+        self.device.refuse_in_capture("a graph launch", "replay only after the capture has ended")
+        self.device.calls["graph_launch"] += 1
+        for work in self.nodes:
+            work()
+
+
+class GraphDevice:
+    """A fake GPU with what chapter 18's ``GraphedStep`` uses. Outside a capture every call
+    runs at once; inside one, copies and launches are recorded into the graph and run only
+    when it is launched, and an allocation or a synchronization raises, as under the
+    driver's thread-local capture mode."""
+
+    def __init__(self):
+        self.graph: FakeGraph | None = None  # the graph being captured
+        self.calls: collections.Counter = collections.Counter()
+
+    def empty(self, shape) -> FakeArray:
+        self.refuse_in_capture("an allocation", "allocate the static inputs before capturing")
+        self.calls["empty"] += 1
+        return FakeArray(np.zeros(shape))
+
+    def copy(self, dst: FakeArray, src: FakeArray) -> None:
+        if dst.shape != src.shape:
+            raise ValueError(f"copy of a {src.shape} array into a {dst.shape} one")
+        self._enqueue("copy", lambda: np.copyto(dst.data, src.data))
+
+    def launch(self, kernel) -> None:
+        self._enqueue("launch", kernel)
+
+    def read(self, x: FakeArray) -> float:
+        """Wait for the device, then read the first value back."""
+        self.refuse_in_capture("a read-back (it synchronizes)", "read the loss after the capture or the replay")
+        self.calls["read"] += 1
+        return float(x.data.flat[0])
+
+    def sync(self, what: str, fix: str) -> None:
+        self.refuse_in_capture(what, fix)
+
+    @contextlib.contextmanager
+    def capture(self):
+        self.refuse_in_capture("a capture", "capture one graph at a time")
+        self.graph = graph = FakeGraph(self)
+        try:
+            yield graph
+        finally:
+            self.graph = None
+            self.calls["capture"] += 1
+
+    def refuse_in_capture(self, what: str, fix: str) -> None:
+        if self.graph is not None:
+            raise CaptureError(f"{what} inside a capture: {fix}")
+
+    def _enqueue(self, kind: str, work) -> None:
+        if self.graph is not None:
+            self.graph.nodes.append(work)
+        else:
+            self.calls[kind] += 1
+            work()
+
+
+class TinyStep:
+    """A training step on the fake device: least squares by SGD in three kernels, so that
+    each loss depends on its batch and on every step before it. The first batch of a shape
+    tunes (a sync) and allocates the step's buffers, as the real step's autotuner and
+    memory pool do; inside a capture both raise."""
+
+    LR = 0.05
+
+    def __init__(self, device: GraphDevice, w0: np.ndarray):
+        self.device, self.calls = device, 0
+        self.w = device.empty(w0.shape)
+        self.w.data[:] = w0
+        self.buffers: dict[tuple, tuple[FakeArray, FakeArray]] = {}
+
+    def __call__(self, x: FakeArray, y: FakeArray) -> FakeArray:
+        dev, w = self.device, self.w.data
+        self.calls += 1
+        if x.shape not in self.buffers:
+            dev.sync("the autotuner timing a new shape", "run the step once eagerly before capturing it")
+            self.buffers[x.shape] = dev.empty(x.shape[:1]), dev.empty((1,))
+        pred, loss = self.buffers[x.shape]
+        dev.launch(lambda: np.matmul(x.data, w, out=pred.data))
+        dev.launch(lambda: loss.data.fill(np.mean((pred.data - y.data) ** 2)))
+        dev.launch(lambda: np.subtract(w, self.LR * 2 / len(pred.data) * (x.data.T @ (pred.data - y.data)), out=w))
+        return loss
+
+
+def check_graphed_step(graphed_step_class, source: str = "") -> list[str]:
+    rng = np.random.default_rng()
+    features, epoch = 5, [8, 8, 8, 8, 5]  # full batches, then a shorter last one
+    w0, w_true = rng.standard_normal(features), rng.standard_normal(features)
+    batches = []
+    for rows in epoch * 3:
+        x = rng.standard_normal((rows, features))
+        batches.append((x, x @ w_true + 0.1 * rng.standard_normal(rows)))
+
+    def run(make_step):
+        device = GraphDevice()
+        body = TinyStep(device, w0)
+        step = make_step(body, device)
+        return [step(FakeArray(x.copy()), FakeArray(y.copy())) for x, y in batches], device, body
+
+    want, _, ref = run(lambda body, device: lambda x, y: device.read(body(x, y)))  # eager, step by step
+    try:
+        got, device, body = run(graphed_step_class)
+    except NotImplementedError:
+        raise
+    except CaptureError as exc:
+        fail(WRONG_RESULT, str(exc))
+    except Exception as exc:
+        fail(EXCEPTION, f"{type(exc).__name__}: {exc}")
+    shapes, replays = len(set(epoch)), len(batches) - len(set(epoch))
+    if body.calls > 2 * shapes:
+        fail(
+            HOST_SIDE,
+            f"the step ran through Python {body.calls} times for {len(batches)} batches of {shapes} shapes: "
+            "run it eagerly and capture it once per shape, then replay the graph",
+        )
+    if not all(isinstance(v, float) for v in got):
+        fail(WRONG_RESULT, f"return the loss as a Python float, got {type(got[0]).__name__}")
+    bad = ~np.isclose(got, want, rtol=1e-12, atol=0)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        eager = batches[first][0].shape not in {b[0].shape for b in batches[:first]}
+        hint = (
+            "the first batch of a shape runs eagerly on the static inputs and returns its loss"
+            if eager
+            else "a replay: copy the batch into the static inputs, launch the graph, then read the captured loss"
+        )
+        details = [
+            f"batch {i} ({len(batches[i][1])} rows): got {got[i]!r}, want {want[i]!r}" for i in np.flatnonzero(bad)[:5]
+        ]
+        fail(WRONG_RESULT, f"{int(bad.sum())} of {len(batches)} losses differ from eager steps; {hint}", details)
+    compare(body.w.data, ref.w.data, "the weights after the last step", atol=0, rtol=1e-12)
+    if (device.calls["capture"], device.calls["graph_launch"]) != (shapes, replays):
+        fail(
+            WRONG_RESULT,
+            f"{device.calls['capture']} captures and {device.calls['graph_launch']} graph launches; "
+            f"want {shapes} and {replays}",
+        )
+    return [
+        f"{len(batches)} batches of {shapes} shapes: the same losses and weights as eager steps",
+        "one eager step and one capture per shape, every later batch a replay",
+    ]
+
+
 # --- dispatch ----------------------------------------------------------------------
 
 
@@ -525,6 +706,8 @@ PYTHON_CHECKS = {
     "4.1": check_memory_pool,
     "5.1": check_time_median,
     "14.1": check_matmul_roofline,
+    "18.1": check_graphed_step,
+    "19.1": check_tf32,
     "20.1": check_fib_tile,
 }
 

@@ -211,7 +211,48 @@ def _sigmoid_inputs(rng, n):
     return x.astype(np.float32)
 
 
-# --- reductions: softmax, sum of squares, row sums ---------------------------------------
+# --- 15.1 16-byte loads, grid-stride loop, scalar tail --------------------------------------
+
+
+def check_relu_vec4(ex: Exercise, source: str) -> list[str]:
+    import minitorch_cuda as mt
+
+    from ..cuda.runtime import multiprocessors
+
+    if "float4" not in source:
+        fail(FORBIDDEN, "move 16 bytes per load and per store: read and write float4")
+    rng = _rng()
+    cap = 8 * multiprocessors()  # the backend's grid: one thread per float4, at most 8 blocks per SM
+    sizes = [5, 1023, 1, 3, 4, 1025, 4 * BLOCK + 3, 100_003]  # a float4 and a tail first
+    cases = [(n, max(1, min(-(-(n // 4) // BLOCK), cap)), BLOCK) for n in sizes]
+    small = [(100_003, 1, BLOCK), (100_001, 7, 128), (2**20 + 2, 3, BLOCK)]  # fewer threads than float4s
+    with Override(ex.kernel, source) as ov:
+        for n, blocks, threads in cases + small:
+            x = (rng.standard_normal(n) * 3).astype(np.float32)
+            out, inp = Buffer(n), Buffer(n, x)
+            launch(ov.kernel, (blocks, 1, 1), (threads, 1, 1), out.ptr, inp.ptr, n)
+            what = f"ew_relu_vec4, n={n}, {blocks} blocks of {threads}"
+            got = out.read(what)
+            unwritten = int((got[: 4 * (n // 4)] == POISON).sum())
+            if (n, blocks, threads) in small and 0 < unwritten < 4 * (n // 4):
+                fail(
+                    WRONG_RESULT,
+                    f"{what}: {unwritten} values never written; with fewer threads than float4s each "
+                    "thread must loop, with a stride of gridDim.x * blockDim.x float4s",
+                )
+            compare(got, np.maximum(x, 0), what, atol=0, rtol=0, poison=POISON, tail=n % 4 or None)
+        x = (rng.standard_normal((37, 129)) * 3).astype(np.float32)
+        with mt.use_stage(9):
+            y = mt.tensor(x, device="cuda").relu().numpy()
+        ov.expect_launched("x.relu() at stage 9")
+        compare(y, np.maximum(x, 0), "x.relu() on a (37, 129) tensor at stage 9", atol=0, rtol=0)
+    return [
+        f"n in {sizes} with the backend's grid, and grids too small to cover n in one pass: {small}",
+        "x.relu() at stage 9 runs your kernel",
+    ]
+
+
+# --- reductions: softmax, sum of squares, row sums, softmax with cross-entropy -----------
 
 _OWN_REDUCTION = {r"block_reduce|warp_reduce": "write the reduction yourself (block_reduce.cuh is the answer key)"}
 _SHAPES_ROWS = [(64, 10), (7, 1000), (3, 3001), (5, 1), (2, 65), (1, 4096)]
@@ -316,6 +357,55 @@ def check_sum_rows(ex: Exercise, source: str) -> list[str]:
     return [f"scaled row sums for shapes {_SHAPES_ROWS}", "x.mean(axis=1) at stage 8 runs your kernel"]
 
 
+_SHAPES_XENT = [(64, 10), (1, 1), (5, 33), (37, 257), (3, 1024), (128, 1000), (600, 7)]
+
+
+def _xent_reference(x: np.ndarray, t: np.ndarray, scale: float) -> tuple[np.ndarray, float]:
+    z = x.astype(np.float64) - x.max(axis=1, keepdims=True)
+    log_p = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    return np.exp(log_p), scale * float(-(t * log_p).sum())
+
+
+def check_softmax_xent(ex: Exercise, source: str) -> list[str]:
+    import minitorch_cuda as mt
+
+    from ..cuda.ops_math import XENT_THREADS
+
+    forbid(source, _OWN_REDUCTION | {r"\batomicAdd": "sum the losses in a fixed order: atomics make them vary"})
+    rng = _rng()
+    with Override(ex.kernel, source) as ov:
+        for rows, cols in _SHAPES_XENT:
+            x = (rng.standard_normal((rows, cols)) * 5 + rng.uniform(-80, 80, (rows, 1))).astype(np.float32)
+            t = np.eye(cols, dtype=np.float32)[rng.integers(0, cols, rows)]
+            t[::3] = rng.dirichlet(np.ones(cols), len(t[::3]))  # soft targets on every third row
+            scale = 1.0 / rows
+            want_p, want_loss = _xent_reference(x, t, scale)
+            what, block, runs = f"softmax_xent_fused {rows}x{cols}", (min(XENT_THREADS, 32 * rows), 1, 1), []
+            for _ in range(2):
+                probs, loss, d_x, d_t = Buffer(x.size), Buffer(1), Buffer(x.size, x), Buffer(t.size, t)
+                launch(ov.kernel, (1, 1, 1), block, probs.ptr, loss.ptr, d_x.ptr, d_t.ptr, rows, cols, scale)
+                runs.append((probs.read(f"{what}, probs").reshape(rows, cols), loss.read(f"{what}, loss")))
+            compare(runs[0][0], want_p, f"{what}: probs", atol=1e-6, rtol=1e-4, poison=POISON)
+            compare(runs[0][1], [want_loss], f"{what}: loss", atol=1e-5, rtol=1e-4, poison=POISON)
+            if not all(np.array_equal(a, b) for a, b in zip(runs[0], runs[1])):
+                fail(RACE, f"{what}: two runs on the same input disagree (a missing __syncthreads?)")
+        x = rng.standard_normal((64, 10)).astype(np.float32) * 3
+        t = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 64)]
+        with mt.use_stage(10):
+            logits = mt.tensor(x, device="cuda", requires_grad=True)
+            loss = mt.cross_entropy_with_softmax(logits, mt.tensor(t, device="cuda"))
+            loss.backward()
+            value, grad = loss.item(), logits.grad.numpy()
+        ov.expect_launched("the cross-entropy loss at stage 10")
+        want_p, want_loss = _xent_reference(x, t, 1 / 64)
+        compare(value, want_loss, "the loss at stage 10", atol=1e-5, rtol=1e-4)
+        compare(grad, (want_p - t) / 64, "its gradient (probs - target) / rows", atol=1e-7, rtol=1e-4)
+    return [
+        f"probs and mean loss for shapes {_SHAPES_XENT}, logits up to +-100, one-hot and soft targets, twice each",
+        "the cross-entropy loss at stage 10 runs your kernel, and its gradient uses your probabilities",
+    ]
+
+
 # --- clipping scale ----------------------------------------------------------------------
 
 
@@ -393,11 +483,21 @@ def _matmul_tol(K: int) -> dict:
     return {"atol": 1e-4 * math.sqrt(K), "rtol": 1e-4}
 
 
-def _run_matmul(kernel, tile, a, b, M, N, K, ta, tb, batch, stride_a, stride_b, with_strides) -> np.ndarray:
+# kernel -> (C tile per block, block, the stage whose matmul launches it)
+_MATMUL_LAUNCH = {
+    "matmul_transposed": (16, (16, 16, 1), 3),
+    "matmul_batched": (16, (16, 16, 1), 5),
+    "matmul_tiled": (32, (32, 32, 1), 6),
+    "matmul_regtiled_32x32x8": (32, (64, 1, 1), 9),
+}
+
+
+def _run_matmul(kernel, name, a, b, M, N, K, ta, tb, batch, stride_a, stride_b, with_strides) -> np.ndarray:
+    tile, block, _ = _MATMUL_LAUNCH[name]
     out, da, db = Buffer(batch * M * N), Buffer(a.size, a), Buffer(b.size, b)
     grid = ((N + tile - 1) // tile, (M + tile - 1) // tile, batch)
     args = [out.ptr, da.ptr, db.ptr, M, N, K, int(ta), int(tb)] + ([stride_a, stride_b] if with_strides else [])
-    launch(kernel, grid, (tile, tile, 1), *args)
+    launch(kernel, grid, block, *args)
     return out.read(f"matmul M={M} N={N} K={K} ta={int(ta)} tb={int(tb)}").reshape(batch, M, N)
 
 
@@ -409,10 +509,12 @@ def check_matmul(ex: Exercise, source: str) -> list[str]:
 
     rng = _rng()
     batched = ex.kernel != "matmul_transposed"
-    tile = 32 if ex.kernel == "matmul_tiled" else 16
-    stage = {"matmul_transposed": 3, "matmul_batched": 5, "matmul_tiled": 6}[ex.kernel]
-    if ex.kernel == "matmul_tiled" and "__shared__" not in source:
+    shared = ex.kernel in ("matmul_tiled", "matmul_regtiled_32x32x8")
+    stage = _MATMUL_LAUNCH[ex.kernel][2]
+    if shared and "__shared__" not in source:
         fail(FORBIDDEN, "stage the tiles of A and B in __shared__ memory")
+    answer_key = "write the kernel yourself (matmul_regtiled.cuh is the answer key)"
+    forbid(source, {r"regtiled_body|matmul_regtiled\.cuh|TileLoader": answer_key})
     with Override(ex.kernel, source) as ov:
         for M, N, K in _MATMUL_SHAPES:
             for ta in (False, True):
@@ -422,21 +524,23 @@ def check_matmul(ex: Exercise, source: str) -> list[str]:
                     if batched and tb:  # broadcast B over the batch: stride 0
                         b = b[0]
                     stride_b = 0 if b.ndim == 2 else K * N
-                    got = _run_matmul(ov.kernel, tile, a, b, M, N, K, ta, tb, batch, M * K, stride_b, batched)
+                    got = _run_matmul(ov.kernel, ex.kernel, a, b, M, N, K, ta, tb, batch, M * K, stride_b, batched)
                     want = _matmul_ref(a, b, ta, tb)
                     what = f"{ex.kernel} M={M} N={N} K={K} ta={int(ta)} tb={int(tb)}" + (
                         f" batch={batch}" if batched else ""
                     )
                     compare(got, want.reshape(got.shape), what, poison=POISON, **_matmul_tol(K))
-        if ex.kernel == "matmul_tiled":  # a missing __syncthreads shows as run-to-run differences
+        if shared:  # a missing __syncthreads shows as run-to-run differences
             M, N, K = 256, 256, 2048
             a, b = _operands(rng, M, N, K, False, False)
-            runs = [_run_matmul(ov.kernel, tile, a, b, M, N, K, False, False, 1, 0, 0, True) for _ in range(3)]
+            runs = [_run_matmul(ov.kernel, ex.kernel, a, b, M, N, K, False, False, 1, 0, 0, True) for _ in range(3)]
             if any(not np.array_equal(r, runs[0]) for r in runs[1:]):
                 fail(RACE, "the same 256x256x2048 product differs from run to run: a missing __syncthreads()?")
             compare(runs[0][0], _matmul_ref(a, b, False, False), "256x256x2048", poison=POISON, **_matmul_tol(K))
-        a = rng.standard_normal((4, 40, 70) if batched else (40, 70)).astype(np.float32)
-        b = rng.standard_normal((33, 70)).astype(np.float32)
+        # at stage 9 only the 32 x 32 tile fits products of at most 16 x 16: the tuner must pick it
+        M, N = (12, 9) if stage == 9 else (40, 33)
+        a = rng.standard_normal((4, M, 70) if batched else (M, 70)).astype(np.float32)
+        b = rng.standard_normal((N, 70)).astype(np.float32)
         with mt.use_stage(stage):
             y = mt.tensor(a, device="cuda").matmul(mt.tensor(b, device="cuda"), transpose_b=True).numpy()
         ov.expect_launched(f"a.matmul(b, transpose_b=True) at stage {stage}")
@@ -445,7 +549,7 @@ def check_matmul(ex: Exercise, source: str) -> list[str]:
         f"all four transpose flags on shapes (M, N, K) {_MATMUL_SHAPES}"
         + (", batch 3, B broadcast with stride 0" if batched else "")
     ]
-    if ex.kernel == "matmul_tiled":
+    if shared:
         done.append("256x256x2048 three times: identical, correct (no race)")
     done.append(f"tensor matmul at stage {stage} runs your kernel")
     return done
@@ -599,6 +703,9 @@ CHECKS = {
     "matmul_tiled": check_matmul,
     "init_normal": check_init,
     "sum_rows_shuffle": check_sum_rows,
+    "ew_relu_vec4": check_relu_vec4,
+    "matmul_regtiled_32x32x8": check_matmul,
+    "softmax_xent_fused": check_softmax_xent,
 }
 
 
