@@ -35,7 +35,7 @@ run_part() {
     # Two workers at most: processes sharing one GPU are time-sliced, and the sync-heavy
     # early chapters then run ten times slower (measured with six workers).
     notebooks) part notebooks 560 python3 -m pytest -m notebooks -q -p no:cacheprovider -rf --durations=60 \
-               -n 2 tests/test_notebooks.py ;;
+               -n "${NOTEBOOK_WORKERS:-2}" tests/test_notebooks.py ;;
     # Only this part writes results (into the copy under $out that the archive returns).
     results) MINITORCH_CUDA_RESULTS_DIR="$out/results" part results 540 bash .ci/refresh_results.sh ;;
     *) echo "unknown part $1"; exit 2 ;;

@@ -27,7 +27,6 @@ it need no explicit synchronization.
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 
 import pycuda.driver as drv
@@ -163,7 +162,6 @@ class GraphedStep:
                 loss = self.body(x, y)
                 value = loss.item()
             del loss
-            gc.collect()  # buffers held only by reference cycles go back to the pool before the capture
             with memory.keep_alive() as owned, state.graph.capture():  # 2. the capture
                 state.loss = self.body(x, y).data
             state.owned = owned
