@@ -1,0 +1,129 @@
+"""Time shapes of stage 12's mma_async.cu against cuBLAS TF32 on this GPU (chapter 19's shape table).
+
+    python .ci/tf32_variants.py --json $OUT/ch19_async_variants.json [--adopt]
+
+Each shape is the kernel file compiled with other #defines (block width, warp tile, pipeline
+stages, blocks per SM, unrolling of the fragment loop); "trunc" rows feed the raw FP32 bits to
+the tensor cores, which then drop the low mantissa bits instead of rounding (measured for the
+cost of the cvt instructions only; the framework always rounds). Every shape is checked against
+float64 for all four flag pairs before it is timed. --adopt writes the fastest rounding shape at
+4096^3 into the file's defaults.
+"""
+
+import argparse
+import datetime
+import functools
+import json
+import re
+
+import numpy as np
+import pycuda.autoprimaryctx  # noqa: F401
+import pycuda.driver as drv
+from pycuda.compiler import SourceModule
+
+from minitorch_cuda import bench
+from minitorch_cuda.cuda.signature import KERNEL_DIR
+
+# name: BN, WM, WN, STAGES, MIN_BLOCKS, KK_UNROLL, truncate
+SHAPES = {
+    "A 128/64x32 s3 b2 u4": (128, 64, 32, 3, 2, 4, False),
+    "B 128/64x32 s3 b2 u2": (128, 64, 32, 3, 2, 2, False),
+    "C 128/64x64 s3 b1 u1": (128, 64, 64, 3, 1, 1, False),
+    "D 256/64x64 s3 b1 u1": (256, 64, 64, 3, 1, 1, False),
+    "E 256/64x64 s3 b1 u2": (256, 64, 64, 3, 1, 2, False),
+    "F 256/64x32 s3 b1 u4": (256, 64, 32, 3, 1, 4, False),
+    "G 256/64x64 s4 b1 u1": (256, 64, 64, 4, 1, 1, False),
+    "A trunc": (128, 64, 32, 3, 2, 4, True),
+    "D trunc": (256, 64, 64, 3, 1, 1, True),
+}
+KEYS = ("BN", "WM", "WN", "STAGES", "MIN_BLOCKS", "KK_UNROLL")
+CVT = 'asm("cvt.rna.tf32.f32 %0, %1;\\n" : "=r"(r) : "f"(x));'
+SIZES = (1024, 2048, 4096)
+
+
+def compile_shape(source: str, shape: tuple):
+    *values, truncate = shape
+    options = [f"-DASYNC_{k}={v}" for k, v in zip(KEYS, values)]
+    source = source.replace(CVT, "r = __float_as_uint(x);") if truncate else source
+    module = SourceModule(source, no_extern_c=True, arch="sm_90", include_dirs=[str(KERNEL_DIR)], options=options)
+    fn = module.get_function("matmul_tf32_async")
+    fn.prepare("PPPiiiiiii")
+    bn, wm, wn, stages = values[:4]
+
+    def tile(extent: int) -> int:  # floats of one staged tile, either layout (mma_async.cu)
+        return max(extent * 36, 32 * (extent + 8))
+
+    smem = stages * (tile(128) + tile(bn)) * 4
+    fn.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+    return fn, bn, 32 * (128 // wm) * (bn // wn), smem
+
+
+def max_error(fn, bn, threads, smem, rng) -> float:
+    M, N, K = 264, 260, 300
+    worst = 0.0
+    for ta in (0, 1):
+        for tb in (0, 1):
+            a = rng.standard_normal((K, M) if ta else (M, K)).astype(np.float32)
+            b = rng.standard_normal((N, K) if tb else (K, N)).astype(np.float32)
+            c = np.empty((M, N), np.float32)
+            dc = drv.mem_alloc(c.nbytes)
+            grid = (-(-N // bn), -(-M // 128), 1)
+            fn.prepared_call(
+                grid, (threads, 1, 1), dc, drv.to_device(a), drv.to_device(b), M, N, K, ta, tb, 0, 0, shared_size=smem
+            )
+            drv.memcpy_dtoh(c, dc)
+            a64 = a.astype(np.float64).T if ta else a.astype(np.float64)
+            b64 = b.astype(np.float64).T if tb else b.astype(np.float64)
+            worst = max(worst, float(np.max(np.abs(c - a64 @ b64) / (np.abs(a64) @ np.abs(b64)))))
+    return worst
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", required=True)
+    parser.add_argument("--adopt", action="store_true", help="write the fastest shape into mma_async.cu")
+    args = parser.parse_args()
+    path = KERNEL_DIR / "mma_async.cu"
+    source = path.read_text()
+    rng = np.random.default_rng(0)
+    rows = {}
+    for name, shape in SHAPES.items():
+        fn, bn, threads, smem = compile_shape(source, shape)
+        row = {
+            "registers": fn.num_regs,
+            "local_bytes": fn.local_size_bytes,
+            "threads": threads,
+            "smem": smem,
+            "max_rel_err": max_error(fn, bn, threads, smem, rng),
+            "gflops": {},
+        }
+        for n in SIZES:
+            a, b = (drv.to_device(rng.standard_normal((n, n)).astype(np.float32)) for _ in range(2))
+            c = drv.mem_alloc(4 * n * n)
+            grid = (-(-n // bn), -(-n // 128), 1)
+            args = (grid, (threads, 1, 1), None, c, a, b, n, n, n, 0, 0, 0, 0)
+            call = functools.partial(fn.prepared_async_call, *args, shared_size=smem)
+            row["gflops"][str(n)] = 2 * n**3 / bench._median_seconds(call, 10, drv) / 1e9
+        rows[name] = row
+        print(name, row, flush=True)
+    cublas = {str(n): 2 * n**3 / bench._cublas_seconds(n, n, n, 10, True) / 1e9 for n in SIZES}
+    rounding = {k: v for k, v in rows.items() if not SHAPES[k][-1] and v["max_rel_err"] < 1e-3}
+    best = max(rounding, key=lambda k: rounding[k]["gflops"]["4096"])
+    out = {
+        "command": "python .ci/tf32_variants.py --json ... --adopt",
+        "recorded": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "shapes": rows,
+        "cublas_tf32_gflops": cublas,
+        "best": best,
+    }
+    with open(args.json, "w") as f:
+        json.dump(out, f, indent=1)
+    print("best:", best)
+    if args.adopt:
+        for key, value in zip(KEYS, SHAPES[best]):
+            source = re.sub(rf"^#define ASYNC_{key} \d+", f"#define ASYNC_{key} {value}", source, flags=re.M)
+        path.write_text(source)
+
+
+if __name__ == "__main__":
+    main()
