@@ -2,7 +2,8 @@
 
 ``import standin_pycuda`` (before anything imports pycuda) puts fake
 ``pycuda``, ``pycuda.driver``, ``pycuda.compiler`` and ``pycuda.autoprimaryctx``
-modules into ``sys.modules``. Every driver call succeeds and does nothing:
+modules into ``sys.modules``, and a ``cuda.bindings.driver`` with the few graph
+calls stage 11 makes. Every driver call succeeds and does nothing:
 allocations hand out distinct fake addresses, kernels compile to functions
 whose launches are no-ops, device-to-host copies fill the host array with 0.5.
 Nothing is computed, so results mean nothing; what the framework's Python does
@@ -118,10 +119,22 @@ driver.memcpy_dtoh = _fill_half
 driver.memcpy_dtod = lambda dst, src, nbytes: None
 driver.memcpy_dtod_async = lambda dst, src, nbytes, stream=None: None
 driver.Event = _Event
-driver.Stream = lambda *args, **kwargs: None
+driver.Stream = lambda *args, **kwargs: types.SimpleNamespace(handle=1, synchronize=lambda: None)
 
 compiler = types.ModuleType("pycuda.compiler")
 compiler.SourceModule = _SourceModule
+
+# cuda-bindings, as graphs.py uses it: calls return (CUresult, *values).
+bindings = types.ModuleType("cuda.bindings.driver")
+bindings.CUresult = types.SimpleNamespace(CUDA_SUCCESS=0)
+bindings.CUstreamCaptureMode = types.SimpleNamespace(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL=1)
+bindings.CUstream = lambda handle: handle
+bindings.cuStreamBeginCapture = lambda stream, mode: (0,)
+bindings.cuStreamEndCapture = lambda stream: (0, "graph")
+bindings.cuGraphInstantiate = lambda graph, flags: (0, "executable graph")
+bindings.cuGraphLaunch = lambda graph, stream: (0,)
+bindings.cuGraphExecDestroy = bindings.cuGraphDestroy = lambda handle: (0,)
+bindings.cuGetErrorName = lambda err: (0, b"CUDA_ERROR_STANDIN")
 
 package = types.ModuleType("pycuda")
 package.driver, package.compiler = driver, compiler
@@ -131,5 +144,8 @@ sys.modules.update(
         "pycuda.driver": driver,
         "pycuda.compiler": compiler,
         "pycuda.autoprimaryctx": types.ModuleType("pycuda.autoprimaryctx"),
+        "cuda": types.ModuleType("cuda"),
+        "cuda.bindings": types.SimpleNamespace(driver=bindings),
+        "cuda.bindings.driver": bindings,
     }
 )

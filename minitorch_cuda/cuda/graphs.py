@@ -11,8 +11,9 @@ A captured graph replays fixed addresses, so ``GraphedStep``:
 1. copies the first batch of each shape into static input buffers and runs the
    step eagerly on them (a real training step, which also compiles and
    autotunes every kernel) while keeping every buffer it allocates alive;
-   dropping them afterwards leaves the pool holding at least as many buffers
-   of each size as one step asks for;
+   dropping them afterwards returns them to the pool, and ``pool.reserve``
+   tops it up to as many buffers of each size as the step asked for (in case
+   something still holds some of them);
 2. captures the same step on its own stream, keeping the buffers of the capture
    alive for as long as the graph lives (``memory.keep_alive``): the pool hands
    out nothing during the capture that it must allocate, and nothing the graph
@@ -27,6 +28,7 @@ it need no explicit synchronization.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 import pycuda.driver as drv
@@ -158,10 +160,14 @@ class GraphedStep:
             state = _Captured(DeviceArray.empty(xb.shape), DeviceArray.empty(yb.shape))
             self._load(state, xb, yb)
             x, y = Tensor(state.x, xb.device), Tensor(state.y, yb.device)
-            with memory.keep_alive():  # 1. the eager step: its buffers return to the pool together
+            with memory.keep_alive() as eager:  # 1. the eager step: its buffers return to the pool together
                 loss = self.body(x, y)
                 value = loss.item()
-            del loss
+            sizes = Counter(buffer.nbytes for buffer in eager)
+            del loss, eager
+            # Whatever kept some of them alive (a reference cycle, a flush after running out of
+            # memory), the capture finds every size the eager step asked for.
+            memory.pool.reserve(sizes)
             with memory.keep_alive() as owned, state.graph.capture():  # 2. the capture
                 state.loss = self.body(x, y).data
             state.owned = owned

@@ -41,6 +41,14 @@ class MemoryPool:
     def release(self, allocation, nbytes: int) -> None:
         self._free[nbytes].append(allocation)
 
+    def reserve(self, sizes: dict[int, int]) -> None:
+        """Make the free lists hold at least ``sizes[n]`` buffers of ``n`` bytes, allocating
+        what is missing now (before a graph capture, which must not allocate)."""
+        for nbytes, count in sizes.items():
+            free = self._free[nbytes]
+            while len(free) < count:
+                free.append(_allocate(nbytes))
+
     def flush(self) -> None:
         """Give every cached allocation back to the driver."""
         for allocations in self._free.values():
