@@ -78,6 +78,10 @@ def run(sizes_log2: list[int], repeats: int, log=print, with_ncu: bool = True) -
     from . import measure, rows, timing
 
     started = time.perf_counter()
+
+    def note(message: str) -> None:  # each line says how far into the run it is: where the time goes
+        log(f"[{time.perf_counter() - started:6.1f} s] {message}")
+
     available = availability.report()
     data: dict = {
         "device": device_properties(),
@@ -86,12 +90,12 @@ def run(sizes_log2: list[int], repeats: int, log=print, with_ncu: bool = True) -
         "sizes_log2": sizes_log2,
         "repeats": repeats,
     }
-    log(f"models: {', '.join(k + ('' if v is None else ' (no)') for k, v in available.items())}")
+    note(f"models: {', '.join(k + ('' if v is None else ' (no)') for k, v in available.items())}")
     with tempfile.TemporaryDirectory() as cuda_cache:
         t0 = time.perf_counter()
         models = load_models(available, cuda_cache)
         data["cuda_c_module_compile_s"] = time.perf_counter() - t0
-        log("compile times, binary sizes, PTX/SASS")
+        note("compile times, binary sizes, PTX/SASS")
         compile_rows = {"cuda_c": rows.cuda_compile(models["cuda_c"])}
     if "triton" in models:
         compile_rows["triton"] = _safe(rows.triton_compile)
@@ -110,19 +114,20 @@ def run(sizes_log2: list[int], repeats: int, log=print, with_ncu: bool = True) -
 
     throughput = []
     specs = cases.throughput_cases(sizes_log2)
+    note(f"throughput: {len(specs)} cases")
     for i, spec in enumerate(specs):
-        log(f"[{i + 1}/{len(specs)}] {spec['case']} {spec['dtype']} 2^{spec['log2']}")
+        note(f"[{i + 1}/{len(specs)}] {spec['case']} {spec['dtype']} 2^{spec['log2']}")
         throughput += measure.run_case(models, spec, l2, copy_gbps, repeats)
     data["throughput"] = throughput
     data["copy_gbps"] = {str(k): v for k, v in sorted(copy_cache.items())}
 
-    log("launch overhead, tuning, diagnostics")
+    note("launch overhead, tuning, diagnostics")
     data["launch_overhead"] = _safe(rows.launch_overhead, models)
     if "triton" in models:
         data["tuning"] = {"triton": _safe(rows.triton_tuning, repeats, l2)}
     data["diagnostics"] = _safe(rows.diagnostics_rows, available)
     if with_ncu:
-        log("ncu")
+        note("ncu")
         data["ncu"] = _safe(rows.ncu_rows)
     data["seconds"] = time.perf_counter() - started
     return data
