@@ -8,6 +8,11 @@
 //                          __shfl_down_sync, one shared slot per warp.
 // Both need blockDim.x to be a power of two between 64 and 1024, and every
 // thread of the block must call them (they contain __syncthreads()).
+// And two that leave the result in every thread, for kernels that go on using it
+// (stage 9-10 softmax and cross-entropy):
+//   warp_allreduce         a butterfly of __shfl_xor_sync: every lane ends with it.
+//   block_allreduce        one butterfly per warp, then each thread folds the warps'
+//                          results from shared memory (blockDim.x a multiple of 32).
 #pragma once
 #include <math_constants.h>
 
@@ -69,6 +74,23 @@ __device__ float block_reduce_shuffle(float v, float* smem) {
     const float result = smem[32];
     __syncthreads();
     return result;
+}
+
+template <class Op>
+__device__ __forceinline__ float warp_allreduce(float v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v = Op::apply(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+// smem: one float per warp, not shared with another reduction still being read.
+template <class Op>
+__device__ __forceinline__ float block_allreduce(float v, float* smem) {
+    v = warp_allreduce<Op>(v);
+    if ((threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = smem[0];
+    for (int w = 1; w < (blockDim.x >> 5); ++w) v = Op::apply(v, smem[w]);
+    return v;
 }
 
 // Defines NAME_volatile and NAME_shuffle from one body that calls BLOCK_REDUCE.

@@ -55,11 +55,11 @@ extern "C" __global__ void __launch_bounds__(XENT_THREADS) softmax_xent_fused(fl
             v[j] = c < cols ? x[c] : -CUDART_INF_F;
             m = fmaxf(m, v[j]);
         }
-        for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
+        m = warp_allreduce<MaxOp>(m);
         float s = 0.0f;
 #pragma unroll
         for (int j = 0; j < XENT_VALUES; ++j) s += lane + 32 * j < cols ? expf(v[j] - m) : 0.0f;
-        for (int offset = 16; offset > 0; offset >>= 1) s += __shfl_xor_sync(0xffffffffu, s, offset);
+        s = warp_allreduce<SumOp>(s);
         const float log_s = logf(s);
         float row_loss = 0.0f;
 #pragma unroll
@@ -71,7 +71,7 @@ extern "C" __global__ void __launch_bounds__(XENT_THREADS) softmax_xent_fused(fl
                 row_loss -= t[c] * (zc - log_s);
             }
         }
-        for (int offset = 16; offset > 0; offset >>= 1) row_loss += __shfl_xor_sync(0xffffffffu, row_loss, offset);
+        row_loss = warp_allreduce<SumOp>(row_loss);
         my_loss += row_loss;
     }
     if (lane == 0) warp_loss[warp] = my_loss;

@@ -20,6 +20,7 @@
 //                        writes exp(x - max) / sum (meant to re-read the row from L2; the
 //                        bandwidth measured in chapter 15 suggests it comes from DRAM).
 #include <math_constants.h>
+#include "block_reduce.cuh"
 #include "tile_load.cuh"
 
 #define VEC_LOOP(n)                                                                      \
@@ -108,15 +109,6 @@ extern "C" __global__ void ew_fill_vec4(float* out, float value, int n) {
 
 #define WARP_ROW_VALUES 32  // values a lane holds: rows up to 32 * 32 = 1024 columns
 
-__device__ __forceinline__ float warp_max_all(float v) {
-    for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-    return v;
-}
-
-__device__ __forceinline__ float warp_sum_all(float v) {
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;
-}
 
 // Block: any multiple of 32 threads; grid: ceil(rows / warps per block). A warp
 // whose row is past the end leaves as a whole, so the shuffles see full warps.
@@ -134,14 +126,14 @@ extern "C" __global__ void softmax_rows_warp(float* out, const float* in, int ro
         v[j] = col < cols ? x[col] : -CUDART_INF_F;
         m = fmaxf(m, v[j]);
     }
-    m = warp_max_all(m);
+    m = warp_allreduce<MaxOp>(m);
     float s = 0.0f;
 #pragma unroll
     for (int j = 0; j < WARP_ROW_VALUES; ++j) {
         v[j] = lane + 32 * j < cols ? expf(v[j] - m) : 0.0f;
         s += v[j];
     }
-    s = warp_sum_all(s);
+    s = warp_allreduce<SumOp>(s);
 #pragma unroll
     for (int j = 0; j < WARP_ROW_VALUES; ++j) {
         const int col = lane + 32 * j;
@@ -210,22 +202,6 @@ extern "C" __global__ void __launch_bounds__(ONLINE_THREADS) softmax_rows_online
 #define BLOCK_ROW_QUADS 8            // quads a thread holds
 #define BLOCK_ROW_MAX_THREADS 512    // so rows of up to 512 * 32 = 16,384 columns
 
-// Every thread gets the block-wide reduction of v: one shuffle tree per warp, then each
-// thread folds the warps' results (a broadcast read of shared memory).
-#define BLOCK_ALL(name, combine, warp_all)                                                \
-__device__ __forceinline__ float name(float v, float* sm) {                              \
-    v = warp_all(v);                                                                     \
-    if ((threadIdx.x & 31) == 0) sm[threadIdx.x >> 5] = v;                               \
-    __syncthreads();                                                                     \
-    v = sm[0];                                                                           \
-    for (int w = 1; w < (blockDim.x >> 5); ++w) v = combine(v, sm[w]);                    \
-    return v;                                                                            \
-}
-
-__device__ __forceinline__ float add_f(float a, float b) { return a + b; }
-BLOCK_ALL(block_max_all, fmaxf, warp_max_all)
-BLOCK_ALL(block_sum_all, add_f, warp_sum_all)
-
 // Columns c .. c + 3 of a row; -inf past the end (so they drop out of max and exp).
 __device__ __forceinline__ float4 load_quad(const float* x, int c, int cols, bool vec) {
     const float pad = -CUDART_INF_F;
@@ -253,14 +229,14 @@ extern "C" __global__ void __launch_bounds__(BLOCK_ROW_MAX_THREADS) softmax_rows
         v[j] = load_quad(x, 4 * (threadIdx.x + j * blockDim.x), cols, vec);
         m = fmaxf(m, fmaxf(fmaxf(v[j].x, v[j].y), fmaxf(v[j].z, v[j].w)));
     }
-    m = block_max_all(m, sm_max);
+    m = block_allreduce<MaxOp>(m, sm_max);
     float s = 0.0f;
 #pragma unroll
     for (int j = 0; j < BLOCK_ROW_QUADS; ++j) {  // exp(-inf - m) = 0 for the padding
         v[j] = make_float4(expf(v[j].x - m), expf(v[j].y - m), expf(v[j].z - m), expf(v[j].w - m));
         s += (v[j].x + v[j].y) + (v[j].z + v[j].w);
     }
-    const float inv = 1.0f / block_sum_all(s, sm_sum);
+    const float inv = 1.0f / block_allreduce<SumOp>(s, sm_sum);
 #pragma unroll
     for (int j = 0; j < BLOCK_ROW_QUADS; ++j) {
         const int c = 4 * (threadIdx.x + j * blockDim.x);
