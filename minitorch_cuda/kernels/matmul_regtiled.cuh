@@ -16,6 +16,13 @@
 
 #define RT_PAD 4
 
+__device__ __forceinline__ void unpack4(float* dst, float4 v) {  // into 4 registers of an unrolled array
+    dst[0] = v.x;
+    dst[1] = v.y;
+    dst[2] = v.z;
+    dst[3] = v.w;
+}
+
 template <int BM, int BN, int BK, int TM, int TN>
 __device__ __forceinline__ void regtiled_body(float* c, const float* a, const float* b, const float* bias,
                                               int M, int N, int K, int ta, int tb, int stride_a, int stride_b,
@@ -75,19 +82,11 @@ __device__ __forceinline__ void regtiled_body(float* c, const float* a, const fl
             float fa[TM], fb[TN];
 #pragma unroll
             for (int g = 0; g < TM / 4; ++g) {
-                const float4 v = *reinterpret_cast<const float4*>(&As[cur][k][g * RT * 4 + ty * 4]);
-                fa[g * 4 + 0] = v.x;
-                fa[g * 4 + 1] = v.y;
-                fa[g * 4 + 2] = v.z;
-                fa[g * 4 + 3] = v.w;
+                unpack4(fa + g * 4, *reinterpret_cast<const float4*>(&As[cur][k][g * RT * 4 + ty * 4]));
             }
 #pragma unroll
             for (int g = 0; g < TN / 4; ++g) {
-                const float4 v = *reinterpret_cast<const float4*>(&Bs[cur][k][g * CT * 4 + tx * 4]);
-                fb[g * 4 + 0] = v.x;
-                fb[g * 4 + 1] = v.y;
-                fb[g * 4 + 2] = v.z;
-                fb[g * 4 + 3] = v.w;
+                unpack4(fb + g * 4, *reinterpret_cast<const float4*>(&Bs[cur][k][g * CT * 4 + tx * 4]));
             }
 #pragma unroll
             for (int i = 0; i < TM; ++i)
