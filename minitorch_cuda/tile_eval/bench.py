@@ -1,6 +1,7 @@
 """The tile evaluation benchmark: every row of chapter 20's table, in one run.
 
-    python -m minitorch_cuda.tile_eval --json PATH [--sizes 16,20,24,28] [--repeats N] [--record] [--no-ncu]
+    python -m minitorch_cuda.tile_eval --json PATH [--sizes 16,20,24,28] [--cases triad,fib,...]
+                                       [--repeats N] [--record] [--no-ncu]
 
 Without a GPU it stops at once and says why. With ``--record`` the result is
 also written to ``book/results/tile_eval.json`` (or under
@@ -73,7 +74,16 @@ def _safe(fn, *args) -> dict:
         return {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
 
 
-def run(sizes_log2: list[int], repeats: int, log=print, with_ncu: bool = True) -> dict:
+def run(
+    sizes_log2: list[int],
+    repeats: int,
+    log=print,
+    with_ncu: bool = True,
+    checkpoint=None,
+    case_names=cases.CASE_NAMES,
+) -> dict:
+    """Every section in turn; ``checkpoint(data)`` after each one and each throughput case,
+    so that a run stopped at a time limit still leaves what it measured."""
     from ..cuda.runtime import device_properties
     from . import measure, rows, timing
 
@@ -81,6 +91,8 @@ def run(sizes_log2: list[int], repeats: int, log=print, with_ncu: bool = True) -
 
     def note(message: str) -> None:  # each line says how far into the run it is: where the time goes
         log(f"[{time.perf_counter() - started:6.1f} s] {message}")
+        if checkpoint is not None:
+            checkpoint({**data, "partial": message, "seconds": time.perf_counter() - started})
 
     available = availability.report()
     data: dict = {
@@ -88,7 +100,9 @@ def run(sizes_log2: list[int], repeats: int, log=print, with_ncu: bool = True) -
         "available": available,
         "versions": versions(),
         "sizes_log2": sizes_log2,
+        "cases": list(case_names),
         "repeats": repeats,
+        "sampling": {"max_samples": repeats, "min_samples": timing.MIN_SAMPLES, "budget_ms": timing.SAMPLE_BUDGET_MS},
     }
     note(f"models: {', '.join(k + ('' if v is None else ' (no)') for k, v in available.items())}")
     with tempfile.TemporaryDirectory() as cuda_cache:
@@ -96,9 +110,10 @@ def run(sizes_log2: list[int], repeats: int, log=print, with_ncu: bool = True) -
         models = load_models(available, cuda_cache)
         data["cuda_c_module_compile_s"] = time.perf_counter() - t0
         note("compile times, binary sizes, PTX/SASS")
-        compile_rows = {"cuda_c": rows.cuda_compile(models["cuda_c"])}
+        kernels = cases.compiled_kernels(case_names)
+        compile_rows = {"cuda_c": rows.cuda_compile(models["cuda_c"], kernels)}
     if "triton" in models:
-        compile_rows["triton"] = _safe(rows.triton_compile)
+        compile_rows["triton"] = _safe(rows.triton_compile, kernels)
     if "cupy" in models:
         compile_rows["cupy"] = _safe(rows.cupy_compile)
     data["compile"] = compile_rows
@@ -112,13 +127,12 @@ def run(sizes_log2: list[int], repeats: int, log=print, with_ncu: bool = True) -
             copy_cache[nbytes] = timing.copy_bandwidth(nbytes, repeats)["gbps"]
         return copy_cache[nbytes]
 
-    throughput = []
-    specs = cases.throughput_cases(sizes_log2)
+    throughput = data["throughput"] = []
+    specs = cases.throughput_cases(sizes_log2, case_names)
     note(f"throughput: {len(specs)} cases")
     for i, spec in enumerate(specs):
         note(f"[{i + 1}/{len(specs)}] {spec['case']} {spec['dtype']} 2^{spec['log2']}")
         throughput += measure.run_case(models, spec, l2, copy_gbps, repeats)
-    data["throughput"] = throughput
     data["copy_gbps"] = {str(k): v for k, v in sorted(copy_cache.items())}
 
     note("launch overhead, tuning, diagnostics")
@@ -152,7 +166,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m minitorch_cuda.tile_eval", description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="write the result here")
     parser.add_argument("--sizes", default=",".join(map(str, cases.SIZES_LOG2)), help="log2 of the sizes: 16,20,24,28")
-    parser.add_argument("--repeats", type=int, default=20, help="timed samples per kernel (default 20)")
+    parser.add_argument("--cases", default=",".join(cases.CASE_NAMES), help="which cases: copy,scale,...,heavy64")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=20,
+        help="timed samples per kernel, at most (default 20; slow ones stop early)",
+    )
     parser.add_argument("--record", action="store_true", help=f"also save book/results/{RESULT_NAME}.json")
     parser.add_argument("--no-ncu", action="store_true", help="skip the ncu row (it runs ncu on a child process)")
     parser.add_argument("--ncu-target", action="store_true", help=argparse.SUPPRESS)
@@ -165,6 +185,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--sizes takes comma-separated integers (log2 of the sizes), not {args.sizes!r}")
     if any(not 4 <= s <= 30 for s in sizes):
         parser.error("--sizes: each log2 size must be between 4 and 30")
+    names = tuple(c.strip() for c in args.cases.split(",") if c.strip())
+    unknown = sorted(set(names) - set(cases.CASE_NAMES))
+    if unknown or not names:
+        parser.error(f"--cases: unknown {unknown or 'empty list'}; pick from {','.join(cases.CASE_NAMES)}")
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     reason = cuda_unavailable_reason()
     if reason:
         print(f"tile_eval needs a CUDA GPU and PyCUDA: {reason}", file=sys.stderr)
@@ -173,11 +199,22 @@ def main(argv: list[str] | None = None) -> int:
         ncu_target()
         return 0
     fresh_caches()
-    data = run(sizes, args.repeats, log=lambda m: print(m, file=sys.stderr, flush=True), with_ncu=not args.no_ncu)
     command = "python -m minitorch_cuda.tile_eval " + " ".join(argv if argv is not None else sys.argv[1:])
-    if args.json:
+
+    def write_json(data: dict) -> None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"command": command, **data}, indent=1) + "\n")
+
+    data = run(
+        sizes,
+        args.repeats,
+        log=lambda m: print(m, file=sys.stderr, flush=True),
+        with_ncu=not args.no_ncu,
+        checkpoint=write_json if args.json else None,
+        case_names=names,
+    )
+    if args.json:
+        write_json(data)
         print(f"wrote {args.json}")
     if args.record:
         print(f"recorded {results.save(RESULT_NAME, data, command)}")

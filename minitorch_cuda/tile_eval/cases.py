@@ -180,11 +180,22 @@ def heavy_inputs(size: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 2**32, size, dtype=np.uint32)
 
 
-def throughput_cases(sizes_log2=SIZES_LOG2) -> list[dict]:
-    """Every (case, dtype, size) the benchmark measures, in order."""
+CASE_NAMES = (*STREAMS, "fib", *(f"heavy{n}" for n in HEAVY_NS))
+
+
+def throughput_cases(sizes_log2=SIZES_LOG2, names=CASE_NAMES) -> list[dict]:
+    """Every (case, dtype, size) the benchmark measures, in order; ``names`` picks cases."""
+    unknown = set(names) - set(CASE_NAMES)
+    if unknown:
+        raise ValueError(f"unknown case(s) {sorted(unknown)}; the cases are {', '.join(CASE_NAMES)}")
     cases = [  # ordered so that consecutive streams share their inputs
         {"case": op, "dtype": dt, "log2": k} for dt in STREAM_DTYPES for k in sizes_log2 for op in STREAMS
     ]
     cases += [{"case": "fib", "dtype": "int64", "log2": k} for k in sizes_log2]
     cases += [{"case": f"heavy{n}", "dtype": "uint32", "log2": k} for n in HEAVY_NS for k in sizes_log2]
-    return cases
+    return [c for c in cases if c["case"] in names]
+
+
+def compiled_kernels(names=CASE_NAMES) -> list[str]:
+    """The kernels whose compile time and code are measured: the triad, and the outliers among ``names``."""
+    return ["triad_fp32"] + [n for n in ("fib", *(f"heavy_{k}" for k in HEAVY_NS)) if n.replace("_", "") in names]

@@ -15,8 +15,6 @@ import numpy as np
 from . import cases, codegen, cuda_c, diagnostics, timing
 from .interop import TileArray
 
-COMPILED = ["triad_fp32", "fib", "heavy_8", "heavy_16", "heavy_32", "heavy_64"]
-
 
 def _device_array(values: np.ndarray, dtype: str) -> TileArray:
     import pycuda.driver as drv
@@ -26,10 +24,10 @@ def _device_array(values: np.ndarray, dtype: str) -> TileArray:
     return TileArray(int(allocation), values.shape, dtype, owner=allocation)
 
 
-def cuda_compile(model: cuda_c.CudaModel) -> dict:
+def cuda_compile(model: cuda_c.CudaModel, kernels: list[str]) -> dict:
     out = {}
     with tempfile.TemporaryDirectory() as cache:
-        for name in COMPILED:
+        for name in kernels:
             done = cuda_c.compile_one(name, cache)
             out[name] = {
                 "cold_s": done["cold_s"],
@@ -56,12 +54,14 @@ def _triton_specs(tk) -> dict:
     return specs
 
 
-def triton_compile() -> dict:
+def triton_compile(kernels: list[str]) -> dict:
     """Cold (empty TRITON_CACHE_DIR, set by the caller) and warm (on-disk cache) compiles."""
     from . import triton_kernels as tk
 
     out = {}
     for name, (fn, make_args, constexprs) in _triton_specs(tk).items():
+        if name.removesuffix("_tilemax") not in kernels:
+            continue
         try:
             args = make_args()
             t0 = time.perf_counter()

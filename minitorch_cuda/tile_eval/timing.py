@@ -28,29 +28,46 @@ def summary(samples_ms: list[float], per_sample: int) -> dict:
     }
 
 
-def inner_launches(n: int) -> int:
-    """Launches per sample: enough that a sample of a small array lasts well over the event resolution."""
-    return max(1, min(100, (1 << 24) // max(n, 1)))
+SAMPLE_BUDGET_MS = 2000.0  # GPU time after which a slow kernel stops being sampled ...
+MIN_SAMPLES = 3  # ... once it has this many samples (Triton's heavy64 takes seconds per launch)
+SAMPLE_TARGET_MS = 10.0  # a sample batches launches until it lasts about this long
+
+
+def inner_launches(n: int, one_launch_ms: float = 0.0) -> int:
+    """Launches per sample: enough that a sample of a small array lasts well over the event
+    resolution, few enough that a sample of a slow kernel stays near SAMPLE_TARGET_MS."""
+    by_size = max(1, min(100, (1 << 24) // max(n, 1)))
+    if one_launch_ms <= 0:
+        return by_size
+    return max(1, min(by_size, int(SAMPLE_TARGET_MS / one_launch_ms)))
 
 
 def time_launches(launch: Callable[[int], None], n: int, rotations: int, warmup: int = 3, repeats: int = 20) -> dict:
-    """``launch(i)`` enqueues one launch on buffer set ``i % rotations``."""
+    """``launch(i)`` enqueues one launch on buffer set ``i % rotations``. Up to ``repeats`` samples,
+    at least MIN_SAMPLES; sampling stops early once SAMPLE_BUDGET_MS of GPU time is spent."""
     import pycuda.driver as drv
 
     start, stop = drv.Event(), drv.Event()
-    inner = inner_launches(n)
-    for i in range(warmup):
-        launch(i % rotations)
-    drv.Context.synchronize()
-    samples, k = [], 0
-    for _ in range(repeats):
+
+    def timed(first: int, count: int) -> float:
         start.record()
-        for _ in range(inner):
-            launch(k % rotations)
-            k += 1
+        for i in range(first, first + count):
+            launch(i % rotations)
         stop.record()
         stop.synchronize()
-        samples.append(stop.time_since(start))
+        return stop.time_since(start)
+
+    launch(0)  # the first launch may load the module; the second one is the pilot
+    one = timed(1, 1)
+    if one < SAMPLE_TARGET_MS:  # a kernel that long is warm after two launches
+        for i in range(2, warmup + 2):
+            launch(i % rotations)
+    drv.Context.synchronize()
+    inner = inner_launches(n, one)
+    samples, k = [], 0
+    while len(samples) < repeats and (len(samples) < MIN_SAMPLES or sum(samples) < SAMPLE_BUDGET_MS):
+        samples.append(timed(k, inner))
+        k += inner
     return summary(samples, inner)
 
 
