@@ -252,6 +252,41 @@ def test_benchmark_small_run(tmp_path) -> None:
     ]
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPU, reason=f"needs a GPU: {mt.cuda_unavailable_reason()}")
+@pytest.mark.parametrize("dtype", ["int8", "fp16", "fp32", "int64"])
+@pytest.mark.parametrize("n", [1, 15, 1000, 4099])
+@pytest.mark.parametrize("misaligned", [False, True])
+def test_cuda_c_streams_at_awkward_sizes_and_offsets(dtype, n, misaligned) -> None:
+    """The 16-byte packs, the scalar tail and the all-scalar path (a pointer off by one element)."""
+    import pycuda.driver as drv
+
+    model = cuda_c.CudaModel([f"{op}_{dtype}" for op in cases.STREAMS])
+    host = cases.stream_inputs("nstream", dtype, n, seed=n)
+    itemsize = cases.DTYPES[dtype].itemsize
+    shift = itemsize if misaligned else 0
+    owners, arrays = [], []
+    for values in [np.zeros(n, host[0].dtype), *host]:
+        owner = drv.mem_alloc(values.nbytes + 16)
+        owners.append(owner)
+        drv.memcpy_htod(int(owner) + shift, values)
+        arrays.append(TileArray(int(owner) + shift, (n,), dtype, owner=owner))
+    for name, op in cases.STREAMS.items():
+        out = arrays[1] if op.in_place else arrays[0]
+        drv.memcpy_htod(arrays[1].ptr, host[0])  # nstream overwrote a
+        model.stream(name, dtype, out, arrays[1 : 1 + op.inputs], cases.scalar_for(dtype))
+        got = np.empty(n, host[0].dtype)
+        drv.memcpy_dtoh(got, out.ptr)
+        want = op.reference(cases.scalar_for(dtype), *[h.copy() for h in host[: op.inputs]])
+        if cases.DTYPES[dtype].is_float:
+            tol = 2e-3 if dtype == "fp16" else 1e-6  # an FMA rounds once where numpy rounds twice
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=name)
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=name)
+    for owner in owners:
+        owner.free()
+
+
 # --- Exercise 20.1 -------------------------------------------------------------------------
 
 

@@ -138,7 +138,7 @@ def run(
     note("launch overhead, tuning, diagnostics")
     data["launch_overhead"] = _safe(rows.launch_overhead, models)
     if "triton" in models:
-        data["tuning"] = {"triton": _safe(rows.triton_tuning, repeats, l2)}
+        data["tuning"] = {"triton": _safe(rows.triton_tuning, repeats, l2, case_names)}
     data["diagnostics"] = _safe(rows.diagnostics_rows, available)
     if with_ncu:
         note("ncu")

@@ -92,7 +92,8 @@ class CudaModel:
         """Launch ``op`` on TileArrays; missing operands are passed as null pointers."""
         ptrs = [a.ptr for a in inputs] + [0] * (3 - len(inputs))
         n = out.size
-        grid = ((n + BLOCK - 1) // BLOCK, 1)
+        per_thread = 16 // DTYPES[dtype].itemsize  # one 16-byte pack per operand (transform.cu)
+        grid = (max(1, -(-n // (BLOCK * per_thread))), 1)
         self.function(f"{op}_{dtype}").prepared_async_call(grid, (BLOCK, 1, 1), None, out.ptr, *ptrs, scalar, n)
 
     def unary(self, name: str, out, inp) -> None:

@@ -74,6 +74,7 @@ KERNEL_SOURCES = {
         "cuda_c": lambda: "\n".join(
             [
                 cuda_block(r"^template <class T> struct Triad"),
+                cuda_block(r"^template <class T> struct alignas"),
                 cuda_block(r"^template <class T, class F>"),
                 cuda_block(r"^#define INSTANTIATE_STREAM"),
             ]

@@ -1,4 +1,6 @@
-// Transform kernels in CUDA C (SIMT): one thread per element, grid-stride loop.
+// Transform kernels in CUDA C (SIMT) with grid-stride loops: the streams move
+// 16 bytes per operand and thread, as CUB's DeviceTransform does; fib and heavy
+// take one element per thread.
 // The reference side of the tile evaluation (chapter 20). Kernels:
 //   copy_<T> scale_<T> add_<T> triad_<T> nstream_<T>   the five streams
 //   fib                                                 data-dependent loop (int64 -> int64)
@@ -26,14 +28,32 @@ template <class T> struct Add     { __device__ T operator()(T a, T b, T, T) cons
 template <class T> struct Triad   { __device__ T operator()(T a, T b, T, T s) const { return T(a + s * b); } };
 template <class T> struct Nstream { __device__ T operator()(T a, T b, T c, T s) const { return T(a + b + s * c); } };
 
+// Sixteen bytes of T, the widest load one thread can issue: 8 halves, 16 int8s.
+template <class T> struct alignas(16) Pack { T v[16 / sizeof(T)]; };
+
 // out may alias a (nstream updates a in place), so no __restrict__ on them.
+// Whole packs while every pointer is 16-byte aligned (cuMemAlloc's are), then
+// the tail, or everything when a pointer is not, one element at a time.
 template <class T, class F>
 __device__ void stream(T* out, const T* a, const T* b, const T* c, double scalar, long long n) {
+    constexpr int V = 16 / sizeof(T);
+    using P = Pack<T>;
     const T s = from_scalar<T>(scalar);
     const F f;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-         i += (long long)gridDim.x * blockDim.x) {
-        // unused operands are null: read them only when the op needs them
+    const long long first = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    const size_t addresses = (size_t)out | (size_t)a | (size_t)b | (size_t)c;  // unused operands are null
+    const long long packs = addresses % 16 == 0 ? n / V : 0;
+    for (long long p = first; p < packs; p += stride) {
+        const P x = reinterpret_cast<const P*>(a)[p];
+        const P y = b ? reinterpret_cast<const P*>(b)[p] : x;  // read an operand only if the op has it
+        const P z = c ? reinterpret_cast<const P*>(c)[p] : x;
+        P r;
+#pragma unroll
+        for (int k = 0; k < V; ++k) r.v[k] = f(x.v[k], y.v[k], z.v[k], s);
+        reinterpret_cast<P*>(out)[p] = r;
+    }
+    for (long long i = packs * V + first; i < n; i += stride) {
         const T x = a[i];
         const T y = b ? b[i] : x;
         const T z = c ? c[i] : x;
