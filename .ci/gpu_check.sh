@@ -6,7 +6,9 @@
 # 10-minute call; pick parts per call). Each part has its own time limit so one slow part
 # cannot starve the others; SIGINT lets pytest print its summary when a limit is hit.
 # --parallel runs the parts side by side (correctness checks only: never with `results`,
-# whose timings need the GPU to themselves); pytest spreads over $WORKERS processes.
+# whose timings need the GPU to themselves), spread round-robin over the visible GPUs;
+# pytest spreads over $WORKERS processes. A test that runs past 400 s fails with its
+# stack (pytest-timeout) instead of holding the part until its limit.
 set -u
 out="${OUT:-/tmp/gpu_check}"
 mkdir -p "$out/results"
@@ -27,9 +29,9 @@ parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=(tests grader sanitize notebooks results)
 run_part() {
     case $1 in
-    tests) part tests 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rf --durations=10 -n "$workers" \
+    tests) part tests 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rf --durations=10 -n "$workers" --timeout=400 \
                --ignore=tests/test_grader.py --ignore=tests/test_exercises.py --ignore=tests/test_notebooks.py ;;
-    grader) part grader 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rf -n "$workers" \
+    grader) part grader 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rf -n "$workers" --timeout=400 \
                tests/test_grader.py tests/test_exercises.py ;;
     sanitize) part sanitize 540 python3 -m minitorch_cuda.sanitize --stages 0-12 --json "$out/results/sanitize.json" ;;
     # Two workers at most: processes sharing one GPU are time-sliced, and the sync-heavy
@@ -42,8 +44,16 @@ run_part() {
     esac
 }
 
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU') || gpus=1
+[ "$gpus" -ge 1 ] || gpus=1
+i=0
 for p in "${parts[@]}"; do
-    if [ "$parallel" = 1 ]; then run_part "$p" & else run_part "$p"; fi
+    if [ "$parallel" = 1 ]; then
+        CUDA_VISIBLE_DEVICES=$((i % gpus)) run_part "$p" &
+        i=$((i + 1))
+    else
+        run_part "$p"
+    fi
 done
 wait
 # One archive of the logs and results: the lent machine returns only a few files.
