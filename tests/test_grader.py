@@ -1,7 +1,8 @@
 """The grader: isolation, reasons, outputs, resume.
 
 CPU tests grade the Python exercises (launch configuration 1.2, BF16 2.1,
-memory pool 4.1, timing 5.1, roofline bound 14.1, graphed step 18.1, TF32 19.1)
+memory pool 4.1, timing 5.1, roofline bound 14.1, graphed step 18.1, TF32 19.1,
+fibonacci tile 20.1)
 of the known-wrong students in tests/submissions; the GPU
 tests grade every kernel exercise and need a GPU:
     bash .gpu/run.sh python3 -m pytest -m gpu tests/test_grader.py
@@ -21,7 +22,7 @@ from minitorch_cuda import grade
 from minitorch_cuda.grade import checks, exercises, runner
 
 SUBMISSIONS = Path(__file__).resolve().parent / "submissions"
-CPU_IDS = ["1.2", "2.1", "4.1", "5.1", "14.1", "18.1", "19.1"]
+CPU_IDS = ["1.2", "2.1", "4.1", "5.1", "14.1", "18.1", "19.1", "20.1"]
 gpu = pytest.mark.skipif(not mt.cuda_available(), reason=f"needs a GPU: {mt.cuda_unavailable_reason()}")
 
 
@@ -48,6 +49,7 @@ EXPECTED_CPU = {
     ("full_solutions", "14.1"): "passed",
     ("full_solutions", "18.1"): "passed",
     ("full_solutions", "19.1"): "passed",
+    ("full_solutions", "20.1"): "passed",
     ("empty_kernels", "1.2"): checks.NOT_IMPLEMENTED,
     ("empty_kernels", "2.1"): checks.NOT_IMPLEMENTED,
     ("empty_kernels", "4.1"): checks.NOT_IMPLEMENTED,
@@ -75,6 +77,15 @@ EXPECTED_CPU = {
     ("renamed_notebooks", "5.1"): checks.MISSING_NOTEBOOK,
     ("renamed_notebooks", "19.1"): checks.MISSING_NOTEBOOK,
 }
+
+
+def test_full_solutions_is_the_solutions_folder() -> None:
+    """The known-good student must be the shipped solutions, all of them, so that it scores full points."""
+    solutions = Path(__file__).resolve().parents[1] / "solutions"
+    shipped = {p.name: p.read_text() for p in solutions.glob("*.md")}
+    submitted = {p.name: p.read_text() for p in (SUBMISSIONS / "full_solutions").glob("*.md")}
+    assert sorted(submitted) == sorted(shipped)
+    assert [name for name in shipped if submitted[name] != shipped[name]] == []
 
 
 @pytest.mark.parametrize("key", list(EXPECTED_CPU), ids=[f"{s}-{e}" for s, e in EXPECTED_CPU])
