@@ -173,6 +173,16 @@ def test_cuda_c_heavy_keeps_its_array_in_registers() -> None:
     assert counts["ld.local"] == counts["st.local"] == counts["malloc"] == 0
 
 
+def test_sass_counts_go_past_4096_instructions() -> None:
+    """cuobjdump's addresses get a fifth hex digit at instruction 4096 (Triton's heavy64 has far more)."""
+    from minitorch_cuda.tile_eval import codegen
+
+    lines = [f"        /*{16 * i:04x}*/   @P0 SEL R1, R2, R3, P0 ;" for i in range(5000)]
+    sass = "\n".join(lines)
+    assert codegen.instruction_count(sass) == 5000
+    assert codegen.count(sass, codegen.SASS_PATTERNS)["predicated"] == 5000
+
+
 @needs_nvcc
 def test_cuda_c_diagnostic_names_the_identifier() -> None:
     assert 'identifier "bb" is undefined' in diagnostics.cuda_c_undefined_name()

@@ -28,7 +28,7 @@ SASS_PATTERNS = {
     "LDL": r"\bLDL(\.\w+)*\b",
     "STL": r"\bSTL(\.\w+)*\b",
     "SEL": r"\bI?SEL\b|\bSEL\.",
-    "predicated": r"/\*[0-9a-f]{4}\*/\s+@!?P\d",
+    "predicated": r"/\*[0-9a-f]{4,}\*/\s+@!?P\d",  # addresses grow past 4 digits after 4096 instructions
     "BRA": r"\bBRA\b",
     "CALL": r"\bCALL\.",
     "malloc": r"malloc",
@@ -48,7 +48,7 @@ def examples(text: str, patterns: dict[str, str], keys: tuple[str, ...], limit: 
 
 def instruction_count(sass: str) -> int:
     """SASS instructions: lines with the /*address*/ prefix."""
-    return len(re.findall(r"^\s+/\*[0-9a-f]{4}\*/", sass, re.MULTILINE))
+    return len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/", sass, re.MULTILINE))
 
 
 def sass_of(cubin: bytes) -> str | None:
