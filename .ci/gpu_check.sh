@@ -2,11 +2,12 @@
 # The GPU half of the checks, for the lent GPU machine (logs and results in $OUT/gpu_check.tar.gz):
 #   bash .ci/gpu_run.sh bash .ci/gpu_check.sh [PART ...]   (carry .gpu and .gpu_extra; see .ci/stage_gpu_extra.sh)
 #   bash .ci/gpu_run.sh bash .ci/gpu_check.sh --parallel tests grader sanitize
-# PARTs: tests grader sanitize notebooks results (default: all, which needs more than one
-# 10-minute call; pick parts per call). Each part has its own time limit so one slow part
-# cannot starve the others; SIGINT lets pytest print its summary when a limit is hit.
-# --parallel runs the parts side by side (correctness checks only: never with `results`,
-# whose timings need the GPU to themselves), spread round-robin over the visible GPUs;
+# PARTs: tests grader sanitize notebooks results tile (default: all but tile; together they need
+# more than one 10-minute call, so pick parts per call). tile records chapter 20's tile_eval.json.
+# Each part has its own time limit so one slow part cannot starve the others; SIGINT lets
+# pytest print its summary when a limit is hit.
+# --parallel runs the parts side by side, spread round-robin over the visible GPUs (the
+# timing parts, `results` and `tile`, only where each gets a GPU of its own);
 # pytest spreads over $WORKERS processes. A test that runs past 400 s fails with its
 # stack (pytest-timeout) instead of holding the part until its limit.
 set -u
@@ -38,8 +39,11 @@ run_part() {
     # early chapters then run ten times slower (measured with six workers).
     notebooks) part notebooks 560 python3 -m pytest -m notebooks -q -p no:cacheprovider -rf --durations=60 \
                -n "${NOTEBOOK_WORKERS:-2}" tests/test_notebooks.py ;;
-    # Only this part writes results (into the copy under $out that the archive returns).
+    # Only these parts write results (into the copy under $out that the archive returns).
     results) MINITORCH_CUDA_RESULTS_DIR="$out/results" part results 540 bash .ci/refresh_results.sh ;;
+    # --json keeps what was measured (a checkpoint per case) should the limit stop the run.
+    tile) MINITORCH_CUDA_RESULTS_DIR="$out/results" part tile 575 python3 -m minitorch_cuda.tile_eval --record \
+               --json "$out/results/tile_eval_run.json" ;;
     *) echo "unknown part $1"; exit 2 ;;
     esac
 }
