@@ -1,7 +1,7 @@
 # The usual jobs. `make help` lists them.
 PYTHON ?= python3
 
-.PHONY: help install install-gpu test test-gpu lint format book book-results exercises sanitize bench train clean
+.PHONY: help install install-gpu test test-gpu lint format book book-results tile-eval exercises sanitize bench train clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -30,6 +30,9 @@ book: ## build the HTML book, warnings as errors
 
 book-results: ## on a GPU machine: re-measure everything the book shows into book/results/
 	bash .ci/refresh_results.sh
+
+tile-eval: ## on a GPU machine: chapter 20's tile evaluation (about 9 minutes) into book/results/tile_eval.json
+	$(PYTHON) -m minitorch_cuda.tile_eval --record
 
 exercises: ## regenerate exercises/ from solutions/
 	$(PYTHON) -m minitorch_cuda.grade.generate
