@@ -7,7 +7,8 @@
 # Each part has its own time limit so one slow part cannot starve the others; SIGINT lets
 # pytest print its summary when a limit is hit.
 # --parallel runs the parts side by side, spread round-robin over the visible GPUs (the
-# timing parts, `results` and `tile`, only where each gets a GPU of its own);
+# timing parts, `results` and `tile`, only where each gets a GPU of its own); without it,
+# each part's pytest workers spread over all the GPUs;
 # pytest spreads over $WORKERS processes. A test that runs past 400 s fails with its
 # stack (pytest-timeout) instead of holding the part until its limit.
 set -u
@@ -50,6 +51,8 @@ run_part() {
 
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU') || gpus=1
 [ "$gpus" -ge 1 ] || gpus=1
+# One part alone: its pytest workers spread over every GPU (tests/conftest.py).
+[ "$parallel" = 0 ] && export MINITORCH_CUDA_TEST_GPUS=$gpus
 i=0
 for p in "${parts[@]}"; do
     if [ "$parallel" = 1 ]; then

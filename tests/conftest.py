@@ -8,11 +8,18 @@ Run them on a GPU machine with ``python3 -m pytest -m gpu -q``.
 from __future__ import annotations
 
 import contextlib
+import os
 
-import numpy as np
-import pytest
+# MINITORCH_CUDA_TEST_GPUS=N spreads pytest-xdist's workers over GPUs 0..N-1 (gw0 on 0,
+# gw1 on 1, ...); set here, before anything can initialize CUDA in this worker.
+_gpus, _worker = int(os.environ.get("MINITORCH_CUDA_TEST_GPUS") or 0), os.environ.get("PYTEST_XDIST_WORKER", "")
+if _gpus > 1 and _worker.startswith("gw"):
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(int(_worker[2:]) % _gpus)
 
-import minitorch_cuda as mt
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import minitorch_cuda as mt  # noqa: E402
 
 # Every stage that computes in full float32 (0-11); stage 12 rounds matmul inputs to
 # TF32 and is tested with its own tolerances in test_stages_beyond.py.
