@@ -496,6 +496,53 @@ def test_stage_12_picks_the_async_kernel_for_whole_quads(shape, kernel):
     assert {r["name"] for r in prof.stats("kernel")} == {kernel}
 
 
+def _launch_wgmma(a, b, M, N, K):
+    """matmul_tf32_wgmma on a (batch?, M, K) and b (batch?, N, K): C = A B^T."""
+    from minitorch_cuda.cuda import backend, registry
+    from minitorch_cuda.cuda.array import DeviceArray
+    from minitorch_cuda.cuda.runtime import arch, launch
+    from minitorch_cuda.cuda.signature import WGMMA_TILE
+
+    if arch() != "sm_90":
+        pytest.skip(f"wgmma needs a Hopper GPU (sm_90); this one is {arch()}")
+    da, db = backend.from_numpy(a), backend.from_numpy(b)
+    batch = max(a.shape[0] if a.ndim > 2 else 1, b.shape[0] if b.ndim > 2 else 1)
+    out = DeviceArray.empty(((batch,) if batch > 1 else ()) + (M, N))
+    bm, bn, threads = WGMMA_TILE
+    grid = ((N + bn - 1) // bn, (M + bm - 1) // bm, batch)
+    stride_a, stride_b = (M * K if a.ndim > 2 else 0), (N * K if b.ndim > 2 else 0)
+    launch(
+        registry.get("matmul_tf32_wgmma"), grid, (threads, 1, 1), out.ptr, da.ptr, db.ptr, M, N, K, stride_a, stride_b
+    )
+    return backend.to_numpy(out)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "shape", [(4, 4, 4), (128, 256, 32), (72, 76, 84), (132, 260, 300), (256, 512, 1024), (300, 600, 1028)], ids=str
+)
+def test_tf32_wgmma_error_against_float64(shape):
+    """Warpgroup MMA, partial tiles at every edge. TF32 by truncation: an input loses up to
+    2^-10 of itself, twice what the rounding kernels lose, hence a bound of 2.5e-3."""
+    M, N, K = shape
+    a, b = _matmul_inputs(M, N, K, False, True, seed=15)
+    ref, scale = _reference(a, b, False, True)
+    out = _launch_wgmma(a, b, M, N, K)
+    assert np.all(np.abs(out - ref) <= 2.5e-3 * scale + 1e-6), f"max {np.max(np.abs(out - ref) / scale):.2e}"
+    if M * N > 1:
+        assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-3
+
+
+@pytest.mark.gpu
+def test_tf32_wgmma_batched():
+    a, b = _matmul_inputs(72, 260, 36, False, True, (3,), (3,), seed=16)
+    ref, scale = _reference(a, b, False, True)
+    assert np.all(np.abs(_launch_wgmma(a, b, 72, 260, 36) - ref) <= 2.5e-3 * scale + 1e-6)
+    a, b = _matmul_inputs(72, 260, 36, False, True, (3,), (), seed=17)  # B shared by the batch
+    ref, scale = _reference(a, b, False, True)
+    assert np.all(np.abs(_launch_wgmma(a, b, 72, 260, 36) - ref) <= 2.5e-3 * scale + 1e-6)
+
+
 @pytest.mark.gpu
 def test_tensor_core_batched():
     a, b = _matmul_inputs(72, 73, 74, True, False, (3,), (), seed=11)

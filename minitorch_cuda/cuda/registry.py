@@ -40,7 +40,8 @@ def get(name: str) -> Kernel:
     if kernel is None:
         s = spec(name)
         source = (KERNEL_DIR / s.file).read_text()
-        kernel = _builtin[name] = Kernel(name, compile_module(source, s.file), name, s.signature, s.shared_bytes)
+        module = compile_module(source, s.file, s.arch_specific)
+        kernel = _builtin[name] = Kernel(name, module, name, s.signature, s.shared_bytes)
     return kernel
 
 
@@ -66,7 +67,7 @@ class override:
         if prepare_signature(theirs) != expected.signature:
             raise TypeError(f"kernel {entry!r} must take ({expected.params}) to replace {name!r}; it takes ({theirs})")
         self.name = name
-        module = compile_module(source, f"your kernel {entry!r}")
+        module = compile_module(source, f"your kernel {entry!r}", expected.arch_specific)
         self.kernel = Kernel(name, module, entry, expected.signature, expected.shared_bytes)
         _overrides.setdefault(name, []).append(self.kernel)
         self._active = True

@@ -114,14 +114,16 @@ def _numbered_excerpt(source: str, log: str, context: int = 2) -> str:
 
 
 @functools.cache
-def compile_module(source: str, label: str):
-    """Compile once per process (and once per machine: nvcc's output is cached on disk)."""
+def compile_module(source: str, label: str, arch_specific: bool = False):
+    """Compile once per process (and once per machine: nvcc's output is cached on disk).
+    ``arch_specific`` builds for this GPU alone (sm_90a on an H100/H200), which instructions
+    such as wgmma need; such code runs on no other GPU."""
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     try:
         return SourceModule(
             source,
             no_extern_c=True,
-            arch=arch(),
+            arch=arch() + ("a" if arch_specific else ""),
             include_dirs=[str(KERNEL_DIR)],
             options=["-lineinfo"],
             cache_dir=str(CACHE_DIR),

@@ -24,6 +24,7 @@ class KernelSpec:
     file: str
     params: str  # the C parameter list every implementation must take
     shared_bytes: int = 0  # dynamic shared memory each launch gets
+    arch_specific: bool = False  # uses instructions of this GPU only (wgmma: sm_90a, not sm_90)
 
     @property
     def signature(self) -> str:
@@ -121,6 +122,17 @@ def _async_launch() -> tuple[tuple[int, int, int], int]:
 ASYNC_TILE, ASYNC_SMEM_BYTES = _async_launch()
 
 
+def _wgmma_launch() -> tuple[tuple[int, int, int], int]:
+    """(BM, BN, threads) and dynamic shared bytes of matmul_tf32_wgmma, from wgmma.cu's #defines."""
+    text = (KERNEL_DIR / "wgmma.cu").read_text()
+    d = {k: int(v) for k, v in re.findall(r"^#define WG_(\w+) (\d+)\b", text, re.M)}
+    stage = (d["BM"] + d["BN"]) * d["BK"] * 4
+    return (d["BM"], d["BN"], d["THREADS"]), d["STAGES"] * stage + 1024  # + alignment to 1024 bytes
+
+
+WGMMA_TILE, WGMMA_SMEM_BYTES = _wgmma_launch()
+
+
 def _slots(kind: str, name: str) -> str:
     return ", ".join(f"{kind} {name}{i}" for i in range(MULTI_TENSOR_SLOTS))
 
@@ -156,6 +168,13 @@ SPECS.update(
         "matmul_tf32": KernelSpec("mma.cu", _MATMUL),
         "matmul_tf32_async": KernelSpec("mma_async.cu", _MATMUL, shared_bytes=ASYNC_SMEM_BYTES),
         "matmul_bf16": KernelSpec("mma.cu", _MATMUL),
+        # C = A B^T with both operands K-contiguous: no transpose flags
+        "matmul_tf32_wgmma": KernelSpec(
+            "wgmma.cu",
+            "float* c, const float* a, const float* b, int M, int N, int K, int stride_a, int stride_b",
+            shared_bytes=WGMMA_SMEM_BYTES,
+            arch_specific=True,
+        ),
     }
 )
 

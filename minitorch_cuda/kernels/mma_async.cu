@@ -17,7 +17,8 @@
 // Launch: block (ASYNC_THREADS, 1, 1), grid (ceil(N / ASYNC_BN), ceil(M / 128), batch), dynamic
 // shared memory ASYNC_SMEM_BYTES (more than the 48 KB default: signature.py reads these
 // #defines for the launch, and the registry raises the function's limit).
-#include "tile_load.cuh"
+// Next step, on Hopper only: wgmma.cu hands whole tiles to the tensor cores by descriptor.
+#include "cp_async.cuh"
 
 #ifndef ASYNC_WN  // the fastest of seven shapes at 4096^3 on the H200 (chapter 19); -D... sets others
 #define ASYNC_BN 256
@@ -35,16 +36,6 @@
 #define ASYNC_TILE(EXTENT) ASYNC_MAX((EXTENT) * ASYNC_KROW, ASYNC_BK * ((EXTENT) + 8))  // floats, either layout
 #define ASYNC_STAGE (ASYNC_TILE(ASYNC_BM) + ASYNC_TILE(ASYNC_BN))
 #define ASYNC_SMEM_BYTES (ASYNC_STAGES * ASYNC_STAGE * 4)
-
-__device__ __forceinline__ void cp_async16(float* dst, const float* src, int src_bytes) {
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(src_bytes));
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int PENDING>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING)); }
 
 __device__ __forceinline__ unsigned to_tf32(float x) {  // round to nearest, ties away
     unsigned r;
