@@ -3,9 +3,10 @@
     python .ci/tf32_wgmma.py --json $OUT/tf32_wgmma.json
 
 The wgmma kernel computes C = A B^T from K-contiguous operands; the others get A and B as
-stored (no transposes), as the framework's stage 12 does for a @ b. Before timing, each
-kernel's result at 264 x 260 x 300 is held to float64 (largest error relative to |A| |B|).
-Not yet part of any stage: this script is how it earns its place (chapter 19).
+stored (no transposes), as the framework's stage 12 does for a @ b. "matmul_wgmma a @ b" is
+what stage 12 would run with it: ops_matmul.matmul_wgmma, B transposed first, then the
+kernel. Before timing, each kernel's result at 264 x 260 x 300 is held to float64 (largest
+error relative to |A| |B|). Not yet part of any stage: this is how it earns its place.
 """
 
 import argparse
@@ -18,7 +19,8 @@ import pycuda.autoprimaryctx  # noqa: F401
 import pycuda.driver as drv
 
 from minitorch_cuda import bench
-from minitorch_cuda.cuda import registry
+from minitorch_cuda.cuda import backend, ops_matmul, registry
+from minitorch_cuda.cuda.array import DeviceArray
 from minitorch_cuda.cuda.signature import ASYNC_TILE, WGMMA_TILE
 
 SIZES = (1024, 2048, 4096)
@@ -62,6 +64,14 @@ def main() -> None:
             row["gflops"][str(n)] = 2 * n**3 / bench._median_seconds(launcher(name, a, b, c, n, n, n), 10, drv) / 1e9
         rows[name] = row
         print(name, row, flush=True)
+    row = {"gflops": {}}
+    for n in SIZES:
+        a, b = (backend.from_numpy(rng.standard_normal((n, n)).astype(np.float32)) for _ in range(2))
+        c = DeviceArray.empty((n, n))
+        call = functools.partial(ops_matmul.matmul_wgmma, c, a, b, n, n, n, False, False, 0, 0, 1)
+        row["gflops"][str(n)] = 2 * n**3 / bench._median_seconds(call, 10, drv) / 1e9
+    rows["matmul_wgmma a @ b"] = row
+    print("matmul_wgmma a @ b", row, flush=True)
     cublas = {str(n): 2 * n**3 / bench._cublas_seconds(n, n, n, 10, True) / 1e9 for n in SIZES}
     print("cublas tf32", cublas)
     out = {

@@ -544,6 +544,39 @@ def test_tf32_wgmma_batched():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize(("ta", "tb"), FLAGS)
+@pytest.mark.parametrize(("shape", "broadcast_b"), [((72, 76, 84), False), ((132, 260, 300), True)], ids=str)
+def test_matmul_wgmma_takes_every_flag_pair(ta, tb, shape, broadcast_b):
+    """The ops-level path: operands stored the other way round are transposed first."""
+    from minitorch_cuda.cuda import backend, ops_matmul
+    from minitorch_cuda.cuda.array import DeviceArray
+
+    M, N, K = shape
+    if not ops_matmul.wgmma_fits(K):
+        pytest.skip("wgmma needs a Hopper GPU (sm_90)")
+    a, b = _matmul_inputs(M, N, K, ta, tb, (2,), () if broadcast_b else (2,), seed=18)
+    ref, scale = _reference(a, b, ta, tb)
+    out = DeviceArray.empty((2, M, N))
+    da, db = backend.from_numpy(a), backend.from_numpy(b)
+    ops_matmul.matmul_wgmma(out, da, db, M, N, K, ta, tb, M * K, 0 if broadcast_b else K * N, 2)
+    got = backend.to_numpy(out)
+    assert np.all(np.abs(got - ref) <= 2.5e-3 * scale + 1e-6), f"max {np.max(np.abs(got - ref) / scale):.2e}"
+
+
+@pytest.mark.gpu
+def test_transpose_2d_is_exact():
+    from minitorch_cuda.cuda import backend, ops_matmul
+
+    x = np.random.default_rng(19).standard_normal((3, 37, 70)).astype(np.float32)
+    out, stride = ops_matmul._transposed(backend.from_numpy(x), 37, 70, 37 * 70, 3)
+    np.testing.assert_array_equal(backend.to_numpy(out), np.swapaxes(x, 1, 2))
+    assert stride == 37 * 70
+    once, stride = ops_matmul._transposed(backend.from_numpy(x[0]), 37, 70, 0, 3)  # a broadcast operand
+    np.testing.assert_array_equal(backend.to_numpy(once)[0], x[0].T)
+    assert stride == 0 and once.shape == (1, 70, 37)
+
+
+@pytest.mark.gpu
 def test_tensor_core_batched():
     a, b = _matmul_inputs(72, 73, 74, True, False, (3,), (), seed=11)
     ref, scale = _reference(a, b, True, False)

@@ -9,9 +9,9 @@ from . import registry
 from .array import ITEMSIZE, DeviceArray
 from .autotune import fits, tuner
 from .launchers import NULL_POINTER
-from .ops_tensor import contiguous, transpose
-from .runtime import launch, time_launch_ms
-from .signature import ASYNC_TILE, MMA_TILE, REGTILED_TILES
+from .ops_tensor import contiguous, copy, transpose
+from .runtime import arch, launch, time_launch_ms
+from .signature import ASYNC_TILE, MMA_TILE, REGTILED_TILES, WGMMA_TILE
 
 
 def _operand(x: DeviceArray, flag: bool) -> tuple[DeviceArray, bool]:
@@ -109,6 +109,41 @@ def _matmul_beyond(out, a, b, M, N, K, ta, tb, stride_a, stride_b, batch, shapes
     else:
         args = (out.ptr, a.ptr, b.ptr, bias.ptr, *flags, int(relu))
         launch(registry.get(f"matmul_bias_act_{tile}"), grid, (threads, 1, 1), *args, shapes=shapes)
+
+
+def wgmma_fits(K: int) -> bool:
+    """Whether matmul_wgmma can run here: a Hopper GPU, and K in whole 16-byte quads."""
+    return K % 4 == 0 and arch() == "sm_90"
+
+
+def matmul_wgmma(out, a, b, M, N, K, ta, tb, stride_a, stride_b, batch, shapes=()) -> None:
+    """TF32 on warpgroup MMA (wgmma.cu): operands stored the other way round are transposed
+    first, since wgmma takes TF32 operands K-contiguous only. Not yet chosen by stage 12:
+    .ci/tf32_wgmma.py measures it against cuBLAS first (chapter 19)."""
+    if not wgmma_fits(K):
+        raise ValueError(f"matmul_wgmma needs a Hopper GPU and K % 4 == 0 (K={K}, GPU {arch()})")
+    # K % 4 == 0 makes the batch strides whole quads; cp.async also needs 16-byte aligned starts
+    if ta:  # A must be M x K
+        a, stride_a = _transposed(a, K, M, stride_a, batch)
+    elif a.ptr % 16:
+        a = copy(a)
+    if not tb:  # B must be N x K
+        b, stride_b = _transposed(b, K, N, stride_b, batch)
+    elif b.ptr % 16:
+        b = copy(b)
+    bm, bn, threads = WGMMA_TILE
+    grid = ((N + bn - 1) // bn, (M + bm - 1) // bm, batch)
+    args = (out.ptr, a.ptr, b.ptr, M, N, K, stride_a, stride_b)
+    launch(registry.get("matmul_tf32_wgmma"), grid, (threads, 1, 1), *args, shapes=shapes)
+
+
+def _transposed(x: DeviceArray, rows: int, cols: int, stride: int, batch: int) -> tuple[DeviceArray, int]:
+    """The (batch of) rows x cols matrices of x, transposed into new storage, and its batch stride."""
+    count = batch if stride else 1  # a broadcast operand is transposed once
+    out = DeviceArray.empty((count, cols, rows))
+    grid = ((cols + 31) // 32, (rows + 31) // 32, count)
+    launch(registry.get("transpose_2d"), grid, (32, 8, 1), out.ptr, x.ptr, rows, cols, stride, shapes=(x.shape,))
+    return out, rows * cols if stride else 0
 
 
 def _regtiled_tile(out, a, b, M, N, K, ta, tb, stride_a, stride_b, batch) -> str:

@@ -43,6 +43,7 @@ SPECS: dict[str, KernelSpec] = {
         "layout.cu",
         "float* out, const float* in, int n, int d1, int d2, int d3, int s0, int s1, int s2, int s3",
     ),
+    "transpose_2d": KernelSpec("layout.cu", "float* out, const float* in, int R, int C, int in_stride"),
     "gather_rows": KernelSpec("gather.cu", "float* out, const float* in, const int* idx, int rows, int row_len"),
     "scatter_add_rows": KernelSpec("gather.cu", "float* out, const float* grad, const int* idx, int rows, int row_len"),
     **{

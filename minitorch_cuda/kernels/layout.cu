@@ -1,6 +1,8 @@
 // layout.cu: copies that change the memory layout, every stage.
 //   strided_copy   out (contiguous) = in viewed through up to 4 dims of shape/strides;
 //                  makes transposed views contiguous (materialized transposes, stages 0-2)
+//   transpose_2d   out[z] (C x R) = in[z] (R x C)^T through a shared tile, so that reads and
+//                  writes are both coalesced (K-contiguous operands for wgmma.cu)
 extern "C" __global__ void strided_copy(float* out, const float* in, int n,
                                         int d1, int d2, int d3,
                                         int s0, int s1, int s2, int s3) {
@@ -13,4 +15,20 @@ extern "C" __global__ void strided_copy(float* out, const float* in, int n,
     const int i1 = rest % d1; rest /= d1;
     const int i0 = rest;
     out[i] = in[(long long)i0 * s0 + (long long)i1 * s1 + (long long)i2 * s2 + (long long)i3 * s3];
+}
+
+// Block (32, 8): a 32 x 32 tile, each thread four elements. in_stride is the distance between
+// the matrices of a batch (grid.z of them); the output matrices are packed.
+extern "C" __global__ void transpose_2d(float* out, const float* in, int R, int C, int in_stride) {
+    __shared__ float tile[32][33];  // + 1: a column of the tile lies in 32 different banks
+    in += blockIdx.z * (long long)in_stride;
+    out += blockIdx.z * (long long)R * C;
+    const int r0 = blockIdx.y * 32, c0 = blockIdx.x * 32;
+    for (int i = threadIdx.y; i < 32; i += blockDim.y) {  // row r0 + i, read along its columns
+        if (r0 + i < R && c0 + threadIdx.x < C) tile[i][threadIdx.x] = in[(long long)(r0 + i) * C + c0 + threadIdx.x];
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += blockDim.y) {  // row c0 + i of the output
+        if (c0 + i < C && r0 + threadIdx.x < R) out[(long long)(c0 + i) * R + r0 + threadIdx.x] = tile[threadIdx.x][i];
+    }
 }
