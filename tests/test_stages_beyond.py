@@ -517,6 +517,19 @@ def _launch_wgmma(a, b, M, N, K):
     return backend.to_numpy(out)
 
 
+def _where_wrong(got, ref, scale, bound) -> str:
+    """Where a matmul result is off, in the terms of a kernel's layout: rows and columns
+    modulo 8 and 16 say whether a fragment mapping or a swizzle is to blame."""
+    bad = np.abs(got - ref) > bound * scale + 1e-6
+    if not bad.any():
+        return "no element off"
+    rows, cols = np.nonzero(bad.reshape(-1, bad.shape[-1]) if bad.ndim > 2 else bad)
+    return (
+        f"{bad.mean():.1%} of elements off; rows mod 16: {sorted({int(r) for r in rows % 16})}, "
+        f"columns mod 8: {sorted({int(c) for c in cols % 8})}, first at row {rows[0]}, column {cols[0]}"
+    )
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "shape", [(4, 4, 4), (128, 256, 32), (72, 76, 84), (132, 260, 300), (256, 512, 1024), (300, 600, 1028)], ids=str
@@ -528,7 +541,7 @@ def test_tf32_wgmma_error_against_float64(shape):
     a, b = _matmul_inputs(M, N, K, False, True, seed=15)
     ref, scale = _reference(a, b, False, True)
     out = _launch_wgmma(a, b, M, N, K)
-    assert np.all(np.abs(out - ref) <= 2.5e-3 * scale + 1e-6), f"max {np.max(np.abs(out - ref) / scale):.2e}"
+    assert np.all(np.abs(out - ref) <= 2.5e-3 * scale + 1e-6), _where_wrong(out, ref, scale, 2.5e-3)
     if M * N > 1:
         assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-3
 
@@ -560,7 +573,7 @@ def test_matmul_wgmma_takes_every_flag_pair(ta, tb, shape, broadcast_b):
     da, db = backend.from_numpy(a), backend.from_numpy(b)
     ops_matmul.matmul_wgmma(out, da, db, M, N, K, ta, tb, M * K, 0 if broadcast_b else K * N, 2)
     got = backend.to_numpy(out)
-    assert np.all(np.abs(got - ref) <= 2.5e-3 * scale + 1e-6), f"max {np.max(np.abs(got - ref) / scale):.2e}"
+    assert np.all(np.abs(got - ref) <= 2.5e-3 * scale + 1e-6), _where_wrong(got, ref, scale, 2.5e-3)
 
 
 @pytest.mark.gpu
