@@ -23,12 +23,12 @@ extern "C" __global__ void transpose_2d(float* out, const float* in, int R, int 
     __shared__ float tile[32][33];  // + 1: a column of the tile lies in 32 different banks
     in += blockIdx.z * (long long)in_stride;
     out += blockIdx.z * (long long)R * C;
-    const int r0 = blockIdx.y * 32, c0 = blockIdx.x * 32;
-    for (int i = threadIdx.y; i < 32; i += blockDim.y) {  // row r0 + i, read along its columns
-        if (r0 + i < R && c0 + threadIdx.x < C) tile[i][threadIdx.x] = in[(long long)(r0 + i) * C + c0 + threadIdx.x];
+    const int r0 = blockIdx.y * 32, c0 = blockIdx.x * 32, x = threadIdx.x;
+    for (int i = threadIdx.y; i < 32; i += blockDim.y) {  // input row r0 + i, along its columns
+        if (r0 + i < R && c0 + x < C) tile[i][x] = in[(long long)(r0 + i) * C + c0 + x];
     }
     __syncthreads();
-    for (int i = threadIdx.y; i < 32; i += blockDim.y) {  // row c0 + i of the output
-        if (c0 + i < C && r0 + threadIdx.x < R) out[(long long)(c0 + i) * R + r0 + threadIdx.x] = tile[threadIdx.x][i];
+    for (int i = threadIdx.y; i < 32; i += blockDim.y) {  // output row c0 + i, along its columns
+        if (c0 + i < C && r0 + x < R) out[(long long)(c0 + i) * R + r0 + x] = tile[x][i];
     }
 }
