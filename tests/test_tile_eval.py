@@ -6,6 +6,7 @@ benchmark on a GPU (``-m gpu``).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -264,6 +265,11 @@ def test_benchmark_small_run(tmp_path) -> None:
     ]
 
 
+@functools.cache
+def _stream_model(dtype: str) -> cuda_c.CudaModel:
+    return cuda_c.CudaModel([f"{op}_{dtype}" for op in cases.STREAMS])
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not GPU, reason=f"needs a GPU: {mt.cuda_unavailable_reason()}")
 @pytest.mark.parametrize("dtype", ["int8", "fp16", "fp32", "int64"])
@@ -273,7 +279,7 @@ def test_cuda_c_streams_at_awkward_sizes_and_offsets(dtype, n, misaligned) -> No
     """The 16-byte packs, the scalar tail and the all-scalar path (a pointer off by one element)."""
     import pycuda.driver as drv
 
-    model = cuda_c.CudaModel([f"{op}_{dtype}" for op in cases.STREAMS])
+    model = _stream_model(dtype)
     host = cases.stream_inputs("nstream", dtype, n, seed=n)
     itemsize = cases.DTYPES[dtype].itemsize
     shift = itemsize if misaligned else 0
