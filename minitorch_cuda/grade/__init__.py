@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rubric", type=Path, default=None, help="points per exercise (default: the packaged rubric.toml)"
     )
-    parser.add_argument("--jobs", type=int, default=1, help="parallel workers, each on its own visible GPU")
+    parser.add_argument("--jobs", type=int, default=1, help="parallel workers; the visible GPUs are dealt out in turn")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per exercise check")
     parser.add_argument("--cell-timeout", type=float, default=None, help="seconds per notebook cell")
     parser.add_argument("--no-execute", action="store_true", help="skip running the notebooks (checks only)")
