@@ -7,10 +7,11 @@
 // two shared-memory *descriptors* instead, and the 64 x 256 x 8 product runs while the
 // threads go on. A block of two warpgroups computes a 128 x 256 tile of C, warpgroup w the
 // rows 64w..64w+63: 128 FP32 accumulators a thread.
-// K-slices of 32 columns travel by cp.async into WG_STAGES buffers. A staged tile has one
-// 128-byte row per row of A (or of B^T), its eight 16-byte chunks swizzled, chunk j of row r
-// at position j ^ (r % 8): the "128-byte swizzle" layout a descriptor can name, in which the
-// tensor cores read without bank conflicts. The swizzle acts on address bits 4-9, so every
+// K-slices of 32 columns travel by cp.async into WG_STAGES buffers, WG_AHEAD slices ahead of
+// the multiplication; one slice's wgmma stays in flight while the next is issued. A staged
+// tile has one 128-byte row per row of A (or of B^T), its eight 16-byte chunks swizzled,
+// chunk j of row r at position j ^ (r % 8): the "128-byte swizzle" layout a descriptor can
+// name, in which the tensor cores read without bank conflicts. The swizzle acts on address bits 4-9, so every
 // tile starts on a 1024-byte boundary.
 // The tensor cores use the top 19 bits of each FP32 operand (TF32 by truncation: there is no
 // register pass in which to round, as mma_async.cu does with cvt.rna).
@@ -23,6 +24,7 @@
 #define WG_BN 256
 #define WG_BK 32  // 32 floats: one 128-byte swizzled row
 #define WG_STAGES 4
+#define WG_AHEAD (WG_STAGES - 2)  // slices copied ahead; one more buffer for a wgmma still running
 #define WG_THREADS 256
 #define WG_STAGE_BYTES ((WG_BM + WG_BN) * WG_BK * 4)
 #define WG_SMEM_BYTES (WG_STAGES * WG_STAGE_BYTES + 1024)  // + room to align to 1024 bytes
@@ -104,16 +106,18 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
     float d[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) d[i] = 0.0f;
+    // Buffers in use while slice s is multiplied: s - 1 (its wgmma may still run), s, and the
+    // WG_AHEAD slices being copied in.
     const int slices = (K + WG_BK - 1) / WG_BK;
 #pragma unroll
-    for (int s = 0; s < WG_STAGES - 1; ++s) {
+    for (int s = 0; s < WG_AHEAD; ++s) {
         if (s < slices) copy(s);
         cp_async_commit();  // one group per slice, empty ones too: the wait below counts groups
     }
     for (int slice = 0; slice < slices; ++slice) {
-        cp_async_wait<WG_STAGES - 2>();                        // this thread's quads of `slice` landed
+        cp_async_wait<WG_AHEAD - 1>();                          // this thread's quads of `slice` landed
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // ... visible to the tensor cores
-        __syncthreads();                                        // everyone's, and slice - 1 is done
+        __syncthreads();  // everyone's have; and every warpgroup's wgmma of slice - 2 has finished
         wg_pin(d);
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
         const unsigned char* as = tile_a(slice) + wg * 64 * 128;  // this warpgroup's 64 rows of A
@@ -122,12 +126,14 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
         for (int kk = 0; kk < WG_BK / 8; ++kk)  // 8 columns of K = 32 bytes further into each row
             wgmma_m64n256k8(d, wg_descriptor(as + 32 * kk), wg_descriptor(bs + 32 * kk));
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        // While the tensor cores work: the copies of a later slice, into slice - 1's buffer.
-        if (slice + WG_STAGES - 1 < slices) copy(slice + WG_STAGES - 1);
+        // While the tensor cores work: the copies of slice + WG_AHEAD, into slice - 2's buffer.
+        if (slice + WG_AHEAD < slices) copy(slice + WG_AHEAD);
         cp_async_commit();
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // slice - 1's are done
         wg_pin(d);
     }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    wg_pin(d);
     cp_async_wait<0>();
 
     // Warp w of the warpgroup holds rows 16w..16w+15; lane (g, t) holds, for every 8 columns
