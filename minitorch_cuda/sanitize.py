@@ -114,7 +114,13 @@ def workload(stage: int) -> None:
         + ta[5:9].sum(1, keepdims=True).sum()
     )
     loss.backward()
-    check(bb, np.asarray(batch.numpy()) @ b, "batched matmul", 1e-3)
+    batch_np = np.asarray(batch.numpy())
+    if mt.stages.full_fp32(stage):
+        check(bb, batch_np @ b, "batched matmul", 1e-3)
+    else:  # TF32 inputs: up to 2^-10 of each factor (as tests/test_stages_beyond.py bounds it)
+        bound = 2.5e-3 * (np.abs(batch_np) @ np.abs(b)) + 1e-6
+        if np.any(np.abs(bb.numpy() - batch_np @ b) > bound):
+            raise AssertionError(f"stage {stage}: batched matmul differs from numpy beyond the TF32 bound")
     # creation, fill, item, gather, optimizers and clipping
     mt.randn((41, 3), seed=1, device="cuda").fill_(0.5)
     mt.ones((1,), "cuda").item()

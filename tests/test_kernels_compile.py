@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from minitorch_cuda import MAX_STAGE
 from minitorch_cuda.cuda.signature import KERNEL_DIR, SPECS, entry_params, prepare_signature
 
 NVCC = shutil.which("nvcc")
@@ -135,7 +136,7 @@ def test_sanitize_parses_stages_and_summaries():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("stage", range(9))
+@pytest.mark.parametrize("stage", range(MAX_STAGE + 1))
 def test_sanitize_workload_runs(stage):
     from minitorch_cuda import sanitize
 
