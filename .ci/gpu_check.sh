@@ -4,7 +4,8 @@
 #   bash .ci/gpu_run.sh bash .ci/gpu_check.sh --parallel tests grader sanitize
 # PARTs: tests grader sanitize notebooks results tile tf32 (default: the first five; together they
 # need more than one 10-minute call, so pick parts per call). tile records chapter 20's
-# tile_eval.json; tf32 times wgmma.cu beside stage 12's kernel and cuBLAS (tf32_wgmma.json).
+# tile_eval.json; tf32 tests wgmma.cu (tests/test_wgmma.py, kept out of `tests`), then
+# times it beside stage 12's kernel and cuBLAS (tf32_wgmma.json).
 # Each part has its own time limit so one slow part cannot starve the others; SIGINT lets
 # pytest print its summary when a limit is hit.
 # --parallel runs the parts side by side, spread round-robin over the visible GPUs (the
@@ -33,7 +34,8 @@ parts=("$@")
 run_part() {
     case $1 in
     tests) part tests 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rf --durations=10 -n "$workers" --timeout=400 \
-               --ignore=tests/test_grader.py --ignore=tests/test_exercises.py --ignore=tests/test_notebooks.py ;;
+               --ignore=tests/test_grader.py --ignore=tests/test_exercises.py --ignore=tests/test_notebooks.py \
+               --ignore=tests/test_wgmma.py ;;
     grader) part grader 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rf -n "$workers" --timeout=400 \
                tests/test_grader.py tests/test_exercises.py ;;
     sanitize) part sanitize 540 python3 -m minitorch_cuda.sanitize --stages 0-12 --json "$out/results/sanitize.json" ;;
@@ -46,7 +48,9 @@ run_part() {
     # --json keeps what was measured (a checkpoint per case) should the limit stop the run.
     tile) MINITORCH_CUDA_RESULTS_DIR="$out/results" part tile 575 python3 -m minitorch_cuda.tile_eval --record \
                --json "$out/results/tile_eval_run.json" ;;
-    tf32) part tf32 300 python3 .ci/tf32_wgmma.py --json "$out/results/tf32_wgmma.json" ;;
+    # wgmma.cu's tests first, each in a process that a hang cannot outlive (thread timeout)
+    tf32) part tf32 400 bash -c "python3 -m pytest -m gpu -q -p no:cacheprovider -rf --timeout=120 \
+               --timeout-method=thread tests/test_wgmma.py && python3 .ci/tf32_wgmma.py --json $out/results/tf32_wgmma.json" ;;
     *) echo "unknown part $1"; exit 2 ;;
     esac
 }

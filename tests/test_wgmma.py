@@ -1,0 +1,104 @@
+"""wgmma.cu, the warpgroup-MMA TF32 kernel (Hopper only), against float64; and the
+coalesced transpose that feeds it. GPU only, and kept apart from the rest of the GPU suite
+(`.ci/gpu_check.sh` runs it in its `tf32` part): a kernel that hangs the GPU here cannot
+stall the other tests.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_stages_beyond import FLAGS, _matmul_inputs, _reference
+
+
+def _launch_wgmma(a, b, M, N, K):
+    """matmul_tf32_wgmma on a (batch?, M, K) and b (batch?, N, K): C = A B^T."""
+    from minitorch_cuda.cuda import backend, registry
+    from minitorch_cuda.cuda.array import DeviceArray
+    from minitorch_cuda.cuda.runtime import arch, launch
+    from minitorch_cuda.cuda.signature import WGMMA_TILE
+
+    if arch() != "sm_90":
+        pytest.skip(f"wgmma needs a Hopper GPU (sm_90); this one is {arch()}")
+    da, db = backend.from_numpy(a), backend.from_numpy(b)
+    batch = max(a.shape[0] if a.ndim > 2 else 1, b.shape[0] if b.ndim > 2 else 1)
+    out = DeviceArray.empty(((batch,) if batch > 1 else ()) + (M, N))
+    bm, bn, threads = WGMMA_TILE
+    grid = ((N + bn - 1) // bn, (M + bm - 1) // bm, batch)
+    stride_a, stride_b = (M * K if a.ndim > 2 else 0), (N * K if b.ndim > 2 else 0)
+    launch(
+        registry.get("matmul_tf32_wgmma"), grid, (threads, 1, 1), out.ptr, da.ptr, db.ptr, M, N, K, stride_a, stride_b
+    )
+    return backend.to_numpy(out)
+
+
+def _where_wrong(got, ref, scale, bound) -> str:
+    """Where a matmul result is off, in the terms of a kernel's layout: rows and columns
+    modulo 8 and 16 say whether a fragment mapping or a swizzle is to blame."""
+    bad = np.abs(got - ref) > bound * scale + 1e-6
+    if not bad.any():
+        return "no element off"
+    rows, cols = np.nonzero(bad.reshape(-1, bad.shape[-1]) if bad.ndim > 2 else bad)
+    return (
+        f"{bad.mean():.1%} of elements off; rows mod 16: {sorted({int(r) for r in rows % 16})}, "
+        f"columns mod 8: {sorted({int(c) for c in cols % 8})}, first at row {rows[0]}, column {cols[0]}"
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "shape", [(4, 4, 4), (128, 256, 32), (72, 76, 84), (132, 260, 300), (256, 512, 1024), (300, 600, 1028)], ids=str
+)
+def test_tf32_wgmma_error_against_float64(shape):
+    """Warpgroup MMA, partial tiles at every edge. TF32 by truncation: an input loses up to
+    2^-10 of itself, twice what the rounding kernels lose, hence a bound of 2.5e-3."""
+    M, N, K = shape
+    a, b = _matmul_inputs(M, N, K, False, True, seed=15)
+    ref, scale = _reference(a, b, False, True)
+    out = _launch_wgmma(a, b, M, N, K)
+    assert np.all(np.abs(out - ref) <= 2.5e-3 * scale + 1e-6), _where_wrong(out, ref, scale, 2.5e-3)
+    if M * N > 1:
+        assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-3
+
+
+@pytest.mark.gpu
+def test_tf32_wgmma_batched():
+    a, b = _matmul_inputs(72, 260, 36, False, True, (3,), (3,), seed=16)
+    ref, scale = _reference(a, b, False, True)
+    assert np.all(np.abs(_launch_wgmma(a, b, 72, 260, 36) - ref) <= 2.5e-3 * scale + 1e-6)
+    a, b = _matmul_inputs(72, 260, 36, False, True, (3,), (), seed=17)  # B shared by the batch
+    ref, scale = _reference(a, b, False, True)
+    assert np.all(np.abs(_launch_wgmma(a, b, 72, 260, 36) - ref) <= 2.5e-3 * scale + 1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("ta", "tb"), FLAGS)
+@pytest.mark.parametrize(("shape", "broadcast_b"), [((72, 76, 84), False), ((132, 260, 300), True)], ids=str)
+def test_matmul_wgmma_takes_every_flag_pair(ta, tb, shape, broadcast_b):
+    """The ops-level path: operands stored the other way round are transposed first."""
+    from minitorch_cuda.cuda import backend, ops_matmul
+    from minitorch_cuda.cuda.array import DeviceArray
+
+    M, N, K = shape
+    if not ops_matmul.wgmma_fits(K):
+        pytest.skip("wgmma needs a Hopper GPU (sm_90)")
+    a, b = _matmul_inputs(M, N, K, ta, tb, (2,), () if broadcast_b else (2,), seed=18)
+    ref, scale = _reference(a, b, ta, tb)
+    out = DeviceArray.empty((2, M, N))
+    da, db = backend.from_numpy(a), backend.from_numpy(b)
+    ops_matmul.matmul_wgmma(out, da, db, M, N, K, ta, tb, M * K, 0 if broadcast_b else K * N, 2)
+    got = backend.to_numpy(out)
+    assert np.all(np.abs(got - ref) <= 2.5e-3 * scale + 1e-6), _where_wrong(got, ref, scale, 2.5e-3)
+
+
+@pytest.mark.gpu
+def test_transpose_2d_is_exact():
+    from minitorch_cuda.cuda import backend, ops_matmul
+
+    x = np.random.default_rng(19).standard_normal((3, 37, 70)).astype(np.float32)
+    out, stride = ops_matmul._transposed(backend.from_numpy(x), 37, 70, 37 * 70, 3)
+    np.testing.assert_array_equal(backend.to_numpy(out), np.swapaxes(x, 1, 2))
+    assert stride == 37 * 70
+    once, stride = ops_matmul._transposed(backend.from_numpy(x[0]), 37, 70, 0, 3)  # a broadcast operand
+    np.testing.assert_array_equal(backend.to_numpy(once)[0], x[0].T)
+    assert stride == 0 and once.shape == (1, 70, 37)
