@@ -118,3 +118,46 @@ def test_graph_capture_does_not_rely_on_the_eager_buffers_coming_back(stage):
     assert done.returncode == 0, done.stderr[-3000:]
     launches, syncs = map(int, done.stdout.split()[-2:])
     assert launches > 2 and syncs == 0, done.stdout
+
+
+WGMMA_LAUNCHES = f"""
+import json, sys
+sys.path.insert(0, {str(TESTS)!r})
+import standin_pycuda  # noqa: F401  (before anything imports pycuda)
+from minitorch_cuda.cuda import ops_matmul
+from minitorch_cuda.cuda.array import DeviceArray
+
+calls = []  # name, grid, block and the arguments after the pointers (2 for a transpose, 3 for wgmma)
+def launch(kernel, grid, block, *args, shapes=()):
+    calls.append([kernel.name, grid, block, args[2 if kernel.name == "transpose_2d" else 3:]])
+ops_matmul.launch = launch
+M, N, K, batch = 70, 300, 36, 3
+for ta in (False, True):
+    for tb in (False, True):
+        a = DeviceArray.empty((batch, K, M) if ta else (batch, M, K))
+        b = DeviceArray.empty((K, N) if not tb else (N, K))  # shared by the batch
+        ops_matmul.matmul_wgmma(DeviceArray.empty((batch, M, N)), a, b, M, N, K, ta, tb, M * K, 0, batch)
+print(json.dumps(calls))
+"""
+
+
+def test_matmul_wgmma_transposes_what_wgmma_cannot_read():
+    """wgmma takes TF32 operands K-contiguous only: A stored K x M and B stored K x N are
+    transposed first (a batch of A each, the shared B once), with the strides that follow."""
+    done = subprocess.run([sys.executable, "-c", WGMMA_LAUNCHES], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    calls = [(name, tuple(grid), tuple(block), tuple(args)) for name, grid, block, args in json.loads(done.stdout)]
+    M, N, K, batch = 70, 300, 36, 3
+    transpose_a = ("transpose_2d", (3, 2, batch), (32, 8, 1), (K, M, M * K))  # (R, C, in_stride) of A
+    transpose_b = ("transpose_2d", (10, 2, 1), (32, 8, 1), (K, N, 0))
+    wgmma = ("matmul_tf32_wgmma", (2, 1, batch), (256, 1, 1))
+    assert calls == [
+        transpose_b,
+        (*wgmma, (M, N, K, M * K, 0)),  # ta=0, tb=0
+        (*wgmma, (M, N, K, M * K, 0)),  # ta=0, tb=1: nothing to transpose
+        transpose_a,
+        transpose_b,
+        (*wgmma, (M, N, K, M * K, 0)),  # ta=1, tb=0
+        transpose_a,
+        (*wgmma, (M, N, K, M * K, 0)),  # ta=1, tb=1
+    ]
