@@ -68,7 +68,7 @@ __device__ __forceinline__ void wg_pin(float (&d)[128]) {
     for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// Stage the R x 32 tile at (r0, k0) of a K-contiguous R_total x K operand, swizzled.
+// Stage the R x 32 tile at (r0, k0) of a K-contiguous `rows` x K operand, swizzled.
 template <int R>
 __device__ __forceinline__ void copy_rows(unsigned char* tile, const float* g, int rows, int K, int r0, int k0) {
     constexpr int CHUNKS = R * WG_BK / 4;  // 16-byte quads
