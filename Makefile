@@ -31,7 +31,7 @@ book: ## build the HTML book, warnings as errors
 book-results: ## on a GPU machine: re-measure everything the book shows into book/results/
 	bash .ci/refresh_results.sh
 
-tile-eval: ## on a GPU machine: chapter 20's tile evaluation (about 9 minutes) into book/results/tile_eval.json
+tile-eval: ## on a GPU machine: chapter 20's tile evaluation (several minutes) into book/results/tile_eval.json
 	$(PYTHON) -m minitorch_cuda.tile_eval --record
 
 exercises: ## regenerate exercises/ from solutions/

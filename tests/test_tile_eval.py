@@ -238,6 +238,15 @@ def test_benchmark_fails_fast_without_a_gpu(tmp_path) -> None:
     assert not (tmp_path / "t.json").exists()
 
 
+@pytest.mark.skipif(GPU, reason="checks the error path of a machine without a GPU")
+def test_compile_probe_reports_its_child_failing() -> None:
+    """The child that compiles heavy64 beside the run: its failure becomes the row's error."""
+    from minitorch_cuda.tile_eval import rows
+
+    row = rows.CompileProbe("heavy_64").row(timeout_s=120)
+    assert "exited with 2" in row["error"] and "needs a CUDA GPU" in row["error"], row
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not GPU, reason=f"needs a GPU: {mt.cuda_unavailable_reason()}")
 def test_benchmark_small_run(tmp_path) -> None:

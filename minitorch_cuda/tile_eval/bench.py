@@ -111,9 +111,19 @@ def run(
         data["cuda_c_module_compile_s"] = time.perf_counter() - t0
         note("compile times, binary sizes, PTX/SASS")
         kernels = cases.compiled_kernels(case_names)
+        slow = [k for k in kernels if k in rows.SLOW_TRITON_COMPILES] if "triton" in models else []
+        probes = {k.replace("_", ""): rows.CompileProbe(k) for k in slow}  # case name -> its compile
         compile_rows = {"cuda_c": rows.cuda_compile(models["cuda_c"], kernels)}
     if "triton" in models:
-        compile_rows["triton"] = _safe(rows.triton_compile, kernels)
+        compile_rows["triton"] = _safe(rows.triton_compile, [k for k in kernels if k not in slow])
+
+    def collect(case: str) -> None:  # a slow compile's row, once its kernel is about to run
+        if case in probes:
+            note(f"waiting for the Triton compile of {case}")
+            row = _safe(probes.pop(case).row)
+            if "error" not in compile_rows["triton"]:
+                compile_rows["triton"][case.replace("heavy", "heavy_")] = row
+
     if "cupy" in models:
         compile_rows["cupy"] = _safe(rows.cupy_compile)
     data["compile"] = compile_rows
@@ -131,8 +141,11 @@ def run(
     specs = cases.throughput_cases(sizes_log2, case_names)
     note(f"throughput: {len(specs)} cases")
     for i, spec in enumerate(specs):
+        collect(spec["case"])
         note(f"[{i + 1}/{len(specs)}] {spec['case']} {spec['dtype']} 2^{spec['log2']}")
         throughput += measure.run_case(models, spec, l2, copy_gbps, repeats)
+    for case in list(probes):
+        collect(case)
     data["copy_gbps"] = {str(k): v for k, v in sorted(copy_cache.items())}
 
     note("launch overhead, tuning, diagnostics")
@@ -176,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", action="store_true", help=f"also save book/results/{RESULT_NAME}.json")
     parser.add_argument("--no-ncu", action="store_true", help="skip the ncu row (it runs ncu on a child process)")
     parser.add_argument("--ncu-target", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--compile-probe", metavar="KERNEL", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if not args.json and not args.record and not args.ncu_target:
         parser.error("say where the result goes: --json PATH and/or --record")
@@ -197,6 +211,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.ncu_target:
         ncu_target()
+        return 0
+    if args.compile_probe:  # a child of run(): TRITON_CACHE_DIR comes from the parent
+        from ..cuda import runtime  # noqa: F401  (a CUDA context for the compile's arguments)
+        from . import rows
+
+        args.json.write_text(json.dumps(rows.compile_probe(args.compile_probe)))
         return 0
     fresh_caches()
     command = "python -m minitorch_cuda.tile_eval " + " ".join(argv if argv is not None else sys.argv[1:])

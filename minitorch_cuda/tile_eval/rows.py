@@ -4,11 +4,13 @@ except where a function says otherwise)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -84,6 +86,43 @@ def triton_compile(kernels: list[str]) -> dict:
         except Exception as exc:
             out[name] = {"error": f"{type(exc).__name__}: {str(exc)[:400]}"}
     return out
+
+
+# Triton kernels that take minutes to compile (heavy_64: 198 and 206 s in two H200 runs):
+# compiled in a child process, beside the rest of the run.
+SLOW_TRITON_COMPILES = ("heavy_64",)
+
+
+class CompileProbe:
+    """``triton_compile([kernel])`` in a child process sharing TRITON_CACHE_DIR, so that its
+    minutes of compiling overlap the measurements. ``row()`` waits for it and returns the row."""
+
+    def __init__(self, kernel: str):
+        self.kernel = kernel
+        folder = Path(tempfile.mkdtemp(prefix="tile_eval_probe_"))
+        self.path, self.log = folder / "row.json", (folder / "stderr.txt").open("w")
+        command = [sys.executable, "-m", "minitorch_cuda.tile_eval", "--compile-probe", kernel]
+        self.proc = subprocess.Popen([*command, "--json", str(self.path)], stdout=subprocess.DEVNULL, stderr=self.log)
+
+    def row(self, timeout_s: float = 900) -> dict:
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return {"error": f"the compile of {self.kernel} did not finish in {timeout_s:g} s"}
+        finally:
+            self.log.close()
+        if self.proc.returncode != 0 or not self.path.exists():
+            tail = Path(self.log.name).read_text()[-400:]
+            return {"error": f"the compile probe exited with {self.proc.returncode}: {tail}"}
+        return json.loads(self.path.read_text())
+
+
+def compile_probe(kernel: str) -> dict:
+    """The child's side: Triton started up first (the parent's triad pays that once for the
+    others), then ``kernel`` cold and warm."""
+    return triton_compile(["triad_fp32", kernel])[kernel]
 
 
 def cupy_compile() -> dict:
