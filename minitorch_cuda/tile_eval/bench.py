@@ -120,9 +120,10 @@ def run(
     def collect(case: str) -> None:  # a slow compile's row, once its kernel is about to run
         if case in probes:
             note(f"waiting for the Triton compile of {case}")
-            row = _safe(probes.pop(case).row)
+            probe = probes.pop(case)
+            row = _safe(probe.row)
             if "error" not in compile_rows["triton"]:
-                compile_rows["triton"][case.replace("heavy", "heavy_")] = row
+                compile_rows["triton"][probe.kernel] = row
 
     if "cupy" in models:
         compile_rows["cupy"] = _safe(rows.cupy_compile)
