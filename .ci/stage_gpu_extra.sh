@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU machine's image lacks the test tools (pytest, pytest-xdist, pytest-timeout, hypothesis,
 # ml_dtypes, tqdm) and has no network: download their wheels for its Python 3.12 into .gpu_extra/
-# (git-ignored), and carry
-# .gpu_extra with .gpu to each device call; run commands there through .ci/gpu_run.sh.
+# (git-ignored), and carry .gpu_extra with .gpu to each device call; run commands there through
+# .ci/gpu_run.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .gpu_extra
