@@ -22,7 +22,7 @@ import pycuda.driver as drv
 from pycuda.compiler import SourceModule
 
 from minitorch_cuda import bench
-from minitorch_cuda.cuda.signature import KERNEL_DIR
+from minitorch_cuda.cuda.signature import KERNEL_DIR, async_launch, kernel_defines
 
 # name: BN, WM, WN, STAGES, MIN_BLOCKS, KK_UNROLL, truncate
 SHAPES = {
@@ -48,14 +48,9 @@ def compile_shape(source: str, shape: tuple):
     module = SourceModule(source, no_extern_c=True, arch="sm_90", include_dirs=[str(KERNEL_DIR)], options=options)
     fn = module.get_function("matmul_tf32_async")
     fn.prepare("PPPiiiiiii")
-    bn, wm, wn, stages = values[:4]
-
-    def tile(extent: int) -> int:  # floats of one staged tile, either layout (mma_async.cu)
-        return max(extent * 36, 32 * (extent + 8))
-
-    smem = stages * (tile(128) + tile(bn)) * 4
+    (_, bn, threads), smem = async_launch({**kernel_defines("mma_async.cu", "ASYNC"), **dict(zip(KEYS, values))})
     fn.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
-    return fn, bn, 32 * (128 // wm) * (bn // wn), smem
+    return fn, bn, threads, smem
 
 
 def max_error(fn, bn, threads, smem, rng) -> float:

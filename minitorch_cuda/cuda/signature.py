@@ -106,11 +106,16 @@ REGTILED_TILES: dict[str, tuple[int, int, int, int]] = {
 MMA_TILE = (128, 128, 256)  # BM, BN, threads of matmul_tf32 / matmul_bf16
 
 
-def _async_launch() -> tuple[tuple[int, int, int], int]:
-    """(BM, BN, threads) and dynamic shared bytes of matmul_tf32_async, from the #defines
-    of mma_async.cu (the kernel file is the one place its shape is written down)."""
-    text = (KERNEL_DIR / "mma_async.cu").read_text()
-    d = {k: int(v) for k, v in re.findall(r"^#define ASYNC_(\w+) (\d+)\b", text, re.M)}
+def kernel_defines(file: str, prefix: str) -> dict[str, int]:
+    """The integer ``#define PREFIX_NAME value`` lines of a kernel file, as {NAME: value}:
+    a kernel whose shape is written down once, in its file, tells the launch its shape."""
+    text = (KERNEL_DIR / file).read_text()
+    return {k: int(v) for k, v in re.findall(rf"^#define {prefix}_(\w+) (\d+)\b", text, re.M)}
+
+
+def async_launch(d: dict[str, int]) -> tuple[tuple[int, int, int], int]:
+    """(BM, BN, threads) and dynamic shared bytes of matmul_tf32_async for the ASYNC_ shape ``d``
+    (mma_async.cu's own, or a variant that .ci/tf32_variants.py compiles with -D)."""
     threads = 32 * (d["BM"] // d["WM"]) * (d["BN"] // d["WN"])
     row = d["BK"] + 4  # a K-contiguous row; an M- or N-contiguous one is extent + 8
 
@@ -120,18 +125,14 @@ def _async_launch() -> tuple[tuple[int, int, int], int]:
     return (d["BM"], d["BN"], threads), d["STAGES"] * (tile(d["BM"]) + tile(d["BN"])) * 4
 
 
-ASYNC_TILE, ASYNC_SMEM_BYTES = _async_launch()
-
-
-def _wgmma_launch() -> tuple[tuple[int, int, int], int]:
-    """(BM, BN, threads) and dynamic shared bytes of matmul_tf32_wgmma, from wgmma.cu's #defines."""
-    text = (KERNEL_DIR / "wgmma.cu").read_text()
-    d = {k: int(v) for k, v in re.findall(r"^#define WG_(\w+) (\d+)\b", text, re.M)}
+def _wgmma_launch(d: dict[str, int]) -> tuple[tuple[int, int, int], int]:
+    """(BM, BN, threads) and dynamic shared bytes of matmul_tf32_wgmma."""
     stage = (d["BM"] + d["BN"]) * d["BK"] * 4
     return (d["BM"], d["BN"], d["THREADS"]), d["STAGES"] * stage + 1024  # + alignment to 1024 bytes
 
 
-WGMMA_TILE, WGMMA_SMEM_BYTES = _wgmma_launch()
+ASYNC_TILE, ASYNC_SMEM_BYTES = async_launch(kernel_defines("mma_async.cu", "ASYNC"))
+WGMMA_TILE, WGMMA_SMEM_BYTES = _wgmma_launch(kernel_defines("wgmma.cu", "WG"))
 
 
 def _slots(kind: str, name: str) -> str:
