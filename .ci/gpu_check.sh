@@ -2,14 +2,14 @@
 # The GPU half of the checks, for the lent GPU machine (logs and results in $OUT/gpu_check.tar.gz):
 #   bash .ci/gpu_run.sh bash .ci/gpu_check.sh [PART ...]   (carry .gpu and .gpu_extra; see .ci/stage_gpu_extra.sh)
 #   bash .ci/gpu_run.sh bash .ci/gpu_check.sh --parallel tests grader sanitize
-# PARTs: tests grader sanitize notebooks results tile tf32 (default: the first five; together they
+# PARTs: tests grader sanitize notebooks results chapters tile tf32 (default: the first five; together they
 # need more than one 10-minute call, so pick parts per call). tile records chapter 20's
 # tile_eval.json; tf32 tests wgmma.cu (tests/test_wgmma.py, kept out of `tests`), then
 # times it beside stage 12's kernel and cuBLAS (tf32_wgmma.json).
 # Each part has its own time limit so one slow part cannot starve the others; SIGINT lets
 # pytest print its summary when a limit is hit.
 # --parallel runs the parts side by side, spread round-robin over the visible GPUs (the
-# timing parts, `results`, `tile` and `tf32`, only where each gets a GPU of its own); without it,
+# timing parts, `results`, `chapters`, `tile` and `tf32`, only where each gets a GPU of its own); without it,
 # each part's pytest workers spread over all the GPUs;
 # pytest spreads over $WORKERS processes. A test that runs past 400 s fails with its
 # stack (pytest-timeout) instead of holding the part until its limit.
@@ -45,6 +45,8 @@ run_part() {
                -n "${NOTEBOOK_WORKERS:-2}" tests/test_notebooks.py ;;
     # Only these parts write results (into the copy under $out that the archive returns).
     results) MINITORCH_CUDA_RESULTS_DIR="$out/results" part results 540 bash .ci/refresh_results.sh ;;
+    # re-records the `gpu` cells of the chapters named in $CHAPTERS (e.g. chapters/19_tensor_cores.md)
+    chapters) MINITORCH_CUDA_RESULTS_DIR="$out/results" part chapters 560 python3 .ci/execute_chapters.py ${CHAPTERS:?} ;;
     # --json keeps what was measured (a checkpoint per case) should the limit stop the run.
     tile) MINITORCH_CUDA_RESULTS_DIR="$out/results" part tile 575 python3 -m minitorch_cuda.tile_eval --record \
                --json "$out/results/tile_eval_run.json" ;;

@@ -3,10 +3,10 @@
     python .ci/tf32_wgmma.py --json $OUT/tf32_wgmma.json
 
 The wgmma kernel computes C = A B^T from K-contiguous operands; the others get A and B as
-stored (no transposes), as the framework's stage 12 does for a @ b. "matmul_wgmma a @ b" is
-what stage 12 would run with it: ops_matmul.matmul_wgmma, B transposed first, then the
-kernel. Before timing, each kernel's result at 264 x 260 x 300 is held to float64 (largest
-error relative to |A| |B|). Not yet part of any stage: this is how it earns its place.
+stored (no transposes), as stage 12's mma.sync path does for a @ b. "matmul_wgmma a @ b" is
+what stage 12 runs from 1024^3 multiply-adds up on Hopper (ops_matmul.WGMMA_MIN_PRODUCT):
+ops_matmul.matmul_wgmma, B transposed first, then the kernel. Before timing, each kernel's
+result at 264 x 260 x 300 is held to float64 (largest error relative to |A| |B|).
 """
 
 import argparse

@@ -50,6 +50,7 @@ MATMUL_KERNELS = {
     "matmul_regtiled": 9,  # the autotuned variant for the shape
     "matmul_tf32": 12,  # WMMA, any operands
     "matmul_tf32_async": 12,  # mma.sync and cp.async, operands in whole quads
+    "matmul_tf32_wgmma": 12,  # warpgroup MMA on Hopper, timed with its transpose of b (a @ b as stage 12 runs it)
 }
 BLOG_LAST_STAGE = 8  # the blog's ladder ends with Opt. 8; later stages are this course's own
 SLOW_KERNELS = {"matmul_naive", "matmul_transposed", "matmul_batched"}  # skipped above 1024^3
@@ -148,6 +149,11 @@ def matmul_gflops(repeats: int = 20) -> dict:
         row = {"label": label, "M": M, "N": N, "K": K, "gflops": {}}
         for name in MATMUL_KERNELS:
             if name in SLOW_KERNELS and M * N * K > 1024**3:
+                continue
+            if name == "matmul_tf32_wgmma":
+                if ops_matmul.wgmma_fits(K):
+                    wgmma = functools.partial(ops_matmul.matmul_wgmma, c, a, b, M, N, K, False, False, 0, 0, 1)
+                    row["gflops"][name] = flops / 1e9 / _median_seconds(wgmma, repeats, drv)
                 continue
             kernel_name = name
             if name == "matmul_regtiled":
@@ -429,7 +435,7 @@ def format_matmul(table: dict) -> str:
         big = next((r["gflops"] for r in table["rows"] if r["label"] == label), {})
         if "cublas" in big and "matmul_regtiled" in big:
             lines.append(f"{label}: regtiled / cuBLAS = {big['matmul_regtiled'] / big['cublas']:.1%}")
-        for name in ("matmul_tf32", "matmul_tf32_async"):
+        for name in ("matmul_tf32", "matmul_tf32_async", "matmul_tf32_wgmma"):
             if "cublas_tf32" in big and name in big:
                 lines.append(f"{label}: {name} / cuBLAS TF32 = {big[name] / big['cublas_tf32']:.1%}")
     big = next(r for r in table["rows"] if r["label"] == "1024^3")["gflops"]

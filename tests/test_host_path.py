@@ -161,3 +161,34 @@ def test_matmul_wgmma_transposes_what_wgmma_cannot_read():
         transpose_a,
         (*wgmma, (M, N, K, M * K, 0)),  # ta=1, tb=1
     ]
+
+
+STAGE_12_ROUTES = f"""
+import json, sys
+sys.path.insert(0, {str(TESTS)!r})
+import standin_pycuda  # noqa: F401  (before anything imports pycuda; it answers sm_90)
+from minitorch_cuda import stages
+from minitorch_cuda.cuda import ops_matmul
+from minitorch_cuda.cuda.array import DeviceArray
+
+routes = []  # the kernels each product launches
+ops_matmul.launch = lambda kernel, *args, shapes=(): routes[-1].append(kernel.name)
+with stages.use_stage(12):
+    for M, N, K in ((1024, 1024, 1024), (1024, 1024, 1022), (64, 256, 784), (2048, 10, 128)):
+        routes.append([])
+        ops_matmul.matmul(DeviceArray.empty((M, K)), DeviceArray.empty((K, N)))
+print(json.dumps(routes))
+"""
+
+
+def test_stage_12_takes_wgmma_for_large_products_on_hopper():
+    """From WGMMA_MIN_PRODUCT multiply-adds up with K in quads: transpose b, then wgmma; smaller
+    products stay on mma.sync (or WMMA where an extent is not a multiple of 4)."""
+    done = subprocess.run([sys.executable, "-c", STAGE_12_ROUTES], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout) == [
+        ["transpose_2d", "matmul_tf32_wgmma"],
+        ["matmul_tf32"],  # K = 1022 is not whole quads, for wgmma nor for cp.async
+        ["matmul_tf32_async"],
+        ["matmul_tf32"],  # N = 10
+    ]

@@ -89,10 +89,14 @@ def matmul(a: DeviceArray, b: DeviceArray, ta: bool = False, tb: bool = False) -
 
 
 def _matmul_beyond(out, a, b, M, N, K, ta, tb, stride_a, stride_b, batch, shapes, bias=None, relu=False) -> None:
-    """Stages 9-12: the tensor-core kernel (12) or the autotuned register-tiled variant;
-    with ``bias`` the fused bias (+ ReLU) epilogue of stage 10."""
+    """Stages 9-12: a tensor-core kernel (12: warpgroup MMA for large products on Hopper,
+    else mma.sync or WMMA) or the autotuned register-tiled variant; with ``bias`` the fused
+    bias (+ ReLU) epilogue of stage 10."""
     flags = (M, N, K, int(ta), int(tb), stride_a, stride_b)
     if stages.tensor_cores() and bias is None:
+        if batch * M * N * K >= WGMMA_MIN_PRODUCT and wgmma_fits(K):
+            matmul_wgmma(out, a, b, M, N, K, ta, tb, stride_a, stride_b, batch, shapes)
+            return
         quads = (M if ta else K) % 4 == 0 and (K if tb else N) % 4 == 0 and stride_a % 4 == 0 and stride_b % 4 == 0
         fast = quads and a.ptr % 16 == 0 and b.ptr % 16 == 0  # cp.async copies whole aligned quads
         bm, bn, threads = ASYNC_TILE if fast else MMA_TILE
@@ -111,6 +115,11 @@ def _matmul_beyond(out, a, b, M, N, K, ta, tb, stride_a, stride_b, batch, shapes
         launch(registry.get(f"matmul_bias_act_{tile}"), grid, (threads, 1, 1), *args, shapes=shapes)
 
 
+# From 1024^3 up, wgmma with its transposes beat mma.sync by 1.4-1.7x on the H200
+# (book/results/tf32_wgmma.json); below, its 128 x 256 tile leaves most SMs idle.
+WGMMA_MIN_PRODUCT = 1024**3
+
+
 def wgmma_fits(K: int) -> bool:
     """Whether matmul_wgmma can run here: a Hopper GPU, and K in whole 16-byte quads."""
     return K % 4 == 0 and arch() == "sm_90"
@@ -118,8 +127,8 @@ def wgmma_fits(K: int) -> bool:
 
 def matmul_wgmma(out, a, b, M, N, K, ta, tb, stride_a, stride_b, batch, shapes=()) -> None:
     """TF32 on warpgroup MMA (wgmma.cu): operands stored the other way round are transposed
-    first, since wgmma takes TF32 operands K-contiguous only. Not yet chosen by stage 12:
-    .ci/tf32_wgmma.py measures it against cuBLAS first (chapter 19)."""
+    first, since wgmma takes TF32 operands K-contiguous only. Stage 12 takes it for products of
+    at least WGMMA_MIN_PRODUCT multiply-adds (chapter 19)."""
     if not wgmma_fits(K):
         raise ValueError(f"matmul_wgmma needs a Hopper GPU and K % 4 == 0 (K={K}, GPU {arch()})")
     # K % 4 == 0 makes the batch strides whole quads; cp.async also needs 16-byte aligned starts
