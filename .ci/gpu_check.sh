@@ -2,6 +2,7 @@
 # The GPU half of the checks, for the lent GPU machine (logs and results in $OUT/gpu_check.tar.gz):
 #   bash .ci/gpu_run.sh bash .ci/gpu_check.sh [PART ...]   (carry .gpu and .gpu_extra; see .ci/stage_gpu_extra.sh)
 #   bash .ci/gpu_run.sh bash .ci/gpu_check.sh --parallel tests grader sanitize
+#   bash .ci/gpu_run.sh bash .ci/gpu_check.sh --parallel chapters+grader tile   (a+b: one after the other)
 # PARTs: tests grader sanitize notebooks results chapters tile tf32 (default: the first five; together they
 # need more than one 10-minute call, so pick parts per call). tile records chapter 20's
 # tile_eval.json; tf32 tests wgmma.cu (tests/test_wgmma.py, kept out of `tests`), then
@@ -62,12 +63,16 @@ gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU') || gpus=1
 # One part alone: its pytest workers spread over every GPU (tests/conftest.py).
 [ "$parallel" = 0 ] && export MINITORCH_CUDA_TEST_GPUS=$gpus
 i=0
+run_group() {  # a+b+c: the parts one after another
+    local p
+    for p in ${1//+/ }; do run_part "$p"; done
+}
 for p in "${parts[@]}"; do
     if [ "$parallel" = 1 ]; then
-        CUDA_VISIBLE_DEVICES=$((i % gpus)) run_part "$p" &
+        CUDA_VISIBLE_DEVICES=$((i % gpus)) run_group "$p" &
         i=$((i + 1))
     else
-        run_part "$p"
+        run_group "$p"
     fi
 done
 wait
