@@ -268,10 +268,33 @@ def test_benchmark_small_run(tmp_path) -> None:
     rows = [r for r in data["throughput"] if r["model"] == "cuda_c"]
     assert rows and all("error" not in r for r in rows)
     assert all(r["matches_numpy"] is not False for r in rows)
+    nstream_ints = [r for r in rows if r["case"] == "nstream" and r["dtype"] in ("int8", "int64")]
+    assert nstream_ints and all(r["matches_numpy"] is True for r in nstream_ints)  # a updated in place
+    overhead = data["launch_overhead"]
+    assert "cuda_c" in overhead and all("error" not in o for o in overhead.values()), overhead
     ints = [r for r in data["throughput"] if r["dtype"] in ("int8", "int64", "uint32") and "correctness" in r]
     assert all(r["correctness"]["bitwise_equal"] for r in ints), [
         r for r in ints if not r["correctness"]["bitwise_equal"]
     ]
+
+
+def test_launch_overhead_launches_every_model_on_the_same_arrays(monkeypatch) -> None:
+    """Each model copies a 1,024-element array (the row once passed its result dict instead)."""
+    from minitorch_cuda.tile_eval import rows, timing
+
+    calls = []
+
+    class Model:
+        def stream(self, *args):
+            calls.append(args)
+
+    addresses = iter(range(0x1000, 0x10000, 0x1000))
+    monkeypatch.setattr(rows, "_device_array", lambda values, dtype: TileArray(next(addresses), values.shape, dtype))
+    monkeypatch.setattr(timing, "launch_overhead", lambda launch: launch() or {"enqueue_us": 1.0})
+    overhead = rows.launch_overhead({"cuda_c": Model(), "triton": Model()})
+    assert overhead == {"cuda_c": {"enqueue_us": 1.0}, "triton": {"enqueue_us": 1.0}}
+    (_, _, out_c, ins_c, _), (_, out_t, ins_t, _) = calls
+    assert isinstance(out_c, TileArray) and out_c is out_t and ins_c == ins_t and out_c is not ins_c[0]
 
 
 @functools.cache

@@ -154,13 +154,13 @@ def launch_overhead(models: dict) -> dict:
     for name in ("triton", "cupy", "cutile"):
         if name in models:
             launch[name] = lambda m=models[name]: m.stream("copy", out, [a], 0.0)
-    out = {}
+    overhead = {}  # not `out`: the launchers above read that name when they run
     for name, f in launch.items():
         try:
-            out[name] = timing.launch_overhead(f)
+            overhead[name] = timing.launch_overhead(f)
         except Exception as exc:  # one model failing must not lose the others
-            out[name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-    return out
+            overhead[name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    return overhead
 
 
 def triton_tuning(repeats: int, l2_bytes: int, case_names=cases.CASE_NAMES) -> dict:
