@@ -3,8 +3,10 @@
 #   bash .ci/gpu_run.sh bash .ci/gpu_check.sh [PART ...]   (carry .gpu and .gpu_extra; see .ci/stage_gpu_extra.sh)
 #   bash .ci/gpu_run.sh bash .ci/gpu_check.sh --parallel tests grader sanitize
 #   bash .ci/gpu_run.sh bash .ci/gpu_check.sh --parallel chapters+grader tile   (a+b: one after the other)
-# PARTs: tests grader sanitize notebooks results chapters tile tf32 (default: the first five; together they
-# need more than one 10-minute call, so pick parts per call). tile records chapter 20's
+# PARTs: tests grader grade1 sanitize notebooks results chapters tile tf32 (default: tests grader
+# sanitize notebooks results; together they need more than one 10-minute call, so pick parts
+# per call). tests runs only the paths in $TESTS where set. grade1 times the grading of one
+# full submission. chapters re-records the chapters in $CHAPTERS. tile records chapter 20's
 # tile_eval.json; tf32 tests wgmma.cu (tests/test_wgmma.py, kept out of `tests`), then
 # times it beside stage 12's kernel and cuBLAS (tf32_wgmma.json).
 # Each part has its own time limit so one slow part cannot starve the others; SIGINT lets
@@ -36,7 +38,10 @@ run_part() {
     case $1 in
     tests) part tests 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rf --durations=10 -n "$workers" --timeout=400 \
                --ignore=tests/test_grader.py --ignore=tests/test_exercises.py --ignore=tests/test_notebooks.py \
-               --ignore=tests/test_wgmma.py ;;
+               --ignore=tests/test_wgmma.py ${TESTS:-} ;;
+    # grading one student's full set (the known-good submission), timed: the instructor guide's number
+    grade1) rm -rf /tmp/one && mkdir -p /tmp/one && cp -r tests/submissions/full_solutions /tmp/one/student &&
+            part grade1 300 bash -c "time python3 -m minitorch_cuda.grade /tmp/one --out $out/results/grade_one.csv" ;;
     grader) part grader 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rf -n "$workers" --timeout=400 \
                tests/test_grader.py tests/test_exercises.py ;;
     sanitize) part sanitize 540 python3 -m minitorch_cuda.sanitize --stages 0-12 --json "$out/results/sanitize.json" ;;
