@@ -41,7 +41,7 @@ run_part() {
                --ignore=tests/test_wgmma.py ${TESTS:-} ;;
     # grading one student's full set (the known-good submission), timed: the instructor guide's number
     grade1) rm -rf /tmp/one && mkdir -p /tmp/one && cp -r tests/submissions/full_solutions /tmp/one/student &&
-            part grade1 300 bash -c "time python3 -m minitorch_cuda.grade /tmp/one --out $out/results/grade_one.csv" ;;
+            part grade1 300 bash -c "time python3 -m minitorch_cuda.grade /tmp/one --jobs ${GRADE_JOBS:-1} --out $out/results/grade_one.csv" ;;
     grader) part grader 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rf -n "$workers" --timeout=400 \
                tests/test_grader.py tests/test_exercises.py ;;
     sanitize) part sanitize 540 python3 -m minitorch_cuda.sanitize --stages 0-12 --json "$out/results/sanitize.json" ;;
