@@ -121,6 +121,8 @@ def workload(stage: int) -> None:
         bound = 2.5e-3 * (np.abs(batch_np) @ np.abs(b)) + 1e-6
         if np.any(np.abs(bb.numpy() - batch_np @ b) > bound):
             raise AssertionError(f"stage {stage}: batched matmul differs from numpy beyond the TF32 bound")
+    if mt.stages.tensor_cores():
+        _wgmma_workload(rng)
     # creation, fill, item, gather, optimizers and clipping
     mt.randn((41, 3), seed=1, device="cuda").fill_(0.5)
     mt.ones((1,), "cuda").item()
@@ -138,6 +140,29 @@ def workload(stage: int) -> None:
     if not all(np.isfinite(losses)):
         raise AssertionError(f"stage {stage}: training loss is not finite: {losses}")
     print(f"workload at stage {stage}: ok (loss {losses[0]:.4f})")
+
+
+def _wgmma_workload(rng) -> None:
+    """Stage 12 sends only products of 1024^3 and more to wgmma.cu, on Hopper: launch it
+    directly on small odd shapes (partial tiles, a batch, a transposed operand) instead."""
+    import numpy as np
+
+    from minitorch_cuda.cuda import ops_matmul
+    from minitorch_cuda.cuda.array import DeviceArray
+    from minitorch_cuda.cuda.backend import from_numpy
+    from minitorch_cuda.cuda.ops_tensor import to_numpy
+
+    if not ops_matmul.wgmma_fits(36):
+        return
+    M, N, K, batch = 137, 263, 36, 2
+    a = rng.standard_normal((batch, K, M)).astype(np.float32)  # stored transposed: ta=True
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    out = DeviceArray.empty((batch, M, N))
+    ops_matmul.matmul_wgmma(out, from_numpy(a), from_numpy(b), M, N, K, True, False, K * M, 0, batch)
+    at = a.transpose(0, 2, 1)
+    bound = 2.5e-3 * (np.abs(at) @ np.abs(b)) + 1e-6  # TF32 by truncation
+    if np.any(np.abs(to_numpy(out) - at @ b) > bound):
+        raise AssertionError("stage 12: matmul_wgmma differs from numpy beyond the TF32 bound")
 
 
 # --- the driver: runs the workload under each tool -----------------------------------------
