@@ -116,7 +116,8 @@ def _matmul_beyond(out, a, b, M, N, K, ta, tb, stride_a, stride_b, batch, shapes
 
 
 # From 1024^3 up, wgmma with its transposes beat mma.sync by 1.4-1.7x on the H200
-# (book/results/tf32_wgmma.json); below, its 128 x 256 tile leaves most SMs idle.
+# (book/results/tf32_wgmma.json). Smaller products were not timed with it: there a
+# single 128 x 256 tile covers much of the product, and the transposes weigh more.
 WGMMA_MIN_PRODUCT = 1024**3
 
 
