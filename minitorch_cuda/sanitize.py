@@ -117,10 +117,8 @@ def workload(stage: int) -> None:
     batch_np = np.asarray(batch.numpy())
     if mt.stages.full_fp32(stage):
         check(bb, batch_np @ b, "batched matmul", 1e-3)
-    else:  # TF32 inputs: up to 2^-10 of each factor (as tests/test_stages_beyond.py bounds it)
-        bound = 2.5e-3 * (np.abs(batch_np) @ np.abs(b)) + 1e-6
-        if np.any(np.abs(bb.numpy() - batch_np @ b) > bound):
-            raise AssertionError(f"stage {stage}: batched matmul differs from numpy beyond the TF32 bound")
+    else:
+        _check_tf32(bb.numpy(), batch_np, b, f"stage {stage}: batched matmul")
     if mt.stages.tensor_cores():
         _wgmma_workload(rng)
     # creation, fill, item, gather, optimizers and clipping
@@ -159,10 +157,17 @@ def _wgmma_workload(rng) -> None:
     b = rng.standard_normal((K, N)).astype(np.float32)
     out = DeviceArray.empty((batch, M, N))
     ops_matmul.matmul_wgmma(out, from_numpy(a), from_numpy(b), M, N, K, True, False, K * M, 0, batch)
-    at = a.transpose(0, 2, 1)
-    bound = 2.5e-3 * (np.abs(at) @ np.abs(b)) + 1e-6  # TF32 by truncation
-    if np.any(np.abs(to_numpy(out) - at @ b) > bound):
-        raise AssertionError("stage 12: matmul_wgmma differs from numpy beyond the TF32 bound")
+    _check_tf32(to_numpy(out), a.transpose(0, 2, 1), b, "stage 12: matmul_wgmma")
+
+
+def _check_tf32(got, a, b, what: str) -> None:
+    """``got`` is ``a @ b`` computed from TF32 inputs, rounded or truncated: each factor off by
+    up to 2^-10 of itself (the bound tests/test_stages_beyond.py uses)."""
+    import numpy as np
+
+    bound = 2.5e-3 * (np.abs(a) @ np.abs(b)) + 1e-6
+    if np.any(np.abs(got - a @ b) > bound):
+        raise AssertionError(f"{what} differs from numpy beyond the TF32 bound")
 
 
 # --- the driver: runs the workload under each tool -----------------------------------------
