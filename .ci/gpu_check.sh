@@ -6,9 +6,10 @@
 # PARTs: tests grader grade1 sanitize notebooks results chapters tile tf32 (default: tests grader
 # sanitize notebooks results; together they need more than one 10-minute call, so pick parts
 # per call). tests runs only the paths in $TESTS where set. grade1 times the grading of one
-# full submission, cold and warm. chapters re-records the chapters in $CHAPTERS. tile records chapter 20's
-# tile_eval.json; tf32 tests wgmma.cu (tests/test_wgmma.py, kept out of `tests`), then
-# times it beside stage 12's kernel and cuBLAS (tf32_wgmma.json).
+# full submission, cold and warm, for each --jobs value in $GRADE_JOBS (default 1). chapters
+# re-records the chapters in $CHAPTERS. tile records chapter 20's tile_eval.json; tf32 tests
+# wgmma.cu (tests/test_wgmma.py, kept out of `tests`), then times it beside stage 12's kernel
+# and cuBLAS (tf32_wgmma.json).
 # Each part has its own time limit so one slow part cannot starve the others; SIGINT lets
 # pytest print its summary when a limit is hit.
 # --parallel runs the parts side by side, spread round-robin over the visible GPUs (the
@@ -39,11 +40,13 @@ run_part() {
     tests) part tests 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rf --durations=10 -n "$workers" --timeout=400 \
                --ignore=tests/test_grader.py --ignore=tests/test_exercises.py --ignore=tests/test_notebooks.py \
                --ignore=tests/test_wgmma.py ${TESTS:-} ;;
-    # grading one student's full set (the known-good submission), timed twice: with the kernel
-    # cache empty (the first student on a fresh machine), then warm (every later one)
-    grade1) rm -rf /tmp/one /tmp/grade1-cache && mkdir -p /tmp/one && cp -r tests/submissions/full_solutions /tmp/one/student &&
-            MINITORCH_CUDA_CACHE=/tmp/grade1-cache part grade1 400 bash -c "for run in cold warm; do echo \$run; time python3 -m minitorch_cuda.grade \
-                /tmp/one --jobs ${GRADE_JOBS:-1} --out $out/results/grade_one_\$run/grades.csv; done" ;;
+    # grading one student's full set (the known-good submission), timed twice for each --jobs
+    # value in $GRADE_JOBS: with the kernel cache empty (the first student on a fresh machine),
+    # then warm (every later one)
+    grade1) rm -rf /tmp/one && mkdir -p /tmp/one && cp -r tests/submissions/full_solutions /tmp/one/student &&
+            MINITORCH_CUDA_CACHE=/tmp/grade1-cache part grade1 560 bash -c "for jobs in ${GRADE_JOBS:-1}; do rm -rf /tmp/grade1-cache;
+                for run in cold warm; do echo \"jobs \$jobs, \$run\"; time python3 -m minitorch_cuda.grade /tmp/one --jobs \$jobs \
+                --out $out/results/grade_one_jobs\${jobs}_\$run/grades.csv; done; done" ;;
     grader) part grader 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rf -n "$workers" --timeout=400 \
                tests/test_grader.py tests/test_exercises.py ;;
     sanitize) part sanitize 540 python3 -m minitorch_cuda.sanitize --stages 0-12 --json "$out/results/sanitize.json" ;;
