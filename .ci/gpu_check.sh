@@ -6,10 +6,10 @@
 # PARTs: tests grader grade1 sanitize notebooks results chapters tile tf32 (default: tests grader
 # sanitize notebooks results; together they need more than one 10-minute call, so pick parts
 # per call). tests runs only the paths in $TESTS where set. grade1 times the grading of one
-# full submission, cold and warm, for each --jobs value in $GRADE_JOBS (default 1). chapters
-# re-records the chapters in $CHAPTERS. tile records chapter 20's tile_eval.json; tf32 tests
-# wgmma.cu (tests/test_wgmma.py, kept out of `tests`), then times it beside stage 12's kernel
-# and cuBLAS (tf32_wgmma.json).
+# full submission, cold and warm, for each --jobs value in $GRADE_JOBS (default: none given).
+# chapters re-records the chapters in $CHAPTERS. tile records chapter 20's tile_eval.json; tf32
+# tests wgmma.cu (tests/test_wgmma.py, kept out of `tests`), then times it beside stage 12's
+# kernel and cuBLAS (tf32_wgmma.json).
 # Each part has its own time limit so one slow part cannot starve the others; SIGINT lets
 # pytest print its summary when a limit is hit.
 # --parallel runs the parts side by side, spread round-robin over the visible GPUs (the
@@ -41,11 +41,12 @@ run_part() {
                --ignore=tests/test_grader.py --ignore=tests/test_exercises.py --ignore=tests/test_notebooks.py \
                --ignore=tests/test_wgmma.py ${TESTS:-} ;;
     # grading one student's full set (the known-good submission), timed twice for each --jobs
-    # value in $GRADE_JOBS: with the kernel cache empty (the first student on a fresh machine),
-    # then warm (every later one)
+    # value in $GRADE_JOBS (`default`: no --jobs): with the kernel cache empty (the first student
+    # on a fresh machine), then warm (every later one)
     grade1) rm -rf /tmp/one && mkdir -p /tmp/one && cp -r tests/submissions/full_solutions /tmp/one/student &&
-            MINITORCH_CUDA_CACHE=/tmp/grade1-cache part grade1 560 bash -c "for jobs in ${GRADE_JOBS:-1}; do rm -rf /tmp/grade1-cache;
-                for run in cold warm; do echo \"jobs \$jobs, \$run\"; time python3 -m minitorch_cuda.grade /tmp/one --jobs \$jobs \
+            MINITORCH_CUDA_CACHE=/tmp/grade1-cache part grade1 560 bash -c "for jobs in ${GRADE_JOBS:-default}; do rm -rf /tmp/grade1-cache;
+                flag=\$([ \$jobs = default ] || echo --jobs \$jobs)
+                for run in cold warm; do echo \"jobs \$jobs, \$run\"; time python3 -m minitorch_cuda.grade /tmp/one \$flag \
                 --out $out/results/grade_one_jobs\${jobs}_\$run/grades.csv; done; done" ;;
     grader) part grader 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rf -n "$workers" --timeout=400 \
                tests/test_grader.py tests/test_exercises.py ;;

@@ -23,7 +23,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rubric", type=Path, default=None, help="points per exercise (default: the packaged rubric.toml)"
     )
-    parser.add_argument("--jobs", type=int, default=1, help="parallel workers; the visible GPUs are dealt out in turn")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="parallel workers; the visible GPUs are dealt out in turn (default: four per GPU, at most one per core)",
+    )
     parser.add_argument("--timeout", type=float, default=None, help="seconds per exercise check")
     parser.add_argument("--cell-timeout", type=float, default=None, help="seconds per notebook cell")
     parser.add_argument("--no-execute", action="store_true", help="skip running the notebooks (checks only)")
@@ -31,13 +36,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.submissions.is_dir():
         parser.error(f"{args.submissions} is not a folder")
+    if args.jobs is not None and args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
     rubric = runner.load_rubric(args.rubric)
     conf = rubric["settings"]
     settings = runner.Settings(
         submissions=args.submissions,
         out=args.out,
         rubric=rubric,
-        jobs=args.jobs,
+        jobs=runner.default_jobs() if args.jobs is None else args.jobs,
         check_timeout=args.timeout or float(conf.get("check_timeout", 120)),
         cell_timeout=args.cell_timeout or float(conf.get("cell_timeout", 120)),
         execute=not args.no_execute,

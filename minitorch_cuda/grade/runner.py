@@ -65,6 +65,16 @@ def visible_gpus() -> list[str]:
     return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
 
 
+# Grading is mostly process start-up (a Jupyter kernel, then a check process, per notebook),
+# so several workers can share a GPU: four on one H200 graded a full set 3.4x faster than one.
+WORKERS_PER_GPU = 4
+
+
+def default_jobs() -> int:
+    """Four workers per visible GPU (one GPU counted where none is seen), at most one per core."""
+    return max(1, min(WORKERS_PER_GPU * max(1, len(visible_gpus())), os.cpu_count() or 1))
+
+
 def run_isolated(args: list[str], timeout: float, gpu: str | None, cwd: str) -> tuple[int | None, str]:
     """Run ``python -m minitorch_cuda.grade.worker ARGS`` in a new session; kill the
     whole process group on timeout. Returns (return code or None on timeout, output tail)."""
