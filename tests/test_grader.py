@@ -184,7 +184,9 @@ def test_rubric_covers_every_exercise() -> None:
     assert set(runner.load_rubric(None)["points"]) == set(exercises.EXERCISES)
 
 
-@pytest.mark.parametrize(("visible", "cores", "jobs"), [("0", 32, 4), ("0,1", 32, 8), ("0,1", 6, 6), ("", 2, 2), ("", 1, 1)])
+@pytest.mark.parametrize(
+    ("visible", "cores", "jobs"), [("0", 32, 4), ("0,1", 32, 8), ("0,1", 6, 6), ("", 2, 2), ("", 1, 1)]
+)
 def test_default_jobs_is_four_per_gpu_at_most_one_per_core(monkeypatch, visible, cores, jobs) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     monkeypatch.setattr(runner.os, "cpu_count", lambda: cores)
