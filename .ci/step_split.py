@@ -93,8 +93,8 @@ def gpu_only_ms_per_step(trainer, x, y, batch: int, steps: int = 20, spin_cycles
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=8)
     args = parser.parse_args()
     data = train.load_to("cuda")
     out: dict[str, list] = {name: [] for name in VARIANTS}

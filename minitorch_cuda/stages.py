@@ -25,9 +25,9 @@ on?". Only the CUDA backend reads the stage; the CPU backend has none.
 
 ``DEFAULT_STAGE`` is the stage a fresh process (and every test) starts at: 8,
 the end of the blog's ladder. Stages 9-12 run on the H200 (their tests pass) but
-are asked for explicitly: on the MNIST model stage 9 is slower per step than
-stage 8 (book/results/bench_beyond.json), and stage 12 changes the numerics
-(TF32, like PyTorch's ``allow_tf32``).
+are asked for explicitly: on the MNIST model stage 9 is no faster per step than
+stage 8, whose step is bound by the host (book/results/step_split.json), and
+stage 12 changes the numerics (TF32, like PyTorch's ``allow_tf32``).
 """
 
 from __future__ import annotations

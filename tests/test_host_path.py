@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from minitorch_cuda import results
+from minitorch_cuda import bench, results
 
 TESTS = Path(__file__).resolve().parent
 STAGES = range(0, 11)  # 11 and 12 replay CUDA graphs through cuda-bindings, which has no stand-in
@@ -78,6 +78,18 @@ def test_benchmark_epochs_record_where_the_time_went(host_run):
     assert all(s is None or s >= 0 for s in row["epoch_host_steal_seconds"])
     # 41 launches per step, and per epoch the shuffle's two gathers (images, labels) over 4 steps
     assert row["batches_per_epoch"] == 4 and row["counters_per_step"]["launches"] == pytest.approx(41 + 2 / 4)
+
+
+def test_ladder_notes_explain_each_stage_that_did_not_get_faster():
+    per_step = {7: 1.0, 8: 1.05, 9: 1.05 * 1.36, 10: 1.05 * 1.36 * 1.2, 11: 0.2}
+    notes = bench.ladder_notes([{"stage": s, "s_per_step": t} for s, t in per_step.items()])
+    assert [n.split(":")[0] for n in notes] == [
+        "stage 8 is 1.050x the time per step of stage 7",
+        "stage 9 is 1.360x the time per step of stage 8",
+        "stage 10 is 1.200x the time per step of stage 9",
+    ]
+    assert "bound by the host" in notes[1] and "step_split" in notes[1]
+    assert "slower by more than run-to-run noise" in notes[2]
 
 
 GRAPHED_STEPS_WITH_A_HELD_BUFFER = f"""
