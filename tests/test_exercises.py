@@ -109,6 +109,24 @@ def test_roofline_with_the_larger_roof_fails() -> None:
     assert result.reason == checks.WRONG_RESULT and "bound_gflops" in result.message
 
 
+@pytest.mark.parametrize(
+    ("exercise_id", "call"), [("1.2", "launch_config("), ("5.1", "time_median("), ("14.1", "matmul_roofline(")]
+)
+def test_a_raising_function_fails_with_the_call_named(exercise_id, call) -> None:
+    def raises(*args, **kwargs):
+        return 1 / 0
+
+    result = checks.run_check(exercise_id, raises)
+    assert result.reason == checks.EXCEPTION
+    assert result.message.startswith(call) and "ZeroDivisionError" in result.message
+
+    def stub(*args, **kwargs):
+        raise NotImplementedError(f"Exercise {exercise_id}")
+
+    with pytest.raises(NotImplementedError):
+        checks.run_check(exercise_id, stub)
+
+
 def test_graphed_step_reading_before_the_replay_is_one_step_late() -> None:
     graphed_step, _ = solution("18.1")
 

@@ -150,6 +150,17 @@ def forbid(source: str, patterns: dict[str, str]) -> None:
             fail(FORBIDDEN, why)
 
 
+def call(what: str, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``; any exception but a stub's NotImplementedError fails the
+    check with the reason ``exception``, naming the call as ``what``."""
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError:
+        raise
+    except Exception as exc:
+        fail(EXCEPTION, f"{what} raised {type(exc).__name__}: {exc}")
+
+
 def expect_value_error(what: str, fn, *args, why: str = "", **kwargs) -> None:
     """Fail unless ``fn(*args, **kwargs)`` raises ValueError (bad input must be refused);
     a stub's NotImplementedError propagates."""
@@ -171,12 +182,7 @@ def check_launch_config(launch_config, source: str = "") -> list[str]:
     done = []
     for threads in (256, 1024, 64):
         for n in (1, 31, 255, 256, 257, 1000, 2**20 + 1, 54_000 * 784, 10**9):
-            try:
-                grid, block = launch_config(n, threads)
-            except NotImplementedError:
-                raise
-            except Exception as exc:
-                fail(EXCEPTION, f"launch_config({n}, {threads}) raised {type(exc).__name__}: {exc}")
+            grid, block = call(f"launch_config({n}, {threads})", launch_config, n, threads)
             want_grid, want_block = ((n + threads - 1) // threads, 1, 1), (threads, 1, 1)
             got = (tuple(int(v) for v in grid), tuple(int(v) for v in block))
             if got != (want_grid, want_block):
@@ -424,14 +430,15 @@ def check_time_median(time_median, source: str = "") -> list[str]:
         # while one is still queued, shows up as a sample near one second
         timed = list(rng.uniform(1e-4, 1e-3, repeats))
         device = QueueingDevice([1.0] * warmup + timed)
-        try:
-            median, samples = time_median(
-                device.launch, warmup=warmup, repeats=repeats, sync=device.sync, clock=device.clock
-            )
-        except NotImplementedError:
-            raise
-        except Exception as exc:
-            fail(EXCEPTION, f"time_median(warmup={warmup}, repeats={repeats}) raised {type(exc).__name__}: {exc}")
+        median, samples = call(
+            f"time_median(warmup={warmup}, repeats={repeats})",
+            time_median,
+            device.launch,
+            warmup=warmup,
+            repeats=repeats,
+            sync=device.sync,
+            clock=device.clock,
+        )
         samples = [float(x) for x in samples]
         calls = device.events.count("fn")
         if len(samples) != repeats or calls != warmup + repeats:
@@ -483,12 +490,7 @@ def check_matmul_roofline(matmul_roofline, source: str = "") -> list[str]:
     shapes += [tuple(int(v) for v in rng.integers(1, 5000, 3)) for _ in range(40)]
     for M, N, K in shapes:
         peak, bandwidth = float(rng.uniform(1e3, 1e5)), float(rng.uniform(100, 5000))
-        try:
-            got = matmul_roofline(M, N, K, peak, bandwidth)
-        except NotImplementedError:
-            raise
-        except Exception as exc:
-            fail(EXCEPTION, f"matmul_roofline({M}, {N}, {K}, ...) raised {type(exc).__name__}: {exc}")
+        got = call(f"matmul_roofline({M}, {N}, {K}, ...)", matmul_roofline, M, N, K, peak, bandwidth)
         flops = 2.0 * M * N * K
         nbytes = 4.0 * (M * K + K * N + M * N)
         memory_roof = bandwidth * flops / nbytes

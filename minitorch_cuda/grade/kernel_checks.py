@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from ..cuda.signature import prepare_signature
+from ..cuda.signature import REGTILED_TILES, prepare_signature
 from .checks import (
     BOUNDARY,
     FORBIDDEN,
@@ -483,12 +483,13 @@ def _matmul_tol(K: int) -> dict:
     return {"atol": 1e-4 * math.sqrt(K), "rtol": 1e-4}
 
 
+_REG_TILE, _, _, _REG_THREADS = REGTILED_TILES["32x32x8"]
 # kernel -> (C tile per block, block, the stage whose matmul launches it)
 _MATMUL_LAUNCH = {
     "matmul_transposed": (16, (16, 16, 1), 3),
     "matmul_batched": (16, (16, 16, 1), 5),
     "matmul_tiled": (32, (32, 32, 1), 6),
-    "matmul_regtiled_32x32x8": (32, (64, 1, 1), 9),
+    "matmul_regtiled_32x32x8": (_REG_TILE, (_REG_THREADS, 1, 1), 9),
 }
 
 
