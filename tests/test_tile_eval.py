@@ -102,6 +102,8 @@ def test_two_fp16_roundings_reproduce_cupys_recorded_differences(log2) -> None:
         if (r["case"], r["dtype"], r["model"], r["log2"]) == ("nstream", "fp16", "cupy", log2)
     )
     assert compare.fp16_nstream_roundings(1 << log2, CHECKED_PREFIX) == row["correctness"]
+    unfused = compare.fp16_nstream_roundings(1 << log2, CHECKED_PREFIX, contracted=False)
+    assert unfused["differing"] != row["correctness"]["differing"], "the comparison must tell the two apart"
 
 
 def test_tile_array_exposes_the_same_pointer() -> None:

@@ -58,20 +58,25 @@ def _isnan(x: np.ndarray, dtype: str) -> np.ndarray:
     return np.isnan(x)
 
 
-def fp16_nstream_roundings(n: int, prefix: int) -> dict:
+def fp16_nstream_roundings(n: int, prefix: int, contracted: bool = True) -> dict:
     """CuPy's fp16 nstream (``a = a + b + s * c``) against CUDA C's, both emulated on the host
     for the benchmark's inputs of size ``n`` and compared like the GPU results (first
     ``prefix`` elements, CuPy as ``got``). The two programs round differently:
 
     - CUDA C (and Triton): ``a + b`` in fp16, then ``s * c`` added by one fused
-      multiply-add (HFMA), so two roundings to fp16;
+      multiply-add (ptxas contracts PTX's ``mul.f16`` and ``add.f16`` into HFMA), so
+      two roundings to fp16;
     - CuPy: its ``float16`` computes in float32 and rounds to fp16 once, at the end.
+
+    ``contracted=False`` emulates CUDA C without the fused multiply-add (``s * c`` rounded
+    to fp16 on its own), the alternative the recorded comparison rules out.
     """
     from .cases import scalar_for, stream_inputs
 
     a, b, c = (x[:prefix] for x in stream_inputs("nstream", "fp16", n, seed=n.bit_length()))
     s = scalar_for("fp16")
     # the product of two fp16 values is exact in float64, so one rounding follows, as in HFMA
-    fused = ((a + b).astype(np.float64) + s * c.astype(np.float64)).astype(np.float16)
+    product = s * c.astype(np.float64) if contracted else (s * c).astype(np.float64)
+    cuda_c = ((a + b).astype(np.float64) + product).astype(np.float16)
     wide = (a.astype(np.float32) + b.astype(np.float32) + np.float32(s) * c.astype(np.float32)).astype(np.float16)
-    return differences(wide, fused, "fp16")
+    return differences(wide, cuda_c, "fp16")
