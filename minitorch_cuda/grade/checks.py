@@ -422,6 +422,11 @@ class QueueingDevice:
         self.now += self.HOST_S
 
 
+def _timing_kwargs(device: QueueingDevice, warmup: int, repeats: int) -> dict:
+    """``time_median``'s keyword arguments (by name, as the exercise's signature has them)."""
+    return {"warmup": warmup, "repeats": repeats, "sync": device.sync, "clock": device.clock}
+
+
 def check_time_median(time_median, source: str = "") -> list[str]:
     done = []
     rng = np.random.default_rng()
@@ -434,10 +439,7 @@ def check_time_median(time_median, source: str = "") -> list[str]:
             f"time_median(warmup={warmup}, repeats={repeats})",
             time_median,
             device.launch,
-            warmup=warmup,
-            repeats=repeats,
-            sync=device.sync,
-            clock=device.clock,
+            **_timing_kwargs(device, warmup, repeats),
         )
         samples = [float(x) for x in samples]
         calls = device.events.count("fn")
@@ -466,13 +468,7 @@ def check_time_median(time_median, source: str = "") -> list[str]:
     for warmup, repeats in ((0, 0), (-1, 5), (3, -2)):
         device = QueueingDevice([])
         expect_value_error(
-            f"warmup={warmup}, repeats={repeats}",
-            time_median,
-            device.launch,
-            warmup=warmup,
-            repeats=repeats,
-            sync=device.sync,
-            clock=device.clock,
+            f"warmup={warmup}, repeats={repeats}", time_median, device.launch, **_timing_kwargs(device, warmup, repeats)
         )
         if "fn" in device.events:
             fail(WRONG_RESULT, f"warmup={warmup}, repeats={repeats}: raise before calling fn()")
