@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cases import DTYPES
+from .cases import DTYPES, scalar_for, stream_inputs
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _INT = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
@@ -71,12 +71,10 @@ def fp16_nstream_roundings(n: int, prefix: int, contracted: bool = True) -> dict
     ``contracted=False`` emulates CUDA C without the fused multiply-add (``s * c`` rounded
     to fp16 on its own), the alternative the recorded comparison rules out.
     """
-    from .cases import scalar_for, stream_inputs
-
     a, b, c = (x[:prefix] for x in stream_inputs("nstream", "fp16", n, seed=n.bit_length()))
     s = scalar_for("fp16")
     # the product of two fp16 values is exact in float64, so one rounding follows, as in HFMA
-    product = s * c.astype(np.float64) if contracted else (s * c).astype(np.float64)
+    product = s * c.astype(np.float64) if contracted else (np.float16(s) * c).astype(np.float64)
     cuda_c = ((a + b).astype(np.float64) + product).astype(np.float16)
     wide = (a.astype(np.float32) + b.astype(np.float32) + np.float32(s) * c.astype(np.float32)).astype(np.float16)
     return differences(wide, cuda_c, "fp16")
