@@ -184,13 +184,10 @@ def test_rubric_covers_every_exercise() -> None:
     assert set(runner.load_rubric(None)["points"]) == set(exercises.EXERCISES)
 
 
-@pytest.mark.parametrize(
-    ("visible", "cores", "jobs"), [("0", 32, 4), ("0,1", 32, 8), ("0,1", 6, 6), ("", 2, 2), ("", 1, 1)]
-)
-def test_default_jobs_is_four_per_gpu_at_most_one_per_core(monkeypatch, visible, cores, jobs) -> None:
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+@pytest.mark.parametrize(("gpus", "cores", "jobs"), [(1, 32, 4), (2, 32, 8), (2, 6, 6), (0, 2, 2), (0, 1, 1)])
+def test_default_jobs_is_four_per_gpu_at_most_one_per_core(monkeypatch, gpus, cores, jobs) -> None:
     monkeypatch.setattr(runner.os, "cpu_count", lambda: cores)
-    assert runner.default_jobs() == jobs
+    assert runner.default_jobs(gpus) == jobs
 
 
 def test_jobs_below_one_is_refused(tmp_path, capsys) -> None:

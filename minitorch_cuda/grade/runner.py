@@ -38,7 +38,7 @@ class Settings:
     submissions: Path
     out: Path
     rubric: dict
-    jobs: int = 1
+    jobs: int | None = None  # parallel workers; None: default_jobs for the visible GPUs
     check_timeout: float = 120.0
     cell_timeout: float = 120.0
     execute: bool = True
@@ -70,9 +70,9 @@ def visible_gpus() -> list[str]:
 WORKERS_PER_GPU = 4
 
 
-def default_jobs() -> int:
-    """Four workers per visible GPU (one GPU counted where none is seen), at most one per core."""
-    return max(1, min(WORKERS_PER_GPU * max(1, len(visible_gpus())), os.cpu_count() or 1))
+def default_jobs(gpus: int) -> int:
+    """Four workers per GPU (one GPU counted where none is seen), at most one per core."""
+    return max(1, min(WORKERS_PER_GPU * max(1, gpus), os.cpu_count() or 1))
 
 
 def run_isolated(args: list[str], timeout: float, gpu: str | None, cwd: str) -> tuple[int | None, str]:
@@ -282,8 +282,9 @@ def grade(settings: Settings) -> Ledger:
         by_notebook.setdefault(exercises.get(i).notebook, []).append(i)
     units = [(s, stem, nb_ids) for s in students for stem, nb_ids in sorted(by_notebook.items())]
     gpus = visible_gpus()
+    jobs = default_jobs(len(gpus)) if settings.jobs is None else max(1, settings.jobs)
     slots: queue.Queue = queue.Queue()
-    for j in range(max(1, settings.jobs)):
+    for j in range(jobs):
         slots.put(gpus[j % len(gpus)] if gpus else None)
 
     def work(unit):
@@ -295,7 +296,7 @@ def grade(settings: Settings) -> Ledger:
         write_outputs(ledger, students, ids, settings.out)
 
     write_outputs(ledger, students, ids, settings.out)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, settings.jobs)) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         for future in [pool.submit(work, u) for u in units]:
             future.result()
     write_outputs(ledger, students, ids, settings.out)
