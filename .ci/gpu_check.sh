@@ -64,9 +64,9 @@ run_part() {
                --json "$out/results/tile_eval_run.json" ;;
     # wgmma.cu's tests first, each in a process that a hang cannot outlive (thread timeout)
     tf32) part tf32 400 bash -c "python3 -m pytest -m gpu -q -p no:cacheprovider -rf --timeout=120 \
-               --timeout-method=thread tests/test_wgmma.py && python3 .ci/tf32_wgmma.py --json $out/results/tf32_wgmma.json" ;;
+               --timeout-method=thread tests/test_wgmma.py && python3 -m minitorch_cuda.experiments.tf32_wgmma --json $out/results/tf32_wgmma.json" ;;
     # chapter 16: each MNIST step of stages 8 and 9 split into host and GPU time (step_split.json)
-    steps) MINITORCH_CUDA_RESULTS_DIR="$out/results" part steps 300 python3 .ci/step_split.py ;;
+    steps) MINITORCH_CUDA_RESULTS_DIR="$out/results" part steps 300 python3 -m minitorch_cuda.experiments.step_split ;;
     *) echo "unknown part $1"; exit 2 ;;
     esac
 }

@@ -287,7 +287,7 @@ def ladder_notes(rows: list[dict]) -> list[str]:
         6: "at batch 64 the matmuls are tiny; shared-memory tiling pays off on larger shapes (see matmul table)",
         8: "warp shuffles shorten reductions by microseconds; the step is bound by launch overhead",
         9: "the step is bound by the host issuing it; stage 9 leaves the GPU's time per step unchanged, "
-        "and the host's speed drifts between stages run one after another (.ci/step_split.py)",
+        "and the host's speed drifts between stages run one after another (minitorch_cuda/experiments/step_split.py)",
         12: "in a graph the step is bound by kernel time, and at the MNIST shapes the TF32 kernel alone "
         "is slower than the FP32 one it replaces (see the matmul table)",
     }

@@ -115,7 +115,7 @@ def kernel_defines(file: str, prefix: str) -> dict[str, int]:
 
 def async_launch(d: dict[str, int]) -> tuple[tuple[int, int, int], int]:
     """(BM, BN, threads) and dynamic shared bytes of matmul_tf32_async for the ASYNC_ shape ``d``
-    (mma_async.cu's own, or a variant that .ci/tf32_variants.py compiles with -D)."""
+    (mma_async.cu's own, or a variant that minitorch_cuda/experiments/tf32_variants.py compiles with -D)."""
     threads = 32 * (d["BM"] // d["WM"]) * (d["BN"] // d["WN"])
     row = d["BK"] + 4  # a K-contiguous row; an M- or N-contiguous one is extent + 8
 

@@ -1,6 +1,6 @@
 """Time wgmma.cu's TF32 kernel beside stage 12's mma.sync kernel and cuBLAS TF32, in one run.
 
-    python .ci/tf32_wgmma.py --json $OUT/tf32_wgmma.json
+    python3 -m minitorch_cuda.experiments.tf32_wgmma --json $OUT/tf32_wgmma.json
 
 The wgmma kernel computes C = A B^T from K-contiguous operands; the others get A and B as
 stored (no transposes), as stage 12's mma.sync path does for a @ b. "matmul_wgmma a @ b" is
@@ -75,7 +75,7 @@ def main() -> None:
     cublas = {str(n): 2 * n**3 / bench._cublas_seconds(n, n, n, 10, True) / 1e9 for n in SIZES}
     print("cublas tf32", cublas)
     out = {
-        "command": "python .ci/tf32_wgmma.py --json ...",
+        "command": "python3 -m minitorch_cuda.experiments.tf32_wgmma --json ...",
         "recorded": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "kernels": rows,
         "cublas_tf32_gflops": cublas,

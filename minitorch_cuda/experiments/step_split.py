@@ -108,7 +108,7 @@ def main() -> None:
                 f"(queued in {r['queued_ms']:.1f} ms)",
                 flush=True,
             )
-    command = "python .ci/step_split.py " + " ".join(sys.argv[1:])
+    command = "python3 -m minitorch_cuda.experiments.step_split " + " ".join(sys.argv[1:])
     print(results.save("step_split", {"device": device_properties(), "variants": out}, command.strip()))
 
 

@@ -1,6 +1,6 @@
 """Time shapes of stage 12's mma_async.cu against cuBLAS TF32 on this GPU (chapter 19's shape table).
 
-    python .ci/tf32_variants.py --json $OUT/ch19_async_variants.json [--adopt]
+    python3 -m minitorch_cuda.experiments.tf32_variants --json $OUT/ch19_async_variants.json [--adopt]
 
 Each shape is the kernel file compiled with other #defines (block width, warp tile, pipeline
 stages, blocks per SM, unrolling of the fragment loop); "trunc" rows feed the raw FP32 bits to
@@ -105,7 +105,7 @@ def main() -> None:
     rounding = {k: v for k, v in rows.items() if not SHAPES[k][-1] and v["max_rel_err"] < 1e-3}
     best = max(rounding, key=lambda k: rounding[k]["gflops"]["4096"])
     out = {
-        "command": "python .ci/tf32_variants.py --json ... --adopt",
+        "command": "python3 -m minitorch_cuda.experiments.tf32_variants --json ... --adopt",
         "recorded": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "shapes": rows,
         "cublas_tf32_gflops": cublas,
