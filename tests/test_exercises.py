@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import minitorch_cuda as mt
-from minitorch_cuda.cuda.signature import KERNEL_DIR
+from minitorch_cuda.cuda.kernel_table import KERNEL_DIR
 from minitorch_cuda.exercise import cuda_exercise
 from minitorch_cuda.grade import checks, exercises, generate, notebook
 

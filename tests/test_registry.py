@@ -9,7 +9,7 @@ import pytest
 from conftest import assert_close
 
 import minitorch_cuda as mt
-from minitorch_cuda.cuda.signature import SPECS, entry_params, prepare_signature
+from minitorch_cuda.cuda.kernel_table import SPECS, entry_params, prepare_signature
 
 RELU_OK = """
 extern "C" __global__ void ew_relu(float* out, const float* a, int n) {

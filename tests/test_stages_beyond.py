@@ -16,7 +16,7 @@ import minitorch_cuda as mt
 from minitorch_cuda import functions as F
 from minitorch_cuda import nn, optim, stages
 from minitorch_cuda.cuda.autotune import Autotuner, fits
-from minitorch_cuda.cuda.signature import (
+from minitorch_cuda.cuda.kernel_table import (
     KERNEL_DIR,
     MULTI_TENSOR_SLOTS,
     REGTILED_TILES,
@@ -201,7 +201,7 @@ def _launch_matmul(name, a, b, M, N, K, ta, tb, bias=None, relu=False):
     from minitorch_cuda.cuda import backend, registry
     from minitorch_cuda.cuda.array import DeviceArray
     from minitorch_cuda.cuda.runtime import launch
-    from minitorch_cuda.cuda.signature import ASYNC_TILE, MMA_TILE
+    from minitorch_cuda.cuda.kernel_table import ASYNC_TILE, MMA_TILE
 
     da, db = backend.from_numpy(a), backend.from_numpy(b)
     batch = max(int(np.prod(a.shape[:-2])), int(np.prod(b.shape[:-2])))

@@ -16,7 +16,7 @@ def _launch_wgmma(a, b, M, N, K):
     from minitorch_cuda.cuda import backend, registry
     from minitorch_cuda.cuda.array import DeviceArray
     from minitorch_cuda.cuda.runtime import arch, launch
-    from minitorch_cuda.cuda.signature import WGMMA_TILE
+    from minitorch_cuda.cuda.kernel_table import WGMMA_TILE
 
     if arch() != "sm_90":
         pytest.skip(f"wgmma needs a Hopper GPU (sm_90); this one is {arch()}")

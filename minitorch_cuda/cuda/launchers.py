@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from .. import stages
 from . import registry
+from .kernel_table import SPECS
 from .runtime import launch, multiprocessors
-from .signature import SPECS
 
 BLOCK = 256  # threads per block for one-thread-per-element kernels
 

@@ -11,7 +11,7 @@ from .autotune import fits, tuner
 from .launchers import NULL_POINTER
 from .ops_tensor import contiguous, copy, transpose
 from .runtime import arch, launch, time_launch_ms
-from .signature import ASYNC_TILE, MMA_TILE, REGTILED_TILES, WGMMA_TILE
+from .kernel_table import ASYNC_TILE, MMA_TILE, REGTILED_TILES, WGMMA_TILE
 
 
 def _operand(x: DeviceArray, flag: bool) -> tuple[DeviceArray, bool]:

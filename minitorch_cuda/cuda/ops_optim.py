@@ -12,7 +12,7 @@ from .array import ITEMSIZE, DeviceArray
 from .launchers import BLOCK, NULL_POINTER, _elementwise, _variant
 from .ops_tensor import assign, to_numpy
 from .runtime import launch
-from .signature import MULTI_TENSOR_SLOTS
+from .kernel_table import MULTI_TENSOR_SLOTS
 
 
 def clip_gradients(grads: list[DeviceArray], max_norm: float) -> None:

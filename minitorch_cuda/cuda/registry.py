@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .runtime import KERNEL_DIR, Kernel, compile_module
-from .signature import SPECS, KernelSpec, entry_params, prepare_signature
+from .kernel_table import KERNEL_DIR, SPECS, KernelSpec, entry_params, prepare_signature
+from .runtime import Kernel, compile_module
 
 __all__ = ["SPECS", "KernelSpec", "entry_params", "get", "override", "prepare_signature", "restore_all", "spec"]
 

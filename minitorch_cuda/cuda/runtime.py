@@ -23,8 +23,8 @@ import numpy as np
 
 from .. import profiler, stages
 from ..device import require_cuda
+from .kernel_table import KERNEL_DIR
 
-KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernels"
 CACHE_DIR = Path(os.environ.get("MINITORCH_CUDA_CACHE", Path.home() / ".cache" / "minitorch_cuda"))
 # MINITORCH_CUDA_SYNC=1 syncs after every launch at every stage, so that an
 # asynchronous fault is reported against the kernel that caused it.

@@ -22,7 +22,7 @@ import pycuda.driver as drv
 from pycuda.compiler import SourceModule
 
 from minitorch_cuda import bench
-from minitorch_cuda.cuda.signature import KERNEL_DIR, async_launch, kernel_defines
+from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, async_launch, kernel_defines
 
 # name: BN, WM, WN, STAGES, MIN_BLOCKS, KK_UNROLL, truncate
 SHAPES = {

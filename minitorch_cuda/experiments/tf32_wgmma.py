@@ -21,7 +21,7 @@ import pycuda.driver as drv
 from minitorch_cuda import bench
 from minitorch_cuda.cuda import backend, ops_matmul, registry
 from minitorch_cuda.cuda.array import DeviceArray
-from minitorch_cuda.cuda.signature import ASYNC_TILE, WGMMA_TILE
+from minitorch_cuda.cuda.kernel_table import ASYNC_TILE, WGMMA_TILE
 
 SIZES = (1024, 2048, 4096)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..cuda.signature import SPECS, entry_params, prepare_signature
+from ..cuda.kernel_table import SPECS, entry_params, prepare_signature
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from ..cuda.signature import REGTILED_TILES, prepare_signature
+from ..cuda.kernel_table import REGTILED_TILES, prepare_signature
 from .checks import (
     BOUNDARY,
     FORBIDDEN,

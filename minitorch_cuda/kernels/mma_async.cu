@@ -15,7 +15,7 @@
 // 16-byte aligned A and B (ops_matmul checks; other operands go to matmul_tf32). M, N, K are
 // otherwise free: cp.async zero-fills the quads outside the matrix.
 // Launch: block (ASYNC_THREADS, 1, 1), grid (ceil(N / ASYNC_BN), ceil(M / 128), batch), dynamic
-// shared memory ASYNC_SMEM_BYTES (more than the 48 KB default: signature.py reads these
+// shared memory ASYNC_SMEM_BYTES (more than the 48 KB default: kernel_table.py reads these
 // #defines for the launch, and the registry raises the function's limit).
 // Next step, on Hopper only: wgmma.cu hands whole tiles to the tensor cores by descriptor.
 #include "cp_async.cuh"
