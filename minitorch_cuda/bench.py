@@ -56,17 +56,6 @@ BLOG_LAST_STAGE = 8  # the blog's ladder ends with Opt. 8; later stages are this
 SLOW_KERNELS = {"matmul_naive", "matmul_transposed", "matmul_batched"}  # skipped above 1024^3
 
 
-def parse_stages(text: str) -> list[int]:
-    chosen: set[int] = set()
-    for part in text.split(","):
-        low, _, high = part.partition("-")
-        chosen.update(range(int(low), int(high or low) + 1))
-    bad = [s for s in chosen if not stages.MIN_STAGE <= s <= stages.MAX_STAGE]
-    if bad:
-        raise argparse.ArgumentTypeError(f"stages must lie in 0..{stages.MAX_STAGE}, got {bad}")
-    return sorted(chosen)
-
-
 def host_steal_seconds() -> float | None:
     """CPU time the hypervisor gave to other guests so far (Linux /proc/stat, all CPUs), or
     None. Host-bound steps slow down when it grows: the benchmark records it per epoch."""
@@ -335,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m minitorch_cuda.bench", description=__doc__.split("\n")[0])
     parser.add_argument(
         "--stages",
-        type=parse_stages,
+        type=stages.parse,
         default=list(range(stages.DEFAULT_STAGE + 1)),
         help=f"e.g. 0-8 or 6,8 (default 0-{stages.DEFAULT_STAGE}, the stages verified on a GPU)",
     )

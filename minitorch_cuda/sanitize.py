@@ -31,24 +31,6 @@ SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error", re.I)
 RACECHECK_SUMMARY = re.compile(r"RACECHECK SUMMARY:\s*(\d+)\s+hazard", re.I)
 
 
-def parse_stages(text: str) -> list[int]:
-    """'0-8', '0,3,8' or '2-4,8' -> sorted stage numbers, checked against 0..MAX_STAGE."""
-    from .stages import MAX_STAGE, MIN_STAGE
-
-    stages: set[int] = set()
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
-        if match is None:
-            raise argparse.ArgumentTypeError(f"bad stage list {text!r}: use e.g. 0-8 or 0,3,8")
-        lo, hi = int(match.group(1)), int(match.group(2) or match.group(1))
-        if lo > hi or lo < MIN_STAGE or hi > MAX_STAGE:
-            raise argparse.ArgumentTypeError(f"stages must lie in {MIN_STAGE}..{MAX_STAGE}, got {part!r}")
-        stages.update(range(lo, hi + 1))
-    if not stages:
-        raise argparse.ArgumentTypeError("no stages given")
-    return sorted(stages)
-
-
 def parse_summary(output: str) -> int | None:
     """Errors the sanitizer reported (racecheck's hazards count too), None if no summary."""
     counts = [int(m) for m in SUMMARY.findall(output)] + [int(m) for m in RACECHECK_SUMMARY.findall(output)]
@@ -233,17 +215,17 @@ def table(results: list[dict], tools: list[str], stages: list[int]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from . import stages
+
     parser = argparse.ArgumentParser(prog="python -m minitorch_cuda.sanitize", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tools", nargs="+", choices=TOOLS, default=list(TOOLS))
-    parser.add_argument("--stages", type=parse_stages, help="e.g. 0-8 or 0,8 (default: every stage)")
+    parser.add_argument("--stages", type=stages.parse, help="e.g. 0-8 or 0,8 (default: every stage)")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per sanitizer run")
     parser.add_argument("--workload", type=int, metavar="STAGE", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.stages is None:
-        from .stages import MAX_STAGE, MIN_STAGE
-
-        args.stages = list(range(MIN_STAGE, MAX_STAGE + 1))
+        args.stages = list(range(stages.MIN_STAGE, stages.MAX_STAGE + 1))
 
     if args.workload is not None:
         workload(args.workload)

@@ -2,20 +2,23 @@
 
 Each test runs the same work at the stages on both sides of a step and checks
 the counters (``mt.profiler.count()``) or the kernel names that
-``mt.profiler.profile()`` recorded. GPU only.
+``mt.profiler.profile()`` recorded (GPU); the ladder itself, its named steps and
+``stages.parse``, are checked on the CPU first.
 """
 
 from __future__ import annotations
+
+import importlib
+import re
 
 import numpy as np
 import pytest
 
 import minitorch_cuda as mt
-from minitorch_cuda import optim
+from minitorch_cuda import optim, stages
 from minitorch_cuda.data import one_hot
 from minitorch_cuda.train import Protocol, Trainer
 
-pytestmark = pytest.mark.gpu
 ALL = range(mt.MAX_STAGE + 1)
 
 
@@ -42,6 +45,122 @@ def trainer_and_batches(steps: int):
     return trainer, batches
 
 
+# --- CPU: the ladder as a table of named steps ---------------------------------------------
+
+
+def test_every_step_has_its_predicate_and_a_stage_on_the_ladder():
+    assert len(stages.BY_NAME) == len(stages.STEPS), "step names are unique"
+    for step in stages.STEPS:
+        assert stages.MIN_STAGE < step.stage <= stages.MAX_STAGE, step
+        assert step.description and "\n" not in step.description, step
+        predicate = getattr(stages, step.name)
+        assert predicate.__name__ == step.name
+        for s in ALL:
+            with stages.use_stage(s):
+                assert predicate() == (s >= step.stage) == stages.is_on(step.name), (step.name, s)
+                assert stages.is_on(step.name, s) == (s >= step.stage)
+
+
+def test_every_stage_above_0_introduces_a_step_and_says_what_it_adds():
+    assert {step.stage for step in stages.STEPS} == set(range(1, stages.MAX_STAGE + 1))
+    assert set(stages.DESCRIPTIONS) == set(ALL)
+    assert stages.DESCRIPTIONS[0] == "naive CUDA backend"
+    assert stages.DESCRIPTIONS[9] == "register-tiled matmul, vectorized kernels"
+
+
+def test_without_switches_one_step_off_and_restores_it():
+    with stages.use_stage(9, without={"regtiled_matmul"}):
+        assert stages.get_stage() == 9 and stages.switched_off() == {"regtiled_matmul"}
+        assert not stages.regtiled_matmul() and not stages.is_on("regtiled_matmul")
+        assert stages.vectorized_kernels() and stages.tiled_matmul(), "the other steps stay on"
+        assert stages.is_on("regtiled_matmul", 9), "an explicit stage reads the full ladder"
+        with stages.use_stage(10):  # a nested setting is set anew...
+            assert stages.regtiled_matmul() and stages.switched_off() == frozenset()
+        assert not stages.regtiled_matmul()  # ...and the outer one comes back
+    assert stages.get_stage() == stages.DEFAULT_STAGE and stages.switched_off() == frozenset()
+
+
+def test_without_a_sync_step_or_tensor_cores():
+    with stages.use_stage(9, without=["async_launches"]):
+        assert stages.sync_after_launch()
+    with stages.use_stage(9):
+        assert not stages.sync_after_launch()
+    with stages.use_stage(12, without="tensor_cores"):  # one name as a string
+        assert stages.full_fp32() and not stages.tensor_cores()
+        assert not stages.full_fp32(12)
+    with stages.use_stage(12):
+        assert not stages.full_fp32()
+
+
+def test_without_an_unknown_step_names_it_and_the_valid_ones():
+    with pytest.raises(ValueError, match="unknown step.*regtiled_matmal, warp_shufle") as info:
+        stages.set_stage(9, without={"warp_shufle", "regtiled_matmal"})
+    assert all(step.name in str(info.value) for step in stages.STEPS)
+    with pytest.raises(ValueError, match="unknown step"), stages.use_stage(9, without={"nope"}):
+        pass
+    with pytest.raises(ValueError, match="unknown step"):
+        stages.is_on("nope")
+    assert stages.get_stage() == stages.DEFAULT_STAGE and stages.switched_off() == frozenset()
+
+
+def test_set_stage_clears_what_was_switched_off():
+    stages.set_stage(9, without={"vectorized_kernels"})
+    assert not stages.vectorized_kernels()
+    stages.set_stage(9)
+    assert stages.vectorized_kernels()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("0-8", list(range(9))),
+        ("8,0, 2-3", [0, 2, 3, 8]),
+        ("0-8,12", [*range(9), 12]),
+        ("5", [5]),
+        ("3-3,3", [3]),
+        (f"0-{mt.MAX_STAGE}", list(ALL)),
+    ],
+)
+def test_parse_reads_stage_lists(text, expected):
+    assert stages.parse(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "token"),
+    [
+        ("abc", "abc"),
+        ("0-8,x", "x"),
+        ("", ""),
+        ("3-1", "3-1"),
+        (str(mt.MAX_STAGE + 1), str(mt.MAX_STAGE + 1)),
+        (f"0-{mt.MAX_STAGE + 1}", f"0-{mt.MAX_STAGE + 1}"),
+        ("-1", "-1"),
+        ("1,,2", ""),
+        ("1.5", "1.5"),
+    ],
+)
+def test_parse_names_the_bad_token(text, token):
+    with pytest.raises(ValueError, match=re.escape(f"bad stage {token!r}")):
+        stages.parse(text)
+
+
+@pytest.mark.parametrize("module", ["bench", "sanitize"])
+def test_the_clis_reject_a_bad_stage_list_in_one_line(module, capsys):
+    cli = importlib.import_module(f"minitorch_cuda.{module}")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--stages", "0-8,abc"])
+    assert exit_info.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert errors == [
+        f"python -m minitorch_cuda.{module}: error: argument --stages: bad stage 'abc' in "
+        "'0-8,abc': use e.g. 0-8, 6,8 or 0-8,12"
+    ]
+
+
+# --- GPU: what each step changes -----------------------------------------------------------
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("stage", [0, 1])
 def test_stage_1_clips_on_the_device(stage):
     with mt.use_stage(stage):
@@ -61,6 +180,7 @@ def test_stage_1_clips_on_the_device(stage):
         assert c.dtoh_copies == 0 and c.dtoh_bytes == 0 and c.htod_bytes == 0, f"stage 1 keeps clipping on the GPU: {c}"
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("stage", ALL)
 def test_stage_2_gathers_rows_in_one_launch(stage):
     rows = [5, 0, 49, 17, 17, 3, 8, 22, 41, 30]
@@ -76,6 +196,7 @@ def test_stage_2_gathers_rows_in_one_launch(stage):
         assert c.dtod_copies == 0 and c.launches == 1, f"stage {stage}: one gather launch: {c}"
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("stage", ALL)
 def test_stage_3_fuses_transposes_into_matmul(stage):
     rng = np.random.default_rng(0)
@@ -96,6 +217,7 @@ def test_stage_3_fuses_transposes_into_matmul(stage):
         assert "strided_copy" not in names and c.launches == 2, f"stage {stage}: {names}, {c}"
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("stage", ALL)
 def test_stage_4_pools_memory(stage):
     with mt.use_stage(stage):
@@ -117,6 +239,7 @@ def test_stage_4_pools_memory(stage):
         assert total.allocations <= 0.01 * (total.pool_hits + total.pool_misses)
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("stage", ALL)
 def test_stage_5_batches_matmul_into_one_launch(stage):
     rng = np.random.default_rng(1)
@@ -141,6 +264,7 @@ def test_stage_5_batches_matmul_into_one_launch(stage):
     assert c.launches == (8 if stage < 5 else 1), f"stage {stage}: {c}"
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("stage", ALL)
 def test_stage_7_drops_syncs(stage):
     with mt.use_stage(stage):
@@ -156,6 +280,7 @@ def test_stage_7_drops_syncs(stage):
         assert c.dtoh_copies == 1 and c.dtoh_bytes == 4, f"stage {stage}: only the loss is read back: {c}"
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("stage", ALL)
 def test_stage_8_uses_warp_shuffle_reductions(stage):
     with mt.use_stage(stage):
@@ -176,3 +301,14 @@ def test_stage_8_uses_warp_shuffle_reductions(stage):
         {"sumsq"} if stage >= 1 else set()
     ), reductions
     assert all(n.endswith(kind) for n in reductions), f"stage {stage}: {reductions}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("without", "kernel"), [(set(), "matmul_regtiled_"), ({"regtiled_matmul"}, "matmul_tiled")])
+def test_stage_9_without_regtiled_matmul_runs_the_tiled_kernel(without, kernel):
+    rng = np.random.default_rng(9)
+    a, b = (rng.standard_normal(shape).astype(np.float32) for shape in ((72, 73), (73, 74)))
+    with mt.use_stage(9, without=without), mt.profiler.profile() as prof:
+        out = mt.tensor(a, "cuda") @ mt.tensor(b, "cuda")
+        np.testing.assert_allclose(out.numpy(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    assert {name.startswith(kernel) for name in kernel_names(prof)} == {True}, kernel_names(prof)
