@@ -14,10 +14,10 @@ from .device import (
     cuda_available,
     cuda_unavailable_reason,
 )
+from .nn import cross_entropy_with_softmax
 from .stages import DEFAULT_STAGE, MAX_STAGE, get_stage, set_stage, use_stage
 from .tensor import (
     Tensor,
-    cross_entropy_with_softmax,
     from_numpy,
     full,
     manual_seed,
@@ -37,7 +37,7 @@ def override(name: str, source: str | None = None, *, entry: str | None = None, 
 
 def synchronize() -> None:
     """Wait for all queued GPU work (a no-op without CUDA work)."""
-    from .tensor import _backends
+    from .device import _backends
 
     if "cuda" in _backends:
         _backends["cuda"].synchronize_device()

@@ -1,4 +1,5 @@
-"""Devices and the one place that decides whether CUDA can be used.
+"""Devices, the op namespace (backend) of each, and the one place that decides
+whether CUDA can be used.
 
 PyCUDA is an optional dependency: importing this package never touches the
 GPU. The first CUDA request imports PyCUDA, attaches to the device's primary
@@ -46,6 +47,22 @@ cuda = Device("cuda")
 
 def as_device(device: str | Device | None) -> Device:
     return cpu if device is None else Device(device)
+
+
+_backends: dict[str, object] = {}
+
+
+def backend_for(device: Device):
+    """The op namespace for a device (the CUDA one is imported on first use)."""
+    backend = _backends.get(device.kind)
+    if backend is None:
+        if device.kind == "cpu":
+            from . import backend_cpu as backend
+        else:
+            require_cuda()
+            from .cuda import backend
+        _backends[device.kind] = backend
+    return backend
 
 
 @functools.cache

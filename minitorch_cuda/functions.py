@@ -253,8 +253,9 @@ class SoftmaxCrossEntropy(Function):
         return backend.xent_backward(probs, target, g), None
 
 
-class Linear(Function):
-    """``act(x @ w + b)`` as one node (stage 10: one launch forward). ReLU's derivative is
+class FusedLinear(Function):
+    """``act(x @ w + b)`` as one node (stage 10: one launch forward; ``nn.Linear`` uses it
+    where the backend fuses). ReLU's derivative is
     read from the output (y > 0 exactly where x @ w + b > 0), so nothing else is saved."""
 
     __slots__ = ()

@@ -1,4 +1,4 @@
-"""Layers: the building blocks of the blog's MLP."""
+"""Layers and the loss: the building blocks of the blog's MLP."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 from . import functions as F
 from .device import Device, as_device
-from .tensor import Tensor, cross_entropy_with_softmax, randn, zeros
+from .tensor import Tensor, randn, zeros
 
 
 class Module:
@@ -44,7 +44,7 @@ class FeedForward(Module):
         a 2-D input takes one fused op; otherwise the separate ops of the blog."""
         if x.backend.fusion_enabled() and x.ndim == 2 and x.shape[1] == self.weight.shape[0]:
             params = (self.weight,) if self.bias is None else (self.weight, self.bias)
-            return F.Linear.apply(x, *params, relu=relu)
+            return F.FusedLinear.apply(x, *params, relu=relu)
         y = x @ self.weight
         y = y + self.bias if self.bias is not None else y
         return y.relu() if relu else y
@@ -87,6 +87,15 @@ class Sequential(Module):
             x = layer(x)
             i += 1
         return x
+
+
+def cross_entropy_with_softmax(logits: Tensor, target: Tensor) -> Tensor:
+    """Mean cross-entropy of softmax(logits) against (one-hot or soft) targets."""
+    if logits.ndim != 2 or logits.shape != target.shape:
+        raise ValueError(
+            f"cross entropy needs 2-D logits and targets of one shape, got {logits.shape} and {target.shape}"
+        )
+    return F.SoftmaxCrossEntropy.apply(logits, target)
 
 
 class CrossEntropyWithSoftmax:

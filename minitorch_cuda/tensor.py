@@ -15,22 +15,7 @@ import numpy as np
 
 from . import functions as F
 from .autograd import backward as _backward
-from .device import Device, as_device, cpu, require_cuda
-
-_backends: dict[str, object] = {}
-
-
-def backend_for(device: Device):
-    """The op namespace for a device (the CUDA one is imported on first use)."""
-    backend = _backends.get(device.kind)
-    if backend is None:
-        if device.kind == "cpu":
-            from . import backend_cpu as backend
-        else:
-            require_cuda()
-            from .cuda import backend
-        _backends[device.kind] = backend
-    return backend
+from .device import Device, as_device, backend_for, cpu
 
 
 def _as_float32(data) -> np.ndarray:
@@ -350,12 +335,3 @@ def randn(shape, std: float = 1.0, seed: int | None = None, device=None, require
     out = Tensor(backend_for(device).randn(_check_shape(shape), float(std), int(seed)), device)
     out.requires_grad = requires_grad
     return out
-
-
-def cross_entropy_with_softmax(logits: Tensor, target: Tensor) -> Tensor:
-    """Mean cross-entropy of softmax(logits) against (one-hot or soft) targets."""
-    if logits.ndim != 2 or logits.shape != target.shape:
-        raise ValueError(
-            f"cross entropy needs 2-D logits and targets of one shape, got {logits.shape} and {target.shape}"
-        )
-    return F.SoftmaxCrossEntropy.apply(logits, target)

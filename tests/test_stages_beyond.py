@@ -151,7 +151,7 @@ def test_linear_function_forward_and_backward_on_cpu(relu, bias):
         return np.maximum(z, 0.0) if relu else z
 
     tensors = [mt.tensor(a.astype(np.float32), requires_grad=True) for a in arrays]
-    out = F.Linear.apply(*tensors, relu=relu)
+    out = F.FusedLinear.apply(*tensors, relu=relu)
     assert_close(out, ref(*arrays), 1e-5, 1e-4, "linear forward")
     weight = rng.standard_normal(out.shape)
     out.backward(mt.tensor(weight.astype(np.float32)))

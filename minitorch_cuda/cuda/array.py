@@ -9,17 +9,10 @@ from __future__ import annotations
 
 import math
 
+from ..strides import contiguous_strides
 from .memory import DeviceBuffer
 
 ITEMSIZE = 4  # float32 and int32 alike
-
-
-def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for dim in reversed(shape):
-        strides.append(step)
-        step *= dim
-    return tuple(reversed(strides))
 
 
 class DeviceArray:

@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 
+from ..strides import contiguous_strides
 from .cases import DTYPES, numpy_dtype
 
 
@@ -44,14 +45,6 @@ class _TritonDtype:
 _TRITON_DTYPES = {name: _TritonDtype(d.triton) for name, d in DTYPES.items()}
 
 
-def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for dim in reversed(shape):
-        strides.append(step)
-        step *= dim
-    return tuple(reversed(strides))
-
-
 class TileArray:
     """A typed, contiguous view of device memory at ``ptr`` (owned by ``owner``)."""
 
@@ -59,7 +52,7 @@ class TileArray:
         if dtype not in DTYPES:
             raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
         self.ptr, self.shape, self.kind = int(ptr), tuple(shape), dtype
-        self.strides = _contiguous_strides(self.shape)
+        self.strides = contiguous_strides(self.shape)
         self.size = math.prod(self.shape)
         self.itemsize = DTYPES[dtype].itemsize
         self.nbytes = self.size * self.itemsize
