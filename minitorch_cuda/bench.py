@@ -6,8 +6,9 @@
     python -m minitorch_cuda.bench --record --stages 0-12   # the whole ladder: *_beyond.json
     python -m minitorch_cuda.bench --only-kernels --json k.json   # matmul + bandwidth tables only
 
-Protocol (DESIGN.md): one warm-up call of 10 batches, then 5 timed epochs, the
-median reported. Stages 0 and 1 time fewer batches per epoch, as the blog did
+The blog's protocol (chapter 5, "How to benchmark"; the model and optimizer are
+``train.Protocol``): one warm-up call of 10 batches, then 5 timed epochs, the median
+reported. Stages 0 and 1 time fewer batches per epoch, as the blog did
 (every epoch still shuffles the whole training split); seconds per step make
 those rows comparable with the full-epoch ones.
 """

@@ -71,18 +71,14 @@ class Profile:
         self.records: list[Record] = []
 
     def begin(self):  # returns a token handed back to end()
-        from pycuda import driver
+        from .cuda.runtime import record_event  # (runtime imports this module)
 
-        start = driver.Event()
-        start.record()
-        return start
+        return record_event()
 
     def end(self, name: str, kind: str, start) -> None:
-        from pycuda import driver
+        from .cuda.runtime import record_event
 
-        stop = driver.Event()
-        stop.record()
-        self._pending.append((name, kind, start, stop))
+        self._pending.append((name, kind, start, record_event()))
 
     def _resolve(self) -> None:
         if not self._pending:

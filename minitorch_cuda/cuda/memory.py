@@ -11,9 +11,8 @@ from __future__ import annotations
 import contextlib
 from collections import defaultdict
 
-import pycuda.driver as drv
-
 from .. import profiler, stages
+from .runtime import DeviceMemoryError, allocate, capturing
 
 
 class MemoryPool:
@@ -28,8 +27,6 @@ class MemoryPool:
             profiler.counters.pool_hits += 1
             return free.pop()
         profiler.counters.pool_misses += 1
-        from .runtime import capturing  # (runtime imports this module)
-
         if capturing():  # the driver would refuse too, with a message that names nothing
             held = {size: len(a) for size, a in self._free.items() if a}
             raise RuntimeError(
@@ -66,12 +63,12 @@ pool = MemoryPool()
 def _allocate(nbytes: int, retry=None):
     profiler.counters.allocations += 1
     try:
-        return drv.mem_alloc(nbytes)
-    except drv.MemoryError:
+        return allocate(nbytes)
+    except DeviceMemoryError:
         if retry is None:
             raise
         retry()  # out of memory: return the pool's cache to the driver, try once more
-        return drv.mem_alloc(nbytes)
+        return allocate(nbytes)
 
 
 _keepers: list[list] = []

@@ -1,8 +1,16 @@
-"""The CUDA layer under the backend: compile, launch, copy, synchronize.
+"""The CUDA layer under the backend: compile, launch, allocate, copy, synchronize.
 
-Every call into the driver goes through this module, so that each one is
-checked, counted and (inside ``profiler.profile()``) timed, and so that the
-stage decides in one place whether a launch is followed by a device sync.
+Every call the framework makes into the driver goes through this module (allocations,
+copies, launches, events, synchronizations, device queries), so that each one is checked,
+counted and (inside ``profiler.profile()``) timed, and so that the stage decides in one
+place whether a launch is followed by a device sync. The objects it hands out are used
+through their own methods: ``memory.py`` frees allocations, ``profiler.py`` reads the
+events' times. Outside it, on purpose, PyCUDA is called directly by
+``device.py`` (the probe, which runs before this module may be imported), ``graphs.py``
+(its stream and, through cuda-bindings, the graph API PyCUDA lacks), and the measuring
+tools that work beside the framework rather than in it: ``bench.py`` (the events that
+time its matmul and bandwidth tables), ``tile_eval/`` (raw buffers shared with Triton,
+cuTile and CuPy) and the ``experiments/`` scripts.
 
 Launches and device-to-device copies go to the *current stream*: the legacy
 default stream unless ``on_stream(stream)`` chose another (CUDA graph capture,
@@ -230,6 +238,25 @@ def copy_dtoh(host: np.ndarray, src_ptr: int) -> None:
     """Blocking device-to-host copy: waits for all earlier work on the device."""
     _refuse_during_capture(f"a device-to-host copy of {host.nbytes} bytes")
     _copy("dtoh", host.nbytes, lambda: drv.memcpy_dtoh(host, src_ptr))
+
+
+class DeviceMemoryError(MemoryError):
+    """The device has no room left for an allocation."""
+
+
+def allocate(nbytes: int):
+    """``nbytes`` of device memory (cuMemAlloc): a pycuda allocation, freed by its ``free()``."""
+    try:
+        return drv.mem_alloc(nbytes)
+    except drv.MemoryError as exc:
+        raise DeviceMemoryError(f"cuMemAlloc of {nbytes} bytes failed: {exc}") from None
+
+
+def record_event():
+    """A CUDA event recorded now on the legacy stream (the profiler's timestamps)."""
+    event = drv.Event()
+    event.record()
+    return event
 
 
 def copy_dtod(dst_ptr: int, src_ptr: int, nbytes: int) -> None:
