@@ -51,7 +51,7 @@ MATMUL_KERNELS = {
     "matmul_regtiled": 9,  # the autotuned variant for the shape
     "matmul_tf32": 12,  # WMMA, any operands
     "matmul_tf32_async": 12,  # mma.sync and cp.async, operands in whole quads
-    "matmul_tf32_wgmma": 12,  # warpgroup MMA on Hopper, timed with its transpose of b (a @ b as stage 12 runs it)
+    "matmul_tf32_wgmma": 12,  # warpgroup MMA on Hopper, with its transpose of b (a @ b as stage 12 runs it)
 }
 BLOG_LAST_STAGE = 8  # the blog's ladder ends with Opt. 8; later stages are this course's own
 SLOW_KERNELS = {"matmul_naive", "matmul_transposed", "matmul_batched"}  # skipped above 1024^3
@@ -120,14 +120,14 @@ def profile_stage(stage: int, data, steps: int = 20, keep: int = 400) -> dict:
 
 
 def matmul_gflops(repeats: int = 20) -> dict:
-    """GFLOP/s of each matmul kernel and of cuBLAS (through PyTorch, FP32 and TF32) on the same shapes."""
+    """GFLOP/s of each matmul kernel (launchers.MATMULS, as the backend launches it) and of
+    cuBLAS (through PyTorch, FP32 and TF32) on the same shapes, in one run."""
     import pycuda.driver as drv
 
-    from .cuda import ops_matmul, registry
+    from .cuda import launchers
     from .cuda.array import DeviceArray
     from .cuda.autotune import tuner
     from .cuda.backend import from_numpy
-    from .cuda.signature import ASYNC_TILE, MMA_TILE, REGTILED_TILES
 
     rng = np.random.default_rng(0)
     rows = []
@@ -135,40 +135,22 @@ def matmul_gflops(repeats: int = 20) -> dict:
         a = from_numpy(rng.standard_normal((M, K), dtype=np.float32))
         b = from_numpy(rng.standard_normal((K, N), dtype=np.float32))
         c = DeviceArray.empty((M, N))
-        flops = 2.0 * M * N * K
-        row = {"label": label, "M": M, "N": N, "K": K, "gflops": {}}
+        g = launchers.Gemm(M, N, K)
+        row = {"label": label, "M": M, "N": N, "K": K, "gflops": {}, "skipped": {}}
         for name in MATMUL_KERNELS:
             if name in SLOW_KERNELS and M * N * K > 1024**3:
                 continue
-            if name == "matmul_tf32_wgmma":
-                if ops_matmul.wgmma_fits(K):
-                    wgmma = functools.partial(ops_matmul.matmul_wgmma, c, a, b, M, N, K, False, False, 0, 0, 1)
-                    row["gflops"][name] = flops / 1e9 / _median_seconds(wgmma, repeats, drv)
+            try:
+                seconds = _median_seconds(functools.partial(launchers.MATMULS[name], c, a, b, g), repeats, drv)
+            except ValueError as exc:  # the kernel cannot take this problem (or this GPU)
+                row["skipped"][name] = str(exc)
                 continue
-            kernel_name = name
-            if name == "matmul_regtiled":
-                tile = ops_matmul._regtiled_tile(c, a, b, M, N, K, False, False, 0, 0, 1)
-                kernel_name = f"matmul_regtiled_{tile}"
-                bm, bn, _, threads = REGTILED_TILES[tile]
-                grid, block = ((N + bn - 1) // bn, (M + bm - 1) // bm, 1), (threads, 1, 1)
-                row["regtiled_variant"] = tile
-            elif name.startswith("matmul_tf32"):
-                bm, bn, threads = ASYNC_TILE if name == "matmul_tf32_async" else MMA_TILE
-                grid, block = ((N + bn - 1) // bn, (M + bm - 1) // bm, 1), (threads, 1, 1)
-            else:
-                tile = 32 if name == "matmul_tiled" else 16
-                grid, block = ((N + tile - 1) // tile, (M + tile - 1) // tile, 1), (tile, tile, 1)
-            extra = {"matmul_naive": (), "matmul_transposed": (0, 0)}.get(name, (0, 0, 0, 0))
-            kernel = registry.get(kernel_name)
-            if name == "matmul_tf32_async" and (N % 4 or K % 4):
-                continue  # it copies whole quads of A's and B's rows
-            args = (c.ptr, a.ptr, b.ptr, M, N, K, *extra)
-            launch = functools.partial(kernel.launch_async, grid, block, None, *args)
-            row["gflops"][name] = flops / 1e9 / _median_seconds(launch, repeats, drv)
+            row["gflops"][name] = g.flops / 1e9 / seconds
+        row["regtiled_variant"] = launchers.regtiled_tile(c, a, b, g)
         for key, tf32 in (("cublas", False), ("cublas_tf32", True)):
             seconds = _cublas_seconds(M, N, K, repeats, tf32)
             if seconds:
-                row["gflops"][key] = flops / 1e9 / seconds
+                row["gflops"][key] = g.flops / 1e9 / seconds
         rows.append(row)
     return {"rows": rows, "repeats": repeats, "autotune": tuner.choices()}
 
@@ -180,47 +162,35 @@ def bandwidth_table(repeats: int = 10) -> dict:
     holds the row in registers)."""
     import pycuda.driver as drv
 
-    from .cuda import registry
+    from .cuda import launchers
     from .cuda.array import DeviceArray
-    from .cuda.ops_math import block_row_threads
-    from .cuda.runtime import multiprocessors
+    from .cuda.runtime import copy_dtod
 
     n = 1 << 28
     x, y, out = DeviceArray.empty((n,)), DeviceArray.empty((n,)), DeviceArray.empty((n,))
-    registry.get("ew_fill").function.prepared_call(((n + 255) // 256, 1, 1), (256, 1, 1), x.ptr, 1.0, n)
-    registry.get("ew_fill").function.prepared_call(((n + 255) // 256, 1, 1), (256, 1, 1), y.ptr, 2.0, n)
-    scalar_grid, block = ((n + 255) // 256, 1, 1), (256, 1, 1)
-    vec_grid = (min(-(-(n // 4) // 256), 8 * multiprocessors()), 1, 1)
-    cases = {
-        "memcpy_dtod": (2, lambda: drv.memcpy_dtod(out.ptr, x.ptr, 4 * n)),
-        "ew_add": (3, ("ew_add", scalar_grid, (out.ptr, x.ptr, y.ptr, n, 1, n))),
-        "ew_add_vec4": (3, ("ew_add_vec4", vec_grid, (out.ptr, x.ptr, y.ptr, n, 1, n))),
-        "ew_relu": (2, ("ew_relu", scalar_grid, (out.ptr, x.ptr, n))),
-        "ew_relu_vec4": (2, ("ew_relu_vec4", vec_grid, (out.ptr, x.ptr, n))),
+    launchers.elementwise("ew_fill", n, x, 1.0, n)
+    launchers.elementwise("ew_fill", n, y, 2.0, n)
+    rows, cols = 8192, 8192
+    softmax_share = 2 * rows * cols / n  # arrays of n floats a softmax pass moves
+    cases = {  # name: (arrays of n floats moved, the call)
+        "memcpy_dtod": (2, lambda: copy_dtod(out.ptr, x.ptr, 4 * n)),
+        "ew_add": (3, lambda: launchers.elementwise("ew_add", n, out, x, y, n, 1, n)),
+        "ew_add_vec4": (3, lambda: launchers.elementwise_vec4("ew_add_vec4", n, out, x, y, n, 1, n)),
+        "ew_relu": (2, lambda: launchers.elementwise("ew_relu", n, out, x, n)),
+        "ew_relu_vec4": (2, lambda: launchers.elementwise_vec4("ew_relu_vec4", n, out, x, n)),
+        **{
+            name: (softmax_share, functools.partial(launchers.softmax_rows, name, out, x, rows, cols))
+            for name in ("softmax_rows_shuffle", "softmax_rows_online", "softmax_rows_block")
+        },
     }
-    rows_, cols_ = 8192, 8192
-    cases["softmax_rows_shuffle"] = (2 * rows_ * cols_ / n, ("softmax_rows_shuffle", (rows_, 1, 1), None))
-    cases["softmax_rows_online"] = (2 * rows_ * cols_ / n, ("softmax_rows_online", (rows_, 1, 1), None))
-    cases["softmax_rows_block"] = (2 * rows_ * cols_ / n, ("softmax_rows_block", (rows_, 1, 1), None))
     table = {}
-    for name, (arrays, how) in cases.items():
-        if callable(how):
-            call = how
-        else:
-            kernel, grid, args = how
-            if args is None:  # softmax: (out, in, rows, cols), as ops_math launches it
-                args = (out.ptr, x.ptr, rows_, cols_)
-                threads = {"shuffle": 1024, "online": 256, "block": block_row_threads(cols_)}
-                block_ = (threads[kernel.rsplit("_", 1)[1]], 1, 1)
-            else:
-                block_ = block
-            call = functools.partial(registry.get(kernel).function.prepared_async_call, grid, block_, None, *args)
+    for name, (arrays, call) in cases.items():
         seconds = _median_seconds(call, repeats, drv)
         table[name] = {"bytes": arrays * 4 * n, "seconds": seconds, "gb_per_s": arrays * 4 * n / seconds / 1e9}
     copy = table["memcpy_dtod"]["gb_per_s"]
     for row in table.values():
         row["share_of_copy"] = row["gb_per_s"] / copy
-    return {"n": n, "softmax_shape": [rows_, cols_], "kernels": table}
+    return {"n": n, "softmax_shape": [rows, cols], "kernels": table}
 
 
 def format_bandwidth(table: dict) -> str:

@@ -127,19 +127,20 @@ def _wgmma_workload(rng) -> None:
     directly on small odd shapes (partial tiles, a batch, a transposed operand) instead."""
     import numpy as np
 
-    from minitorch_cuda.cuda import ops_matmul
+    from minitorch_cuda.cuda import launchers
     from minitorch_cuda.cuda.array import DeviceArray
     from minitorch_cuda.cuda.backend import from_numpy
     from minitorch_cuda.cuda.ops_tensor import to_numpy
+    from minitorch_cuda.cuda.runtime import arch
 
-    if not ops_matmul.wgmma_fits(36):
+    if not launchers.wgmma_fits(36, arch()):
         return
-    M, N, K, batch = 137, 263, 36, 2
-    a = rng.standard_normal((batch, K, M)).astype(np.float32)  # stored transposed: ta=True
-    b = rng.standard_normal((K, N)).astype(np.float32)
-    out = DeviceArray.empty((batch, M, N))
-    ops_matmul.matmul_wgmma(out, from_numpy(a), from_numpy(b), M, N, K, True, False, K * M, 0, batch)
-    _check_tf32(to_numpy(out), a.transpose(0, 2, 1), b, "stage 12: matmul_wgmma")
+    a = rng.standard_normal((2, 36, 137)).astype(np.float32)  # stored transposed: ta=True
+    b = rng.standard_normal((36, 263)).astype(np.float32)
+    g = launchers.Gemm.of(a, b, ta=True)  # 137 x 263 x 36, batch 2, B broadcast
+    out = DeviceArray.empty((g.batch, g.M, g.N))
+    launchers.matmul_tf32_wgmma(out, from_numpy(a), from_numpy(b), g)
+    _check_tf32(to_numpy(out), a.transpose(0, 2, 1), b, "stage 12: matmul_tf32_wgmma")
 
 
 def _check_tf32(got, a, b, what: str) -> None:

@@ -136,19 +136,20 @@ WGMMA_LAUNCHES = f"""
 import json, sys
 sys.path.insert(0, {str(TESTS)!r})
 import standin_pycuda  # noqa: F401  (before anything imports pycuda)
-from minitorch_cuda.cuda import ops_matmul
+from minitorch_cuda.cuda import launchers
 from minitorch_cuda.cuda.array import DeviceArray
 
 calls = []  # name, grid, block and the arguments after the pointers (2 for a transpose, 3 for wgmma)
 def launch(kernel, grid, block, *args, shapes=()):
     calls.append([kernel.name, grid, block, args[2 if kernel.name == "transpose_2d" else 3:]])
-ops_matmul.launch = launch
+launchers.launch = launch
 M, N, K, batch = 70, 300, 36, 3
 for ta in (False, True):
     for tb in (False, True):
         a = DeviceArray.empty((batch, K, M) if ta else (batch, M, K))
         b = DeviceArray.empty((K, N) if not tb else (N, K))  # shared by the batch
-        ops_matmul.matmul_wgmma(DeviceArray.empty((batch, M, N)), a, b, M, N, K, ta, tb, M * K, 0, batch)
+        g = launchers.Gemm(M, N, K, ta, tb, M * K, 0, batch)
+        launchers.matmul_tf32_wgmma(DeviceArray.empty((batch, M, N)), a, b, g)
 print(json.dumps(calls))
 """
 
@@ -180,11 +181,11 @@ import json, sys
 sys.path.insert(0, {str(TESTS)!r})
 import standin_pycuda  # noqa: F401  (before anything imports pycuda; it answers sm_90)
 from minitorch_cuda import stages
-from minitorch_cuda.cuda import ops_matmul
+from minitorch_cuda.cuda import launchers, ops_matmul
 from minitorch_cuda.cuda.array import DeviceArray
 
 routes = []  # the kernels each product launches
-ops_matmul.launch = lambda kernel, *args, shapes=(): routes[-1].append(kernel.name)
+launchers.launch = lambda kernel, *args, shapes=(): routes[-1].append(kernel.name)
 with stages.use_stage(12):
     for M, N, K in ((1024, 1024, 1024), (1024, 1024, 1022), (64, 256, 784), (2048, 10, 128)):
         routes.append([])

@@ -197,27 +197,22 @@ def _reference(a, b, ta, tb):
 
 
 def _launch_matmul(name, a, b, M, N, K, ta, tb, bias=None, relu=False):
-    """Launch one named matmul kernel directly (no autotuner) on uploaded a, b."""
-    from minitorch_cuda.cuda import backend, registry
+    """Launch one named matmul kernel through its launcher (no autotuner) on uploaded a, b."""
+    from minitorch_cuda.cuda import backend, launchers
     from minitorch_cuda.cuda.array import DeviceArray
-    from minitorch_cuda.cuda.runtime import launch
-    from minitorch_cuda.cuda.kernel_table import ASYNC_TILE, MMA_TILE
 
     da, db = backend.from_numpy(a), backend.from_numpy(b)
-    batch = max(int(np.prod(a.shape[:-2])), int(np.prod(b.shape[:-2])))
-    stride_a = M * K if a.ndim > 2 else 0
-    stride_b = K * N if b.ndim > 2 else 0
-    out = DeviceArray.empty(((batch,) if batch > 1 or a.ndim > 2 or b.ndim > 2 else ()) + (M, N))
-    if name.startswith(("matmul_regtiled_", "matmul_bias_act_")):
-        bm, bn, _, threads = REGTILED_TILES[name.rsplit("_", 1)[1]]
-    else:
-        bm, bn, threads = ASYNC_TILE if name == "matmul_tf32_async" else MMA_TILE
-    grid = ((N + bn - 1) // bn, (M + bm - 1) // bm, batch)
-    args = [out.ptr, da.ptr, db.ptr, M, N, K, int(ta), int(tb), stride_a, stride_b]
-    if name.startswith("matmul_bias_act_"):
+    g = launchers.Gemm.of(a, b, ta, tb)
+    assert (g.M, g.N, g.K) == (M, N, K)
+    out = DeviceArray.empty(((g.batch,) if a.ndim > 2 or b.ndim > 2 else ()) + (M, N))
+    family, _, tile = name.rpartition("_")
+    if family == "matmul_regtiled":
+        launchers.matmul_regtiled(out, da, db, g, tile=tile)
+    elif family == "matmul_bias_act":
         dbias = backend.from_numpy(bias) if bias is not None else None
-        args = args[:3] + [dbias.ptr if dbias is not None else 0] + args[3:] + [int(relu)]
-    launch(registry.get(name), grid, (threads, 1, 1), *args)
+        launchers.matmul_bias_act(out, da, db, dbias, g, relu, tile=tile)
+    else:
+        launchers.MATMULS[name](out, da, db, g)
     return backend.to_numpy(out)
 
 

@@ -12,23 +12,17 @@ from test_stages_beyond import FLAGS, _matmul_inputs, _reference
 
 
 def _launch_wgmma(a, b, M, N, K):
-    """matmul_tf32_wgmma on a (batch?, M, K) and b (batch?, N, K): C = A B^T."""
-    from minitorch_cuda.cuda import backend, registry
+    """matmul_tf32_wgmma on a (batch?, M, K) and b (batch?, N, K): C = A B^T, nothing to transpose."""
+    from minitorch_cuda.cuda import backend, launchers
     from minitorch_cuda.cuda.array import DeviceArray
-    from minitorch_cuda.cuda.runtime import arch, launch
-    from minitorch_cuda.cuda.kernel_table import WGMMA_TILE
+    from minitorch_cuda.cuda.runtime import arch
 
     if arch() != "sm_90":
         pytest.skip(f"wgmma needs a Hopper GPU (sm_90); this one is {arch()}")
-    da, db = backend.from_numpy(a), backend.from_numpy(b)
-    batch = max(a.shape[0] if a.ndim > 2 else 1, b.shape[0] if b.ndim > 2 else 1)
-    out = DeviceArray.empty(((batch,) if batch > 1 else ()) + (M, N))
-    bm, bn, threads = WGMMA_TILE
-    grid = ((N + bn - 1) // bn, (M + bm - 1) // bm, batch)
-    stride_a, stride_b = (M * K if a.ndim > 2 else 0), (N * K if b.ndim > 2 else 0)
-    launch(
-        registry.get("matmul_tf32_wgmma"), grid, (threads, 1, 1), out.ptr, da.ptr, db.ptr, M, N, K, stride_a, stride_b
-    )
+    g = launchers.Gemm.of(a, b, tb=True)
+    assert (g.M, g.N, g.K) == (M, N, K)
+    out = DeviceArray.empty(((g.batch,) if g.batch > 1 else ()) + (M, N))
+    launchers.matmul_tf32_wgmma(out, backend.from_numpy(a), backend.from_numpy(b), g)
     return backend.to_numpy(out)
 
 
@@ -75,30 +69,32 @@ def test_tf32_wgmma_batched():
 @pytest.mark.parametrize(("ta", "tb"), FLAGS)
 @pytest.mark.parametrize(("shape", "broadcast_b"), [((72, 76, 84), False), ((132, 260, 300), True)], ids=str)
 def test_matmul_wgmma_takes_every_flag_pair(ta, tb, shape, broadcast_b):
-    """The ops-level path: operands stored the other way round are transposed first."""
-    from minitorch_cuda.cuda import backend, ops_matmul
+    """Operands stored the other way round are transposed first (B once where it is broadcast)."""
+    from minitorch_cuda.cuda import backend, launchers
     from minitorch_cuda.cuda.array import DeviceArray
+    from minitorch_cuda.cuda.runtime import arch
 
     M, N, K = shape
-    if not ops_matmul.wgmma_fits(K):
+    if not launchers.wgmma_fits(K, arch()):
         pytest.skip("wgmma needs a Hopper GPU (sm_90)")
     a, b = _matmul_inputs(M, N, K, ta, tb, (2,), () if broadcast_b else (2,), seed=18)
     ref, scale = _reference(a, b, ta, tb)
     out = DeviceArray.empty((2, M, N))
-    da, db = backend.from_numpy(a), backend.from_numpy(b)
-    ops_matmul.matmul_wgmma(out, da, db, M, N, K, ta, tb, M * K, 0 if broadcast_b else K * N, 2)
+    g = launchers.Gemm.of(a, b, ta, tb)
+    launchers.matmul_tf32_wgmma(out, backend.from_numpy(a), backend.from_numpy(b), g)
     got = backend.to_numpy(out)
     assert np.all(np.abs(got - ref) <= 2.5e-3 * scale + 1e-6), _where_wrong(got, ref, scale, 2.5e-3)
 
 
 @pytest.mark.gpu
 def test_transpose_2d_is_exact():
-    from minitorch_cuda.cuda import backend, ops_matmul
+    from minitorch_cuda.cuda import backend, launchers
+    from minitorch_cuda.cuda.array import DeviceArray
 
     x = np.random.default_rng(19).standard_normal((3, 37, 70)).astype(np.float32)
-    out, stride = ops_matmul._transposed(backend.from_numpy(x), 37, 70, 37 * 70, 3)
+    out = DeviceArray.empty((3, 70, 37))
+    launchers.transpose(out, backend.from_numpy(x), 37, 70, 37 * 70, 3)
     np.testing.assert_array_equal(backend.to_numpy(out), np.swapaxes(x, 1, 2))
-    assert stride == 37 * 70
-    once, stride = ops_matmul._transposed(backend.from_numpy(x[0]), 37, 70, 0, 3)  # a broadcast operand
+    once = DeviceArray.empty((1, 70, 37))
+    launchers.transpose(once, backend.from_numpy(x[0]), 37, 70, 0, 1)  # a broadcast operand: once
     np.testing.assert_array_equal(backend.to_numpy(once)[0], x[0].T)
-    assert stride == 0 and once.shape == (1, 70, 37)

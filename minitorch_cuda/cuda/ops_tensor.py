@@ -5,10 +5,20 @@ from __future__ import annotations
 import numpy as np
 
 from .. import stages
+from . import launchers
 from .array import ITEMSIZE, DeviceArray
-from .launchers import _elementwise, _elementwise_vec
 from .memory import DeviceBuffer
 from .runtime import copy_dtod, copy_dtoh, copy_htod, synchronize
+
+
+def elementwise_at_stage(name: str, n: int, *args) -> None:
+    """An elementwise kernel, from stage 9 in its float4 variant where it has one and every
+    array argument is 16-byte aligned (fresh buffers are; row slices of odd widths may not be)."""
+    arrays = [a for a in args if hasattr(a, "ptr")]
+    if stages.vectorized_kernels() and launchers.has_vec4(name) and launchers.aligned16(*arrays):
+        launchers.elementwise_vec4(f"{name}_vec4", n, *args)
+    else:
+        launchers.elementwise(name, n, *args)
 
 
 def empty(shape: tuple[int, ...]) -> DeviceArray:
@@ -57,14 +67,14 @@ def randn(shape: tuple[int, ...], std: float, seed: int) -> DeviceArray:
         # Stages 0-3: the host draws and copies, exactly as the CPU backend draws.
         return from_numpy(np.random.default_rng(seed).standard_normal(shape) * std)
     out = DeviceArray.empty(shape)
-    _elementwise("init_normal", out.size, out.ptr, out.size, float(std), seed & 0xFFFFFFFF, shapes=(shape,))
+    launchers.elementwise("init_normal", out.size, out, out.size, float(std), seed & 0xFFFFFFFF)
     return out
 
 
 def fill_(x: DeviceArray, value: float) -> None:
     if not x.is_contiguous():
         raise ValueError("fill_ needs a contiguous tensor")
-    _elementwise_vec("ew_fill", x.size, (x.ptr,), x.ptr, float(value), x.size, shapes=(x.shape,))
+    elementwise_at_stage("ew_fill", x.size, x, float(value), x.size)
 
 
 def contiguous(x: DeviceArray) -> DeviceArray:
@@ -75,7 +85,7 @@ def contiguous(x: DeviceArray) -> DeviceArray:
     shape = (1,) * (4 - x.ndim) + x.shape
     strides = (0,) * (4 - x.ndim) + x.strides
     out = DeviceArray.empty(x.shape)
-    _elementwise("strided_copy", out.size, out.ptr, x.ptr, out.size, *shape[1:], *strides, shapes=(x.shape,))
+    launchers.elementwise("strided_copy", out.size, out, x, out.size, *shape[1:], *strides)
     return out
 
 
@@ -128,7 +138,7 @@ def take_rows(x: DeviceArray, indices: np.ndarray) -> DeviceArray:
             synchronize("a row copy")  # cudaMemcpy semantics: the host waits for each row
         return out
     d_idx = _upload_indices(indices)
-    _elementwise("gather_rows", out.size, out.ptr, x.ptr, d_idx.ptr, rows, row_len, shapes=(x.shape, (rows,)))
+    launchers.elementwise("gather_rows", out.size, out, x, d_idx, rows, row_len)
     return out
 
 
@@ -138,16 +148,7 @@ def scatter_add_rows(grad: DeviceArray, indices: np.ndarray, n_rows: int) -> Dev
     row_len = grad.size // grad.shape[0]
     out = full((n_rows,) + grad.shape[1:], 0.0)
     d_idx = _upload_indices(indices)
-    _elementwise(
-        "scatter_add_rows",
-        grad.size,
-        out.ptr,
-        grad.ptr,
-        d_idx.ptr,
-        len(indices),
-        row_len,
-        shapes=(grad.shape, (n_rows,)),
-    )
+    launchers.elementwise("scatter_add_rows", grad.size, out, grad, d_idx, len(indices), row_len)
     return out
 
 

@@ -22,7 +22,10 @@ import pycuda.driver as drv
 from pycuda.compiler import SourceModule
 
 from minitorch_cuda import bench
-from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, async_launch, kernel_defines
+from minitorch_cuda.cuda import backend, launchers
+from minitorch_cuda.cuda.array import DeviceArray
+from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, SPECS, async_launch, kernel_defines
+from minitorch_cuda.cuda.runtime import Kernel
 
 # name: BN, WM, WN, STAGES, MIN_BLOCKS, KK_UNROLL, truncate
 SHAPES = {
@@ -41,35 +44,32 @@ CVT = 'asm("cvt.rna.tf32.f32 %0, %1;\\n" : "=r"(r) : "f"(x));'
 SIZES = (1024, 2048, 4096)
 
 
-def compile_shape(source: str, shape: tuple):
+def compile_shape(source: str, shape: tuple) -> tuple[Kernel, tuple[int, int, int]]:
+    """matmul_tf32_async compiled with this shape's #defines, and its (BM, BN, threads)."""
     *values, truncate = shape
     options = [f"-DASYNC_{k}={v}" for k, v in zip(KEYS, values)]
     source = source.replace(CVT, "r = __float_as_uint(x);") if truncate else source
     module = SourceModule(source, no_extern_c=True, arch="sm_90", include_dirs=[str(KERNEL_DIR)], options=options)
-    fn = module.get_function("matmul_tf32_async")
-    fn.prepare("PPPiiiiiii")
-    (_, bn, threads), smem = async_launch({**kernel_defines("mma_async.cu", "ASYNC"), **dict(zip(KEYS, values))})
-    fn.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
-    return fn, bn, threads, smem
+    tile, smem = async_launch({**kernel_defines("mma_async.cu", "ASYNC"), **dict(zip(KEYS, values))})
+    spec = SPECS["matmul_tf32_async"]
+    return Kernel("matmul_tf32_async", module, "matmul_tf32_async", spec.signature, smem), tile
 
 
-def max_error(fn, bn, threads, smem, rng) -> float:
+def max_error(kernel: Kernel, tile: tuple, rng) -> float:
     M, N, K = 264, 260, 300
     worst = 0.0
-    for ta in (0, 1):
-        for tb in (0, 1):
+    for ta in (False, True):
+        for tb in (False, True):
             a = rng.standard_normal((K, M) if ta else (M, K)).astype(np.float32)
             b = rng.standard_normal((N, K) if tb else (K, N)).astype(np.float32)
-            c = np.empty((M, N), np.float32)
-            dc = drv.mem_alloc(c.nbytes)
-            grid = (-(-N // bn), -(-M // 128), 1)
-            fn.prepared_call(
-                grid, (threads, 1, 1), dc, drv.to_device(a), drv.to_device(b), M, N, K, ta, tb, 0, 0, shared_size=smem
-            )
-            drv.memcpy_dtoh(c, dc)
+            c = DeviceArray.empty((M, N))
+            problem = launchers.Gemm(M, N, K, ta, tb)
+            da, db = backend.from_numpy(a), backend.from_numpy(b)
+            launchers.matmul_tf32_async(c, da, db, problem, kernel=kernel, tile=tile)
             a64 = a.astype(np.float64).T if ta else a.astype(np.float64)
             b64 = b.astype(np.float64).T if tb else b.astype(np.float64)
-            worst = max(worst, float(np.max(np.abs(c - a64 @ b64) / (np.abs(a64) @ np.abs(b64)))))
+            got = backend.to_numpy(c)
+            worst = max(worst, float(np.max(np.abs(got - a64 @ b64) / (np.abs(a64) @ np.abs(b64)))))
     return worst
 
 
@@ -83,22 +83,22 @@ def main() -> None:
     rng = np.random.default_rng(0)
     rows = {}
     for name, shape in SHAPES.items():
-        fn, bn, threads, smem = compile_shape(source, shape)
+        kernel, tile = compile_shape(source, shape)
         row = {
-            "registers": fn.num_regs,
-            "local_bytes": fn.local_size_bytes,
-            "threads": threads,
-            "smem": smem,
-            "max_rel_err": max_error(fn, bn, threads, smem, rng),
+            "registers": kernel.function.num_regs,
+            "local_bytes": kernel.function.local_size_bytes,
+            "threads": tile[2],
+            "smem": kernel.shared_bytes,
+            "max_rel_err": max_error(kernel, tile, rng),
             "gflops": {},
         }
         for n in SIZES:
-            a, b = (drv.to_device(rng.standard_normal((n, n)).astype(np.float32)) for _ in range(2))
-            c = drv.mem_alloc(4 * n * n)
-            grid = (-(-n // bn), -(-n // 128), 1)
-            args = (grid, (threads, 1, 1), None, c, a, b, n, n, n, 0, 0, 0, 0)
-            call = functools.partial(fn.prepared_async_call, *args, shared_size=smem)
-            row["gflops"][str(n)] = 2 * n**3 / bench._median_seconds(call, 10, drv) / 1e9
+            a, b = (backend.from_numpy(rng.standard_normal((n, n)).astype(np.float32)) for _ in range(2))
+            problem = launchers.Gemm(n, n, n)
+            call = functools.partial(
+                launchers.matmul_tf32_async, DeviceArray.empty((n, n)), a, b, problem, kernel=kernel, tile=tile
+            )
+            row["gflops"][str(n)] = problem.flops / bench._median_seconds(call, 10, drv) / 1e9
         rows[name] = row
         print(name, row, flush=True)
     cublas = {str(n): 2 * n**3 / bench._cublas_seconds(n, n, n, 10, True) / 1e9 for n in SIZES}

@@ -2,11 +2,12 @@
 
     python3 -m minitorch_cuda.experiments.tf32_wgmma --json $OUT/tf32_wgmma.json
 
-The wgmma kernel computes C = A B^T from K-contiguous operands; the others get A and B as
-stored (no transposes), as stage 12's mma.sync path does for a @ b. "matmul_wgmma a @ b" is
-what stage 12 runs from 1024^3 multiply-adds up on Hopper (ops_matmul.WGMMA_MIN_PRODUCT):
-ops_matmul.matmul_wgmma, B transposed first, then the kernel. Before timing, each kernel's
-result at 264 x 260 x 300 is held to float64 (largest error relative to |A| |B|).
+The wgmma kernel computes C = A B^T from K-contiguous operands: "matmul_tf32_wgmma" times it
+alone, given B^T. mma.sync gets A and B as stored, as stage 12's mma.sync path does for a @ b.
+"matmul_wgmma a @ b" is what stage 12 runs from 1024^3 multiply-adds up on Hopper
+(ops_matmul.WGMMA_MIN_PRODUCT): the same launcher given B as stored, which transposes it first.
+Before timing, each result at 264 x 260 x 300 is held to float64 (largest error relative to
+|A| |B|). Every launch goes through cuda/launchers.py, as the backend's does.
 """
 
 import argparse
@@ -19,34 +20,34 @@ import pycuda.autoprimaryctx  # noqa: F401
 import pycuda.driver as drv
 
 from minitorch_cuda import bench
-from minitorch_cuda.cuda import backend, ops_matmul, registry
+from minitorch_cuda.cuda import backend, launchers, registry
 from minitorch_cuda.cuda.array import DeviceArray
-from minitorch_cuda.cuda.kernel_table import ASYNC_TILE, WGMMA_TILE
+from minitorch_cuda.cuda.kernel_table import SPECS
 
 SIZES = (1024, 2048, 4096)
+CASES = {  # row: (launcher, whether B is handed over as B^T, N x K)
+    "matmul_tf32_wgmma": (launchers.matmul_tf32_wgmma, True),
+    "matmul_tf32_async": (launchers.matmul_tf32_async, False),
+    "matmul_wgmma a @ b": (launchers.matmul_tf32_wgmma, False),
+}
 
 
-def launcher(name: str, a, b, c, M: int, N: int, K: int):
-    """A call that launches kernel ``name`` once on device arrays (b is N x K for wgmma)."""
-    kernel = registry.get(name)
-    bm, bn, threads = WGMMA_TILE if name == "matmul_tf32_wgmma" else ASYNC_TILE
-    grid = (-(-N // bn), -(-M // bm), 1)
-    flags = () if name == "matmul_tf32_wgmma" else (0, 0)  # a @ b, both as stored
-    args = (c, a, b, M, N, K, *flags, 0, 0)
-    return functools.partial(kernel.launch_async, grid, (threads, 1, 1), None, *args)
+def operands(rng, M: int, N: int, K: int, b_transposed: bool):
+    """Host A and B, the problem, and A and B on the device as the case hands them over."""
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    stored_b = np.ascontiguousarray(b.T) if b_transposed else b
+    problem = launchers.Gemm(M, N, K, tb=b_transposed)
+    return a, b, problem, backend.from_numpy(a), backend.from_numpy(stored_b)
 
 
 def max_error(name: str, rng) -> float:
-    M, N, K = 264, 260, 300
-    a = rng.standard_normal((M, K)).astype(np.float32)
-    b = rng.standard_normal((K, N)).astype(np.float32)
-    stored_b = np.ascontiguousarray(b.T) if name == "matmul_tf32_wgmma" else b
-    c = np.empty((M, N), np.float32)
-    dc = drv.mem_alloc(c.nbytes)
-    launcher(name, drv.to_device(a), drv.to_device(stored_b), dc, M, N, K)()
-    drv.memcpy_dtoh(c, dc)
+    launch, b_transposed = CASES[name]
+    a, b, problem, da, db = operands(rng, 264, 260, 300, b_transposed)
+    c = DeviceArray.empty((problem.M, problem.N))
+    launch(c, da, db, problem)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    return float(np.max(np.abs(c - a64 @ b64) / (np.abs(a64) @ np.abs(b64))))
+    return float(np.max(np.abs(backend.to_numpy(c) - a64 @ b64) / (np.abs(a64) @ np.abs(b64))))
 
 
 def main() -> None:
@@ -55,23 +56,16 @@ def main() -> None:
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     rows = {}
-    for name in ("matmul_tf32_wgmma", "matmul_tf32_async"):
-        kernel = registry.get(name).function
-        row = {"registers": kernel.num_regs, "max_rel_err": max_error(name, rng), "gflops": {}}
+    for name, (launch, b_transposed) in CASES.items():
+        row = {"max_rel_err": max_error(name, rng), "gflops": {}}
+        if name in SPECS:  # a kernel of its own (not a route through one)
+            row["registers"] = registry.get(name).function.num_regs
         for n in SIZES:
-            a, b = (drv.to_device(rng.standard_normal((n, n)).astype(np.float32)) for _ in range(2))
-            c = drv.mem_alloc(4 * n * n)
-            row["gflops"][str(n)] = 2 * n**3 / bench._median_seconds(launcher(name, a, b, c, n, n, n), 10, drv) / 1e9
+            _, _, problem, da, db = operands(rng, n, n, n, b_transposed)
+            call = functools.partial(launch, DeviceArray.empty((n, n)), da, db, problem)
+            row["gflops"][str(n)] = problem.flops / bench._median_seconds(call, 10, drv) / 1e9
         rows[name] = row
         print(name, row, flush=True)
-    row = {"gflops": {}}
-    for n in SIZES:
-        a, b = (backend.from_numpy(rng.standard_normal((n, n)).astype(np.float32)) for _ in range(2))
-        c = DeviceArray.empty((n, n))
-        call = functools.partial(ops_matmul.matmul_wgmma, c, a, b, n, n, n, False, False, 0, 0, 1)
-        row["gflops"][str(n)] = 2 * n**3 / bench._median_seconds(call, 10, drv) / 1e9
-    rows["matmul_wgmma a @ b"] = row
-    print("matmul_wgmma a @ b", row, flush=True)
     cublas = {str(n): 2 * n**3 / bench._cublas_seconds(n, n, n, 10, True) / 1e9 for n in SIZES}
     print("cublas tf32", cublas)
     out = {

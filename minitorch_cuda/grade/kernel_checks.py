@@ -2,8 +2,9 @@
 
 Every check does two things with the student's source:
 
-1. launches the kernel directly with the launch configuration the backend
-   uses, into output buffers that are poisoned and padded with guard zones on
+1. launches the kernel directly through the backend's own launcher
+   (``cuda/launchers.py``: the grid, block and argument order the backend
+   uses), into output buffers that are poisoned and padded with guard zones on
    both sides, on fresh random inputs of awkward sizes (not multiples of the
    block or tile): an empty kernel leaves the poison, an off-by-one writes into
    a guard zone or leaves the tail unwritten;
@@ -17,7 +18,7 @@ import math
 
 import numpy as np
 
-from ..cuda.kernel_table import REGTILED_TILES, prepare_signature
+from ..cuda.kernel_table import prepare_signature
 from .checks import (
     BOUNDARY,
     FORBIDDEN,
@@ -37,7 +38,6 @@ from .exercises import Exercise, check_entry
 
 POISON = np.float32(-1.2345678e30)
 GUARD = 256  # floats on each side of every buffer
-BLOCK = 256
 
 
 class Buffer:
@@ -104,12 +104,6 @@ class Override:
             fail(NOT_LAUNCHED, f"{what}: the framework never launched your kernel")
 
 
-def launch(kernel, grid, block, *args) -> None:
-    from ..cuda.runtime import launch as runtime_launch
-
-    runtime_launch(kernel, tuple(grid), tuple(block), *args)
-
-
 def static_checks(ex: Exercise, source) -> None:
     """The submission must be CUDA C with a ``__global__`` entry of the right name and parameters."""
     if not isinstance(source, str):
@@ -128,24 +122,16 @@ def _rng() -> np.random.Generator:
     return np.random.default_rng()
 
 
-def _grid1d(n: int) -> tuple[int, int, int]:
-    return ((n + BLOCK - 1) // BLOCK, 1, 1)
-
-
-def _tail(n: int, block: int = BLOCK) -> int:
+def _tail(n: int, block: int) -> int:
+    """Elements in the last block of a one-thread-per-element grid."""
     return n % block or block
-
-
-def _reduce_block(cols: int) -> int:
-    from ..cuda.launchers import _reduce_block as backend_reduce_block
-
-    return backend_reduce_block(cols)
 
 
 # --- 1.1 scale (standalone PyCUDA) ---------------------------------------------------
 
 
 def check_scale(ex: Exercise, source: str) -> list[str]:
+    from ..cuda import launchers
     from ..cuda.runtime import Kernel, compile_module
 
     kernel = Kernel("scale", compile_module(source, "your kernel 'scale'"), "scale", prepare_signature(ex.params))
@@ -157,8 +143,8 @@ def check_scale(ex: Exercise, source: str) -> list[str]:
         x = rng.standard_normal(n).astype(np.float32)
         alpha = np.float32(rng.uniform(-3, 3))
         out, inp = Buffer(n), Buffer(n, x)
-        launch(kernel, _grid1d(n), (BLOCK, 1, 1), out.ptr, inp.ptr, float(alpha), n)
-        compare(out.read(f"n={n}"), alpha * x, f"scale, n={n}", poison=POISON, tail=_tail(n))
+        launchers.elementwise(kernel, n, out, inp, float(alpha), n)  # the elementwise ops' 256-thread blocks
+        compare(out.read(f"n={n}"), alpha * x, f"scale, n={n}", poison=POISON, tail=_tail(n, launchers.BLOCK))
         if not np.array_equal(inp.read("the input"), x):
             fail(WRONG_RESULT, "the kernel modified its input")
     if counter.calls != len(sizes):
@@ -172,13 +158,15 @@ def check_scale(ex: Exercise, source: str) -> list[str]:
 def _check_unary(ex: Exercise, source: str, inputs, reference, op: str, atol: float, rtol: float) -> list[str]:
     import minitorch_cuda as mt
 
+    from ..cuda import launchers
+
     rng = _rng()
     sizes = [1, 255, 256, 257, 10_013]
     with Override(ex.kernel, source) as ov:
         for n in sizes:
             x = inputs(rng, n)
             out, inp = Buffer(n), Buffer(n, x)
-            launch(ov.kernel, _grid1d(n), (BLOCK, 1, 1), out.ptr, inp.ptr, n)
+            launchers.elementwise(ex.kernel, n, out, inp, n)
             got = out.read(f"{ex.kernel}, n={n}")
             compare(
                 got,
@@ -187,7 +175,7 @@ def _check_unary(ex: Exercise, source: str, inputs, reference, op: str, atol: fl
                 atol=atol,
                 rtol=rtol,
                 poison=POISON,
-                tail=_tail(n),
+                tail=_tail(n, launchers.BLOCK),
             )
         x = inputs(rng, 64 * 129).reshape(64, 129)
         before = ov.counter.calls
@@ -217,24 +205,23 @@ def _sigmoid_inputs(rng, n):
 def check_relu_vec4(ex: Exercise, source: str) -> list[str]:
     import minitorch_cuda as mt
 
-    from ..cuda.runtime import multiprocessors
+    from ..cuda import launchers
 
     if "float4" not in source:
         fail(FORBIDDEN, "move 16 bytes per load and per store: read and write float4")
     rng = _rng()
-    cap = 8 * multiprocessors()  # the backend's grid: one thread per float4, at most 8 blocks per SM
-    sizes = [5, 1023, 1, 3, 4, 1025, 4 * BLOCK + 3, 100_003]  # a float4 and a tail first
-    cases = [(n, max(1, min(-(-(n // 4) // BLOCK), cap)), BLOCK) for n in sizes]
-    small = [(100_003, 1, BLOCK), (100_001, 7, 128), (2**20 + 2, 3, BLOCK)]  # fewer threads than float4s
+    sizes = [5, 1023, 1, 3, 4, 1025, 4 * launchers.BLOCK + 3, 100_003]  # a float4 and a tail first
+    small = [(100_003, (1, 256)), (100_001, (7, 128)), (2**20 + 2, (3, 256))]  # fewer threads than float4s
     with Override(ex.kernel, source) as ov:
-        for n, blocks, threads in cases + small:
+        for n, undersized in [(n, None) for n in sizes] + small:
             x = (rng.standard_normal(n) * 3).astype(np.float32)
             out, inp = Buffer(n), Buffer(n, x)
-            launch(ov.kernel, (blocks, 1, 1), (threads, 1, 1), out.ptr, inp.ptr, n)
+            launchers.elementwise_vec4(ex.kernel, n, out, inp, n, undersized=undersized)
+            blocks, threads = undersized or (launchers.vec4_blocks(n), launchers.BLOCK)
             what = f"ew_relu_vec4, n={n}, {blocks} blocks of {threads}"
             got = out.read(what)
             unwritten = int((got[: 4 * (n // 4)] == POISON).sum())
-            if (n, blocks, threads) in small and 0 < unwritten < 4 * (n // 4):
+            if undersized and 0 < unwritten < 4 * (n // 4):
                 fail(
                     WRONG_RESULT,
                     f"{what}: {unwritten} values never written; with fewer threads than float4s each "
@@ -247,7 +234,8 @@ def check_relu_vec4(ex: Exercise, source: str) -> list[str]:
         ov.expect_launched("x.relu() at stage 9")
         compare(y, np.maximum(x, 0), "x.relu() on a (37, 129) tensor at stage 9", atol=0, rtol=0)
     return [
-        f"n in {sizes} with the backend's grid, and grids too small to cover n in one pass: {small}",
+        f"n in {sizes} with the backend's grid, and grids too small to cover n in one pass: {small}"
+        " (n, (blocks, threads))",
         "x.relu() at stage 9 runs your kernel",
     ]
 
@@ -261,6 +249,8 @@ _SHAPES_ROWS = [(64, 10), (7, 1000), (3, 3001), (5, 1), (2, 65), (1, 4096)]
 def check_softmax(ex: Exercise, source: str) -> list[str]:
     import minitorch_cuda as mt
 
+    from ..cuda import launchers
+
     forbid(source, _OWN_REDUCTION)
     rng = _rng()
     with Override(ex.kernel, source) as ov:
@@ -271,7 +261,7 @@ def check_softmax(ex: Exercise, source: str) -> list[str]:
             runs = []
             for _ in range(2):
                 out, inp = Buffer(x.size), Buffer(x.size, x)
-                launch(ov.kernel, (rows, 1, 1), (_reduce_block(cols), 1, 1), out.ptr, inp.ptr, rows, cols)
+                launchers.softmax_rows(ex.kernel, out, inp, rows, cols)
                 runs.append(out.read(f"softmax {rows}x{cols}").reshape(rows, cols))
             compare(runs[0], want, f"softmax {rows}x{cols}", atol=1e-6, rtol=1e-4, poison=POISON)
             if not np.array_equal(runs[0], runs[1]):
@@ -306,6 +296,7 @@ def _check_clip_gradients(rng, ov, shapes, what: str, rtol: float) -> None:
 
 
 def check_sumsq(ex: Exercise, source: str) -> list[str]:
+    from ..cuda import launchers
 
     forbid(source, _OWN_REDUCTION)
     rng = _rng()
@@ -317,7 +308,7 @@ def check_sumsq(ex: Exercise, source: str) -> list[str]:
             results = []
             for _ in range(3):
                 out, inp = Buffer(1), Buffer(n, x)
-                launch(ov.kernel, (1, 1, 1), (1024, 1, 1), out.ptr, inp.ptr, n)
+                launchers.sumsq(ex.kernel, out, inp, n)
                 results.append(out.read(f"sumsq n={n}"))
             if any(not np.array_equal(r, results[0]) for r in results):
                 fail(RACE, f"sumsq n={n}: three runs on one input gave {[float(r[0]) for r in results]}")
@@ -332,6 +323,8 @@ def check_sumsq(ex: Exercise, source: str) -> list[str]:
 def check_sum_rows(ex: Exercise, source: str) -> list[str]:
     import minitorch_cuda as mt
 
+    from ..cuda import launchers
+
     forbid(source, _OWN_REDUCTION)
     if "__shfl" not in source:
         fail(FORBIDDEN, "reduce within each warp with __shfl_down_sync (or __shfl_xor_sync)")
@@ -344,7 +337,7 @@ def check_sum_rows(ex: Exercise, source: str) -> list[str]:
             runs = []
             for _ in range(2):
                 out, inp = Buffer(rows), Buffer(x.size, x)
-                launch(ov.kernel, (rows, 1, 1), (_reduce_block(cols), 1, 1), out.ptr, inp.ptr, rows, cols, scale)
+                launchers.sum_rows(ex.kernel, out, inp, rows, cols, scale)
                 runs.append(out.read(f"row sums {rows}x{cols}"))
             compare(runs[0], want, f"row sums {rows}x{cols}", atol=1e-4, rtol=1e-4, poison=POISON)
             if not np.array_equal(runs[0], runs[1]):
@@ -369,7 +362,7 @@ def _xent_reference(x: np.ndarray, t: np.ndarray, scale: float) -> tuple[np.ndar
 def check_softmax_xent(ex: Exercise, source: str) -> list[str]:
     import minitorch_cuda as mt
 
-    from ..cuda.ops_math import XENT_THREADS
+    from ..cuda import launchers
 
     forbid(source, _OWN_REDUCTION | {r"\batomicAdd": "sum the losses in a fixed order: atomics make them vary"})
     rng = _rng()
@@ -380,10 +373,10 @@ def check_softmax_xent(ex: Exercise, source: str) -> list[str]:
             t[::3] = rng.dirichlet(np.ones(cols), len(t[::3]))  # soft targets on every third row
             scale = 1.0 / rows
             want_p, want_loss = _xent_reference(x, t, scale)
-            what, block, runs = f"softmax_xent_fused {rows}x{cols}", (min(XENT_THREADS, 32 * rows), 1, 1), []
+            what, runs = f"softmax_xent_fused {rows}x{cols}", []
             for _ in range(2):
                 probs, loss, d_x, d_t = Buffer(x.size), Buffer(1), Buffer(x.size, x), Buffer(t.size, t)
-                launch(ov.kernel, (1, 1, 1), block, probs.ptr, loss.ptr, d_x.ptr, d_t.ptr, rows, cols, scale)
+                launchers.softmax_xent_fused(probs, loss, d_x, d_t, rows, cols, scale)
                 runs.append((probs.read(f"{what}, probs").reshape(rows, cols), loss.read(f"{what}, loss")))
             compare(runs[0][0], want_p, f"{what}: probs", atol=1e-6, rtol=1e-4, poison=POISON)
             compare(runs[0][1], [want_loss], f"{what}: loss", atol=1e-5, rtol=1e-4, poison=POISON)
@@ -410,6 +403,7 @@ def check_softmax_xent(ex: Exercise, source: str) -> list[str]:
 
 
 def check_clip_scale(ex: Exercise, source: str) -> list[str]:
+    from ..cuda import launchers
 
     rng = _rng()
     cases = []
@@ -420,11 +414,12 @@ def check_clip_scale(ex: Exercise, source: str) -> list[str]:
             norm = math.sqrt(partials.sum())
             want = g * (max_norm / (norm + 1e-6)) if norm > max_norm else g
             buf, parts = Buffer(n, g), Buffer(3, partials.astype(np.float32))
-            launch(ov.kernel, _grid1d(n), (BLOCK, 1, 1), buf.ptr, parts.ptr, 3, float(max_norm), n)
+            launchers.elementwise(ex.kernel, n, buf, parts, 3, float(max_norm), n)
             got = buf.read(f"clip_scale n={n}")
             if norm > max_norm and np.array_equal(got, g):
                 fail(NO_WRITES, f"clip_scale n={n}: the gradient was not scaled (norm {norm:.3g} > {max_norm})")
-            compare(got, want, f"clip_scale n={n}, max_norm={max_norm}", atol=1e-7, rtol=1e-5, tail=_tail(n))
+            what = f"clip_scale n={n}, max_norm={max_norm}"
+            compare(got, want, what, atol=1e-7, rtol=1e-5, tail=_tail(n, launchers.BLOCK))
             cases.append(n)
         _check_clip_gradients(rng, ov, [(100, 30), (30,)], "your clip_scale", rtol=1e-4)
     return [f"in-place scaling for n in {cases}, clipped and unclipped", "clip_gradients runs your kernel"]
@@ -436,6 +431,8 @@ def check_clip_scale(ex: Exercise, source: str) -> list[str]:
 def check_gather(ex: Exercise, source: str) -> list[str]:
     import minitorch_cuda as mt
 
+    from ..cuda import launchers
+
     rng = _rng()
     shapes = [(64, 784, 1000), (3, 5, 7), (1000, 1, 50), (257, 3, 10)]
     with Override(ex.kernel, source) as ov:
@@ -443,7 +440,7 @@ def check_gather(ex: Exercise, source: str) -> list[str]:
             src = rng.standard_normal((n_src, row_len)).astype(np.float32)
             idx = rng.integers(0, n_src, rows).astype(np.int32)
             out, inp, d_idx = Buffer(rows * row_len), Buffer(src.size, src), Buffer(rows, idx, np.int32)
-            launch(ov.kernel, _grid1d(rows * row_len), (BLOCK, 1, 1), out.ptr, inp.ptr, d_idx.ptr, rows, row_len)
+            launchers.elementwise(ex.kernel, rows * row_len, out, inp, d_idx, rows, row_len)
             got = out.read(f"gather {rows} rows of {row_len}").reshape(rows, row_len)
             compare(
                 got,
@@ -452,7 +449,7 @@ def check_gather(ex: Exercise, source: str) -> list[str]:
                 atol=0,
                 rtol=0,
                 poison=POISON,
-                tail=_tail(rows * row_len),
+                tail=_tail(rows * row_len, launchers.BLOCK),
             )
         x = rng.standard_normal((500, 33)).astype(np.float32)
         order = rng.permutation(500)
@@ -483,23 +480,21 @@ def _matmul_tol(K: int) -> dict:
     return {"atol": 1e-4 * math.sqrt(K), "rtol": 1e-4}
 
 
-_REG_TILE, _, _, _REG_THREADS = REGTILED_TILES["32x32x8"]
-# kernel -> (C tile per block, block, the stage whose matmul launches it)
-_MATMUL_LAUNCH = {
-    "matmul_transposed": (16, (16, 16, 1), 3),
-    "matmul_batched": (16, (16, 16, 1), 5),
-    "matmul_tiled": (32, (32, 32, 1), 6),
-    "matmul_regtiled_32x32x8": (_REG_TILE, (_REG_THREADS, 1, 1), 9),
-}
+# the matmul exercises' kernels and the stage whose matmul launches each
+_MATMUL_STAGE = {"matmul_transposed": 3, "matmul_batched": 5, "matmul_tiled": 6, "matmul_regtiled_32x32x8": 9}
 
 
-def _run_matmul(kernel, name, a, b, M, N, K, ta, tb, batch, stride_a, stride_b, with_strides) -> np.ndarray:
-    tile, block, _ = _MATMUL_LAUNCH[name]
-    out, da, db = Buffer(batch * M * N), Buffer(a.size, a), Buffer(b.size, b)
-    grid = ((N + tile - 1) // tile, (M + tile - 1) // tile, batch)
-    args = [out.ptr, da.ptr, db.ptr, M, N, K, int(ta), int(tb)] + ([stride_a, stride_b] if with_strides else [])
-    launch(kernel, grid, block, *args)
-    return out.read(f"matmul M={M} N={N} K={K} ta={int(ta)} tb={int(tb)}").reshape(batch, M, N)
+def _run_matmul(name: str, a: np.ndarray, b: np.ndarray, ta: bool, tb: bool) -> np.ndarray:
+    """op(a) @ op(b) by kernel ``name`` through the backend's launcher, into a guarded buffer."""
+    from ..cuda import launchers
+
+    g = launchers.Gemm.of(a, b, ta, tb)
+    out, da, db = Buffer(g.batch * g.M * g.N), Buffer(a.size, a), Buffer(b.size, b)
+    if name.startswith("matmul_regtiled_"):
+        launchers.matmul_regtiled(out, da, db, g, tile=name.removeprefix("matmul_regtiled_"))
+    else:
+        launchers.MATMULS[name](out, da, db, g)
+    return out.read(f"matmul M={g.M} N={g.N} K={g.K} ta={int(ta)} tb={int(tb)}").reshape(g.batch, g.M, g.N)
 
 
 _MATMUL_SHAPES = [(64, 256, 784), (33, 17, 65), (1, 1, 1), (70, 45, 129), (31, 33, 32)]
@@ -511,7 +506,7 @@ def check_matmul(ex: Exercise, source: str) -> list[str]:
     rng = _rng()
     batched = ex.kernel != "matmul_transposed"
     shared = ex.kernel in ("matmul_tiled", "matmul_regtiled_32x32x8")
-    stage = _MATMUL_LAUNCH[ex.kernel][2]
+    stage = _MATMUL_STAGE[ex.kernel]
     if shared and "__shared__" not in source:
         fail(FORBIDDEN, "stage the tiles of A and B in __shared__ memory")
     answer_key = "write the kernel yourself (matmul_regtiled.cuh is the answer key)"
@@ -524,8 +519,7 @@ def check_matmul(ex: Exercise, source: str) -> list[str]:
                     a, b = _operands(rng, M, N, K, ta, tb, batch if batched else None)
                     if batched and tb:  # broadcast B over the batch: stride 0
                         b = b[0]
-                    stride_b = 0 if b.ndim == 2 else K * N
-                    got = _run_matmul(ov.kernel, ex.kernel, a, b, M, N, K, ta, tb, batch, M * K, stride_b, batched)
+                    got = _run_matmul(ex.kernel, a, b, ta, tb)
                     want = _matmul_ref(a, b, ta, tb)
                     what = f"{ex.kernel} M={M} N={N} K={K} ta={int(ta)} tb={int(tb)}" + (
                         f" batch={batch}" if batched else ""
@@ -534,7 +528,7 @@ def check_matmul(ex: Exercise, source: str) -> list[str]:
         if shared:  # a missing __syncthreads shows as run-to-run differences
             M, N, K = 256, 256, 2048
             a, b = _operands(rng, M, N, K, False, False)
-            runs = [_run_matmul(ov.kernel, ex.kernel, a, b, M, N, K, False, False, 1, 0, 0, True) for _ in range(3)]
+            runs = [_run_matmul(ex.kernel, a, b, False, False) for _ in range(3)]
             if any(not np.array_equal(r, runs[0]) for r in runs[1:]):
                 fail(RACE, "the same 256x256x2048 product differs from run to run: a missing __syncthreads()?")
             compare(runs[0][0], _matmul_ref(a, b, False, False), "256x256x2048", poison=POISON, **_matmul_tol(K))
@@ -562,13 +556,15 @@ def check_matmul(ex: Exercise, source: str) -> list[str]:
 def check_init(ex: Exercise, source: str) -> list[str]:
     import minitorch_cuda as mt
 
+    from ..cuda import launchers
+
     rng = _rng()
     n, std = 1_000_003, float(rng.uniform(0.5, 2.0))
     seed = int(rng.integers(0, 2**31))
 
-    def draw(kernel, count, s, std_=std):
+    def draw(count, s, std_=std):
         out = Buffer(count)
-        launch(kernel, _grid1d(count), (BLOCK, 1, 1), out.ptr, count, float(std_), s & 0xFFFFFFFF)
+        launchers.elementwise(ex.kernel, count, out, count, float(std_), s & 0xFFFFFFFF)
         values = out.read(f"init_normal n={count}")
         if np.all(values == POISON):
             fail(NO_WRITES, f"init_normal n={count}: nothing was written")
@@ -585,7 +581,7 @@ def check_init(ex: Exercise, source: str) -> list[str]:
 
     done = []
     with Override(ex.kernel, source) as ov:
-        x = draw(ov.kernel, n, seed)
+        x = draw(n, seed)
         z = x / std
         tol_mean = 6 / math.sqrt(n)
         if abs(z.mean()) > tol_mean or abs(z.std() - 1) > 0.01:
@@ -598,18 +594,19 @@ def check_init(ex: Exercise, source: str) -> list[str]:
             )
         done.append(f"n={n}: mean, std and the share within 1 and 2 std match N(0, {std:.3g}^2)")
         lag = float(np.corrcoef(z[:-1], z[1:])[0, 1])
-        lag_block = float(np.corrcoef(z[:-BLOCK], z[BLOCK:])[0, 1])
+        block = launchers.BLOCK  # a lag of one block: threads of two blocks must not repeat each other
+        lag_block = float(np.corrcoef(z[:-block], z[block:])[0, 1])
         if max(abs(lag), abs(lag_block)) > tol_mean:
-            fail(WRONG_RESULT, f"neighbours are correlated: lag 1 {lag:.4f}, lag {BLOCK} {lag_block:.4f}")
-        other = draw(ov.kernel, n, seed + 1) / std
+            fail(WRONG_RESULT, f"neighbours are correlated: lag 1 {lag:.4f}, lag {block} {lag_block:.4f}")
+        other = draw(n, seed + 1) / std
         cross = float(np.corrcoef(z, other)[0, 1])
         if abs(cross) > tol_mean or np.array_equal(z, other):
             fail(WRONG_RESULT, f"seeds {seed} and {seed + 1} give correlated draws (r = {cross:.4f})")
         done.append("independent: neighbours and consecutive seeds uncorrelated")
-        again = draw(ov.kernel, n, seed)
+        again = draw(n, seed)
         if not np.array_equal(again, x):
             fail(WRONG_RESULT, f"the same seed gave different values (first at {np.flatnonzero(again != x)[0]})")
-        prefix = draw(ov.kernel, 1000, seed)
+        prefix = draw(1000, seed)
         if not np.array_equal(prefix, x[:1000]):
             fail(
                 WRONG_RESULT,
