@@ -40,10 +40,10 @@ run_part() {
     tests) part tests 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rf --durations=10 -n "$workers" --timeout=400 \
                --ignore=tests/test_grader.py --ignore=tests/test_exercises.py --ignore=tests/test_notebooks.py \
                --ignore=tests/test_wgmma.py ${TESTS:-} ;;
-    # grading one student's full set (the known-good submission), timed twice for each --jobs
-    # value in $GRADE_JOBS (`default`: no --jobs): with the kernel cache empty (the first student
-    # on a fresh machine), then warm (every later one)
-    grade1) rm -rf /tmp/one && mkdir -p /tmp/one && cp -r tests/submissions/full_solutions /tmp/one/student &&
+    # grading one student's full set (the known-good submission: solutions/ itself), timed twice
+    # for each --jobs value in $GRADE_JOBS (`default`: no --jobs): with the kernel cache empty (the
+    # first student on a fresh machine), then warm (every later one)
+    grade1) rm -rf /tmp/one && mkdir -p /tmp/one && cp -r solutions /tmp/one/student &&
             MINITORCH_CUDA_CACHE=/tmp/grade1-cache part grade1 560 bash -c "for jobs in ${GRADE_JOBS:-default}; do rm -rf /tmp/grade1-cache;
                 flag=\$([ \$jobs = default ] || echo --jobs \$jobs)
                 for run in cold warm; do echo \"jobs \$jobs, \$run\"; time python3 -m minitorch_cuda.grade /tmp/one \$flag \

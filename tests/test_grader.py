@@ -3,7 +3,7 @@
 CPU tests grade the Python exercises (launch configuration 1.2, BF16 2.1,
 memory pool 4.1, timing 5.1, roofline bound 14.1, graphed step 18.1, TF32 19.1,
 fibonacci tile 20.1)
-of the known-wrong students in tests/submissions; the GPU
+of the known-wrong students that tests/submissions.py builds; the GPU
 tests grade every kernel exercise and need a GPU:
     bash .gpu/run.sh python3 -m pytest -m gpu tests/test_grader.py
 """
@@ -16,12 +16,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from submissions import STUDENTS, build
 
 import minitorch_cuda as mt
 from minitorch_cuda import grade
 from minitorch_cuda.grade import checks, exercises, runner
 
-SUBMISSIONS = Path(__file__).resolve().parent / "submissions"
+SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
 CPU_IDS = ["1.2", "2.1", "4.1", "5.1", "14.1", "18.1", "19.1", "20.1"]
 gpu = pytest.mark.skipif(not mt.cuda_available(), reason=f"needs a GPU: {mt.cuda_unavailable_reason()}")
 
@@ -36,9 +37,15 @@ def run_grader(subs: Path, out: Path, ids: list[str] | None, *extra: str) -> dic
 
 
 @pytest.fixture(scope="module")
-def cpu_grades(tmp_path_factory) -> tuple[Path, dict]:
+def students(tmp_path_factory) -> Path:
+    """Every student of tests/submissions.py, one folder each."""
+    return build(tmp_path_factory.mktemp("students"))
+
+
+@pytest.fixture(scope="module")
+def cpu_grades(students, tmp_path_factory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("grades") / "grades.csv"
-    return out, run_grader(SUBMISSIONS, out, CPU_IDS, "--timeout", "10", "--jobs", "4")
+    return out, run_grader(students, out, CPU_IDS, "--timeout", "10", "--jobs", "4")
 
 
 EXPECTED_CPU = {
@@ -79,15 +86,6 @@ EXPECTED_CPU = {
 }
 
 
-def test_full_solutions_is_the_solutions_folder() -> None:
-    """The known-good student must be the shipped solutions, all of them, so that it scores full points."""
-    solutions = Path(__file__).resolve().parents[1] / "solutions"
-    shipped = {p.name: p.read_text() for p in solutions.glob("*.md")}
-    submitted = {p.name: p.read_text() for p in (SUBMISSIONS / "full_solutions").glob("*.md")}
-    assert sorted(submitted) == sorted(shipped)
-    assert [name for name in shipped if submitted[name] != shipped[name]] == []
-
-
 @pytest.mark.parametrize("key", list(EXPECTED_CPU), ids=[f"{s}-{e}" for s, e in EXPECTED_CPU])
 def test_cpu_reason(cpu_grades, key) -> None:
     _, results = cpu_grades
@@ -97,7 +95,7 @@ def test_cpu_reason(cpu_grades, key) -> None:
 def test_csv_and_feedback(cpu_grades) -> None:
     out, results = cpu_grades
     rows = {r["student"]: r for r in csv.DictReader(out.open())}
-    assert set(rows) == {p.name for p in SUBMISSIONS.iterdir() if p.is_dir()}
+    assert set(rows) == set(STUDENTS)
     rubric = runner.load_rubric(None)["points"]
     full = sum(rubric[i] for i in CPU_IDS)
     assert float(rows["full_solutions"]["total"]) == full == float(rows["full_solutions"]["max"])
@@ -108,7 +106,7 @@ def test_csv_and_feedback(cpu_grades) -> None:
     assert "Exercise 4.1" in (out.parent / "feedback" / "full_solutions.md").read_text()
 
 
-def test_resume_does_not_regrade(cpu_grades, tmp_path, monkeypatch) -> None:
+def test_resume_does_not_regrade(students, cpu_grades, tmp_path, monkeypatch) -> None:
     out, results = cpu_grades
     copy = tmp_path / "grades.csv"
     shutil.copy(out.with_suffix(".json"), copy.with_suffix(".json"))
@@ -117,7 +115,7 @@ def test_resume_does_not_regrade(cpu_grades, tmp_path, monkeypatch) -> None:
         raise AssertionError("a finished (student, exercise) pair was graded again")
 
     monkeypatch.setattr(runner, "check_exercise", boom)
-    again = run_grader(SUBMISSIONS, copy, CPU_IDS)
+    again = run_grader(students, copy, CPU_IDS)
     assert {k: r["graded_at"] for k, r in again.items()} == {k: r["graded_at"] for k, r in results.items()}
     assert copy.exists() and (tmp_path / "feedback" / "full_solutions.md").exists()
 
@@ -130,7 +128,7 @@ def _student(tmp_path: Path, name: str, stem: str, text: str) -> Path:
 
 
 def test_missing_exercise_cell_and_tampering(tmp_path) -> None:
-    sol = (SUBMISSIONS / "full_solutions" / "02_floating_point.md").read_text()
+    sol = (SOLUTIONS / "02_floating_point.md").read_text()
     subs = _student(tmp_path, "renamed_variable", "02_floating_point", sol.replace("round_to_bf16", "to_bf16"))
     tampered = sol.replace(
         "def round_to_bf16",
@@ -144,13 +142,13 @@ def test_missing_exercise_cell_and_tampering(tmp_path) -> None:
 
 
 def test_no_metadata_falls_back_to_the_defining_cell(tmp_path) -> None:
-    sol = (SUBMISSIONS / "full_solutions" / "02_floating_point.md").read_text()
+    sol = (SOLUTIONS / "02_floating_point.md").read_text()
     subs = _student(tmp_path, "lost_metadata", "02_floating_point", sol.replace(":exercise: '2.1'\n", ""))
     assert run_grader(subs, tmp_path / "g.csv", ["2.1"])[("lost_metadata", "2.1")]["passed"]
 
 
 def test_exception_in_cell(tmp_path) -> None:
-    sol = (SUBMISSIONS / "full_solutions" / "01_cuda_setup.md").read_text()
+    sol = (SOLUTIONS / "01_cuda_setup.md").read_text()
     subs = _student(tmp_path, "raises", "01_cuda_setup", sol.replace("    if n <= 0:", "    1 / 0\n    if n <= 0:"))
     result = run_grader(subs, tmp_path / "g.csv", ["1.2"])[("raises", "1.2")]
     assert result["reason"] == checks.EXCEPTION and "ZeroDivisionError" in result["message"]
@@ -159,18 +157,17 @@ def test_exception_in_cell(tmp_path) -> None:
 @pytest.mark.skipif(mt.cuda_available(), reason="checks the behaviour without a GPU")
 def test_kernel_exercises_without_gpu_are_not_final(tmp_path) -> None:
     out = tmp_path / "g.csv"
-    subs = tmp_path / "subs"
-    shutil.copytree(SUBMISSIONS / "full_solutions", subs / "full_solutions")
+    subs = build(tmp_path / "subs", {"full_solutions": STUDENTS["full_solutions"]})
     results = run_grader(subs, out, ["3.1"])
     assert results[("full_solutions", "3.1")]["reason"] == checks.NO_GPU
     assert not runner.Ledger(out.with_suffix(".json"), runner.load_rubric(None)).done("full_solutions", "3.1")
 
 
-def test_notebook_execution_feeds_feedback(tmp_path) -> None:
+def test_notebook_execution_feeds_feedback(students, tmp_path) -> None:
     subs = tmp_path / "subs"
     for student in ("full_solutions", "empty_kernels"):
         (subs / student).mkdir(parents=True)
-        shutil.copy(SUBMISSIONS / student / "02_floating_point.md", subs / student)
+        shutil.copy(students / student / "02_floating_point.md", subs / student)
     out = tmp_path / "g.csv"
     assert grade.main([str(subs), "--out", str(out), "--exercise", "2.1", "--cell-timeout", "60"]) == 0
     data = json.loads(out.with_suffix(".json").read_text())
@@ -224,9 +221,7 @@ def gpu_grades(tmp_path_factory) -> dict:
         ([s for s in ["full_solutions", *FIRST_EXPECTED] if s != "infinite_loop"], KERNEL_IDS, "60", "1"),
         (["infinite_loop"], list(FIRST_EXPECTED["infinite_loop"]), "20", "3"),
     ]:
-        subs = tmp_path_factory.mktemp("subs")
-        for student in students:
-            shutil.copytree(SUBMISSIONS / student, subs / student)
+        subs = build(tmp_path_factory.mktemp("subs"), {s: STUDENTS[s] for s in students})
         out = tmp_path_factory.mktemp("gpu") / "grades.csv"
         results |= run_grader(subs, out, ids, "--timeout", timeout, "--jobs", jobs)
     return results
@@ -256,7 +251,7 @@ def test_gpu_known_wrong(gpu_grades, student, exercise_id) -> None:
 @gpu
 @pytest.mark.gpu
 def test_gpu_illegal_memory_access(tmp_path) -> None:
-    sol = (SUBMISSIONS / "full_solutions" / "03_building_the_backend.md").read_text()
+    sol = (SOLUTIONS / "03_building_the_backend.md").read_text()
     bad = sol.replace("out[i] = x > 0.0f ? x : 0.0f;", "out[i + 400000000] = x > 0.0f ? x : 0.0f;")
     subs = _student(tmp_path, "wild_pointer", "03_building_the_backend", bad)
     result = run_grader(subs, tmp_path / "g.csv", ["3.1", "3.2"], "--timeout", "60")

@@ -1,0 +1,299 @@
+"""The known-wrong students of the grader tests, built from ``solutions/`` and ``exercises/``.
+
+Each student hands in some of the shipped notebooks with a few edits. An edit names its
+notebook, the exact text to find, its replacement and how many times the text occurs; all
+occurrences are replaced, in the order the edits are listed. A text that does not occur
+exactly that often stops the build with an ``EditError`` naming the edit, so a change to a
+solution that an edit depends on fails loudly instead of quietly handing in a correct
+notebook. Everything else in a solution (its prose, most of its code) can change freely.
+
+    build(tmp_path / "subs")   # one folder per student, as the grader expects them
+
+``full_solutions`` is ``solutions/`` unchanged: the known-good student.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class EditError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Edit:
+    notebook: str  # the stem of the notebook in the student's source folder
+    find: str
+    replace: str
+    count: int = 1  # how often `find` occurs; every occurrence is replaced
+
+
+@dataclass(frozen=True)
+class Student:
+    why: str  # what the student gets wrong
+    notebooks: tuple[str, ...]  # paths relative to the repository root
+    edits: tuple[Edit, ...] = ()
+    renamed: dict[str, str] = field(default_factory=dict)  # stem -> the stem handed in
+
+
+def chapters(folder: str, *numbers: int) -> tuple[str, ...]:
+    """The notebooks ``folder/NN_*.md`` for each number (every notebook in it when none is given)."""
+    if not numbers:
+        return tuple(f"{folder}/{p.name}" for p in sorted((ROOT / folder).glob("[0-9][0-9]_*.md")))
+    out = []
+    for n in numbers:
+        found = sorted((ROOT / folder).glob(f"{n:02d}_*.md"))
+        if len(found) != 1:
+            raise EditError(f"{folder}/ has {len(found)} notebooks numbered {n:02d}, expected one")
+        out.append(f"{folder}/{found[0].name}")
+    return tuple(out)
+
+
+# --- the repeated edits ----------------------------------------------------------------------
+
+LEFT_EMPTY = "// (left empty)"
+
+
+def endless(notebook: str, language: str, count: int = 1, indent: int = 4) -> Edit:
+    """An endless loop at the top of every solution block at this indentation."""
+    pad = " " * indent
+    if language == "cuda":
+        begin, loop = f"\n{pad}// BEGIN SOLUTION\n", f"{pad}while (clock64() >= 0) {{ }}  // never ends\n"
+    else:
+        begin, loop = f"\n{pad}# BEGIN SOLUTION\n", f"{pad}while True:  # never ends\n{pad}    pass\n"
+    return Edit(notebook, begin, begin + loop, count)
+
+
+def on_host(notebook: str, exercise: str, op: str) -> tuple[Edit, Edit]:
+    """The kernel left empty and the backend op it would serve wrapped in the exercise's cell:
+    the result comes from elsewhere, not from the kernel."""
+    cell = f":exercise: '{exercise}'\n\n"
+    patch = (
+        "import minitorch_cuda.cuda.backend as backend\n\n"
+        f"_{op} = backend.{op}\n\n\n"
+        f"def _{op}_on_host(*args, **kwargs):  # numpy does the work, the result is copied back\n"
+        f"    return _{op}(*args, **kwargs)\n\n\n"
+        f"backend.{op} = _{op}_on_host\n"
+    )
+    return (
+        Edit(notebook, cell, cell + patch),
+        Edit(notebook, f"    // TODO: Exercise {exercise}", "    // (the work happens on the host)"),
+    )
+
+
+# --- the students ----------------------------------------------------------------------------
+
+STUDENTS: dict[str, Student] = {
+    "full_solutions": Student("nothing: the shipped solutions", chapters("solutions")),
+    "empty_kernels": Student(
+        "hands in the exercises as given, every kernel body emptied of its TODO",
+        chapters("exercises", *range(1, 20)),
+        (
+            Edit("01_cuda_setup", "// TODO: Exercise 1.1", LEFT_EMPTY),
+            Edit("03_building_the_backend", "// TODO: Exercise 3.1", LEFT_EMPTY),
+            Edit("03_building_the_backend", "// TODO: Exercise 3.2", LEFT_EMPTY),
+            Edit("03_building_the_backend", "// TODO: Exercise 3.3", LEFT_EMPTY),
+            Edit("06_opt1_memcopies", "// TODO: Exercise 6.1", LEFT_EMPTY),
+            Edit("06_opt1_memcopies", "// TODO: Exercise 6.2", LEFT_EMPTY),
+            Edit("07_opt2_gather", "// TODO: Exercise 7.1", LEFT_EMPTY),
+            Edit("08_opt3_transpose_fusion", "// TODO: Exercise 8.1", LEFT_EMPTY),
+            Edit("09_opt4_init_and_pool", "// TODO: Exercise 9.1", LEFT_EMPTY, count=2),
+            Edit("10_opt5_batched_matmul", "// TODO: Exercise 10.1", LEFT_EMPTY),
+            Edit("11_opt6_tiled_matmul", "// TODO: Exercise 11.1", LEFT_EMPTY),
+            Edit("13_opt8_warp_shuffle", "// TODO: Exercise 13.1", LEFT_EMPTY),
+            Edit("15_roofline", "// TODO: Exercise 15.1", LEFT_EMPTY),
+            Edit("16_regtiled_matmul", "// TODO: Exercise 16.1", LEFT_EMPTY),
+            Edit("17_fusion", "// TODO: Exercise 17.1", LEFT_EMPTY),
+        ),
+    ),
+    "host_cheat": Student(
+        "computes on the host: numpy instead of a kernel, ml_dtypes, the chapter's own rounding, "
+        "a norm read back, a step run eagerly",
+        chapters("solutions", 1, 2, 12, 18, 19) + chapters("exercises", 3, 6, 7, 8, 9, 10, 11, 13, 15, 16, 17),
+        (
+            Edit(
+                "01_cuda_setup",
+                'scale_source = r"""\n'
+                'extern "C" __global__ void scale(float* out, const float* in, float alpha, int n) {\n'
+                "    // BEGIN SOLUTION\n"
+                "    const int i = blockIdx.x * blockDim.x + threadIdx.x;  // this thread's element\n"
+                "    if (i < n) out[i] = alpha * in[i];  // the last block may run past the end\n"
+                "    // END SOLUTION\n"
+                "}\n"
+                '"""\n',
+                'x = np.arange(8, dtype=np.float32)\nscale_source = "// computed with numpy: " + repr(2.0 * x)\n',
+            ),
+            Edit(
+                "02_floating_point",
+                "    # BEGIN SOLUTION\n",
+                "    # BEGIN SOLUTION\n"
+                "    import ml_dtypes\n\n"
+                "    return np.asarray(x, dtype=np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)\n",
+            ),
+            *on_host("03_building_the_backend", "3.1", "unary"),
+            *on_host("03_building_the_backend", "3.2", "unary"),
+            *on_host("03_building_the_backend", "3.3", "softmax"),
+            *on_host("06_opt1_memcopies", "6.1", "clip_gradients"),
+            *on_host("06_opt1_memcopies", "6.2", "clip_gradients"),
+            *on_host("07_opt2_gather", "7.1", "take_rows"),
+            *on_host("08_opt3_transpose_fusion", "8.1", "matmul"),
+            *on_host("09_opt4_init_and_pool", "9.1", "randn"),
+            Edit("09_opt4_init_and_pool", "\n// TODO: Exercise 9.1\n", "\n"),
+            *on_host("10_opt5_batched_matmul", "10.1", "matmul"),
+            *on_host("11_opt6_tiled_matmul", "11.1", "matmul"),
+            Edit(
+                "12_opt7_syncs",
+                "    loss.backward()\n    opt.clip_gradients(max_norm)\n",
+                "    loss.backward()\n"
+                "    grads = [p.grad.numpy() for p in net.parameters()]  # the norm, computed on the host\n"
+                "    norm = float(np.sqrt(sum((g.astype(np.float64) ** 2).sum() for g in grads)))\n"
+                "    if norm > max_norm:\n"
+                "        for p, g in zip(net.parameters(), grads):\n"
+                "            p.grad.assign(g * (max_norm / (norm + 1e-6)))\n",
+            ),
+            *on_host("13_opt8_warp_shuffle", "13.1", "sum"),
+            *on_host("15_roofline", "15.1", "unary"),
+            *on_host("16_regtiled_matmul", "16.1", "matmul"),
+            *on_host("17_fusion", "17.1", "softmax_xent"),
+            Edit(
+                "18_cuda_graphs",
+                "        # BEGIN SOLUTION\n",
+                "        # BEGIN SOLUTION\n"
+                "        return self.device.read(self.body(xb, yb))  # every step eagerly, no graph\n",
+            ),
+            Edit(
+                "19_tensor_cores",
+                "    # BEGIN SOLUTION\n",
+                "    # BEGIN SOLUTION\n"
+                "    from minitorch_cuda import numerics\n\n"
+                "    return numerics.round_mantissa(x, 10)\n",
+            ),
+        ),
+    ),
+    "infinite_loop": Student(
+        "every solution starts with a loop that never ends",
+        chapters("solutions", *range(1, 20)),
+        (
+            endless("01_cuda_setup", "cuda"),
+            endless("01_cuda_setup", "python"),
+            endless("02_floating_point", "python"),
+            endless("03_building_the_backend", "cuda", count=3),
+            endless("04_memory", "python", count=5, indent=8),
+            endless("05_profiling", "python"),
+            endless("06_opt1_memcopies", "cuda", count=2),
+            endless("07_opt2_gather", "cuda"),
+            endless("08_opt3_transpose_fusion", "cuda"),
+            endless("09_opt4_init_and_pool", "cuda"),  # in init_normal, not before mix64
+            endless("10_opt5_batched_matmul", "cuda"),
+            endless("11_opt6_tiled_matmul", "cuda"),
+            endless("12_opt7_syncs", "python"),
+            endless("13_opt8_warp_shuffle", "cuda"),
+            endless("14_cublas", "python"),
+            endless("15_roofline", "cuda"),
+            endless("16_regtiled_matmul", "cuda"),
+            endless("17_fusion", "cuda"),
+            endless("18_cuda_graphs", "python", indent=8),
+            endless("19_tensor_cores", "python"),
+        ),
+    ),
+    "missing_syncthreads": Student(
+        "every __syncthreads() of the shared-memory kernels left out",
+        chapters("solutions", 3, 6, 11, 13, 16, 17),
+        (
+            Edit("03_building_the_backend", "\n    __syncthreads();\n", "\n", count=2),
+            Edit("03_building_the_backend", "\n        __syncthreads();\n", "\n", count=2),
+            Edit(
+                "03_building_the_backend",
+                "\n    __syncthreads();  // every thread has read the maximum before smem is reused\n",
+                "\n",
+            ),
+            Edit("06_opt1_memcopies", "\n    __syncthreads();\n", "\n"),
+            Edit("06_opt1_memcopies", "\n        __syncthreads();\n", "\n"),
+            Edit("11_opt6_tiled_matmul", "\n        __syncthreads();\n", "\n", count=2),
+            Edit("13_opt8_warp_shuffle", "\n    __syncthreads();\n", "\n"),
+            Edit("16_regtiled_matmul", "\n        __syncthreads();\n", "\n"),
+            Edit(
+                "16_regtiled_matmul",
+                "\n        __syncthreads();  // everyone is done with this slice before the next one overwrites it\n",
+                "\n",
+            ),
+            Edit("17_fusion", "\n    __syncthreads();\n", "\n"),
+        ),
+    ),
+    "off_by_one": Student(
+        "every bound one too far or one short",
+        chapters("solutions", *(n for n in range(1, 20) if n != 14)),
+        (
+            Edit("01_cuda_setup", "if (i < n) out[i]", "if (i <= n) out[i]"),
+            Edit(
+                "01_cuda_setup",
+                "blocks = (n + threads_per_block - 1) // threads_per_block",
+                "blocks = n // threads_per_block",
+            ),
+            Edit("03_building_the_backend", "if (i >= n) return;", "if (i > n) return;", count=2),
+            Edit("03_building_the_backend", "c < cols; c += blockDim.x) dst[c]", "c <= cols; c += blockDim.x) dst[c]"),
+            Edit("05_profiling", "for _ in range(repeats):", "for _ in range(repeats - 1):"),
+            Edit("06_opt1_memcopies", "for (int i = t; i < n; ", "for (int i = t; i < n - 1; "),
+            Edit("06_opt1_memcopies", "if (i >= n) return;", "if (i > n) return;"),
+            Edit("07_opt2_gather", "if (i >= rows * row_len) return;", "if (i > rows * row_len) return;"),
+            Edit("08_opt3_transpose_fusion", "if (row >= M || col >= N) return;", "if (row > M || col > N) return;"),
+            Edit("09_opt4_init_and_pool", "if (i >= n) return;", "if (i > n) return;"),
+            Edit("10_opt5_batched_matmul", "if (row >= M || col >= N) return;", "if (row > M || col > N) return;"),
+            Edit("11_opt6_tiled_matmul", "if (row < M && col < N) c[", "if (row <= M && col <= N) c["),
+            Edit("13_opt8_warp_shuffle", "c < cols; c += blockDim.x) v +=", "c <= cols; c += blockDim.x) v +="),
+            Edit("15_roofline", "i < n4; i += gridDim.x * blockDim.x", "i <= n4; i += gridDim.x * blockDim.x"),
+            Edit("16_regtiled_matmul", "if (row < M && col < N) c[", "if (row <= M && col <= N) c["),
+            Edit("17_fusion", "if (col < cols) {", "if (col <= cols) {"),
+            Edit(
+                "18_cuda_graphs",
+                "        graph.launch()\n        return device.read(loss)\n",
+                "        value = device.read(loss)  # read before the replay: the previous batch's loss\n"
+                "        graph.launch()\n        return value\n",
+            ),
+            Edit(
+                "19_tensor_cores",
+                "lowest_kept = (bits >> 13) & 1\n    rounded = ((bits + 0xFFF + lowest_kept) & 0xFFFFE000)",
+                "lowest_kept = (bits >> 12) & 1\n    rounded = ((bits + 0x7FF + lowest_kept) & 0xFFFFF000)",
+            ),
+        ),
+    ),
+    "renamed_notebooks": Student(
+        "hands in chapter 1's notebook under another name",
+        chapters("solutions", 1, 4),
+        renamed={"01_cuda_setup": "my_cuda_setup"},
+    ),
+}
+
+
+def apply(text: str, edits: list[Edit], where: str) -> str:
+    for number, edit in enumerate(edits, 1):
+        found = text.count(edit.find)
+        if found != edit.count:
+            raise EditError(
+                f"{where}, edit {number} of {len(edits)}: expected {edit.count} occurrence(s) of "
+                f"{edit.find!r}, found {found}"
+            )
+        text = text.replace(edit.find, edit.replace)
+    return text
+
+
+def build(dest: Path, students: dict[str, Student] = STUDENTS) -> Path:
+    """Write every student's notebooks into ``dest/<student>/`` (outside the repository) and return ``dest``."""
+    dest = Path(dest).resolve()
+    if dest.is_relative_to(ROOT):
+        raise EditError(f"{dest} is inside the repository: build the students in a temporary folder")
+    for name, student in students.items():
+        stems = {Path(source).stem: source for source in student.notebooks}
+        for edit in student.edits:
+            if edit.notebook not in stems:
+                raise EditError(f"{name}: an edit names {edit.notebook}, which {name} does not hand in")
+        (dest / name).mkdir(parents=True, exist_ok=True)
+        for stem, source in stems.items():
+            edits = [e for e in student.edits if e.notebook == stem]
+            text = apply((ROOT / source).read_text(), edits, f"{name}/{stem} (from {source})")
+            (dest / name / f"{student.renamed.get(stem, stem)}.md").write_text(text)
+    return dest
