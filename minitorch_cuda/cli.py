@@ -1,5 +1,6 @@
 """``minitorch-cuda``: one command for the course's jobs.
 
+Usage:
     minitorch-cuda bench [...]          the blog's benchmark (GPU)
     minitorch-cuda train [--device cpu] a short MNIST training, on any machine
     minitorch-cuda grade SUBMISSIONS --out grades.csv
