@@ -36,3 +36,13 @@ def save(name: str, data: dict, command: str) -> Path:
     path = RESULTS_DIR / f"{name}.json"
     path.write_text(json.dumps(record, indent=1) + "\n")
     return path
+
+
+def stage_row(bench: dict, stage: int) -> dict:
+    """The row of one stage in a ``bench_stages`` result."""
+    return next(r for r in bench["stages"] if r["stage"] == stage)
+
+
+def profile_entry(profiles: dict, stage: int) -> dict:
+    """The recorded profile of one stage in a ``profiles`` result."""
+    return next(p for p in profiles["stages"] if p["stage"] == stage)

@@ -162,6 +162,35 @@ def test_graphed_step_capturing_first_is_refused() -> None:
     assert result.reason == checks.WRONG_RESULT and "run the step once eagerly" in result.message
 
 
+def test_graphed_step_capturing_without_a_warmup_is_refused() -> None:
+    """The eager step outside ``device.warmup()``: the capture's allocations find nothing reserved,
+    as the GPU's pool would not hold them (``CudaGraphDevice.warmup`` reserves them)."""
+
+    class NoWarmup:
+        def __init__(self, body, device):
+            self.body, self.device, self.graphs = body, device, {}
+
+        def __call__(self, xb, yb):
+            device, key = self.device, (xb.shape, yb.shape)
+            if key not in self.graphs:
+                x, y = device.empty(xb.shape), device.empty(yb.shape)
+                device.copy(x, xb)
+                device.copy(y, yb)
+                value = device.read(self.body(x, y))
+                with device.capture() as graph:
+                    loss = self.body(x, y)
+                self.graphs[key] = x, y, graph, loss
+                return value
+            x, y, graph, loss = self.graphs[key]
+            device.copy(x, xb)
+            device.copy(y, yb)
+            graph.launch()
+            return device.read(loss)
+
+    result = checks.run_check("18.1", NoWarmup)
+    assert result.reason == checks.WRONG_RESULT and "no warm-up reserved" in result.message, result
+
+
 def test_graphed_step_without_a_graph_is_host_side() -> None:
     class Eager:
         def __init__(self, body, device):
@@ -174,10 +203,10 @@ def test_graphed_step_without_a_graph_is_host_side() -> None:
 
 
 def test_tf32_reference_agrees_with_the_chapters_rounding() -> None:
-    from minitorch_cuda import plots
+    from minitorch_cuda import numerics
 
     x = checks._rounding_inputs(np.random.default_rng(0), 13)
-    assert np.array_equal(checks.tf32_reference(x).view(np.uint32), plots.round_mantissa(x, 10).view(np.uint32))
+    assert np.array_equal(numerics.tf32_reference(x).view(np.uint32), numerics.round_mantissa(x, 10).view(np.uint32))
 
 
 def test_tf32_ties_away_from_zero_and_lost_nans_fail() -> None:

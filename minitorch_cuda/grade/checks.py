@@ -20,6 +20,7 @@ import re
 
 import numpy as np
 
+from ..numerics import tf32_reference
 from . import exercises
 
 # Failure reasons, as they appear in the grade sheet and the feedback.
@@ -259,22 +260,9 @@ def check_bf16(round_to_bf16, source: str = "") -> list[str]:
     return _check_rounding(round_to_bf16, 16, lambda x: x.astype(ml_dtypes.bfloat16).astype(np.float32), "ml_dtypes")
 
 
-def tf32_reference(x: np.ndarray) -> np.ndarray:
-    """float32 ``x`` rounded to TF32 (10 mantissa bits, ties to even) in float64 arithmetic,
-    without looking at the bits: near ``|x|`` in ``[2**(e-1), 2**e)`` TF32 values are
-    ``2**(e-11)`` apart, and never closer than the subnormal spacing ``2**-136``."""
-    x64 = np.asarray(x, dtype=np.float32).astype(np.float64)
-    with np.errstate(invalid="ignore"):  # frexp of inf
-        _, e = np.frexp(x64)
-    spacing = np.ldexp(1.0, np.maximum(e, -125) - 11)
-    rounded = np.round(x64 / spacing) * spacing  # both steps exact; np.round ties to even
-    rounded = np.where(np.abs(rounded) >= 2.0**128, np.copysign(np.inf, x64), rounded)  # past the largest TF32
-    return np.where(np.isfinite(x64), rounded, x64).astype(np.float32)
-
-
 def check_tf32(round_to_tf32, source: str = "") -> list[str]:
-    why = "round with bit operations yourself (plots.round_mantissa is the answer key)"
-    forbid(source or source_of(round_to_tf32), {r"round_mantissa|\bplots\b": why} | _NO_DL_LIBRARY)
+    why = "round with bit operations yourself: minitorch_cuda.numerics holds the answer key and this check's reference"
+    forbid(source or source_of(round_to_tf32), {r"\bnumerics\b|round_mantissa|tf32_reference": why} | _NO_DL_LIBRARY)
     return _check_rounding(round_to_tf32, 13, tf32_reference, "a float64 reference")
 
 
@@ -550,17 +538,31 @@ class FakeGraph:
 
 
 class GraphDevice:
-    """A fake GPU with what chapter 18's ``GraphedStep`` uses. Outside a capture every call
-    runs at once; inside one, copies and launches are recorded into the graph and run only
-    when it is launched, and an allocation or a synchronization raises, as under the
-    driver's thread-local capture mode."""
+    """A fake GPU with the operations of chapter 18's ``GraphedStep`` (``CudaGraphDevice`` has
+    them on the GPU). Outside a capture every call runs at once; inside one, copies and
+    launches are recorded into the graph and run only when it is launched, and a
+    synchronization raises, as under the driver's thread-local capture mode. So does an
+    allocation that no warm-up provided: what a warm-up allocates stays reserved, as the
+    memory pool reserves it, for one capture."""
 
     def __init__(self):
         self.graph: FakeGraph | None = None  # the graph being captured
         self.calls: collections.Counter = collections.Counter()
+        self._warming: collections.Counter | None = None  # shapes allocated in the running warm-up
+        self._reserved: collections.Counter = collections.Counter()  # shapes a capture may allocate
 
     def empty(self, shape) -> FakeArray:
-        self.refuse_in_capture("an allocation", "allocate the static inputs before capturing")
+        shape = tuple(shape)
+        if self.graph is not None:
+            if not self._reserved[shape]:
+                self.refuse_in_capture(
+                    f"an allocation of a {shape} array (no warm-up reserved one)",
+                    "allocate the static inputs before capturing, and run the step once eagerly "
+                    "inside `with device.warmup():` before capturing it",
+                )
+            self._reserved[shape] -= 1
+        elif self._warming is not None:
+            self._warming[shape] += 1
         self.calls["empty"] += 1
         return FakeArray(np.zeros(shape))
 
@@ -573,8 +575,10 @@ class GraphDevice:
         self._enqueue("launch", kernel)
 
     def read(self, x: FakeArray) -> float:
-        """Wait for the device, then read the first value back."""
+        """Wait for the device, then read the one value of ``x`` back."""
         self.refuse_in_capture("a read-back (it synchronizes)", "read the loss after the capture or the replay")
+        if x.data.size != 1:
+            raise ValueError(f"read() needs an array with one element, this one has shape {x.shape}")
         self.calls["read"] += 1
         return float(x.data.flat[0])
 
@@ -582,8 +586,24 @@ class GraphDevice:
         self.refuse_in_capture(what, fix)
 
     @contextlib.contextmanager
+    def warmup(self):
+        self.refuse_in_capture("a warm-up", "warm the step up before capturing it")
+        if self._warming is not None:
+            raise CaptureError("a warm-up inside a warm-up: warm one step at a time")
+        self._warming = collections.Counter()
+        try:
+            yield
+            for shape, count in self._warming.items():
+                self._reserved[shape] = max(self._reserved[shape], count)
+        finally:
+            self._warming = None
+            self.calls["warmup"] += 1
+
+    @contextlib.contextmanager
     def capture(self):
         self.refuse_in_capture("a capture", "capture one graph at a time")
+        if self._warming is not None:
+            raise CaptureError("a capture inside a warm-up: let the warm-up end first")
         self.graph = graph = FakeGraph(self)
         try:
             yield graph
@@ -605,9 +625,10 @@ class GraphDevice:
 
 class TinyStep:
     """A training step on the fake device: least squares by SGD in three kernels, so that
-    each loss depends on its batch and on every step before it. The first batch of a shape
-    tunes (a sync) and allocates the step's buffers, as the real step's autotuner and
-    memory pool do; inside a capture both raise."""
+    each loss depends on its batch and on every step before it. Like the real step, it
+    allocates its outputs on every call (the memory pool hands them out), and its first
+    call for a batch shape tunes, which synchronizes; inside a capture both raise unless
+    a warm-up came first."""
 
     LR = 0.05
 
@@ -615,15 +636,18 @@ class TinyStep:
         self.device, self.calls = device, 0
         self.w = device.empty(w0.shape)
         self.w.data[:] = w0
-        self.buffers: dict[tuple, tuple[FakeArray, FakeArray]] = {}
+        self.tuned: set[tuple] = set()
 
     def __call__(self, x: FakeArray, y: FakeArray) -> FakeArray:
         dev, w = self.device, self.w.data
         self.calls += 1
-        if x.shape not in self.buffers:
-            dev.sync("the autotuner timing a new shape", "run the step once eagerly before capturing it")
-            self.buffers[x.shape] = dev.empty(x.shape[:1]), dev.empty((1,))
-        pred, loss = self.buffers[x.shape]
+        if x.shape not in self.tuned:
+            dev.sync(
+                "the autotuner timing a new shape",
+                "run the step once eagerly, inside `with device.warmup():`, before capturing it",
+            )
+            self.tuned.add(x.shape)
+        pred, loss = dev.empty(x.shape[:1]), dev.empty((1,))
         dev.launch(lambda: np.matmul(x.data, w, out=pred.data))
         dev.launch(lambda: loss.data.fill(np.mean((pred.data - y.data) ** 2)))
         dev.launch(lambda: np.subtract(w, self.LR * 2 / len(pred.data) * (x.data.T @ (pred.data - y.data)), out=w))
@@ -685,7 +709,7 @@ def check_graphed_step(graphed_step_class, source: str = "") -> list[str]:
         )
     return [
         f"{len(batches)} batches of {shapes} shapes: the same losses and weights as eager steps",
-        "one eager step and one capture per shape, every later batch a replay",
+        "one eager step (in a warm-up) and one capture per shape, every later batch a replay",
     ]
 
 

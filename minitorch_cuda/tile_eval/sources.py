@@ -3,14 +3,16 @@
 The chapter shows code through these functions (so what it shows is what
 runs), and the evaluation's "lines per kernel" counts the same text. Python
 kernels are found with ``ast``, so Triton or cuTile need not be installed to
-read them.
+read them. The brace matching and the ``ast`` lookup are the book's own
+(``minitorch_cuda.book.excerpts``).
 """
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
+
+from ..book import excerpts
 
 HERE = Path(__file__).resolve().parent
 FILES = {
@@ -23,33 +25,23 @@ FILES = {
 
 def python_function(model: str, name: str) -> str:
     """The source of a top-level function (with its decorator) or assignment in a model's file."""
-    text = FILES[model].read_text()
-    lines = text.splitlines()
-    for node in ast.parse(text).body:
-        if isinstance(node, ast.FunctionDef) and node.name == name:
-            start = min([d.lineno for d in node.decorator_list] + [node.lineno])
-            return "\n".join(lines[start - 1 : node.end_lineno])
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
-            return "\n".join(lines[node.lineno - 1 : node.end_lineno])
-    raise KeyError(f"no function or assignment {name!r} in {FILES[model].name}")
+    try:
+        return excerpts.python_definition(FILES[model].read_text(), name)
+    except KeyError:
+        raise KeyError(f"no function or assignment {name!r} in {FILES[model].name}") from None
 
 
 def cuda_block(start_pattern: str) -> str:
-    """From the first line matching ``start_pattern`` in transform.cu to the end of its braces
-    (or of its macro, for a ``#define`` that continues over backslashes)."""
-    lines = FILES["cuda_c"].read_text().splitlines()
-    first = next(i for i, line in enumerate(lines) if re.search(start_pattern, line))
-    # take the comment lines right above as part of the block
-    while first > 0 and lines[first - 1].startswith("//"):
-        first -= 1
-    depth, opened = 0, False
-    for i in range(first, len(lines)):
-        depth += lines[i].count("{") - lines[i].count("}")
-        opened = opened or "{" in lines[i]
-        continuing = lines[i].rstrip().endswith("\\")
-        if opened and depth == 0 and not continuing:
-            return "\n".join(lines[first : i + 1])
-    raise ValueError(f"unbalanced braces after {start_pattern!r}")
+    """From the first line matching ``start_pattern`` in transform.cu, with the comment
+    lines right above it, to the line whose brace closes the block (or the macro) it opens."""
+    text = FILES["cuda_c"].read_text()
+    start = re.search(start_pattern, text, re.M).start()
+    while start > 0:  # take the comment lines right above as part of the block
+        above = text.rfind("\n", 0, start - 1) + 1
+        if not text.startswith("//", above):
+            break
+        start = above
+    return excerpts.braced_lines(text, start)
 
 
 def code_lines(source: str) -> int:

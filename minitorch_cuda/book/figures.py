@@ -1,0 +1,221 @@
+"""Figures drawn from the recorded results: the ladder, profiles, GFLOP/s and rooflines.
+
+Every function takes dicts as loaded by ``minitorch_cuda.results.load``
+(``bench_stages``, ``profiles``, ``matmul``), draws on the Axes it is given (or
+a new one) and returns that Axes. Nothing here needs a GPU or PyCUDA. The
+schematics that show no measurement are in ``diagrams``.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+from .tables import MATMUL_LABELS
+
+# The blog's own timings (its GPU, its C++ framework) as (seconds, batches timed).
+# Naive: 50 batches; after Opt. 1: the same 50; final: one full epoch of 844.
+BLOG_SECONDS = {0: (997.691, 50), 1: (2.399, 50), 8: (0.206, 844)}
+
+
+def _axes(ax, size=(7, 3.5)):
+    if ax is None:
+        _, ax = plt.subplots(figsize=size)
+    return ax
+
+
+# --- the ladder and the profiles ------------------------------------------------------
+
+
+def ladder(bench: dict, ax=None, blog: dict | None = None):
+    """Seconds per training step for every stage (log scale), the blog's steps
+    where it gives them, and PyTorch eager as a horizontal line."""
+    ax = _axes(ax, (8, 4))
+    blog = BLOG_SECONDS if blog is None else blog
+    rows = bench["stages"]
+    xs = [r["stage"] for r in rows]
+    ys = [r["s_per_step"] for r in rows]
+    ax.plot(xs, ys, "o-", color="tab:blue", label=f"minitorch-cuda ({bench['device']['name']})")
+    for r in rows:
+        partial = r["batches_per_epoch"] < 100
+        ax.annotate(
+            f"{r['s_per_step'] * 1e3:.3g} ms" + ("*" if partial else ""),
+            (r["stage"], r["s_per_step"]),
+            textcoords="offset points",
+            xytext=(0, 7),
+            ha="center",
+            fontsize=7,
+        )
+    if blog:
+        bx = sorted(blog)
+        ax.plot(bx, [blog[s][0] / blog[s][1] for s in bx], "s", color="tab:orange", label="the blog (its GPU)")
+    if bench.get("torch"):
+        ax.axhline(bench["torch"]["s_per_step"], color="tab:green", ls=":", label=bench["torch"]["name"])
+    ax.set_yscale("log")
+    ax.set_xticks(xs)
+    ax.set_xlabel("stage (each keeps the optimizations below it)")
+    ax.set_ylabel("seconds per training step")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="major", axis="y", alpha=0.3)
+    return ax
+
+
+def kernel_shares(before: dict, after: dict, ax=None, top: int = 8):
+    """Paired bars: GPU time per step of the ``top`` names, before and after a stage."""
+    ax = _axes(ax, (8, 0.45 * top + 1.2))
+
+    def per_step(entry):
+        return {r["name"]: r["total_us"] / entry["steps"] for r in entry["stats"]}
+
+    b, a = per_step(before), per_step(after)
+    names = sorted(set(b) | set(a), key=lambda n: -max(b.get(n, 0), a.get(n, 0)))[:top][::-1]
+    ys = range(len(names))
+    h = 0.38
+    ax.barh([y + h / 2 for y in ys], [b.get(n, 0) for n in names], h, label=f"stage {before['stage']}")
+    ax.barh([y - h / 2 for y in ys], [a.get(n, 0) for n in names], h, label=f"stage {after['stage']}")
+    ax.set_yticks(list(ys), names, fontsize=8)
+    ax.set_xlabel("event time per training step (us)")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def timeline(entry: dict, ax=None, window: tuple[float, float] | None = None):
+    """The recorded events of a profile, one row per name (kernels blue, copies red)."""
+    events = entry["timeline"]
+    if window:
+        events = [e for e in events if window[0] <= e[2] <= window[1]]
+    names = list(dict.fromkeys(e[0] for e in events))[::-1]  # first to run on top
+    ax = _axes(ax, (9, 0.3 * len(names) + 1.3))
+    row = {n: i for i, n in enumerate(names)}
+    colors = {"kernel": "tab:blue", "memcpy": "tab:red"}
+    for name, kind, start, dur in events:
+        ax.barh(row[name], max(dur, 0.5), left=start, height=0.6, color=colors.get(kind, "tab:gray"))
+    ax.set_yticks(range(len(names)), names, fontsize=7)
+    ax.set_xlabel("time since the first recorded event (us)")
+    ax.set_title(f"stage {entry['stage']}: kernels blue, copies red", fontsize=9)
+    return ax
+
+
+# --- matmul and the roofline -------------------------------------------------------------
+
+
+def gflops_bars(matmul: dict, ax=None, kernels: list[str] | None = None, labels: list[str] | None = None):
+    """Grouped bars of GFLOP/s per shape, one bar per kernel, on a log axis."""
+    rows = [r for r in matmul["rows"] if labels is None or r["label"] in labels]
+    kernels = kernels or list(rows[0]["gflops"])
+    ax = _axes(ax, (9, 4))
+    width = 0.8 / len(kernels)
+    for i, name in enumerate(kernels):
+        xs = [j + (i - (len(kernels) - 1) / 2) * width for j in range(len(rows))]
+        ax.bar(xs, [r["gflops"].get(name, float("nan")) for r in rows], width, label=MATMUL_LABELS.get(name, name))
+    ax.set_xticks(range(len(rows)), [f"{r['label']}\n{r['M']}x{r['N']}x{r['K']}" for r in rows], fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("GFLOP/s (float32)")
+    ax.legend(fontsize=7, ncol=len(kernels))
+    ax.grid(True, axis="y", which="major", alpha=0.3)
+    return ax
+
+
+def peaks(device: dict) -> tuple[float, float]:
+    """(FP32 FLOP/s, DRAM bytes/s) from the recorded device properties: 128 FP32
+    lanes per SM on Hopper, an FMA counting 2 flops; HBM moves 2 words per clock."""
+    flops = device["multiprocessors"] * 128 * 2 * device["clock_khz"] * 1e3
+    bandwidth = 2 * device["memory_clock_khz"] * 1e3 * device["memory_bus_width_bits"] / 8
+    return flops, bandwidth
+
+
+def intensity(M: int, N: int, K: int) -> float:
+    """Flops per byte if A and B are read once and C written once (float32)."""
+    return 2.0 * M * N * K / (4.0 * (M * K + K * N + M * N))
+
+
+def roofline(device: dict, matmul: dict, ax=None, kernels: tuple[str, ...] = ("matmul_tiled", "cublas")):
+    """Bandwidth and FP32 peak lines, every measured matmul placed by its intensity."""
+    ax = _axes(ax, (7, 4.5))
+    flops, bandwidth = peaks(device)
+    ridge = flops / bandwidth
+    xs = sorted([2.0**e for e in range(-2, 11)] + [ridge])
+    ax.plot(xs, [min(flops, bandwidth * x) / 1e9 for x in xs], "k-", lw=1.5)
+    ax.axvline(ridge, color="grey", ls=":", lw=0.8)
+    ax.text(ridge * 1.1, flops / 1e9 * 0.5, f"ridge {ridge:.0f} flop/B", fontsize=7, color="grey")
+    ax.text(xs[0] * 1.2, flops / 1e9 * 1.15, f"FP32 peak {flops / 1e12:.0f} TFLOP/s", fontsize=7)
+    ax.text(xs[0] * 1.2, bandwidth * xs[0] * 1.6 / 1e9, f"{bandwidth / 1e12:.1f} TB/s", fontsize=7, rotation=28)
+    markers = {"matmul_naive": "v", "matmul_batched": "^", "matmul_tiled": "o", "cublas": "s"}
+    for name in kernels:
+        pts = [
+            (intensity(r["M"], r["N"], r["K"]), r["gflops"][name], r["label"])
+            for r in matmul["rows"]
+            if name in r["gflops"]
+        ]
+        ax.scatter(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            marker=markers.get(name, "o"),
+            label=MATMUL_LABELS.get(name, name),
+            zorder=3,
+        )
+        if name == kernels[-1]:
+            for x, y, label in pts:
+                ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, -9), fontsize=6)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (flop per byte of DRAM traffic, ideal)")
+    ax.set_ylabel("GFLOP/s")
+    ax.set_title(f"Roofline of the {device['name']} (FP32, no tensor cores)", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    return ax
+
+
+def roofline_points(
+    device: dict, points: list[dict], ax=None, copy_gbps: float | None = None, launch_us: float | None = None
+):
+    """The FP32 roofline with arbitrary kernels on it. Each point is a dict with
+    ``label``, ``intensity`` (flop/byte), ``gflops`` and ``group`` (one marker per group).
+    ``copy_gbps`` adds the measured copy bandwidth as a second, lower roof."""
+    ax = _axes(ax, (8, 5))
+    flops, bandwidth = peaks(device)
+    xs = [2.0**e for e in range(-6, 12)]
+    ax.plot(
+        xs,
+        [min(flops, bandwidth * x) / 1e9 for x in xs],
+        "k-",
+        lw=1.5,
+        label=f"model roofs: {bandwidth / 1e12:.1f} TB/s, {flops / 1e12:.1f} TFLOP/s",
+    )
+    if copy_gbps:
+        ax.plot(
+            xs,
+            [min(flops / 1e9, copy_gbps * x) for x in xs],
+            "k--",
+            lw=0.8,
+            label=f"measured copy {copy_gbps / 1e3:.2f} TB/s",
+        )
+    markers = "os^vDPX*<>"
+    groups = list(dict.fromkeys(p["group"] for p in points))
+    for g, marker in zip(groups, markers):
+        pts = [p for p in points if p["group"] == g]
+        ax.scatter([p["intensity"] for p in pts], [p["gflops"] for p in pts], marker=marker, label=g, zorder=3)
+        for p in pts:
+            ax.annotate(
+                p["label"], (p["intensity"], p["gflops"]), textcoords="offset points", xytext=(4, 3), fontsize=6
+            )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (flop per byte of DRAM traffic, ideal)")
+    ax.set_ylabel("GFLOP/s")
+    ax.set_title(f"Roofline of the {device['name']} (FP32)", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(True, which="major", alpha=0.3)
+    return ax
+
+
+def bandwidth_bars(table: dict, ax=None):
+    """GB/s of each kernel of ``bench.bandwidth_table`` with the copy's as a line."""
+    ax = _axes(ax, (8, 3.5))
+    kernels = table["kernels"]
+    names = list(kernels)
+    ax.bar(range(len(names)), [kernels[n]["gb_per_s"] for n in names], color="tab:blue")
+    ax.axhline(kernels["memcpy_dtod"]["gb_per_s"], color="k", ls="--", lw=0.8, label="device-to-device copy")
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel("GB/s")
+    ax.legend(fontsize=7)
+    return ax
