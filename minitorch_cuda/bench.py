@@ -312,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
         "--record",
         action="store_true",
         help="write book/results/*.json (implies --matmul --profiles); a run past stage 8 writes "
-        "bench_beyond.json and profiles_beyond.json, which chapters 15-19 read",
+        "bench_beyond.json and profiles_beyond.json, which chapters 15-19 read; with --only-kernels, "
+        "matmul.json alone",
     )
     args = parser.parse_args(argv)
     if not cuda_available():
@@ -385,6 +386,10 @@ def kernels_main(args, command: str, device_properties) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1, default=str)
+    if args.record:  # the matmul table alone, without re-running the ladder
+        from . import results
+
+        results.save("matmul", result["matmul"], command)
     return 0
 
 

@@ -94,9 +94,7 @@ def test_every_registry_kernel_is_defined_in_its_file(name):
         return
     # Kernels written through macros: BINARY(ew_add, ...) or DEFINE_SUM_ROWS(KIND) via REDUCTION_VARIANTS.
     expanded = _expanded(source)
-    assert re.search(EXTERN_C + name + r"\s*\(", expanded), (
-        f'{name} is not defined extern "C" in {spec.file}'
-    )
+    assert re.search(EXTERN_C + name + r"\s*\(", expanded), f'{name} is not defined extern "C" in {spec.file}'
     params = entry_params(expanded, name)
     assert prepare_signature(params) == spec.signature, f"{name}: ({params}) vs the registry's ({spec.params})"
 

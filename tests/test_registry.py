@@ -185,4 +185,3 @@ def test_every_builtin_kernel_compiles_and_loads():
 
     for name in SPECS:
         assert registry.get(name).name == name
-

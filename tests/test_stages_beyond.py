@@ -196,15 +196,14 @@ def _reference(a, b, ta, tb):
     return a64 @ b64, np.abs(a64) @ np.abs(b64)
 
 
-def _launch_matmul(name, a, b, M, N, K, ta, tb, bias=None, relu=False):
+def _launch_matmul(name, a, b, ta, tb, bias=None, relu=False):
     """Launch one named matmul kernel through its launcher (no autotuner) on uploaded a, b."""
     from minitorch_cuda.cuda import backend, launchers
     from minitorch_cuda.cuda.array import DeviceArray
 
     da, db = backend.from_numpy(a), backend.from_numpy(b)
     g = launchers.Gemm.of(a, b, ta, tb)
-    assert (g.M, g.N, g.K) == (M, N, K)
-    out = DeviceArray.empty(((g.batch,) if a.ndim > 2 or b.ndim > 2 else ()) + (M, N))
+    out = DeviceArray.empty(((g.batch,) if a.ndim > 2 or b.ndim > 2 else ()) + (g.M, g.N))
     family, _, tile = name.rpartition("_")
     if family == "matmul_regtiled":
         launchers.matmul_regtiled(out, da, db, g, tile=tile)
@@ -228,7 +227,7 @@ def test_regtiled_variants_against_float64(name, ta, tb, shape):
     M, N, K = shape
     a, b = _matmul_inputs(M, N, K, ta, tb)
     ref, scale = _reference(a, b, ta, tb)
-    out = _launch_matmul(name, a, b, M, N, K, ta, tb)
+    out = _launch_matmul(name, a, b, ta, tb)
     assert np.all(np.abs(out - ref) <= 1e-5 * scale + 1e-6), f"{name} {shape} ta={ta} tb={tb}"
 
 
@@ -240,7 +239,7 @@ def test_regtiled_batched_and_broadcast(name, batches, ta, tb):
     M, N, K = 72, 73, 74
     a, b = _matmul_inputs(M, N, K, ta, tb, *batches, seed=2)
     ref, scale = _reference(a, b, ta, tb)
-    out = _launch_matmul(name, a, b, M, N, K, ta, tb)
+    out = _launch_matmul(name, a, b, ta, tb)
     assert np.all(np.abs(out - ref) <= 1e-5 * scale + 1e-6)
 
 
@@ -339,9 +338,9 @@ def test_matmul_bias_act_against_float64(name, relu, ta, tb):
     ref, scale = _reference(a, b, ta, tb)
     ref = ref + bias
     ref = np.maximum(ref, 0) if relu else ref
-    out = _launch_matmul(name, a, b, M, N, K, ta, tb, bias=bias, relu=relu)
+    out = _launch_matmul(name, a, b, ta, tb, bias=bias, relu=relu)
     assert np.all(np.abs(out - ref) <= 1e-5 * (scale + np.abs(bias)) + 1e-6)
-    no_bias = _launch_matmul(name, a, b, M, N, K, ta, tb, bias=None, relu=False)
+    no_bias = _launch_matmul(name, a, b, ta, tb, bias=None, relu=False)
     assert np.all(np.abs(no_bias - _reference(a, b, ta, tb)[0]) <= 1e-5 * scale + 1e-6)
 
 
@@ -458,7 +457,7 @@ def test_tensor_core_error_against_float64(name, bound, typical, ta, tb, shape):
     M, N, K = shape
     a, b = _matmul_inputs(M, N, K, ta, tb, seed=10)
     ref, scale = _reference(a, b, ta, tb)
-    out = _launch_matmul(name, a, b, M, N, K, ta, tb)
+    out = _launch_matmul(name, a, b, ta, tb)
     assert np.all(np.abs(out - ref) <= bound * scale + 1e-6), f"max {np.max(np.abs(out - ref) / scale):.2e}"
     if M * N > 1:
         relative = np.linalg.norm(out - ref) / np.linalg.norm(ref)
@@ -474,7 +473,7 @@ def test_tf32_async_error_against_float64(ta, tb, shape):
     M, N, K = shape
     a, b = _matmul_inputs(M, N, K, ta, tb, seed=12)
     ref, scale = _reference(a, b, ta, tb)
-    out = _launch_matmul("matmul_tf32_async", a, b, M, N, K, ta, tb)
+    out = _launch_matmul("matmul_tf32_async", a, b, ta, tb)
     assert np.all(np.abs(out - ref) <= 1.5e-3 * scale + 1e-6), f"max {np.max(np.abs(out - ref) / scale):.2e}"
     assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-3
 
@@ -507,11 +506,11 @@ def test_stage_12_picks_its_kernel_by_shape(shape, kernel):
 def test_tensor_core_batched():
     a, b = _matmul_inputs(72, 73, 74, True, False, (3,), (), seed=11)
     ref, scale = _reference(a, b, True, False)
-    out = _launch_matmul("matmul_tf32", a, b, 72, 73, 74, True, False)
+    out = _launch_matmul("matmul_tf32", a, b, True, False)
     assert np.all(np.abs(out - ref) <= 1.5e-3 * scale + 1e-6)
     a, b = _matmul_inputs(72, 76, 84, False, True, (3,), (3,), seed=14)
     ref, scale = _reference(a, b, False, True)
-    out = _launch_matmul("matmul_tf32_async", a, b, 72, 76, 84, False, True)
+    out = _launch_matmul("matmul_tf32_async", a, b, False, True)
     assert np.all(np.abs(out - ref) <= 1.5e-3 * scale + 1e-6)
 
 
