@@ -80,9 +80,12 @@ class Trainer:
 
     def step(self, xb: Tensor, yb: Tensor) -> float:
         if xb.backend.graphs_enabled():
-            if self._graphed is None:
-                self._graphed = xb.backend.graphed_step(self.device_step)
-            return self._graphed(xb, yb)  # replays the captured step; reads back the loss
+            if self._graphed is None:  # the graph sees device arrays; the step wraps them in tensors
+                device = xb.device
+                self._graphed = xb.backend.graphed_step(
+                    lambda x, y: self.device_step(Tensor(x, device), Tensor(y, device)).data
+                )
+            return self._graphed(xb.data, yb.data)  # replays the captured step; reads back the loss
         return self.device_step(xb, yb).item()  # the one read-back per step
 
     def device_step(self, xb: Tensor, yb: Tensor) -> Tensor:

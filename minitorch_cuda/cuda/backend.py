@@ -62,9 +62,10 @@ def graphs_enabled() -> bool:
 
 
 def graphed_step(body):
+    """``body(x, y) -> loss`` over device arrays, captured and replayed per batch shape."""
     from . import graphs
 
-    return graphs.GraphedStep(body)
+    return graphs.GraphedStep(body, graphs.CudaGraphDevice())
 
 
 def synchronize_device() -> None:

@@ -6,20 +6,26 @@ PyCUDA launches into, the step's launches (``prepared_async_call`` on that
 stream, see ``runtime.on_stream``), ``cuStreamEndCapture``, then
 ``cuGraphInstantiate`` once and ``cuGraphLaunch`` per batch.
 
-A captured graph replays fixed addresses, so ``GraphedStep``:
+A captured graph replays fixed addresses. ``GraphedStep`` (exercise 18.1 asks
+for it, against a fake device with the same operations) applies the rules this
+implies through five operations of a device: ``empty``, ``copy``, ``read``,
+``warmup`` and ``capture``. ``CudaGraphDevice`` provides them on device arrays:
 
-1. copies the first batch of each shape into static input buffers and runs the
-   step eagerly on them (a real training step, which also compiles and
-   autotunes every kernel) while keeping every buffer it allocates alive;
-   dropping them afterwards returns them to the pool, and ``pool.reserve``
-   tops it up to as many buffers of each size as the step asked for (in case
-   something still holds some of them);
-2. captures the same step on its own stream, keeping the buffers of the capture
-   alive for as long as the graph lives (``memory.keep_alive``): the pool hands
-   out nothing during the capture that it must allocate, and nothing the graph
-   writes is ever handed to anyone else;
-3. on every later batch: two device-to-device copies into the static inputs,
-   one ``cuGraphLaunch``, one 4-byte read-back of the loss.
+1. the first batch of each shape is copied into static input buffers and the
+   step runs eagerly on them inside ``warmup`` (a real training step, which
+   also compiles and autotunes every kernel), which keeps every buffer it
+   allocates alive; dropping them afterwards returns them to the pool, and
+   ``pool.reserve`` tops it up to as many buffers of each size as the step
+   asked for (in case something still holds some of them);
+2. ``capture`` records the same step on a stream of its own, and the graph
+   keeps the buffers of the capture alive for as long as it lives
+   (``memory.keep_alive``): the pool hands out nothing during the capture that
+   it must allocate, and nothing the graph writes is ever handed to anyone else;
+3. every later batch: two device-to-device copies into the static inputs, one
+   ``cuGraphLaunch``, one 4-byte read-back of the loss.
+
+The backend knows no ``Tensor``: the body takes and returns device arrays, and
+the caller (``train.Trainer``) wraps them in its own tensors.
 
 The stream is created with default flags, so it orders itself with the legacy
 default stream: the batch copies before a replay and the loss read-back after
@@ -28,6 +34,7 @@ it need no explicit synchronization.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Callable
 
@@ -37,6 +44,7 @@ from .. import profiler
 from . import memory, runtime
 from .array import ITEMSIZE, DeviceArray
 from .autotune import tuner
+from .ops_tensor import contiguous, item
 
 
 def driver():
@@ -74,6 +82,7 @@ class Graph:
         self.stream = stream or drv.Stream()
         self._graph = None
         self._exec = None
+        self.owned: list = []  # the buffers its capture allocated (``CudaGraphDevice.capture``)
 
     def capture(self):
         return _Capture(self)
@@ -129,67 +138,77 @@ class _Capture:
         return False
 
 
-class _Captured:
-    """The state of one captured step: its static inputs, its loss buffer, the buffers it owns."""
+class CudaGraphDevice:
+    """What ``GraphedStep`` asks of a device (exercise 18.1's contract), on the GPU.
 
-    def __init__(self, x: DeviceArray, y: DeviceArray):
-        self.x, self.y = x, y
-        self.graph = Graph()
-        self.loss: DeviceArray | None = None
-        self.owned: list = []
+    Arrays are ``DeviceArray``s; ``warmup`` and ``capture`` bracket the eager step
+    and the capture of one batch shape.
+    """
+
+    def empty(self, shape: tuple[int, ...]) -> DeviceArray:
+        return DeviceArray.empty(shape)
+
+    def copy(self, dst: DeviceArray, src: DeviceArray) -> None:
+        """Queue a device-to-device copy of ``src`` into ``dst`` (of the same shape)."""
+        if dst.shape != src.shape:
+            raise ValueError(f"copy of a {src.shape} array into a {dst.shape} one")
+        src = contiguous(src)
+        runtime.copy_dtod(dst.ptr, src.ptr, ITEMSIZE * src.size)
+
+    def read(self, x: DeviceArray) -> float:
+        """Wait for the device, then read the one element of ``x`` back (4 bytes)."""
+        if x.size != 1:
+            raise ValueError(f"read() needs an array with one element, this one has shape {x.shape}")
+        return item(x, 0)
+
+    @contextlib.contextmanager
+    def warmup(self):
+        # Every buffer the eager step allocates stays alive until it ends; then they return
+        # to the pool together, and ``reserve`` makes it hold as many of each size even if
+        # something still holds some of them (a reference cycle, a flush after running out
+        # of memory): the capture, which keeps all of its buffers, finds them there.
+        with memory.keep_alive() as eager:
+            yield
+        sizes = Counter(buffer.nbytes for buffer in eager)
+        del eager
+        memory.pool.reserve(sizes)
+
+    @contextlib.contextmanager
+    def capture(self):
+        # A graph on its own stream; it owns every buffer allocated during its capture for
+        # as long as it lives, so that no later array is handed memory a replay writes.
+        graph = Graph()
+        with memory.keep_alive() as owned, graph.capture():
+            yield graph
+        graph.owned = owned
 
 
 class GraphedStep:
-    """``step(xb, yb) -> loss`` through a CUDA graph per batch shape.
+    """``step(xb, yb) -> loss`` through a CUDA graph per batch shape (exercise 18.1).
 
-    ``body(x, y)`` is the device part of a training step: forward, backward,
-    clipping, optimizer, ``zero_grad``; it returns the loss as a one-element
-    tensor and must not read anything back to the host.
+    ``body(x, y)`` is the device part of a training step on the device's arrays:
+    forward, backward, clipping, optimizer, ``zero_grad``; it returns the array that
+    holds the loss (one element) and must not read anything back to the host.
     """
 
-    def __init__(self, body: Callable):
-        self.body = body
-        self._captured: dict[tuple, _Captured] = {}
+    def __init__(self, body: Callable, device):
+        self.body, self.device = body, device
+        self.graphs: dict[tuple, tuple] = {}  # (x shape, y shape) -> what a replay needs
 
     def __call__(self, xb, yb) -> float:
-        from ..tensor import Tensor  # a Tensor wraps the static buffers for the body
-
-        key = (xb.shape, yb.shape)
-        state = self._captured.get(key)
-        if state is None:
-            state = _Captured(DeviceArray.empty(xb.shape), DeviceArray.empty(yb.shape))
-            self._load(state, xb, yb)
-            x, y = Tensor(state.x, xb.device), Tensor(state.y, yb.device)
-            with memory.keep_alive() as eager:  # 1. the eager step: its buffers return to the pool together
-                loss = self.body(x, y)
-                value = loss.item()
-            sizes = Counter(buffer.nbytes for buffer in eager)
-            del loss, eager
-            # Whatever kept some of them alive (a reference cycle, a flush after running out of
-            # memory), the capture finds every size the eager step asked for.
-            memory.pool.reserve(sizes)
-            with memory.keep_alive() as owned, state.graph.capture():  # 2. the capture
-                state.loss = self.body(x, y).data
-            state.owned = owned
-            self._captured[key] = state
+        device, key = self.device, (xb.shape, yb.shape)
+        if key not in self.graphs:
+            x, y = device.empty(xb.shape), device.empty(yb.shape)
+            device.copy(x, xb)
+            device.copy(y, yb)
+            with device.warmup():  # eager: compiles, tunes and allocates outside the capture
+                value = device.read(self.body(x, y))
+            with device.capture() as graph:
+                loss = self.body(x, y)  # recorded, not run
+            self.graphs[key] = x, y, graph, loss  # static inputs, graph, loss buffer
             return value
-        self._load(state, xb, yb)  # 3. a replay
-        state.graph.launch()
-        return _read_scalar(state.loss)
-
-    @staticmethod
-    def _load(state: _Captured, xb, yb) -> None:
-        from . import backend
-
-        for dst, src in ((state.x, xb.data), (state.y, yb.data)):
-            src = backend.contiguous(src)
-            runtime.copy_dtod(dst.ptr, src.ptr, ITEMSIZE * src.size)
-
-    def captured_shapes(self) -> list[tuple]:
-        return list(self._captured)
-
-
-def _read_scalar(x: DeviceArray) -> float:
-    from . import backend
-
-    return backend.item(x, 0)
+        x, y, graph, loss = self.graphs[key]
+        device.copy(x, xb)  # the graph reads the addresses it was captured with
+        device.copy(y, yb)
+        graph.launch()
+        return device.read(loss)

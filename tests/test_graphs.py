@@ -1,0 +1,107 @@
+"""Stage 11's graphed step on the stand-in driver: what it launches, captures and replays.
+
+The GPU test (``test_stages_beyond.test_graph_replay_equals_eager_steps``) compares
+the numbers; ``test_host_path`` profiles, and a profiled step never goes through a
+graph. Here a subprocess trains at stage 11 on ``standin_pycuda`` (whose
+``cuda.bindings`` stand-in accepts every capture) and logs every launch, copy and
+graph call: the first batch of a shape runs the step eagerly and captures the
+same kernels, every later one is two copies, one graph launch and one read-back.
+The framework's ``GraphedStep`` also passes exercise 18.1's check, on the fake
+device the exercise is written against.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+
+TRACE = f"""
+import json, sys
+sys.path.insert(0, {str(TESTS)!r})
+import standin_pycuda  # noqa: F401  (before anything imports pycuda)
+import numpy as np
+import pycuda.driver as drv
+from cuda.bindings import driver as cu
+import minitorch_cuda as mt
+from minitorch_cuda import profiler
+from minitorch_cuda.cuda import graphs, runtime
+from minitorch_cuda.grade import checks
+from minitorch_cuda.train import Protocol, Trainer
+
+log, counted = [], [0]
+launch_async = runtime.Kernel.launch_async
+
+
+def logged_launch(self, grid, block, stream, *args):
+    if profiler.counters.launches > counted[0]:  # runtime.launch counts; the autotuner's timing does not
+        counted[0] = profiler.counters.launches
+        log.append(["launch", self.name, list(grid), list(block), runtime.capturing()])
+    return launch_async(self, grid, block, stream, *args)
+
+
+runtime.Kernel.launch_async = logged_launch
+drv.memcpy_dtod = lambda dst, src, nbytes: log.append(["dtod", nbytes])
+drv.memcpy_dtoh = lambda host, src: (log.append(["dtoh", host.nbytes]), host.fill(0.5))
+graph_launch = cu.cuGraphLaunch
+cu.cuGraphLaunch = lambda *args: (log.append(["graph launch"]), graph_launch(*args))[1]
+
+rng = np.random.default_rng(0)
+rows = 64 * 3 + 48
+x = mt.tensor(rng.random((rows, 784), dtype=np.float32), "cuda")
+y = mt.tensor(np.eye(10, dtype=np.float32)[rng.integers(0, 10, rows)], "cuda")
+steps = {{}}
+for stage in (10, 11):
+    with mt.use_stage(stage):
+        trainer = Trainer(Protocol(), "cuda")
+        for start in (0, 64, 128, 192, 0, 192):
+            log.clear()
+            with profiler.count() as c:
+                trainer.step(x[start : start + 64], y[start : start + 64])
+            steps.setdefault(stage, []).append({{"rows": min(64, rows - start), "log": list(log),
+                                                 "counters": c.snapshot()}})
+result = checks.run_check("18.1", graphs.GraphedStep)
+print(json.dumps({{"steps": steps, "check": [result.passed, str(result)]}}))
+"""
+
+
+@pytest.fixture(scope="module")
+def traced() -> dict:
+    done = subprocess.run([sys.executable, "-c", TRACE], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def kernels(log: list, capturing: bool) -> list:
+    return [entry[1:4] for entry in log if entry[0] == "launch" and entry[4] == capturing]
+
+
+def test_the_framework_passes_exercise_18_1(traced) -> None:
+    passed, report = traced["check"]
+    assert passed, report
+
+
+def test_a_new_shape_runs_eagerly_then_captures_the_same_kernels(traced) -> None:
+    stage10, stage11 = traced["steps"]["10"], traced["steps"]["11"]
+    for new in (0, 3):  # the first 64-row batch, the first 48-row one
+        log = stage11[new]["log"]
+        eager, captured = kernels(log, False), kernels(log, True)
+        assert eager == captured and captured, (new, eager, captured)
+        assert [e[0] for e in log if e[0] != "launch"] == ["dtod", "dtod", "dtoh"], log
+        assert captured == kernels(stage10[new + 1 if new == 0 else 5]["log"], False)  # a tuned stage 10 step
+
+
+def test_every_later_batch_is_a_replay(traced) -> None:
+    for step in (1, 2, 4, 5):
+        entry = traced["steps"]["11"][step]
+        rows = entry["rows"]
+        assert [e[0] for e in entry["log"]] == ["dtod", "dtod", "graph launch", "dtoh"], entry["log"]
+        assert [e[1] for e in entry["log"] if e[0] == "dtod"] == [4 * rows * 784, 4 * rows * 10]
+        c = entry["counters"]
+        assert (c["launches"], c["syncs"], c["htod_copies"], c["allocations"]) == (1, 0, 0, 0), c
+        assert c["pool_hits"] + c["pool_misses"] == 0, c
