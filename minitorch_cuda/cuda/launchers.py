@@ -249,15 +249,15 @@ class Gemm:
         return rows_a % 4 == 0 and rows_b % 4 == 0 and self.stride_a % 4 == 0 and self.stride_b % 4 == 0
 
 
-def _per_matrix(name: str, c, a, b, g: Gemm, flags: tuple, timed: bool):
-    """Kernels without a batch axis: one launch per matrix of the batch."""
-    grid = ((g.N + 15) // 16, (g.M + 15) // 16, 1)
-    pc, pa, pb = _arg(c), _arg(a), _arg(b)
-    times = [
-        _go(name, grid, (16, 16, 1), (pc + ITEMSIZE * z * g.M * g.N, pa + ITEMSIZE * z * g.stride_a,
-                                      pb + ITEMSIZE * z * g.stride_b, g.M, g.N, g.K, *flags), timed, (g,))
-        for z in range(g.batch)
-    ]  # fmt: skip
+def per_matrix(name: str, c, a, b, g: Gemm, flags: tuple, timed: bool):
+    """Kernels without a batch axis: a host loop of one launch per matrix of the batch."""
+    grid = (_cdiv(g.N, 16), _cdiv(g.M, 16), 1)
+    times = []
+    for z in range(g.batch):
+        pc = _arg(c) + ITEMSIZE * z * g.M * g.N
+        pa = _arg(a) + ITEMSIZE * z * g.stride_a
+        pb = _arg(b) + ITEMSIZE * z * g.stride_b
+        times.append(_go(name, grid, (16, 16, 1), (pc, pa, pb, g.M, g.N, g.K, *flags), timed, (g,)))
     return _total(times)
 
 
@@ -265,12 +265,12 @@ def matmul_naive(c, a, b, g: Gemm, *, timed: bool = False):
     """Stage 0: 16 x 16 threads, one per element of C, untransposed operands only."""
     if g.ta or g.tb:
         raise ValueError("matmul_naive reads untransposed operands only: materialize the transposes first")
-    return _per_matrix("matmul_naive", c, a, b, g, (), timed)
+    return per_matrix("matmul_naive", c, a, b, g, (), timed)
 
 
 def matmul_transposed(c, a, b, g: Gemm, *, timed: bool = False):
     """Stage 3: matmul_naive with the transposes read through flags."""
-    return _per_matrix("matmul_transposed", c, a, b, g, (int(g.ta), int(g.tb)), timed)
+    return per_matrix("matmul_transposed", c, a, b, g, (int(g.ta), int(g.tb)), timed)
 
 
 def matmul_batched(c, a, b, g: Gemm, *, timed: bool = False):
