@@ -9,6 +9,14 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${1:-$root}"
 cd "$root"
 
+# The chapters' kernels read book/ipython_kernel_config.py (SVG figures) from a
+# throwaway IPYTHONDIR, so the build leaves no IPython profile in the checkout.
+IPYTHONDIR="$(mktemp -d)"
+export IPYTHONDIR
+trap 'rm -rf "$IPYTHONDIR"' EXIT
+mkdir -p "$IPYTHONDIR/profile_default"
+cp book/ipython_kernel_config.py "$IPYTHONDIR/profile_default/"
+
 # -W: warnings are errors; -n: nitpicky, so broken references are warnings
 # too; --keep-going: report every warning before failing, not just the first.
 jupyter-book build . --builder html --path-output "$out" -W -n --keep-going

@@ -23,6 +23,65 @@ def _axes(ax, size=(7, 3.5)):
     return ax
 
 
+def shape_label(row: dict) -> str:
+    """A matmul row's name for an axis: ``512³`` for a cube, else the name over ``M×N×K``."""
+    if row["label"].endswith("^3") and row["M"] == row["N"] == row["K"]:
+        return row["label"][:-2] + "³"
+    return f"{row['label']}\n{row['M']}×{row['N']}×{row['K']}"
+
+
+# Where a point's label may go, in points from the point: right, left, above, below,
+# then further out (drawn with a leader line).
+_OFFSETS = [(5, 2), (5, -9), (-5, 2), (-5, -9), (0, 7), (0, -14), (14, 12), (14, -20), (-14, 12), (-14, -20),
+            (24, 0), (-24, 0), (0, 20), (0, -26)]  # fmt: skip
+
+
+def place_labels(ax, xs, ys, labels, fontsize: float = 6.5, avoid=()) -> None:
+    """Annotate points so that no label covers another label or a point: each label takes
+    the first of a few positions around its point that is still free (the limits must be
+    final). ``avoid`` adds (x, y) data points that labels must keep clear of."""
+    ax.figure.canvas.draw()  # final transforms and a renderer to measure text
+    renderer = ax.figure.canvas.get_renderer()
+    to_px = ax.transData.transform
+    scale = ax.figure.dpi / 72
+    obstacles = [(*(to_px((x, y)) - 4 * scale), *(to_px((x, y)) + 4 * scale)) for x, y in [*zip(xs, ys), *avoid]]
+    inside = ax.get_window_extent()
+
+    def overlap(box):
+        out = box[0] < inside.x0 or box[2] > inside.x1 or box[1] < inside.y0 or box[3] > inside.y1
+        hits = sum(box[0] < o[2] and o[0] < box[2] and box[1] < o[3] and o[1] < box[3] for o in obstacles)
+        return hits + 10 * out
+
+    for x, y, label in sorted(zip(xs, ys, labels), key=lambda p: -p[1]):
+        label = label.replace("^3", "³")
+        text = ax.text(0, 0, label, fontsize=fontsize)
+        size = text.get_window_extent(renderer)
+        text.remove()
+        px, py = to_px((x, y))
+        best = None
+        for dx, dy in _OFFSETS:
+            x0 = px + dx * scale - (size.width if dx < 0 else size.width / 2 if dx == 0 else 0)
+            box = (x0, py + dy * scale, x0 + size.width, py + dy * scale + size.height)
+            score = overlap(box)
+            if best is None or score < best[0]:
+                best = (score, dx, dy, box)
+            if score == 0:
+                break
+        _, dx, dy, box = best
+        far = abs(dx) > 10 or abs(dy) > 10
+        ax.annotate(
+            label,
+            (x, y),
+            textcoords="offset points",
+            xytext=(dx, dy),
+            fontsize=fontsize,
+            ha="right" if dx < 0 else "center" if dx == 0 else "left",
+            va="bottom",
+            arrowprops=dict(arrowstyle="-", lw=0.4, color="0.4", shrinkA=0, shrinkB=3) if far else None,
+        )
+        obstacles.append(box)
+
+
 # --- the ladder and the profiles ------------------------------------------------------
 
 
@@ -79,17 +138,36 @@ def kernel_shares(before: dict, after: dict, ax=None, top: int = 8):
 
 
 def timeline(entry: dict, ax=None, window: tuple[float, float] | None = None):
-    """The recorded events of a profile, one row per name (kernels blue, copies red)."""
+    """The recorded events of a profile, one row per name (kernels blue, copies red).
+    Every event is drawn at least 1/250 of the span wide, so that a 3 us kernel stays
+    visible next to a 25 ms gap; the longest stretch with no GPU event is shaded."""
     events = entry["timeline"]
     if window:
         events = [e for e in events if window[0] <= e[2] <= window[1]]
     names = list(dict.fromkeys(e[0] for e in events))[::-1]  # first to run on top
-    ax = _axes(ax, (9, 0.3 * len(names) + 1.3))
+    ax = _axes(ax, (9, 0.28 * len(names) + 1.4))
     row = {n: i for i, n in enumerate(names)}
     colors = {"kernel": "tab:blue", "memcpy": "tab:red"}
+    first, last = min(e[2] for e in events), max(e[2] + e[3] for e in events)
+    shortest = (last - first) / 250
     for name, kind, start, dur in events:
-        ax.barh(row[name], max(dur, 0.5), left=start, height=0.6, color=colors.get(kind, "tab:gray"))
+        ax.barh(row[name], max(dur, shortest), left=start, height=0.6, color=colors.get(kind, "tab:gray"))
+    ordered = sorted(events, key=lambda e: e[2])
+    ends = [max(e[2] + e[3] for e in ordered[: i + 1]) for i in range(len(ordered))]
+    gap, at = max(((b[2] - end, end) for end, b in zip(ends, ordered[1:])), default=(0, 0))
+    if gap > 0.3 * (last - first):
+        ax.axvspan(at, at + gap, color="0.92", zorder=0)
+        ax.text(
+            at + gap / 2,
+            len(names) / 2,
+            f"no GPU work for {gap / 1e3:.1f} ms",
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="0.3",
+        )
     ax.set_yticks(range(len(names)), names, fontsize=7)
+    ax.set_ylim(-0.6, len(names) - 0.4)
     ax.set_xlabel("time since the first recorded event (us)")
     ax.set_title(f"stage {entry['stage']}: kernels blue, copies red", fontsize=9)
     return ax
@@ -107,10 +185,16 @@ def gflops_bars(matmul: dict, ax=None, kernels: list[str] | None = None, labels:
     for i, name in enumerate(kernels):
         xs = [j + (i - (len(kernels) - 1) / 2) * width for j in range(len(rows))]
         ax.bar(xs, [r["gflops"].get(name, float("nan")) for r in rows], width, label=MATMUL_LABELS.get(name, name))
-    ax.set_xticks(range(len(rows)), [f"{r['label']}\n{r['M']}x{r['N']}x{r['K']}" for r in rows], fontsize=7)
+        for x, r in zip(xs, rows):
+            if name not in r["gflops"]:  # not timed at this shape: say so instead of an empty slot
+                ax.text(x, 0.02, "n/t", transform=ax.get_xaxis_transform(), ha="center", fontsize=5, color="0.4")
+    if any(name not in r["gflops"] for r in rows for name in kernels):
+        ax.text(1, -0.16, "n/t: not timed at this shape", transform=ax.transAxes, ha="right", fontsize=6, color="0.4")
+    ax.set_xticks(range(len(rows)), [shape_label(r) for r in rows], fontsize=7)
+    ax.set_xlim(-0.5, len(rows) - 0.5)
     ax.set_yscale("log")
     ax.set_ylabel("GFLOP/s (float32)")
-    ax.legend(fontsize=7, ncol=len(kernels))
+    ax.legend(fontsize=7, ncol=min(len(kernels), 4), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     ax.grid(True, axis="y", which="major", alpha=0.3)
     return ax
 
@@ -140,22 +224,17 @@ def roofline(device: dict, matmul: dict, ax=None, kernels: tuple[str, ...] = ("m
     ax.text(xs[0] * 1.2, flops / 1e9 * 1.15, f"FP32 peak {flops / 1e12:.0f} TFLOP/s", fontsize=7)
     ax.text(xs[0] * 1.2, bandwidth * xs[0] * 1.6 / 1e9, f"{bandwidth / 1e12:.1f} TB/s", fontsize=7, rotation=28)
     markers = {"matmul_naive": "v", "matmul_batched": "^", "matmul_tiled": "o", "cublas": "s"}
+    placed = {}
     for name in kernels:
-        pts = [
-            (intensity(r["M"], r["N"], r["K"]), r["gflops"][name], r["label"])
-            for r in matmul["rows"]
-            if name in r["gflops"]
-        ]
-        ax.scatter(
-            [p[0] for p in pts],
-            [p[1] for p in pts],
-            marker=markers.get(name, "o"),
-            label=MATMUL_LABELS.get(name, name),
-            zorder=3,
-        )
-        if name == kernels[-1]:
-            for x, y, label in pts:
-                ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, -9), fontsize=6)
+        pts = [(intensity(r["M"], r["N"], r["K"]), r["gflops"][name], r["label"]) for r in matmul["rows"]
+               if name in r["gflops"]]  # fmt: skip
+        xs_, ys_, labels = zip(*pts)
+        ax.scatter(xs_, ys_, marker=markers.get(name, "o"), label=MATMUL_LABELS.get(name, name), zorder=3)
+        placed[name] = (xs_, ys_, labels)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    others = [(x, y) for name in kernels[:-1] for x, y in zip(*placed[name][:2])]
+    place_labels(ax, *placed[kernels[-1]], avoid=others)  # the last kernel's points carry the shape names
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (flop per byte of DRAM traffic, ideal)")
@@ -165,15 +244,13 @@ def roofline(device: dict, matmul: dict, ax=None, kernels: tuple[str, ...] = ("m
     return ax
 
 
-def roofline_points(
-    device: dict, points: list[dict], ax=None, copy_gbps: float | None = None, launch_us: float | None = None
-):
+def roofline_points(device: dict, points: list[dict], ax=None, copy_gbps: float | None = None):
     """The FP32 roofline with arbitrary kernels on it. Each point is a dict with
     ``label``, ``intensity`` (flop/byte), ``gflops`` and ``group`` (one marker per group).
     ``copy_gbps`` adds the measured copy bandwidth as a second, lower roof."""
     ax = _axes(ax, (8, 5))
     flops, bandwidth = peaks(device)
-    xs = [2.0**e for e in range(-6, 12)]
+    xs = sorted([2.0**e for e in range(-6, 12)] + [flops / bandwidth])  # the ridge, where the roofs meet
     ax.plot(
         xs,
         [min(flops, bandwidth * x) / 1e9 for x in xs],
@@ -194,12 +271,9 @@ def roofline_points(
     for g, marker in zip(groups, markers):
         pts = [p for p in points if p["group"] == g]
         ax.scatter([p["intensity"] for p in pts], [p["gflops"] for p in pts], marker=marker, label=g, zorder=3)
-        for p in pts:
-            ax.annotate(
-                p["label"], (p["intensity"], p["gflops"]), textcoords="offset points", xytext=(4, 3), fontsize=6
-            )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    place_labels(ax, [p["intensity"] for p in points], [p["gflops"] for p in points], [p["label"] for p in points])
     ax.set_xlabel("arithmetic intensity (flop per byte of DRAM traffic, ideal)")
     ax.set_ylabel("GFLOP/s")
     ax.set_title(f"Roofline of the {device['name']} (FP32)", fontsize=9)
