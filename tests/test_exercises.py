@@ -20,7 +20,7 @@ import pytest
 import minitorch_cuda as mt
 from minitorch_cuda.cuda.kernel_table import KERNEL_DIR
 from minitorch_cuda.exercise import cuda_exercise
-from minitorch_cuda.grade import checks, exercises, generate, notebook
+from minitorch_cuda.grade import checks, exercises, generate, notebook, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,7 +57,7 @@ def test_bf16_truncation_fails_with_indices() -> None:
         return (np.asarray(x, np.float32).view(np.uint32) & 0xFFFF0000).view(np.float32)
 
     result = checks.run_check("2.1", truncate, "")
-    assert result.reason == checks.WRONG_RESULT and result.details[0].startswith("input ")
+    assert result.reason == verdict.WRONG_RESULT and result.details[0].startswith("input ")
 
 
 def test_bf16_ties_away_from_zero_is_named() -> None:
@@ -94,7 +94,7 @@ def test_timing_without_the_second_sync_measures_the_launch() -> None:
         return float(np.median(samples)), samples
 
     result = checks.run_check("5.1", launch_only)
-    assert result.reason == checks.WRONG_RESULT and "sync() after fn()" in result.message
+    assert result.reason == verdict.WRONG_RESULT and "sync() after fn()" in result.message
     assert result.details[0].startswith("sample 0: got")
 
 
@@ -106,7 +106,7 @@ def test_roofline_with_the_larger_roof_fails() -> None:
         return out | {"bound_gflops": max(peak, bandwidth * out["intensity"])}
 
     result = checks.run_check("14.1", above_the_roof)
-    assert result.reason == checks.WRONG_RESULT and "bound_gflops" in result.message
+    assert result.reason == verdict.WRONG_RESULT and "bound_gflops" in result.message
 
 
 @pytest.mark.parametrize(
@@ -117,7 +117,7 @@ def test_a_raising_function_fails_with_the_call_named(exercise_id, call) -> None
         return 1 / 0
 
     result = checks.run_check(exercise_id, raises)
-    assert result.reason == checks.EXCEPTION
+    assert result.reason == verdict.EXCEPTION
     assert result.message.startswith(call) and "ZeroDivisionError" in result.message
 
     def stub(*args, **kwargs):
@@ -143,7 +143,7 @@ def test_graphed_step_reading_before_the_replay_is_one_step_late() -> None:
             return value
 
     result = checks.run_check("18.1", ReadFirst)
-    assert result.reason == checks.WRONG_RESULT and "a replay" in result.message
+    assert result.reason == verdict.WRONG_RESULT and "a replay" in result.message
     assert result.details[0].startswith("batch 1 (8 rows): got")
 
 
@@ -159,7 +159,7 @@ def test_graphed_step_capturing_first_is_refused() -> None:
             return self.device.read(loss)
 
     result = checks.run_check("18.1", CaptureFirst)
-    assert result.reason == checks.WRONG_RESULT and "run the step once eagerly" in result.message
+    assert result.reason == verdict.WRONG_RESULT and "run the step once eagerly" in result.message
 
 
 def test_graphed_step_capturing_without_a_warmup_is_refused() -> None:
@@ -188,7 +188,7 @@ def test_graphed_step_capturing_without_a_warmup_is_refused() -> None:
             return device.read(loss)
 
     result = checks.run_check("18.1", NoWarmup)
-    assert result.reason == checks.WRONG_RESULT and "no warm-up reserved" in result.message, result
+    assert result.reason == verdict.WRONG_RESULT and "no warm-up reserved" in result.message, result
 
 
 def test_graphed_step_without_a_graph_is_host_side() -> None:
@@ -199,7 +199,7 @@ def test_graphed_step_without_a_graph_is_host_side() -> None:
         def __call__(self, xb, yb):
             return self.device.read(self.body(xb, yb))
 
-    assert checks.run_check("18.1", Eager).reason == checks.HOST_SIDE
+    assert checks.run_check("18.1", Eager).reason == verdict.HOST_SIDE
 
 
 def test_tf32_reference_agrees_with_the_chapters_rounding() -> None:
@@ -232,14 +232,14 @@ def test_report_raises_on_stub_and_prints(capsys) -> None:
 def test_compare_reasons() -> None:
     want = np.arange(300, dtype=np.float32)
     poisoned = np.full(300, -1.0, np.float32)
-    with pytest.raises(checks.CheckFailed) as info:
-        checks.compare(poisoned, want, "x", poison=-1.0)
-    assert info.value.reason == checks.NO_WRITES
+    with pytest.raises(verdict.CheckFailed) as info:
+        verdict.compare(poisoned, want, "x", poison=-1.0)
+    assert info.value.reason == verdict.NO_WRITES
     tail = want.copy()
     tail[-1] = 7
-    with pytest.raises(checks.CheckFailed) as info:
-        checks.compare(tail, want, "x", tail=300 % 256)
-    assert info.value.reason == checks.BOUNDARY and "index 299" in info.value.details[0]
+    with pytest.raises(verdict.CheckFailed) as info:
+        verdict.compare(tail, want, "x", tail=300 % 256)
+    assert info.value.reason == verdict.BOUNDARY and "index 299" in info.value.details[0]
 
 
 def test_cuda_exercise_helper() -> None:

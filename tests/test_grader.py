@@ -20,7 +20,7 @@ from submissions import STUDENTS, build
 
 import minitorch_cuda as mt
 from minitorch_cuda import grade
-from minitorch_cuda.grade import checks, exercises, runner
+from minitorch_cuda.grade import exercises, runner, verdict
 
 SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
 CPU_IDS = ["1.2", "2.1", "4.1", "5.1", "14.1", "18.1", "19.1", "20.1"]
@@ -57,32 +57,32 @@ EXPECTED_CPU = {
     ("full_solutions", "18.1"): "passed",
     ("full_solutions", "19.1"): "passed",
     ("full_solutions", "20.1"): "passed",
-    ("empty_kernels", "1.2"): checks.NOT_IMPLEMENTED,
-    ("empty_kernels", "2.1"): checks.NOT_IMPLEMENTED,
-    ("empty_kernels", "4.1"): checks.NOT_IMPLEMENTED,
-    ("empty_kernels", "5.1"): checks.NOT_IMPLEMENTED,
-    ("empty_kernels", "14.1"): checks.NOT_IMPLEMENTED,
-    ("empty_kernels", "18.1"): checks.NOT_IMPLEMENTED,
-    ("empty_kernels", "19.1"): checks.NOT_IMPLEMENTED,
-    ("off_by_one", "1.2"): checks.BOUNDARY,
-    ("off_by_one", "5.1"): checks.BOUNDARY,
-    ("off_by_one", "18.1"): checks.WRONG_RESULT,
-    ("off_by_one", "19.1"): checks.WRONG_RESULT,
-    ("host_cheat", "2.1"): checks.FORBIDDEN,
-    ("host_cheat", "18.1"): checks.HOST_SIDE,
-    ("host_cheat", "19.1"): checks.FORBIDDEN,
-    ("infinite_loop", "1.2"): checks.TIMEOUT,
-    ("infinite_loop", "2.1"): checks.TIMEOUT,
-    ("infinite_loop", "4.1"): checks.TIMEOUT,
-    ("infinite_loop", "5.1"): checks.TIMEOUT,
-    ("infinite_loop", "14.1"): checks.TIMEOUT,
-    ("infinite_loop", "18.1"): checks.TIMEOUT,
-    ("infinite_loop", "19.1"): checks.TIMEOUT,
-    ("renamed_notebooks", "1.2"): checks.MISSING_NOTEBOOK,
-    ("renamed_notebooks", "2.1"): checks.MISSING_NOTEBOOK,
+    ("empty_kernels", "1.2"): verdict.NOT_IMPLEMENTED,
+    ("empty_kernels", "2.1"): verdict.NOT_IMPLEMENTED,
+    ("empty_kernels", "4.1"): verdict.NOT_IMPLEMENTED,
+    ("empty_kernels", "5.1"): verdict.NOT_IMPLEMENTED,
+    ("empty_kernels", "14.1"): verdict.NOT_IMPLEMENTED,
+    ("empty_kernels", "18.1"): verdict.NOT_IMPLEMENTED,
+    ("empty_kernels", "19.1"): verdict.NOT_IMPLEMENTED,
+    ("off_by_one", "1.2"): verdict.BOUNDARY,
+    ("off_by_one", "5.1"): verdict.BOUNDARY,
+    ("off_by_one", "18.1"): verdict.WRONG_RESULT,
+    ("off_by_one", "19.1"): verdict.WRONG_RESULT,
+    ("host_cheat", "2.1"): verdict.FORBIDDEN,
+    ("host_cheat", "18.1"): verdict.HOST_SIDE,
+    ("host_cheat", "19.1"): verdict.FORBIDDEN,
+    ("infinite_loop", "1.2"): verdict.TIMEOUT,
+    ("infinite_loop", "2.1"): verdict.TIMEOUT,
+    ("infinite_loop", "4.1"): verdict.TIMEOUT,
+    ("infinite_loop", "5.1"): verdict.TIMEOUT,
+    ("infinite_loop", "14.1"): verdict.TIMEOUT,
+    ("infinite_loop", "18.1"): verdict.TIMEOUT,
+    ("infinite_loop", "19.1"): verdict.TIMEOUT,
+    ("renamed_notebooks", "1.2"): verdict.MISSING_NOTEBOOK,
+    ("renamed_notebooks", "2.1"): verdict.MISSING_NOTEBOOK,
     ("renamed_notebooks", "4.1"): "passed",
-    ("renamed_notebooks", "5.1"): checks.MISSING_NOTEBOOK,
-    ("renamed_notebooks", "19.1"): checks.MISSING_NOTEBOOK,
+    ("renamed_notebooks", "5.1"): verdict.MISSING_NOTEBOOK,
+    ("renamed_notebooks", "19.1"): verdict.MISSING_NOTEBOOK,
 }
 
 
@@ -137,8 +137,8 @@ def test_missing_exercise_cell_and_tampering(tmp_path) -> None:
     (subs / "tamper").mkdir()
     (subs / "tamper" / "02_floating_point.md").write_text(tampered)
     results = run_grader(subs, tmp_path / "g.csv", ["2.1"])
-    assert results[("renamed_variable", "2.1")]["reason"] == checks.MISSING
-    assert results[("tamper", "2.1")]["reason"] == checks.HOST_SIDE
+    assert results[("renamed_variable", "2.1")]["reason"] == verdict.MISSING
+    assert results[("tamper", "2.1")]["reason"] == verdict.HOST_SIDE
 
 
 def test_no_metadata_falls_back_to_the_defining_cell(tmp_path) -> None:
@@ -151,7 +151,7 @@ def test_exception_in_cell(tmp_path) -> None:
     sol = (SOLUTIONS / "01_cuda_setup.md").read_text()
     subs = _student(tmp_path, "raises", "01_cuda_setup", sol.replace("    if n <= 0:", "    1 / 0\n    if n <= 0:"))
     result = run_grader(subs, tmp_path / "g.csv", ["1.2"])[("raises", "1.2")]
-    assert result["reason"] == checks.EXCEPTION and "ZeroDivisionError" in result["message"]
+    assert result["reason"] == verdict.EXCEPTION and "ZeroDivisionError" in result["message"]
 
 
 @pytest.mark.skipif(mt.cuda_available(), reason="checks the behaviour without a GPU")
@@ -159,7 +159,7 @@ def test_kernel_exercises_without_gpu_are_not_final(tmp_path) -> None:
     out = tmp_path / "g.csv"
     subs = build(tmp_path / "subs", {"full_solutions": STUDENTS["full_solutions"]})
     results = run_grader(subs, out, ["3.1"])
-    assert results[("full_solutions", "3.1")]["reason"] == checks.NO_GPU
+    assert results[("full_solutions", "3.1")]["reason"] == verdict.NO_GPU
     assert not runner.Ledger(out.with_suffix(".json"), runner.load_rubric(None)).done("full_solutions", "3.1")
 
 
@@ -199,16 +199,16 @@ KERNEL_IDS = [e.id for e in exercises.ordered() if e.gpu]
 FIRST_EXPECTED = {
     # An empty tiled, warp-shuffle or vectorized kernel already lacks the construct the exercise
     # asks for (__shared__ tiles, __shfl_*_sync, float4): the static check names that before any launch.
-    "empty_kernels": {i: {checks.NO_WRITES} for i in KERNEL_IDS}
-    | {i: {checks.NO_WRITES, checks.FORBIDDEN} for i in ("11.1", "13.1", "15.1")}
-    | {"12.1": {checks.NOT_IMPLEMENTED}},
-    "host_cheat": {i: {checks.HOST_SIDE} for i in KERNEL_IDS} | {"1.1": {checks.NOT_A_KERNEL}},
-    "off_by_one": {i: {checks.BOUNDARY, checks.WRONG_RESULT, checks.CUDA_ERROR} for i in KERNEL_IDS if i != "12.1"}
-    | {i: {checks.BOUNDARY} for i in ("1.1", "3.1", "3.2", "7.1", "15.1")},
+    "empty_kernels": {i: {verdict.NO_WRITES} for i in KERNEL_IDS}
+    | {i: {verdict.NO_WRITES, verdict.FORBIDDEN} for i in ("11.1", "13.1", "15.1")}
+    | {"12.1": {verdict.NOT_IMPLEMENTED}},
+    "host_cheat": {i: {verdict.HOST_SIDE} for i in KERNEL_IDS} | {"1.1": {verdict.NOT_A_KERNEL}},
+    "off_by_one": {i: {verdict.BOUNDARY, verdict.WRONG_RESULT, verdict.CUDA_ERROR} for i in KERNEL_IDS if i != "12.1"}
+    | {i: {verdict.BOUNDARY} for i in ("1.1", "3.1", "3.2", "7.1", "15.1")},
     "missing_syncthreads": {
-        i: {checks.RACE, checks.WRONG_RESULT} for i in ("3.3", "6.1", "11.1", "13.1", "16.1", "17.1")
+        i: {verdict.RACE, verdict.WRONG_RESULT} for i in ("3.3", "6.1", "11.1", "13.1", "16.1", "17.1")
     },
-    "infinite_loop": {i: {checks.TIMEOUT} for i in ("3.1", "11.1", "13.1", "12.1", "15.1", "16.1", "17.1")},
+    "infinite_loop": {i: {verdict.TIMEOUT} for i in ("3.1", "11.1", "13.1", "12.1", "15.1", "16.1", "17.1")},
 }
 
 
@@ -255,5 +255,5 @@ def test_gpu_illegal_memory_access(tmp_path) -> None:
     bad = sol.replace("out[i] = x > 0.0f ? x : 0.0f;", "out[i + 400000000] = x > 0.0f ? x : 0.0f;")
     subs = _student(tmp_path, "wild_pointer", "03_building_the_backend", bad)
     result = run_grader(subs, tmp_path / "g.csv", ["3.1", "3.2"], "--timeout", "60")
-    assert result[("wild_pointer", "3.1")]["reason"] in {checks.CUDA_ERROR, checks.CRASHED}
+    assert result[("wild_pointer", "3.1")]["reason"] in {verdict.CUDA_ERROR, verdict.CRASHED}
     assert result[("wild_pointer", "3.2")]["passed"]  # the broken context cost only 3.1

@@ -362,7 +362,7 @@ def test_cuda_c_streams_at_awkward_sizes_and_offsets(dtype, n, misaligned) -> No
 def test_exercise_20_1_solution_and_mistakes() -> None:
     import jupytext
 
-    from minitorch_cuda.grade import checks, exercises, notebook
+    from minitorch_cuda.grade import checks, exercises, notebook, verdict
 
     ex = exercises.get("20.1")
     source = notebook.exercise_source(jupytext.read(ROOT / "solutions" / f"{ex.notebook}.md"), ex)
@@ -374,7 +374,7 @@ def test_exercise_20_1_solution_and_mistakes() -> None:
         return np.array([cases.fib_scalar(int(v)) for v in n.ravel()]).reshape(n.shape)
 
     looped = "def per_element(n):\n    return [f(v) for v in n]\n"
-    assert checks.run_check("20.1", per_element, looped).reason == checks.FORBIDDEN
+    assert checks.run_check("20.1", per_element, looped).reason == verdict.FORBIDDEN
 
     def off_by_one(n):
         t1, t2 = np.zeros_like(n), np.ones_like(n)
@@ -384,7 +384,7 @@ def test_exercise_20_1_solution_and_mistakes() -> None:
         return np.where(n == 2, 1, np.where(n < 2, 0, t2))
 
     result = checks.run_check("20.1", off_by_one)
-    assert result.reason == checks.WRONG_RESULT and result.details
+    assert result.reason == verdict.WRONG_RESULT and result.details
 
 
 # --- the chapter renders a recorded run (synthetic, shaped like bench.run's output) ----------

@@ -14,167 +14,29 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
-import inspect
-import re
 
 import numpy as np
 
 from ..numerics import tf32_reference
 from . import exercises
-
-# Failure reasons, as they appear in the grade sheet and the feedback.
-PASSED = "passed"
-NOT_IMPLEMENTED = "not_implemented"  # still the stub
-NO_WRITES = "no_writes"  # the output buffer still holds the poison: an empty kernel
-WRONG_RESULT = "wrong_result"
-BOUNDARY = "boundary"  # wrong only at the tail or writes past the end: an off-by-one
-RACE = "race"  # the same inputs give different outputs from run to run
-NOT_A_KERNEL = "not_a_kernel"  # no __global__ entry with the right name
-SIGNATURE = "signature"
-COMPILE_ERROR = "compile_error"
-HOST_SIDE = "host_side"  # computes on the host, or bypasses the kernel being checked
-NOT_LAUNCHED = "not_launched"
-FORBIDDEN = "forbidden"  # uses what the exercise rules out (ml_dtypes, the built-in reduction)
-MISSING = "missing"  # the exercise cell or its variable is not in the notebook
-MISSING_NOTEBOOK = "missing_notebook"
-EXCEPTION = "exception"
-CUDA_ERROR = "cuda_error"  # illegal memory access and other faults of the CUDA context
-TIMEOUT = "timeout"
-CRASHED = "crashed"  # the checking process died without a result
-SYNCS = "device_syncs"  # the training step synchronizes the device
-NO_GPU = "no_gpu"  # the grading machine has none: not the student's fault, regraded on rerun
-
-ENVIRONMENT_REASONS = {NO_GPU}
-
-
-@dataclasses.dataclass
-class CheckResult:
-    exercise: str
-    passed: bool
-    reason: str
-    message: str = ""
-    details: list[str] = dataclasses.field(default_factory=list)
-
-    def lines(self) -> list[str]:
-        ex = exercises.EXERCISES.get(self.exercise)
-        title = f"Exercise {self.exercise}" + (f" ({ex.title})" if ex else "")
-        head = f"{title}: PASSED" if self.passed else f"{title}: FAILED [{self.reason}]"
-        out = [head]
-        if self.message:
-            out.append("  " + self.message)
-        out += ["  - " + d for d in self.details]
-        return out
-
-    def __str__(self) -> str:
-        return "\n".join(self.lines())
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-class CheckFailed(Exception):
-    """Raised inside a check to stop at the first failed sub-check."""
-
-    def __init__(self, reason: str, message: str, details: list[str] | None = None):
-        super().__init__(message)
-        self.reason, self.message, self.details = reason, message, details or []
-
-
-def fail(reason: str, message: str, details: list[str] | None = None):
-    raise CheckFailed(reason, message, details)
-
-
-# --- comparing arrays ------------------------------------------------------------
-
-
-def first_mismatches(got: np.ndarray, want: np.ndarray, bad: np.ndarray, limit: int = 5) -> list[str]:
-    """``index: got x, want y`` for the first ``limit`` True entries of ``bad``."""
-    out = []
-    for index in np.argwhere(bad)[:limit]:
-        key = tuple(int(i) for i in index)
-        shown = key[0] if len(key) == 1 else key
-        out.append(f"index {shown}: got {got[key]!r}, want {want[key]!r}")
-    return out
-
-
-def compare(
-    got: np.ndarray,
-    want: np.ndarray,
-    what: str,
-    *,
-    atol: float = 1e-6,
-    rtol: float = 1e-5,
-    poison: float | None = None,
-    tail: int | None = None,
-) -> None:
-    """Fail unless ``got`` matches ``want`` within ``atol + rtol * |want|``.
-
-    ``poison``: the value the output held before the launch; all of it still
-    there means nothing was written. ``tail``: flat length of the last partial
-    block; mismatches only there are reported as an off-by-one.
-    """
-    got = np.asarray(got, dtype=np.float64).reshape(np.shape(want))
-    want = np.asarray(want, dtype=np.float64)
-    if poison is not None and got.size and np.all(got == np.float64(np.float32(poison))):
-        fail(NO_WRITES, f"{what}: the output was never written (it still holds the poison value {poison:g})")
-    bad = ~np.isclose(got, want, atol=atol, rtol=rtol, equal_nan=True)
-    if not bad.any():
-        return
-    details = first_mismatches(got, want, bad)
-    flat = bad.ravel()
-    count = int(flat.sum())
-    message = f"{what}: {count} of {flat.size} values differ (atol={atol:g}, rtol={rtol:g})"
-    if tail and flat[: flat.size - tail].sum() == 0:
-        fail(BOUNDARY, message + "; all of them in the last partial block: check the bounds test", details)
-    if poison is not None:
-        unwritten = int((got.ravel() == np.float64(np.float32(poison)))[flat].sum())
-        if unwritten:
-            message += f"; {unwritten} were never written"
-            if unwritten == count and flat[-1]:
-                fail(BOUNDARY, message + " (the last elements: check the bounds test)", details)
-    fail(WRONG_RESULT, message, details)
-
-
-def source_of(obj) -> str:
-    try:
-        return inspect.getsource(obj)
-    except (OSError, TypeError):
-        return ""
-
-
-def forbid(source: str, patterns: dict[str, str]) -> None:
-    """Fail if the source uses any of ``patterns`` (regex -> why it is ruled out)."""
-    code = "\n".join(line.split("#", 1)[0] for line in source.splitlines())
-    for pattern, why in patterns.items():
-        if re.search(pattern, code):
-            fail(FORBIDDEN, why)
-
-
-def call(what: str, fn, *args, **kwargs):
-    """``fn(*args, **kwargs)``; any exception but a stub's NotImplementedError fails the
-    check with the reason ``exception``, naming the call as ``what``."""
-    try:
-        return fn(*args, **kwargs)
-    except NotImplementedError:
-        raise
-    except Exception as exc:
-        fail(EXCEPTION, f"{what} raised {type(exc).__name__}: {exc}")
-
-
-def expect_value_error(what: str, fn, *args, why: str = "", **kwargs) -> None:
-    """Fail unless ``fn(*args, **kwargs)`` raises ValueError (bad input must be refused);
-    a stub's NotImplementedError propagates."""
-    try:
-        fn(*args, **kwargs)
-    except ValueError:
-        return
-    except NotImplementedError:
-        raise
-    except Exception as exc:
-        fail(WRONG_RESULT, f"{what} should raise ValueError, raised {type(exc).__name__}")
-    fail(WRONG_RESULT, f"{what} should raise ValueError{why}")
-
+from .verdict import (
+    BOUNDARY,
+    COMPILE_ERROR,
+    CUDA_ERROR,
+    EXCEPTION,
+    HOST_SIDE,
+    NO_GPU,
+    PASSED,
+    WRONG_RESULT,
+    CheckFailed,
+    CheckResult,
+    call,
+    compare,
+    expect_value_error,
+    fail,
+    forbid,
+    source_of,
+)
 
 # --- 1.2 launch configuration ----------------------------------------------------
 

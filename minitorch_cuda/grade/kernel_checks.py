@@ -19,7 +19,8 @@ import math
 import numpy as np
 
 from ..cuda.kernel_table import prepare_signature
-from .checks import (
+from .exercises import Exercise, check_entry
+from .verdict import (
     BOUNDARY,
     FORBIDDEN,
     HOST_SIDE,
@@ -34,7 +35,6 @@ from .checks import (
     fail,
     forbid,
 )
-from .exercises import Exercise, check_entry
 
 POISON = np.float32(-1.2345678e30)
 GUARD = 256  # floats on each side of every buffer

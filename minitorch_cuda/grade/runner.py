@@ -22,7 +22,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from . import checks, exercises, notebook
+from . import exercises, notebook, verdict
 
 try:
     import tomllib
@@ -111,16 +111,16 @@ def check_exercise(ex: exercises.Exercise, source: str, settings: Settings, gpu:
         if result.exists():
             return json.loads(result.read_text())
     if code is None:
-        reason, message = checks.TIMEOUT, f"no result after {settings.check_timeout:g} s (an endless loop or a hang?)"
+        reason, message = verdict.TIMEOUT, f"no result after {settings.check_timeout:g} s (an endless loop or a hang?)"
     elif code < 0:
-        reason, message = checks.CRASHED, f"the checking process died with signal {-code}"
+        reason, message = verdict.CRASHED, f"the checking process died with signal {-code}"
     else:
-        reason, message = checks.CRASHED, f"the checking process exited with code {code} and no result"
+        reason, message = verdict.CRASHED, f"the checking process exited with code {code} and no result"
     lowered = tail.lower()
     if "illegal memory access" in lowered or "cuda_error" in lowered:
-        reason = checks.CUDA_ERROR
+        reason = verdict.CUDA_ERROR
     lines = [line for line in tail.strip().splitlines()[-3:] if line.strip()]
-    return checks.CheckResult(ex.id, False, reason, message, lines).to_dict()
+    return verdict.CheckResult(ex.id, False, reason, message, lines).to_dict()
 
 
 class Ledger:
@@ -133,7 +133,7 @@ class Ledger:
         if path.exists():
             data = json.loads(path.read_text())
             for r in data.get("results", []):
-                if r.get("reason") not in checks.ENVIRONMENT_REASONS:
+                if r.get("reason") not in verdict.ENVIRONMENT_REASONS:
                     self.results[(r["student"], r["exercise"])] = r
             self.executions = data.get("executions", {})
 
@@ -248,13 +248,13 @@ def grade_notebook(student: str, stem: str, ids: list[str], settings: Settings, 
         found = sorted(p.name for p in (settings.submissions / student).iterdir() if p.is_file())
         for ex in todo:
             message = f"no {stem}.ipynb or {stem}.md in the submission (found: {', '.join(found) or 'nothing'})"
-            ledger.add(student, checks.CheckResult(ex.id, False, checks.MISSING_NOTEBOOK, message).to_dict(), 0.0)
+            ledger.add(student, verdict.CheckResult(ex.id, False, verdict.MISSING_NOTEBOOK, message).to_dict(), 0.0)
         return
     try:
         nb = notebook.read(path)
     except Exception as exc:
         for ex in todo:
-            result = checks.CheckResult(ex.id, False, checks.MISSING_NOTEBOOK, f"{path.name} cannot be read: {exc}")
+            result = verdict.CheckResult(ex.id, False, verdict.MISSING_NOTEBOOK, f"{path.name} cannot be read: {exc}")
             ledger.add(student, result.to_dict(), 0.0)
         return
     if settings.execute:
@@ -263,7 +263,7 @@ def grade_notebook(student: str, stem: str, ids: list[str], settings: Settings, 
         source = notebook.exercise_source(nb, ex)
         if source is None:
             message = f"no cell with metadata exercise: '{ex.id}' or defining {ex.name!r} in {path.name}"
-            result = checks.CheckResult(ex.id, False, checks.MISSING, message).to_dict()
+            result = verdict.CheckResult(ex.id, False, verdict.MISSING, message).to_dict()
         else:
             result = check_exercise(ex, source, settings, gpu)
         points = settings.rubric["points"][ex.id] if result["passed"] else 0.0

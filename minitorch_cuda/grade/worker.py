@@ -47,20 +47,20 @@ def _tampered(before: dict, after: dict) -> list[str]:
 
 
 def check(exercise_id: str, cell_file: str, result_file: str) -> int:
-    from . import checks, exercises
+    from . import checks, exercises, verdict
     from .notebook import python_source
 
     ex = exercises.get(exercise_id)
     source = Path(cell_file).read_text()
 
-    def done(result: checks.CheckResult) -> int:
+    def done(result: verdict.CheckResult) -> int:
         _write(result_file, result.to_dict())
         return 0
 
     import minitorch_cuda as mt
 
     if ex.gpu and not mt.cuda_available():
-        return done(checks.CheckResult(ex.id, False, checks.NO_GPU, mt.cuda_unavailable_reason()))
+        return done(verdict.CheckResult(ex.id, False, verdict.NO_GPU, mt.cuda_unavailable_reason()))
     if ex.gpu:  # load what the checks use before the student's code runs, to see what it changes
         from minitorch_cuda.cuda import backend, registry, runtime  # noqa: F401
 
@@ -75,30 +75,31 @@ def check(exercise_id: str, cell_file: str, result_file: str) -> int:
     try:
         exec(compile(python_source(source), f"<exercise {ex.id} cell>", "exec"), namespace)
     except NotImplementedError:
-        return done(checks.CheckResult(ex.id, False, checks.NOT_IMPLEMENTED, f"Exercise {ex.id} is still the stub"))
+        return done(verdict.CheckResult(ex.id, False, verdict.NOT_IMPLEMENTED, f"Exercise {ex.id} is still the stub"))
     except Exception as exc:
         tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
         reason = checks.classify_exception(exc)
-        if reason == checks.EXCEPTION and isinstance(exc, (TypeError, ValueError)) and ex.kind == "cuda":
-            reason = checks.SIGNATURE if isinstance(exc, TypeError) else checks.NOT_A_KERNEL
-        return done(checks.CheckResult(ex.id, False, reason, f"the exercise cell raised {tb}"))
+        if reason == verdict.EXCEPTION and isinstance(exc, (TypeError, ValueError)) and ex.kind == "cuda":
+            reason = verdict.SIGNATURE if isinstance(exc, TypeError) else verdict.NOT_A_KERNEL
+        return done(verdict.CheckResult(ex.id, False, reason, f"the exercise cell raised {tb}"))
     changed = _tampered(before, _framework_snapshot())
     if changed:
         return done(
-            checks.CheckResult(
+            verdict.CheckResult(
                 ex.id,
                 False,
-                checks.HOST_SIDE,
+                verdict.HOST_SIDE,
                 "the exercise cell modifies the framework instead of implementing the exercise: "
                 + ", ".join(changed[:5]),
             )
         )
     if ex.name not in namespace:
-        return done(checks.CheckResult(ex.id, False, checks.MISSING, f"the exercise cell does not define {ex.name!r}"))
+        missing = f"the exercise cell does not define {ex.name!r}"
+        return done(verdict.CheckResult(ex.id, False, verdict.MISSING, missing))
     try:
         result = checks.run_check(ex.id, namespace[ex.name], source)
     except NotImplementedError:
-        result = checks.CheckResult(ex.id, False, checks.NOT_IMPLEMENTED, f"Exercise {ex.id} is still the stub")
+        result = verdict.CheckResult(ex.id, False, verdict.NOT_IMPLEMENTED, f"Exercise {ex.id} is still the stub")
     return done(result)
 
 

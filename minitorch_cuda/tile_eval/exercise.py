@@ -14,7 +14,7 @@ from .cases import MAX_FIB_N, fib_reference
 
 
 def check_fib_tile(fib_tile, source: str = "") -> list[str]:
-    from ..grade.checks import WRONG_RESULT, fail, forbid, source_of
+    from ..grade.verdict import WRONG_RESULT, fail, forbid, source_of
 
     forbid(
         source or source_of(fib_tile),
