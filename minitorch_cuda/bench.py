@@ -291,16 +291,18 @@ def format_table(rows: list[dict], torch_row: dict | None) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m minitorch_cuda.bench", description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None, prog: str = "python -m minitorch_cuda.bench") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument(
         "--stages",
         type=stages.parse,
         default=list(range(stages.DEFAULT_STAGE + 1)),
         help=f"e.g. 0-8 or 6,8 (default 0-{stages.DEFAULT_STAGE}, the stages verified on a GPU)",
     )
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=10, help="batches in the warm-up call")
+    parser.add_argument(
+        "--epochs", type=int, default=5, help="timed epochs per stage; the median is reported (default: 5)"
+    )
+    parser.add_argument("--warmup", type=int, default=10, help="batches in the warm-up call (default: 10)")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch eager even where it imports")
     parser.add_argument("--matmul", action="store_true", help="also time each matmul kernel against cuBLAS")
     parser.add_argument("--profiles", action="store_true", help="also profile 20 steps of every stage")

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 import zlib
 from pathlib import Path
 
 import numpy as np
 
+# The checkout's copy (a git clone or an editable install). A wheel installed
+# elsewhere has none: then --data or MINITORCH_CUDA_DATA says where it is.
 MNIST_DIR = Path(__file__).resolve().parent.parent / "data" / "mnist"
+DATA_ENV = "MINITORCH_CUDA_DATA"
 FILES = {
     "train_images": "train-images-idx3-ubyte.gz",
     "train_labels": "train-labels-idx1-ubyte.gz",
@@ -51,9 +55,31 @@ def _read_idx(path: Path, expected_sha256: str | None) -> np.ndarray:
     return body.reshape(shape)
 
 
-def load_mnist(directory: str | Path = MNIST_DIR, verify: bool = True):
-    """(x_train, y_train, x_test, y_test): images as float32 rows of 784 in [0, 1], labels as int64."""
-    directory = Path(directory)
+def mnist_dir(directory: str | Path | None = None) -> Path:
+    """Where the MNIST files are: ``directory`` if given, else ``$MINITORCH_CUDA_DATA``,
+    else the checkout's ``data/mnist``. A folder may hold the files itself or in an
+    ``mnist/`` subfolder (so both ``data`` and ``data/mnist`` work). Raises
+    DatasetError, saying how to point at the data, when no folder holds them."""
+    if directory is not None:
+        given, source = Path(directory), "the folder given"
+    elif os.environ.get(DATA_ENV):
+        given, source = Path(os.environ[DATA_ENV]), DATA_ENV
+    else:
+        given, source = MNIST_DIR, "the checkout's data/mnist"
+    for candidate in (given, given / "mnist"):
+        if (candidate / "SHA256SUMS").exists() or any((candidate / name).exists() for name in FILES.values()):
+            return candidate
+    raise DatasetError(
+        f"MNIST not found in {given} ({source}); pass --data DIR or set {DATA_ENV}=DIR, "
+        "DIR holding the four IDX files and SHA256SUMS of the repository's data/mnist"
+    )
+
+
+def load_mnist(directory: str | Path | None = None, verify: bool = True):
+    """(x_train, y_train, x_test, y_test): images as float32 rows of 784 in [0, 1], labels as int64.
+
+    ``directory`` is resolved by ``mnist_dir``: the argument, ``$MINITORCH_CUDA_DATA``, the checkout."""
+    directory = mnist_dir(directory)
     sums = _expected_checksums(directory) if verify else {}
     arrays = {key: _read_idx(directory / name, sums.get(name) if verify else None) for key, name in FILES.items()}
 

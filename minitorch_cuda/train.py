@@ -9,6 +9,8 @@ once and shuffled on the device every epoch.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -40,10 +42,11 @@ class MnistOnDevice:
     labels_test: np.ndarray
 
 
-def load_to(device: str | Device) -> MnistOnDevice:
-    """Read MNIST, split 90/10 and upload every split once."""
+def load_to(device: str | Device, data_dir: str | Path | None = None) -> MnistOnDevice:
+    """Read MNIST (from ``data_dir``, else as ``data.mnist_dir`` finds it), split 90/10
+    and upload every split once."""
     device = as_device(device)
-    x, labels, x_test, labels_test = load_mnist()
+    x, labels, x_test, labels_test = load_mnist(data_dir)
     x_train, x_val, l_train, l_val = train_val_split(x, labels, 0.1, seed=42)
     return MnistOnDevice(
         tensor(x_train, device),
@@ -96,16 +99,27 @@ class Trainer:
         self.optim.zero_grad()
         return loss
 
-    def epoch(self, x: Tensor, y: Tensor, max_batches: int | None = None, order: np.ndarray | None = None) -> float:
+    def epoch(
+        self,
+        x: Tensor,
+        y: Tensor,
+        max_batches: int | None = None,
+        order: np.ndarray | None = None,
+        on_step: Callable[[float], None] | None = None,
+    ) -> float:
         """Shuffle on the device (one gather of the whole split), then step through
-        contiguous batches of it. Returns the mean loss."""
+        contiguous batches of it. Returns the mean loss. ``on_step(loss)`` is called
+        after every step (a progress bar, for example)."""
         order = self.rng.permutation(len(x)) if order is None else order
         x_shuffled, y_shuffled = x[order], y[order]
         total, steps = 0.0, 0
         for start in range(0, len(x), self.protocol.batch_size):
             stop = min(start + self.protocol.batch_size, len(x))
-            total += self.step(x_shuffled[start:stop], y_shuffled[start:stop])
+            loss = self.step(x_shuffled[start:stop], y_shuffled[start:stop])
+            total += loss
             steps += 1
+            if on_step is not None:
+                on_step(loss)
             if steps == max_batches:
                 break
         return total / steps

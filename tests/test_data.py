@@ -10,7 +10,7 @@ import pytest
 from conftest import mnist_available
 
 import minitorch_cuda as mt
-from minitorch_cuda.data import FILES, MNIST_DIR, DatasetError, load_mnist, one_hot, train_val_split
+from minitorch_cuda.data import FILES, MNIST_DIR, DatasetError, load_mnist, mnist_dir, one_hot, train_val_split
 
 needs_mnist = pytest.mark.skipif(not mnist_available(), reason=f"MNIST files not found in {MNIST_DIR}")
 
@@ -60,8 +60,21 @@ def test_missing_checksums(mnist_copy):
 
 
 def test_missing_directory(tmp_path):
-    with pytest.raises(DatasetError, match="missing"):
+    with pytest.raises(DatasetError, match="MNIST not found in .*nowhere.*pass --data DIR or set MINITORCH_CUDA_DATA"):
         load_mnist(tmp_path / "nowhere")
+
+
+def test_data_folder_from_the_environment(mnist_copy, tmp_path_factory, monkeypatch):
+    """MINITORCH_CUDA_DATA names the folder when no argument does; a folder that holds
+    the files in mnist/ (the repository's data/) works as well as the files' own."""
+    parent = tmp_path_factory.mktemp("data")
+    shutil.copytree(mnist_copy, parent / "mnist")
+    monkeypatch.setenv("MINITORCH_CUDA_DATA", str(parent))
+    assert mnist_dir() == parent / "mnist"
+    assert mnist_dir(mnist_copy) == mnist_copy  # an argument wins over the environment
+    monkeypatch.setenv("MINITORCH_CUDA_DATA", str(parent / "empty"))
+    with pytest.raises(DatasetError, match="MINITORCH_CUDA_DATA"):
+        mnist_dir()
 
 
 def test_wrong_format_is_named(mnist_copy):

@@ -1,0 +1,105 @@
+"""The `minitorch-cuda` command as a user meets it: version, help, validated
+arguments (a message and exit 2, never a traceback), one-line errors that name
+their fix, and a short training on the CPU."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+from conftest import mnist_available
+
+from minitorch_cuda import cli
+from minitorch_cuda.data import MNIST_DIR
+
+needs_mnist = pytest.mark.skipif(not mnist_available(), reason=f"MNIST files not found in {MNIST_DIR}")
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `minitorch-cuda ARGV...`, argparse's exits included."""
+    try:
+        code = cli.main(list(argv))
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_version(capsys):
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and re.fullmatch(r"minitorch-cuda \S+\n", out), out
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["bench", "--help"]])
+def test_help_is_plain_text_with_every_default(capsys, argv):
+    code, out, _ = run(capsys, *argv)
+    assert code == 0
+    assert "``" not in out and ":func:" not in out, "help shows reStructuredText markup"
+    assert out.startswith(f"usage: minitorch-cuda {argv[0] if argv[0] != '--help' else ''}".rstrip())
+    if argv[0] == "train":
+        options = re.findall(r"^  (--[a-z-]+)", out, flags=re.M)
+        assert {"--device", "--epochs", "--stage", "--data", "--batches"} <= set(options)
+        # each option's help names its default (the text up to the next option)
+        for block in re.split(r"\n  (?=--)", out.split("options:")[1])[1:]:
+            assert "default" in block, f"an option without its default: {block!r}"
+
+
+def test_no_command_is_a_usage_error(capsys):
+    code, _, err = run(capsys)
+    assert code == 2 and "usage: minitorch-cuda" in err
+    code, _, err = run(capsys, "trian")
+    assert code == 2 and "invalid choice: 'trian'" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--epochs", "0"], "argument --epochs: must be at least 1, got 0"),
+        (["--epochs", "two"], "argument --epochs: a whole number is needed, got 'two'"),
+        (["--stage", "13"], "argument --stage: the stages run from 0 to 12, got 13"),
+        (["--stage", "-1"], "the stages run from 0 to 12"),
+        (["--device", "tpu"], "invalid choice: 'tpu'"),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_message(capsys, argv, message):
+    code, _, err = run(capsys, "train", *argv)
+    assert code == 2 and message in err and "Traceback" not in err
+    assert err.splitlines()[-1].startswith("minitorch-cuda train: error:")
+
+
+def test_cuda_without_a_gpu_is_one_line_naming_the_fix(capsys):
+    import minitorch_cuda as mt
+
+    if mt.cuda_available():
+        pytest.skip("this machine has a GPU")
+    code, _, err = run(capsys, "train", "--device", "cuda")
+    line = err.splitlines()[-1]
+    assert code == 2 and "--device cuda needs a usable GPU" in line and "--device cpu" in line
+
+
+def test_missing_data_names_the_fix(capsys, tmp_path):
+    code, out, err = run(capsys, "train", "--data", str(tmp_path))
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and "MNIST not found" in err and "MINITORCH_CUDA_DATA" in err
+
+
+@needs_mnist
+def test_corrupted_data_names_the_fix(capsys, tmp_path):
+    shutil.copytree(MNIST_DIR, tmp_path / "mnist")
+    target = tmp_path / "mnist" / "t10k-labels-idx1-ubyte.gz"
+    raw = bytearray(target.read_bytes())
+    raw[100] ^= 0xFF
+    target.write_bytes(bytes(raw))
+    code, _, err = run(capsys, "train", "--data", str(tmp_path))
+    assert code == 1 and err.count("\n") == 1
+    assert "t10k-labels-idx1-ubyte.gz is corrupted" in err and "git checkout data/mnist" in err
+
+
+@needs_mnist
+def test_train_on_the_cpu_a_few_steps(capsys):
+    code, out, err = run(capsys, "train", "--device", "cpu", "--batches", "20", "--stage", "3", "--no-progress")
+    assert code == 0, err
+    assert re.search(r"epoch 1: loss \d\.\d{4}, validation accuracy [\d.]+%, 20 steps, [\d.]+ s on cpu", out), out
+    assert "test accuracy:" in out
+    assert "note: --stage 3 selects CUDA kernels; the CPU backend ignores it" in err
