@@ -35,9 +35,8 @@ def _cdiv(n: int, d: int) -> int:
 
 
 def _arg(x):
-    if x is None:
-        return 0
-    return x if isinstance(x, (int, float)) else x.ptr
+    """A kernel argument: a pointer from anything with ``.ptr``, 0 for None, a scalar as it is."""
+    return 0 if x is None else getattr(x, "ptr", x)
 
 
 def _kernel(kernel: str | Kernel) -> Kernel:
