@@ -69,7 +69,7 @@ def backend_for(device: Device):
 def _probe() -> str | None:
     """Try to start CUDA once; return None on success or the reason it failed."""
     try:
-        import pycuda.driver as drv
+        from .cuda.driver import drv
     except ImportError as exc:
         return f"PyCUDA is not installed ({exc}); install the 'cuda' extra: pip install -e '.[cuda]'"
     except Exception as exc:  # a broken driver library raises OSError and friends
@@ -78,7 +78,9 @@ def _probe() -> str | None:
         drv.init()
         if drv.Device.count() == 0:
             return "the CUDA driver reports no GPU on this machine"
-        import pycuda.autoprimaryctx  # noqa: F401  (shares the primary context)
+        from .cuda.driver import attach
+
+        attach()  # shares the primary context
     except Exception as exc:
         return f"CUDA could not start: {exc}"
     return None

@@ -38,12 +38,11 @@ import contextlib
 from collections import Counter
 from collections.abc import Callable
 
-import pycuda.driver as drv
-
 from .. import profiler
 from . import memory, runtime
 from .array import ITEMSIZE, DeviceArray
 from .autotune import tuner
+from .driver import drv
 from .ops_tensor import contiguous, item
 
 

@@ -39,8 +39,7 @@ CACHE_DIR = Path(os.environ.get("MINITORCH_CUDA_CACHE", Path.home() / ".cache" /
 DEBUG_SYNC = os.environ.get("MINITORCH_CUDA_SYNC") == "1"
 
 require_cuda()  # importing this module means CUDA is wanted: fail here, clearly
-import pycuda.driver as drv  # noqa: E402
-from pycuda.compiler import SourceModule  # noqa: E402
+from .driver import SourceModule, drv  # noqa: E402  (PyCUDA, or the CPU emulator)
 
 _stream = None  # a pycuda Stream, or None for the legacy default stream
 _capturing = False

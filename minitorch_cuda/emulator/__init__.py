@@ -1,0 +1,7 @@
+"""A CPU emulator of the CUDA device, for machines without a GPU (MINITORCH_CUDA_EMULATE=1).
+
+``driver`` and ``compiler`` stand in for ``pycuda.driver`` and ``pycuda.compiler``
+(the part of them the framework uses); kernels are the same ``.cu`` sources, built
+by g++ against ``cuda_emu.h`` and run by ``runtime.cpp``: each GPU thread a fiber,
+blocks spread over the cores, with the errors a GPU would report.
+"""

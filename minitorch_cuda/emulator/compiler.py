@@ -1,0 +1,238 @@
+"""``SourceModule`` for the CPU emulator: the same ``.cu`` source, built by g++ as C++.
+
+A build has three steps:
+
+1. preprocess the source with ``cuda_emu.h`` force-included (``g++ -E``), with
+   ``__global__``, ``__shared__`` and ``__launch_bounds__`` left as plain words;
+2. scan the result: refuse what the emulator does not model (inline PTX, tensor
+   cores, asynchronous copies) naming the construct and the line; find every
+   ``extern "C" __global__`` kernel and its launch bounds; turn each
+   ``extern __shared__`` array into a pointer to the block's dynamic shared memory;
+3. compile that text, plus one launch entry per kernel, into a shared library with
+   g++'s bounds and alignment checks, cached on disk by the hash of what is compiled
+   (so a test run builds each kernel file once, as nvcc's cache does).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+from . import driver
+from .errors import CompileError, LogicError
+
+HERE = Path(__file__).resolve().parent
+INCLUDE = HERE / "include"
+HEADER = HERE / "cuda_emu.h"
+CXX = os.environ.get("CXX", "g++")
+CXXFLAGS = ["-std=c++17", "-O2", "-fPIC", "-fno-strict-aliasing", "-fno-math-errno", "-ffp-contract=off"]
+# The checks a GPU makes in hardware (or compute-sanitizer does): UBSan's handlers for
+# these live in runtime.cpp and turn a violation into a launch error.
+CHECKS = ["-fsanitize=bounds,alignment", "-fno-sanitize-recover=all", "-U_FORTIFY_SOURCE"]
+DEFINES = {
+    "__global__": "",
+    "__shared__": "static thread_local",  # every fiber of a block runs on the block's OS thread
+    "__launch_bounds__(...)": "",
+}
+MAIN = "kernel.cu"  # the source's name in messages
+
+# (pattern in the preprocessed source, what is not modelled)
+UNSUPPORTED = [
+    (r"\bwmma::", "tensor-core fragments (nvcuda::wmma)"),
+    (r"\b__cvta_generic_to_shared\b|\b__pipeline_\w+", "asynchronous copies to shared memory (cp.async)"),
+]
+PTX = [  # the first word of an inline-PTX string -> what it is
+    ("wgmma", "Hopper warpgroup tensor-core instructions (wgmma)"),
+    ("mma", "tensor-core instructions (mma.sync)"),
+    ("cp.async", "asynchronous copies to shared memory (cp.async)"),
+    ("", "inline PTX (asm)"),
+]
+
+
+def _cache_dir(cache_dir: str | None) -> Path:
+    base = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / "minitorch_cuda"
+    path = base / "emulator"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _run(args: list[str], cwd: str, label: str) -> str:
+    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True)
+    if done.returncode != 0:
+        log = _nvcc_style(done.stderr)
+        raise CompileError(f"{label} failed:\n{log}", " ".join(args), done.stdout, log)
+    return done.stdout
+
+
+def _nvcc_style(log: str) -> str:
+    """g++'s ``kernel.cu:12:5: error:`` as nvcc's ``kernel.cu(12): error:``, which callers parse."""
+    return re.sub(rf"^{re.escape(MAIN)}:(\d+):\d+: ", rf"{MAIN}(\1): ", log, flags=re.M)
+
+
+@functools.cache
+def compiler_version() -> str:
+    return subprocess.run([CXX, "--version"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
+
+
+@functools.cache
+def runtime_library(cache_dir: str | None = None) -> ctypes.CDLL:
+    """runtime.cpp, built once per machine and loaded for every kernel library to link against."""
+    source = (HERE / "runtime.cpp").read_text()
+    key = hashlib.sha256((source + HEADER.read_text() + compiler_version()).encode()).hexdigest()[:16]
+    path = _cache_dir(cache_dir) / f"runtime-{key}.so"
+    if not path.exists():
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "runtime.so"
+            args = [CXX, *CXXFLAGS, "-U_FORTIFY_SOURCE", "-shared", "-I", str(HERE), str(HERE / "runtime.cpp")]
+            _run([*args, "-o", str(out), "-lpthread"], tmp, "building the emulator's runtime")
+            os.replace(out, path)
+    return ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+
+
+def _options(options: list[str] | None, include_dirs: list[str]) -> list[str]:
+    """The nvcc options that mean something on the CPU (-D, -U, -I); the rest choose GPU code."""
+    kept = [f"-I{os.path.abspath(d)}" for d in include_dirs]  # g++ runs in a scratch directory
+    for option in options or []:
+        if option.startswith("-I"):
+            kept.append(f"-I{os.path.abspath(option[2:])}")
+        elif re.match(r"-[DU]", option):
+            kept.append(option)
+    return kept
+
+
+def _refuse(text: str) -> None:
+    """CompileError for the first construct of the user's files that the emulator does not model."""
+    file, line, system = MAIN, 0, False
+    for raw in text.splitlines():
+        marker = re.match(r'# (\d+) "([^"]*)"(.*)', raw)
+        if marker:
+            file, line = marker.group(2), int(marker.group(1)) - 1
+            system = "3" in marker.group(3).split() or file.startswith(str(HERE))
+            continue
+        line += 1
+        if system:
+            continue
+        what = next((w for pattern, w in UNSUPPORTED if re.search(pattern, raw)), None)
+        asm = re.search(r'\b(?:asm|__asm__|__asm)\b[^"]*"\s*([\w.]*)', raw)
+        if asm:
+            what = next(w for prefix, w in PTX if asm.group(1).startswith(prefix))
+        if what:
+            where = f"{Path(file).name} line {line}"
+            raise CompileError(
+                f"the CPU emulator does not model {what} ({where}: {raw.strip()[:80]}); "
+                "a kernel that uses them needs a GPU",
+                stderr=f"{MAIN}({line}): error: the CPU emulator does not model {what} ({where}); "
+                "a kernel that uses them needs a GPU (stage 12's tensor-core matmuls do)"
+                if file == MAIN
+                else f"{where}: error: the CPU emulator does not model {what}; a kernel that uses them needs a GPU "
+                "(stage 12's tensor-core matmuls do)",
+            )
+
+
+_BOUNDS = r"__launch_bounds__\s*\(((?:[^()]|\([^()]*\))*)\)\s*"
+_KERNEL = re.compile(rf'(extern\s+"C"\s+)?__global__\s+(?:{_BOUNDS})?void\s+(?:{_BOUNDS})?(\w+)\s*\(')
+_DYNAMIC = re.compile(r"extern\s+__shared__\s+([^;\[\]]*?)\s*\b(\w+)\s*\[\s*\]\s*;")
+
+
+def kernels(text: str, c_linkage_only: bool) -> dict[str, str | None]:
+    """{kernel name: its __launch_bounds__ arguments or None} of the preprocessed text. A kernel
+    without ``extern "C"`` has a mangled name that get_function cannot find (as on a GPU)."""
+    return {m.group(4): m.group(2) or m.group(3) for m in _KERNEL.finditer(text) if m.group(1) or not c_linkage_only}
+
+
+def _dynamic_shared(text: str) -> str:
+    """``extern __shared__ T name[];`` -> a pointer to the running block's dynamic shared memory
+    (inside a function; a file-scope one becomes a macro, as it has no per-block storage to name)."""
+
+    def replace(m: re.Match) -> str:
+        kind = re.sub(r"__attribute__\s*\(\(.*?\)\)", "", m.group(1)).strip()
+        pointer = f"reinterpret_cast<{kind}*>(emu::self()->block->dynamic_shared)"
+        depth = text.count("{", 0, m.start()) - text.count("}", 0, m.start())
+        return f"{kind}* const {m.group(2)} = {pointer};" if depth > 0 else f"\n#define {m.group(2)} ({pointer})\n"
+
+    return _DYNAMIC.sub(replace, text)
+
+
+class Library:
+    """A compiled kernel library: its launch entries and launch bounds, by kernel name."""
+
+    def __init__(self, path: Path, bounds: dict[str, str | None]):
+        self.cdll = ctypes.CDLL(str(path))
+        self.names = set(bounds)
+        self.max_threads = {
+            name: ctypes.c_int.in_dll(self.cdll, f"__emu_bounds_{name}").value if b else 1024
+            for name, b in bounds.items()
+        }
+
+    def entry(self, name: str):
+        return getattr(self.cdll, f"__emu_entry_{name}")
+
+
+def build(
+    source: str,
+    options: list[str] | None = None,
+    include_dirs: list[str] = (),
+    no_extern_c: bool = False,
+    cache_dir: str | None = None,
+) -> Library:
+    runtime_library(cache_dir)  # kernel libraries resolve the runtime's symbols against it
+    if not no_extern_c:  # PyCUDA's default, as in pycuda.compiler
+        source = 'extern "C" {\n' + source + "\n}\n"
+    flags = _options(options, list(include_dirs))
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, MAIN).write_text(source)
+        scan = [CXX, "-E", "-x", "c++", "-std=c++17", "-isystem", str(INCLUDE), "-include", str(HEADER), *flags, MAIN]
+        try:
+            text = _run(scan, tmp, "preprocessing for the CPU emulator")
+        except CompileError as exc:  # an include/ header that refuses itself: say only that
+            refused = re.search(r'error: #error "(the CPU emulator does not model[^"]*)"', exc.stderr)
+            included = re.search(rf"included from {re.escape(MAIN)}:(\d+)", exc.stderr)
+            if refused is None:
+                raise
+            where = f"{MAIN}({included.group(1)}): " if included else ""
+            raise CompileError(refused.group(1), exc.command_line, "", f"{where}error: {refused.group(1)}") from None
+        _refuse(text)
+        found = kernels(text, c_linkage_only=no_extern_c)
+        unit = "".join(f"#define {k} {v}\n" for k, v in DEFINES.items()) + _dynamic_shared(text)
+        for name, bounds in found.items():
+            unit += f'\nextern "C" void __emu_entry_{name}(void** args) {{ emu::invoke({name}, args); }}\n'
+            if bounds:
+                unit += f'extern "C" const int __emu_bounds_{name} = emu::launch_bound({bounds});\n'
+        compile_flags = [*CXXFLAGS, *CHECKS, "-w", "-shared"]
+        key = hashlib.sha256("\0".join([unit, *compile_flags, compiler_version()]).encode()).hexdigest()[:24]
+        path = _cache_dir(cache_dir) / f"kernels-{key}.so"
+        if not path.exists():
+            Path(tmp, "unit.cpp").write_text(unit)
+            _run([CXX, *compile_flags, "-x", "c++", "unit.cpp", "-o", "unit.so"], tmp, "g++ (the CPU emulator)")
+            os.replace(Path(tmp, "unit.so"), path)
+    return Library(path, found)
+
+
+class SourceModule:
+    """``pycuda.compiler.SourceModule``: ``arch`` and nvcc's code-generation options have no
+    meaning on the CPU; -D, -U and -I options and ``include_dirs`` apply."""
+
+    def __init__(
+        self,
+        source: str,
+        nvcc: str = "nvcc",
+        options: list[str] | None = None,
+        keep: bool = False,
+        no_extern_c: bool = False,
+        arch: str | None = None,
+        code: str | None = None,
+        cache_dir: str | None = None,
+        include_dirs: list[str] = (),
+    ):
+        self.library = build(source, options, include_dirs, no_extern_c, cache_dir)
+
+    def get_function(self, name: str) -> driver.Function:
+        if name not in self.library.names:
+            raise LogicError(f"cuModuleGetFunction failed: named symbol not found ({name!r})")
+        return driver.Function(self.library, name)

@@ -1,0 +1,332 @@
+"""The part of ``pycuda.driver`` that minitorch_cuda uses, on the CPU.
+
+Device pointers are host addresses of buffers the runtime maps (each between guard
+pages); copies are ``memmove`` after a check that the range lies in one allocation,
+as the driver checks. There is one stream of work and it runs as it is issued:
+a launch returns when the kernel has finished, streams and events are in order by
+construction, and an event's time is the host's clock when it was recorded (the
+callers label such times as emulated).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import os
+import re
+import shutil
+import struct
+import time
+
+import numpy as np
+
+from . import compiler
+from .errors import CompileError, Error, LaunchError, LogicError, MemoryError
+
+__all__ = ["CompileError", "Error", "LaunchError", "LogicError", "MemoryError"]
+
+NAME = "CPU emulator (emulated on the CPU)"
+WARP_SIZE, MAX_THREADS, DEFAULT_DYNAMIC_SHARED, MAX_DYNAMIC_SHARED = 32, 1024, 48 << 10, 227 << 10
+MAX_BLOCK, MAX_GRID = (1024, 1024, 64), (2**31 - 1, 65535, 65535)
+
+
+def _workers() -> int:
+    """OS threads that run blocks: MINITORCH_CUDA_EMULATE_THREADS, else the cores this process may use."""
+    return int(os.environ.get("MINITORCH_CUDA_EMULATE_THREADS") or len(os.sched_getaffinity(0)))
+
+
+def _runtime() -> ctypes.CDLL:
+    lib = compiler.runtime_library()
+    if not hasattr(lib, "_prototyped"):
+        lib.emu_alloc.restype = ctypes.c_size_t
+        lib.emu_alloc.argtypes = [ctypes.c_size_t]
+        lib.emu_free.argtypes = [ctypes.c_size_t]
+        lib.emu_check_range.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
+        c = ctypes
+        lib.emu_launch.argtypes = [c.c_void_p, c.c_void_p, c.c_char_p, c.c_void_p, c.c_void_p, c.c_size_t, c.c_int,
+                                   c.c_char_p, c.c_size_t]  # fmt: skip
+        lib._prototyped = True
+    return lib
+
+
+def init(flags: int = 0) -> None:
+    if shutil.which(compiler.CXX) is None:
+        raise Error(f"the CPU emulator compiles kernels with {compiler.CXX}, which is not on PATH")
+    _runtime()
+
+
+# --- the device ------------------------------------------------------------------------------
+
+
+class device_attribute(enum.Enum):  # noqa: N801  (PyCUDA's name)
+    MULTIPROCESSOR_COUNT = enum.auto()
+    CLOCK_RATE = enum.auto()
+    MEMORY_CLOCK_RATE = enum.auto()
+    GLOBAL_MEMORY_BUS_WIDTH = enum.auto()
+    MAX_THREADS_PER_BLOCK = enum.auto()
+    WARP_SIZE = enum.auto()
+    MAX_SHARED_MEMORY_PER_BLOCK = enum.auto()
+    MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = enum.auto()
+    L2_CACHE_SIZE = enum.auto()
+
+
+class function_attribute(enum.Enum):  # noqa: N801
+    MAX_THREADS_PER_BLOCK = enum.auto()
+    MAX_DYNAMIC_SHARED_SIZE_BYTES = enum.auto()
+    NUM_REGS = enum.auto()
+    LOCAL_SIZE_BYTES = enum.auto()
+    SHARED_SIZE_BYTES = enum.auto()
+
+
+class Device:
+    """The emulated device: one "multiprocessor" per worker thread; no clock or memory bus to report."""
+
+    def __init__(self, ordinal: int = 0):
+        if ordinal != 0:
+            raise LogicError(f"the CPU emulator has one device, not device {ordinal}")
+
+    @staticmethod
+    def count() -> int:
+        return 1
+
+    def name(self) -> str:
+        return NAME
+
+    def compute_capability(self) -> tuple[int, int]:
+        return (7, 0)  # the SIMT model it emulates (Volta's independent thread scheduling); no tensor cores
+
+    def total_memory(self) -> int:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+    def get_attributes(self) -> dict:
+        a = device_attribute
+        return {
+            a.MULTIPROCESSOR_COUNT: _workers(),
+            a.CLOCK_RATE: 0,
+            a.MEMORY_CLOCK_RATE: 0,
+            a.GLOBAL_MEMORY_BUS_WIDTH: 0,
+            a.MAX_THREADS_PER_BLOCK: MAX_THREADS,
+            a.WARP_SIZE: WARP_SIZE,
+            a.MAX_SHARED_MEMORY_PER_BLOCK: DEFAULT_DYNAMIC_SHARED,
+            a.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: MAX_DYNAMIC_SHARED,
+            a.L2_CACHE_SIZE: 0,
+        }
+
+    def get_attribute(self, attribute: device_attribute) -> int:
+        return self.get_attributes()[attribute]
+
+
+class Context:
+    @staticmethod
+    def get_device() -> Device:
+        return Device()
+
+    @staticmethod
+    def synchronize() -> None:
+        """Every launch and copy has finished when it returns: nothing to wait for."""
+
+
+def get_driver_version() -> int:
+    return 0
+
+
+# --- memory ------------------------------------------------------------------------------------
+
+
+class DeviceAllocation:
+    """``nbytes`` of emulated device memory; freed by ``free()`` or when collected."""
+
+    def __init__(self, nbytes: int):
+        self.nbytes = nbytes
+        self.ptr = _runtime().emu_alloc(nbytes)
+        if not self.ptr:
+            raise MemoryError(f"cuMemAlloc failed: out of memory ({nbytes} bytes)")
+
+    def __int__(self) -> int:
+        return self.ptr
+
+    __index__ = __int__
+
+    def free(self) -> None:
+        if self.ptr:
+            _runtime().emu_free(self.ptr)
+            self.ptr = 0
+
+    def __del__(self) -> None:
+        self.free()
+
+
+def mem_alloc(nbytes: int) -> DeviceAllocation:
+    return DeviceAllocation(int(nbytes))
+
+
+def _check(ptr, nbytes: int, what: str) -> int:
+    address = int(ptr)
+    if _runtime().emu_check_range(address, nbytes) != 0:
+        raise LogicError(f"{what} failed: invalid argument ({nbytes} bytes at 0x{address:x} are not one allocation)")
+    return address
+
+
+def _host(array, writable: bool = False) -> np.ndarray:
+    host = np.asarray(array)
+    if not host.flags.c_contiguous or (writable and not host.flags.writeable):
+        raise LogicError(
+            "the host buffer of a copy must be a contiguous" + (" writable" if writable else "") + " array"
+        )
+    return host
+
+
+def memcpy_htod(dest, src) -> None:
+    host = _host(src)
+    ctypes.memmove(_check(dest, host.nbytes, "cuMemcpyHtoD"), host.ctypes.data, host.nbytes)
+
+
+def memcpy_dtoh(dest, src) -> None:
+    host = _host(dest, writable=True)
+    ctypes.memmove(host.ctypes.data, _check(src, host.nbytes, "cuMemcpyDtoH"), host.nbytes)
+
+
+def memcpy_dtod(dest, src, size: int) -> None:
+    ctypes.memmove(_check(dest, size, "cuMemcpyDtoD"), _check(src, size, "cuMemcpyDtoD"), size)
+
+
+def memcpy_dtod_async(dest, src, size: int, stream=None) -> None:
+    memcpy_dtod(dest, src, size)
+
+
+def to_device(array) -> DeviceAllocation:
+    host = _host(array)
+    allocation = mem_alloc(host.nbytes)
+    memcpy_htod(allocation, host)
+    return allocation
+
+
+# --- streams and events --------------------------------------------------------------------------
+
+
+class Stream:
+    """Work is done when it is issued, so a stream is only a name for an order."""
+
+    _handles = iter(range(1, 2**62))
+
+    def __init__(self, flags: int = 0):
+        self.handle = next(self._handles)
+
+    def synchronize(self) -> None:
+        pass
+
+    def is_done(self) -> bool:
+        return True
+
+
+class Event:
+    """A point in the host's time (ms): what finished before it was recorded, finished before it."""
+
+    def __init__(self, flags: int = 0):
+        self.time: float | None = None
+
+    def record(self, stream: Stream | None = None) -> Event:
+        self.time = time.perf_counter()
+        return self
+
+    def synchronize(self) -> Event:
+        return self
+
+    def query(self) -> bool:
+        return True
+
+    def time_since(self, start: Event) -> float:
+        if self.time is None or start.time is None:
+            raise LogicError("cuEventElapsedTime failed: an event was never recorded")
+        return (self.time - start.time) * 1e3
+
+    def time_till(self, end: Event) -> float:
+        return end.time_since(self)
+
+
+# --- kernels ---------------------------------------------------------------------------------------
+
+_SLOTS = {"P": "Q", "i": "i4x", "I": "I4x", "f": "f4x"}  # each argument in an 8-byte slot
+
+
+def _dims(value, limits: tuple[int, int, int], what: str, name: str) -> tuple[int, int, int]:
+    dims = tuple(int(v) for v in value) + (1,) * (3 - len(value))
+    if len(dims) != 3 or any(d < 1 or d > m for d, m in zip(dims, limits)):
+        raise LaunchError(f"cuLaunchKernel failed for kernel '{name}': invalid configuration argument ({what} {dims})")
+    return dims
+
+
+class Function:
+    """A kernel of a compiled module; PyCUDA's prepared-call interface."""
+
+    def __init__(self, library: compiler.Library, name: str):
+        self._entry = library.entry(name)
+        self.name = name
+        self.max_threads_per_block = min(MAX_THREADS, library.max_threads[name])
+        self.max_dynamic_shared = DEFAULT_DYNAMIC_SHARED
+        self.num_regs = self.local_size_bytes = self.shared_size_bytes = 0  # nothing is allocated in registers
+        self._format: str | None = None
+
+    def prepare(self, arg_types: str) -> Function:
+        if any(code not in _SLOTS for code in arg_types):
+            raise LogicError(f"prepare({arg_types!r}): the emulator takes the codes P, i, I and f")
+        self._format = "<" + "".join(_SLOTS[c] for c in arg_types)
+        self._count = len(arg_types)
+        return self
+
+    def set_attribute(self, attribute: function_attribute, value: int) -> None:
+        if attribute is not function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES or value > MAX_DYNAMIC_SHARED:
+            raise LogicError(f"cuFuncSetAttribute({attribute}, {value}) failed: invalid value")
+        self.max_dynamic_shared = value
+
+    def get_attribute(self, attribute: function_attribute) -> int:
+        a = function_attribute
+        return {
+            a.MAX_THREADS_PER_BLOCK: self.max_threads_per_block,
+            a.MAX_DYNAMIC_SHARED_SIZE_BYTES: self.max_dynamic_shared,
+            a.NUM_REGS: self.num_regs,
+            a.LOCAL_SIZE_BYTES: self.local_size_bytes,
+            a.SHARED_SIZE_BYTES: self.shared_size_bytes,
+        }[attribute]
+
+    def prepared_call(self, grid, block, *args, shared_size: int = 0) -> None:
+        self._launch(grid, block, args, shared_size)
+
+    def prepared_async_call(self, grid, block, stream, *args, shared_size: int = 0) -> None:
+        self._launch(grid, block, args, shared_size)
+
+    def _launch(self, grid, block, args, shared_size: int) -> None:
+        if self._format is None:
+            raise LogicError(f"kernel '{self.name}' was launched before prepare()")
+        if len(args) != self._count:
+            raise LogicError(f"kernel '{self.name}' takes {self._count} arguments, got {len(args)}")
+        grid = _dims(grid, MAX_GRID, "grid", self.name)
+        block = _dims(block, MAX_BLOCK, "block", self.name)
+        threads = block[0] * block[1] * block[2]
+        if threads > self.max_threads_per_block:
+            raise LaunchError(
+                f"cuLaunchKernel failed for kernel '{self.name}': too many resources requested for launch "
+                f"({threads} threads a block; at most {self.max_threads_per_block})"
+            )
+        if shared_size > self.max_dynamic_shared:
+            raise LaunchError(
+                f"cuLaunchKernel failed for kernel '{self.name}': invalid argument ({shared_size} bytes of dynamic "
+                f"shared memory; at most {self.max_dynamic_shared} without raising MAX_DYNAMIC_SHARED_SIZE_BYTES)"
+            )
+        try:
+            packed = ctypes.create_string_buffer(
+                struct.pack(self._format, *(int(a) if isinstance(a, DeviceAllocation) else a for a in args))
+            )
+        except struct.error as exc:
+            raise LogicError(f"kernel '{self.name}': an argument does not fit its parameter type ({exc})") from None
+        base = ctypes.addressof(packed)
+        pointers = (ctypes.c_void_p * max(1, self._count))(*(base + 8 * i for i in range(self._count)))
+        error = ctypes.create_string_buffer(4096)
+        dims = ctypes.c_uint * 3
+        rc = _runtime().emu_launch(
+            ctypes.cast(self._entry, ctypes.c_void_p), pointers, self.name.encode(), dims(*grid), dims(*block),
+            shared_size, _workers(), error, len(error),
+        )  # fmt: skip
+        if rc != 0:
+            message = re.sub(r"/[^\s:'\"]*/([^/\s:'\"]+)", r"\1", error.value.decode(errors="replace"))
+            raise LaunchError(f"{message} (emulated on the CPU)")

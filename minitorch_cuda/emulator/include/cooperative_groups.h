@@ -1,0 +1,2 @@
+// cooperative_groups.h for the CPU emulator: what it declares is not modelled, so including it is refused.
+#error "the CPU emulator does not model cooperative groups; a kernel that uses them needs a GPU"

@@ -1,0 +1,678 @@
+// runtime.cpp: the CPU emulator's device: memory, blocks, fibers, barriers, warps, faults.
+//
+// A launch hands its blocks to a pool of OS threads (one per core). A worker runs
+// one block at a time: each GPU thread of the block is a fiber with its own stack,
+// started in thread order and run until it waits (at __syncthreads or a warp
+// operation) or exits; then the next runs. A barrier opens when every thread of the
+// block waits at it, a warp operation completes when every lane its mask names (and
+// that has not exited) has arrived. Because a thread runs on until it must wait,
+// a missing barrier shows up the same way every run, never by chance.
+//
+// Errors a GPU reports are raised here with the kernel, block and thread named:
+// out-of-bounds accesses (guard pages around every allocation, and the array-bounds
+// checks g++ inserts with -fsanitize=bounds), misaligned accesses (-fsanitize=alignment),
+// barrier divergence, warp operations whose mask leaves out a lane that executes them
+// or that can never complete. The failing block is abandoned (siglongjmp back to its
+// worker); no other block starts.
+#include "cuda_emu.h"
+
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#if !defined(__x86_64__)
+#error "the emulator's fiber switch is written for x86-64"
+#endif
+
+namespace emu {
+namespace {
+
+constexpr int kMaxThreads = 1024;
+constexpr size_t kMaxDynamicShared = 227 << 10;  // what an H100/H200 block may opt into
+const size_t kPage = size_t(sysconf(_SC_PAGESIZE));
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// --- device memory: each allocation ends 16 bytes or less before a guard page ----------
+
+struct Allocation {
+    uintptr_t map, map_bytes, data, bytes;
+};
+
+std::mutex g_alloc_lock;
+std::map<uintptr_t, Allocation> g_allocations;  // by data address
+
+const Allocation* allocation_near(uintptr_t address) {  // the one whose mapping holds address
+    auto it = g_allocations.upper_bound(address);
+    if (it != g_allocations.begin()) {
+        const Allocation& a = std::prev(it)->second;
+        if (address >= a.map && address < a.map + a.map_bytes) return &a;
+    }
+    if (it != g_allocations.end() && address >= it->second.map) return &it->second;
+    return nullptr;
+}
+
+// --- fibers ------------------------------------------------------------------------------
+
+// Saves the callee-saved registers on the current stack, stores its pointer in *save,
+// switches to the stack at next and restores the registers saved there.
+extern "C" void emu_switch(void** save, void* next);
+asm(R"(
+    .text
+    .type emu_switch, @function
+emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emu_switch, .-emu_switch
+)");
+
+enum State { RUNNABLE, BARRIER, WARP, EXITED };
+
+struct Worker;
+struct Launch;
+
+struct Fiber : Thread {  // the rest of a thread's state, after what kernels read
+    void* sp;
+    int linear, lane, warp;
+    State state;
+    const char* what;  // where it waits
+    const char* file;
+    int line;
+    int op, arg, width;  // the warp operation it waits in
+    unsigned mask;
+    unsigned long long value, result;
+};
+
+struct BlockRun : Block {
+    Worker* worker;
+    int nthreads, started, live, at_barrier;
+    Fiber* threads[kMaxThreads];  // null before a thread starts and after it exits
+    unsigned exited[kMaxThreads / 32], waiting[kMaxThreads / 32], existing[kMaxThreads / 32];
+    Fiber* queue[kMaxThreads + 1];  // runnable threads, a ring
+    int head, tail;
+};
+
+struct Launch {
+    void (*entry)(void**);
+    void** args;
+    const char* name;
+    dim3 grid, block;
+    size_t shared_bytes;
+    std::atomic<long long> next_block{0};
+    std::atomic<bool> failed{false};
+    std::mutex error_lock;
+    std::string error;
+};
+
+struct Worker {
+    unsigned char* regions = nullptr;  // kMaxThreads stack regions, each aligned to its size
+    unsigned char* dynamic_shared = nullptr;  // kMaxDynamicShared bytes, then a guard page
+    std::vector<Fiber*> free_regions;
+    void* scheduler_sp = nullptr;
+    sigjmp_buf abort;
+    Launch* launch = nullptr;
+    Fiber* current = nullptr;  // the fiber running now, or null in the scheduler
+    bool in_kernel = false;
+    BlockRun block;
+    std::thread os_thread;
+};
+
+thread_local Worker* t_worker = nullptr;
+
+std::string format(const char* fmt, va_list ap) {
+    char buf[2048];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    return buf;
+}
+
+std::string printf_string(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    std::string s = format(fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+std::string where(Worker& w) {
+    const BlockRun& b = w.block;
+    std::string s = printf_string("kernel '%s', block (%u, %u, %u)", w.launch->name, b.block_idx.x, b.block_idx.y,
+                                  b.block_idx.z);
+    if (w.current) {
+        const uint3 t = w.current->thread_idx;
+        s += printf_string(", thread (%u, %u, %u)", t.x, t.y, t.z);
+    }
+    return s;
+}
+
+// Records the first error of the launch and abandons the block.
+[[noreturn]] void fail(Worker& w, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    std::string message = format(fmt, ap);
+    va_end(ap);
+    {
+        std::lock_guard<std::mutex> lock(w.launch->error_lock);
+        if (w.launch->error.empty()) w.launch->error = "in " + where(w) + ": " + message;
+    }
+    w.launch->failed = true;
+    siglongjmp(w.abort, 1);
+}
+
+std::string lanes(unsigned bits, int base) {  // "threads 3, 5-9"
+    std::string s;
+    for (int i = 0; i < 32;) {
+        if (!(bits >> i & 1)) {
+            ++i;
+            continue;
+        }
+        int j = i;
+        while (j + 1 < 32 && (bits >> (j + 1) & 1)) ++j;
+        if (!s.empty()) s += ", ";
+        s += i == j ? printf_string("%d", base + i) : printf_string("%d-%d", base + i, base + j);
+        i = j + 1;
+    }
+    return s;
+}
+
+void enqueue(BlockRun& b, Fiber* f) {
+    f->state = RUNNABLE;
+    b.queue[b.tail] = f;
+    b.tail = (b.tail + 1) % (kMaxThreads + 1);
+}
+
+Fiber* dequeue(BlockRun& b) {
+    if (b.head == b.tail) return nullptr;
+    Fiber* f = b.queue[b.head];
+    b.head = (b.head + 1) % (kMaxThreads + 1);
+    return f;
+}
+
+void suspend(Fiber* f) { emu_switch(&f->sp, static_cast<BlockRun*>(f->block)->worker->scheduler_sp); }
+
+[[noreturn]] void thread_main() {
+    Fiber* f = static_cast<Fiber*>(self());
+    Worker& w = *static_cast<BlockRun*>(f->block)->worker;
+    w.launch->entry(w.launch->args);
+    f->state = EXITED;
+    emu_switch(&f->sp, w.scheduler_sp);
+    __builtin_unreachable();
+}
+
+Fiber* start_thread(Worker& w, int linear) {
+    BlockRun& b = w.block;
+    Fiber* f = w.free_regions.back();
+    w.free_regions.pop_back();
+    f->block = &b;
+    f->linear = linear;
+    f->thread_idx = {linear % b.block_dim.x, linear / b.block_dim.x % b.block_dim.y,
+                     linear / (b.block_dim.x * b.block_dim.y)};
+    f->lane = linear % 32;
+    f->warp = linear / 32;
+    // A fresh stack that "returns" into thread_main with the alignment of a call.
+    void** top = reinterpret_cast<void**>(reinterpret_cast<unsigned char*>(f) + kStackBytes);
+    *--top = nullptr;  // thread_main's own return address: it never returns
+    *--top = reinterpret_cast<void*>(&thread_main);
+    for (int i = 0; i < 6; ++i) *--top = nullptr;  // rbp rbx r12-r15
+    f->sp = top;
+    b.threads[linear] = f;
+    b.started++;
+    b.live++;
+    return f;
+}
+
+// --- warps ---------------------------------------------------------------------------------
+
+int category(int op) { return op == SYNC_WARP ? 2 : op >= VOTE_BALLOT ? 1 : 0; }
+
+const char* doing(const Fiber* f) {
+    return f->state == BARRIER ? "__syncthreads" : f->what;
+}
+
+// The lane whose value `f` reads in a shuffle (itself where the shuffle leaves the segment).
+int source_lane(const Fiber* f) {
+    const int w = f->width, l = f->lane, segment = l & ~(w - 1);
+    switch (f->op) {
+        case SHFL_IDX: return segment + (f->arg & (w - 1));
+        case SHFL_UP: return (l & (w - 1)) >= f->arg ? l - f->arg : l;
+        case SHFL_DOWN: return (l & (w - 1)) + f->arg < w ? l + f->arg : l;
+        default: {
+            const int s = l ^ f->arg;
+            return s < 32 && (s & ~(w - 1)) <= segment ? s : l;
+        }
+    }
+}
+
+// Completes every operation of warp `warp` whose lanes have all arrived.
+void complete_warp(Worker& w, int warp) {
+    BlockRun& b = w.block;
+    unsigned pending = b.waiting[warp];
+    while (pending) {
+        const Fiber* first = b.threads[warp * 32 + __builtin_ctz(pending)];
+        const int cat = category(first->op);
+        const unsigned mask = first->mask;
+        unsigned group = 0;
+        for (unsigned p = pending; p; p &= p - 1) {
+            const Fiber* f = b.threads[warp * 32 + __builtin_ctz(p)];
+            if (category(f->op) == cat && f->mask == mask) group |= 1u << f->lane;
+        }
+        pending &= ~group;
+        const unsigned required = mask & b.existing[warp] & ~b.exited[warp];
+        if (required & ~group) continue;  // someone named in the mask has not arrived yet
+        unsigned votes = 0;
+        for (unsigned p = group; p; p &= p - 1) {
+            const Fiber* f = b.threads[warp * 32 + __builtin_ctz(p)];
+            if (f->value) votes |= 1u << f->lane;
+        }
+        for (unsigned p = group; p; p &= p - 1) {
+            Fiber* f = b.threads[warp * 32 + __builtin_ctz(p)];
+            if (cat == 0) {
+                const int src = source_lane(f);
+                if (!(group >> src & 1)) {
+                    w.current = f;
+                    const bool gone = b.exited[warp] >> src & 1 || !(b.existing[warp] >> src & 1);
+                    fail(w, "%s at %s:%d reads lane %d, which %s; on a GPU the value is undefined", f->what, f->file,
+                         f->line, src, gone ? "has exited or does not exist" : "the mask leaves out");
+                }
+                f->result = b.threads[warp * 32 + src]->value;
+            } else if (f->op == VOTE_BALLOT) {
+                f->result = votes;
+            } else if (f->op == VOTE_ANY) {
+                f->result = votes != 0;
+            } else if (f->op == VOTE_ALL) {
+                f->result = votes == group;
+            }
+        }
+        b.waiting[warp] &= ~group;
+        for (unsigned p = group; p; p &= p - 1) enqueue(b, b.threads[warp * 32 + __builtin_ctz(p)]);
+    }
+}
+
+// --- barriers ------------------------------------------------------------------------------
+
+void open_barrier(Worker& w) {
+    BlockRun& b = w.block;
+    const Fiber* first = b.threads[0];
+    for (int i = 1; i < b.nthreads; ++i) {
+        const Fiber* f = b.threads[i];
+        if (f->line != first->line || strcmp(f->file, first->file) != 0) {
+            w.current = nullptr;
+            fail(w,
+                 "barrier divergence: thread %d waits at __syncthreads at %s:%d while thread %d waits at the one at "
+                 "%s:%d; every thread of a block must reach the same barrier",
+                 first->linear, first->file, first->line, f->linear, f->file, f->line);
+        }
+    }
+    b.at_barrier = 0;
+    for (int i = 0; i < b.nthreads; ++i) enqueue(b, b.threads[i]);
+}
+
+// No thread can run: name what every waiting thread waits for.
+[[noreturn]] void deadlock(Worker& w) {
+    BlockRun& b = w.block;
+    w.current = nullptr;
+    for (int warp = 0; warp * 32 < b.nthreads; ++warp) {
+        if (!b.waiting[warp]) continue;
+        const Fiber* f = b.threads[warp * 32 + __builtin_ctz(b.waiting[warp])];
+        const unsigned required = f->mask & b.existing[warp] & ~b.exited[warp];
+        std::string missing;
+        for (unsigned p = required; p; p &= p - 1) {
+            const Fiber* g = b.threads[warp * 32 + __builtin_ctz(p)];
+            if (g->state == WARP && g->mask == f->mask && category(g->op) == category(f->op)) continue;
+            missing = printf_string("thread %d waits at %s at %s:%d", g->linear, doing(g), g->file, g->line);
+            if (g->state == WARP) missing += printf_string(" with mask 0x%08x", g->mask);
+            break;
+        }
+        fail(w, "threads %s wait at %s at %s:%d with mask 0x%08x, but %s; the warp can never complete it",
+             lanes(b.waiting[warp], warp * 32).c_str(), f->what, f->file, f->line, f->mask, missing.c_str());
+    }
+    for (int i = 0; i < b.nthreads; ++i) {
+        const Fiber* f = b.threads[i];
+        if (f && f->state == BARRIER) {
+            int gone = 0;
+            while (b.threads[gone]) ++gone;
+            fail(w,
+                 "barrier divergence: %d of %d threads wait at __syncthreads at %s:%d, but thread %d has exited; "
+                 "every thread of a block must reach the barrier",
+                 b.at_barrier, b.nthreads, f->file, f->line, gone);
+        }
+    }
+    fail(w, "the block can make no progress");
+}
+
+void finish_thread(Worker& w, Fiber* f) {
+    BlockRun& b = w.block;
+    b.live--;
+    b.exited[f->warp] |= 1u << f->lane;
+    b.threads[f->linear] = nullptr;
+    w.free_regions.push_back(f);
+    if (b.waiting[f->warp]) complete_warp(w, f->warp);  // one fewer lane to wait for
+}
+
+void run_block(Worker& w, uint3 idx) {
+    Launch& l = *w.launch;
+    BlockRun& b = w.block;
+    b.block_idx = idx;
+    b.block_dim = l.block;
+    b.grid_dim = l.grid;
+    b.nthreads = int(l.block.x * l.block.y * l.block.z);
+    b.started = b.live = b.at_barrier = b.head = b.tail = 0;
+    std::fill(b.threads, b.threads + b.nthreads, nullptr);
+    for (int warp = 0; warp * 32 < b.nthreads; ++warp) {
+        const int n = std::min(32, b.nthreads - warp * 32);
+        b.existing[warp] = n == 32 ? ~0u : (1u << n) - 1;
+        b.exited[warp] = b.waiting[warp] = 0;
+    }
+    for (;;) {
+        Fiber* f = dequeue(b);
+        if (!f) {
+            if (b.started < b.nthreads) {
+                f = start_thread(w, b.started);
+            } else if (b.live == 0) {
+                break;
+            } else {
+                deadlock(w);
+            }
+        }
+        w.current = f;
+        emu_switch(&w.scheduler_sp, f->sp);
+        w.current = nullptr;
+        if (f->state == EXITED) finish_thread(w, f);
+    }
+}
+
+void run_blocks(Worker& w) {
+    Launch& l = *w.launch;
+    w.free_regions.clear();
+    for (int i = kMaxThreads - 1; i >= 0; --i)
+        w.free_regions.push_back(reinterpret_cast<Fiber*>(w.regions + size_t(i) * kStackBytes));
+    w.block.worker = &w;
+    w.block.dynamic_shared = w.dynamic_shared + kMaxDynamicShared - round_up(l.shared_bytes, 16);
+    const long long total = (long long)l.grid.x * l.grid.y * l.grid.z;
+    if (sigsetjmp(w.abort, 1)) {  // a fiber failed: the block is abandoned
+        w.in_kernel = false;
+        w.current = nullptr;
+        return;
+    }
+    w.in_kernel = true;
+    for (long long i; !l.failed && (i = l.next_block++) < total;) {
+        run_block(w, {unsigned(i % l.grid.x), unsigned(i / l.grid.x % l.grid.y),
+                      unsigned(i / ((long long)l.grid.x * l.grid.y))});
+    }
+    w.in_kernel = false;
+}
+
+// --- faults --------------------------------------------------------------------------------
+
+struct sigaction g_previous[2];
+
+std::string describe(Worker& w, uintptr_t address, bool write) {
+    const char* access = write ? "write" : "read";
+    if (const Allocation* a = allocation_near(address)) {
+        if (address >= a->data + a->bytes)
+            return printf_string("out-of-bounds %s at 0x%lx, %lu bytes past the end of a %lu-byte device buffer at 0x%lx",
+                                 access, address, address - (a->data + a->bytes), a->bytes, a->data);
+        return printf_string("out-of-bounds %s at 0x%lx, %lu bytes before the start of a %lu-byte device buffer at 0x%lx",
+                             access, address, a->data - address, a->bytes, a->data);
+    }
+    const uintptr_t regions = reinterpret_cast<uintptr_t>(w.regions);
+    if (address >= regions && address < regions + kMaxThreads * kStackBytes)
+        return printf_string("stack overflow: the thread's local variables need more than %lu KB", kStackBytes >> 10);
+    const uintptr_t shared_end = reinterpret_cast<uintptr_t>(w.dynamic_shared) + kMaxDynamicShared;
+    if (address >= shared_end && address < shared_end + kPage)
+        return printf_string("out-of-bounds %s past the end of the %lu bytes of dynamic shared memory", access,
+                             w.launch->shared_bytes);
+    return printf_string("invalid %s at 0x%lx: no device memory is there", access, address);
+}
+
+void on_fault(int sig, siginfo_t* info, void* context) {
+    Worker* w = t_worker;
+    if (!w || !w->in_kernel) {  // not ours: let the previous handler see the fault again
+        sigaction(sig, &g_previous[sig == SIGBUS], nullptr);
+        return;
+    }
+    const bool write = static_cast<ucontext_t*>(context)->uc_mcontext.gregs[REG_ERR] & 2;
+    fail(*w, "%s", describe(*w, reinterpret_cast<uintptr_t>(info->si_addr), write).c_str());
+}
+
+// --- the pool ------------------------------------------------------------------------------
+
+struct Pool {
+    std::vector<Worker*> workers;
+    std::mutex lock;
+    std::condition_variable wake, done;
+    Launch* launch = nullptr;
+    long long generation = 0;
+    int running = 0;
+
+    explicit Pool(int n) {
+        struct sigaction action {};
+        action.sa_sigaction = on_fault;
+        action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        sigemptyset(&action.sa_mask);
+        sigaction(SIGSEGV, &action, &g_previous[0]);
+        sigaction(SIGBUS, &action, &g_previous[1]);
+        for (int i = 0; i < n; ++i) {
+            Worker* w = new Worker;
+            map_worker(*w);
+            w->os_thread = std::thread([this, w] { serve(*w); });
+            workers.push_back(w);
+        }
+    }
+
+    static void map_worker(Worker& w) {
+        // Regions aligned to their size, so a fiber finds its state from its stack pointer.
+        const size_t bytes = kMaxThreads * kStackBytes;
+        auto* raw = static_cast<unsigned char*>(
+            mmap(nullptr, bytes + kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+        w.regions = reinterpret_cast<unsigned char*>(round_up(reinterpret_cast<uintptr_t>(raw), kStackBytes));
+        for (int i = 0; i < kMaxThreads; ++i)  // a guard page between each fiber's state and its stack
+            mprotect(w.regions + size_t(i) * kStackBytes + round_up(sizeof(Fiber), kPage), kPage, PROT_NONE);
+        const size_t shared = round_up(kMaxDynamicShared, kPage);
+        auto* s = static_cast<unsigned char*>(
+            mmap(nullptr, shared + kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+        mprotect(s + shared, kPage, PROT_NONE);
+        w.dynamic_shared = s + shared - kMaxDynamicShared;
+    }
+
+    void serve(Worker& w) {
+        t_worker = &w;
+        stack_t alt{};  // faults are handled on their own stack: a fiber's may be the one that overflowed
+        alt.ss_size = 64 << 10;
+        alt.ss_sp = malloc(alt.ss_size);
+        sigaltstack(&alt, nullptr);
+        long long seen = 0;
+        for (;;) {
+            {
+                std::unique_lock<std::mutex> guard(lock);
+                wake.wait(guard, [&] { return generation != seen; });
+                seen = generation;
+                w.launch = launch;
+            }
+            run_blocks(w);
+            std::lock_guard<std::mutex> guard(lock);
+            if (--running == 0) done.notify_all();
+        }
+    }
+
+    void run(Launch& l) {
+        std::unique_lock<std::mutex> guard(lock);
+        launch = &l;
+        running = int(workers.size());
+        generation++;
+        wake.notify_all();
+        done.wait(guard, [&] { return running == 0; });
+    }
+};
+
+Pool* g_pool = nullptr;
+std::mutex g_launch_lock;
+
+}  // namespace
+}  // namespace emu
+
+using namespace emu;
+
+// --- what kernels call ---------------------------------------------------------------------
+
+extern "C" void __emu_syncthreads(const char* file, int line) {
+    Fiber* f = static_cast<Fiber*>(self());
+    BlockRun& b = *static_cast<BlockRun*>(f->block);
+    f->state = BARRIER;
+    f->file = file;
+    f->line = line;
+    if (++b.at_barrier == b.nthreads) open_barrier(*b.worker);
+    suspend(f);
+}
+
+extern "C" unsigned long long __emu_warp(int op, unsigned mask, unsigned long long value, int arg, int width,
+                                         const char* name, const char* file, int line) {
+    Fiber* f = static_cast<Fiber*>(self());
+    BlockRun& b = *static_cast<BlockRun*>(f->block);
+    if (!(mask >> f->lane & 1))
+        fail(*b.worker, "%s at %s:%d with mask 0x%08x is executed by lane %d, which the mask leaves out", name, file,
+             line, mask, f->lane);
+    if (width < 1 || width > 32 || (width & (width - 1)))
+        fail(*b.worker, "%s at %s:%d: width %d is not a power of two from 1 to 32", name, file, line, width);
+    f->state = WARP;
+    f->op = op;
+    f->mask = mask;
+    f->value = value;
+    f->arg = arg;
+    f->width = width;
+    f->what = name;
+    f->file = file;
+    f->line = line;
+    b.waiting[f->warp] |= 1u << f->lane;
+    complete_warp(*b.worker, f->warp);
+    suspend(f);
+    return f->result;
+}
+
+extern "C" unsigned __emu_activemask(void) {  // the lanes that have not exited
+    const Fiber* f = static_cast<Fiber*>(self());
+    const BlockRun& b = *static_cast<BlockRun*>(f->block);
+    return b.existing[f->warp] & ~b.exited[f->warp];
+}
+
+extern "C" void __emu_trap(const char* what, const char* file, int line) {
+    fail(*static_cast<BlockRun*>(self()->block)->worker, "%s at %s:%d", what, file, line);
+}
+
+// g++'s -fsanitize=bounds,alignment call these (the layouts are UBSan's).
+struct SourceLocation {
+    const char* file;
+    unsigned line, column;
+};
+struct TypeDescriptor {
+    unsigned short kind, info;
+    char name[1];
+};
+struct OutOfBoundsData {
+    SourceLocation location;
+    const TypeDescriptor* array;
+    const TypeDescriptor* index;
+};
+struct TypeMismatchData {
+    SourceLocation location;
+    const TypeDescriptor* type;
+    unsigned char log_alignment, check_kind;
+};
+
+static Worker& faulting_worker() {
+    if (!t_worker || !t_worker->in_kernel) abort();  // a check in host code of a kernel library: not a launch
+    return *t_worker;
+}
+
+extern "C" void __ubsan_handle_out_of_bounds_abort(OutOfBoundsData* data, uintptr_t index) {
+    const bool is_signed = data->index->info & 1;
+    fail(faulting_worker(), "out-of-bounds index %lld into an array of type %s at %s:%u", is_signed ? (long long)index : (long long)(unsigned long long)index,
+         data->array->name, data->location.file, data->location.line);
+}
+
+extern "C" void __ubsan_handle_type_mismatch_v1_abort(TypeMismatchData* data, uintptr_t pointer) {
+    static const char* kinds[] = {"load of", "store to", "reference to", "member access in", "member call on"};
+    const char* kind = data->check_kind < 5 ? kinds[data->check_kind] : "use of";
+    if (pointer == 0)
+        fail(faulting_worker(), "%s a null pointer of type %s at %s:%u", kind, data->type->name, data->location.file,
+             data->location.line);
+    fail(faulting_worker(), "misaligned address: %s 0x%lx of type %s, which needs %u-byte alignment, at %s:%u", kind,
+         pointer, data->type->name, 1u << data->log_alignment, data->location.file, data->location.line);
+}
+
+// --- what the Python driver calls ------------------------------------------------------------
+
+extern "C" uintptr_t emu_alloc(size_t bytes) {
+    const size_t data = round_up(std::max<size_t>(bytes, 1), 16);
+    const size_t map_bytes = round_up(data, kPage) + 2 * kPage;
+    auto* map = static_cast<unsigned char*>(
+        mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+    if (map == MAP_FAILED) return 0;
+    mprotect(map, kPage, PROT_NONE);
+    mprotect(map + map_bytes - kPage, kPage, PROT_NONE);
+    const uintptr_t start = reinterpret_cast<uintptr_t>(map + map_bytes - kPage - data);
+    std::lock_guard<std::mutex> lock(g_alloc_lock);
+    g_allocations[start] = {reinterpret_cast<uintptr_t>(map), map_bytes, start, bytes};
+    return start;
+}
+
+extern "C" int emu_free(uintptr_t start) {
+    std::lock_guard<std::mutex> lock(g_alloc_lock);
+    auto it = g_allocations.find(start);
+    if (it == g_allocations.end()) return -1;
+    munmap(reinterpret_cast<void*>(it->second.map), it->second.map_bytes);
+    g_allocations.erase(it);
+    return 0;
+}
+
+// 0 when [address, address + bytes) lies inside one allocation, else -1.
+extern "C" int emu_check_range(uintptr_t address, size_t bytes) {
+    std::lock_guard<std::mutex> lock(g_alloc_lock);
+    auto it = g_allocations.upper_bound(address);
+    if (it == g_allocations.begin()) return -1;
+    const Allocation& a = std::prev(it)->second;
+    return address >= a.data && address + bytes <= a.data + a.bytes ? 0 : -1;
+}
+
+extern "C" int emu_workers(void) { return int(std::max(1u, std::thread::hardware_concurrency())); }
+
+// Runs a launch to completion; returns 0, or -1 with the first error in `error`.
+extern "C" int emu_launch(void (*entry)(void**), void** args, const char* name, const unsigned* grid,
+                          const unsigned* block, size_t shared_bytes, int workers, char* error, size_t error_bytes) {
+    std::lock_guard<std::mutex> serial(g_launch_lock);  // one stream: launches run in order
+    if (!g_pool) g_pool = new Pool(workers);
+    Launch l;
+    l.entry = entry;
+    l.args = args;
+    l.name = name;
+    l.grid = dim3(grid[0], grid[1], grid[2]);
+    l.block = dim3(block[0], block[1], block[2]);
+    l.shared_bytes = shared_bytes;
+    g_pool->run(l);
+    if (!l.failed) return 0;
+    snprintf(error, error_bytes, "%s", l.error.c_str());
+    return -1;
+}
