@@ -6,8 +6,12 @@ reads a measurement (the figures of measurements are in ``figures``).
 
 from __future__ import annotations
 
+import re
+
 import matplotlib.pyplot as plt
 from matplotlib import patches
+
+from . import excerpts
 
 
 def _axes(ax, size):
@@ -78,4 +82,367 @@ def tiling_picture(ax=None, tiles: int = 4, step: int = 1):
     ax.set_ylim(-0.8, 2 * n * t + gap + 0.7)
     ax.set_aspect("equal")
     ax.axis("off")
+    return ax
+
+
+def _kernel_define(file: str, name: str) -> int:
+    """The integer value of ``#define name`` in a kernel file: the diagrams draw the kernels'
+    own parameters, so a change to the kernel changes its picture."""
+    text = (excerpts.PACKAGE / "kernels" / file).read_text()
+    return int(re.search(rf"^#define {name} (\d+)", text, re.M).group(1))
+
+
+def _grid(ax, x0, y0, cols, rows, size=1.0, color="white", lw=0.5, **kw):
+    for r in range(rows):
+        for c in range(cols):
+            ax.add_patch(
+                patches.Rectangle(
+                    (x0 + c * size, y0 - (r + 1) * size), size, size, facecolor=color, edgecolor="0.5", lw=lw, **kw
+                )
+            )
+
+
+def _finish(ax, xlim, ylim):
+    ax.set_xlim(*xlim)
+    ax.set_ylim(*ylim)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    return ax
+
+
+# --- chapter 7: per-row copies against one gather kernel ---------------------------------
+
+
+def row_copies_vs_gather(fig=None, rows: int = 6, row_us: float = 11.0):
+    """Top: stages 0 and 1 copy a batch one row at a time, each copy a driver call waited
+    for (``row_us`` each, whatever the row's size). Bottom: stage 2's ``gather_rows``, one
+    thread per output element, so a warp's 32 threads read 32 consecutive floats of one
+    source row (one 128-byte segment) and write 32 consecutive floats of the output."""
+    fig = fig or plt.figure(figsize=(9, 5))
+    top, bottom = fig.subplots(2, 1, gridspec_kw={"height_ratios": [1, 2.3]})
+    for i in range(rows):
+        start = i * row_us
+        top.barh(1, row_us * 0.93, left=start, height=0.5, color="0.8", edgecolor="0.5", lw=0.5)
+        top.barh(1, 0.25, left=start + row_us * 0.45, height=0.5, color="tab:blue")
+        top.text(start + row_us * 0.47, 1.4, f"row {i}", ha="center", fontsize=7)
+    top.barh(0, 2.5, left=0, height=0.5, color="tab:blue")
+    top.text(2.8, 0, "one gather_rows launch (a few us): every row of the batch", va="center", fontsize=7)
+    top.set_yticks([0, 1], ["stage 2", "stages 0-1"], fontsize=8)
+    top.set_xlim(0, rows * row_us + 1)
+    top.set_ylim(-0.6, 1.9)
+    top.set_xlabel(
+        f"time (us): grey, a copy's fixed cost (about {row_us:.0f} us, call, start-up and sync); "
+        "blue, moving the bytes (drawn far wider than it is)",
+        fontsize=7,
+    )
+    top.tick_params(labelsize=7)
+    for side in ("top", "right"):
+        top.spines[side].set_visible(False)
+
+    ax = bottom
+    cols, src_rows, idx = 16, 7, [5, 1, 3]
+    _grid(ax, 0, 0, cols, src_rows, size=0.5)
+    ax.text(0, 0.35, "in: the training images, one row each (784 floats)", fontsize=7)
+    for r in range(src_rows):
+        ax.text(-0.2, -(r + 0.5) * 0.5, f"{r}", ha="right", va="center", fontsize=6)
+    x_out = cols * 0.5 + 2.2
+    _grid(ax, x_out, 0, cols, len(idx), size=0.5)
+    ax.text(x_out, 0.35, "out: the batch, row r = in[idx[r]]", fontsize=7)
+    for r, src in enumerate(idx):
+        y_src, y_out = -(src + 0.5) * 0.5, -(r + 0.5) * 0.5
+        ax.annotate(
+            "",
+            xy=(x_out - 0.05, y_out),
+            xytext=(cols * 0.5 + 0.05, y_src),
+            arrowprops=dict(arrowstyle="->", lw=0.8, color="0.4"),
+        )
+        ax.text(x_out + cols * 0.5 + 0.1, y_out, f"r={r}: idx[{r}] = {src}", va="center", fontsize=6, color="0.3")
+    warp = 8  # cells drawn per warp: a stand-in for 32 floats
+    for x0, y0 in ((0, -idx[0] * 0.5), (x_out, 0)):
+        ax.add_patch(
+            patches.Rectangle((x0, y0 - 0.5), warp * 0.5, 0.5, facecolor="tab:orange", alpha=0.8, edgecolor="k", lw=0.8)
+        )
+        ax.add_patch(
+            patches.Rectangle(
+                (x0 + warp * 0.5, y0 - 0.5), warp * 0.5, 0.5, facecolor="tab:green", alpha=0.5, edgecolor="k", lw=0.8
+            )
+        )
+    ax.text(
+        0,
+        -src_rows * 0.5 - 0.45,
+        "orange: warp 0's 32 threads, i = 0..31, read 32 neighbouring floats of one "
+        "row: one 128-byte segment\ngreen: warp 1 continues the same row; the 64-bit index "
+        "idx[r] * row_len + c picks the row",
+        fontsize=7,
+        va="top",
+    )
+    return _finish(ax, (-0.8, x_out + cols * 0.5 + 1.6), (-src_rows * 0.5 - 0.9, 0.7)).figure
+
+
+# --- chapter 13: the shuffle tree ----------------------------------------------------------
+
+
+def shuffle_tree(ax=None, lanes: int = 32):
+    """``warp_reduce_shuffle``: in each round lane i adds the value of lane i + offset
+    (``__shfl_down_sync``), offsets halving from ``lanes / 2`` (read from block_reduce.cuh);
+    after five rounds lane 0 holds the warp's sum. The upper lanes compute too, but their
+    results are never used (grey)."""
+    text = excerpts.cuda_source("block_reduce.cuh", "warp_reduce_shuffle")
+    first = int(re.search(r"offset = (\d+)", text).group(1))
+    offsets = [first >> i for i in range(first.bit_length())]
+    ax = _axes(ax, (9.5, 0.75 * len(offsets) + 1.6))
+    w, gap = 0.26, 1.0
+    for level in range(len(offsets) + 1):
+        live = lanes if level == 0 else offsets[level - 1]
+        y = -level * gap
+        for lane in range(lanes):
+            used = lane < live
+            ax.add_patch(
+                patches.Rectangle(
+                    (lane * w * 1.15, y), w, 0.35, facecolor="tab:blue" if used else "0.88", edgecolor="0.4", lw=0.4
+                )
+            )
+        if level == 0:
+            ax.text(-0.2, y + 0.17, "32 lanes, one value each", ha="right", va="center", fontsize=7)
+            continue
+        off = offsets[level - 1]
+        for lane in range(off):  # each lane keeps its own value and adds the one shuffled down
+            ax.plot([lane * w * 1.15 + w / 2] * 2, [y + gap - 0.02, y + 0.37], color="tab:blue", lw=0.4, alpha=0.5)
+        ax.text(-0.2, y + 0.17, f"offset {off}: lane i += lane i+{off}", ha="right", va="center", fontsize=7)
+        for lane in range(off):
+            x_to, x_from = lane * w * 1.15 + w / 2, (lane + off) * w * 1.15 + w / 2
+            ax.annotate(
+                "",
+                xy=(x_to, y + 0.37),
+                xytext=(x_from, y + gap - 0.02),
+                arrowprops=dict(arrowstyle="-|>", lw=0.5, color="tab:orange", mutation_scale=5),
+            )
+    for lane in (0, 8, 16, 24, 31):
+        ax.text(lane * w * 1.15 + w / 2, 0.5, str(lane), ha="center", fontsize=6)
+    ax.text(w / 2, -len(offsets) * gap - 0.3, "lane 0: the sum of all 32", fontsize=7, va="top")
+    return _finish(ax, (-4.2, lanes * w * 1.15 + 0.2), (-len(offsets) * gap - 0.8, 0.9))
+
+
+# --- chapter 16: the register tile of one thread ---------------------------------------------
+
+
+def thread_tile(ax=None, variant: str = "128x128x8", thread: tuple[int, int] = (1, 2)):
+    """One block tile of ``matmul_regtiled_<variant>`` (BM, BN, TM, TN from the file's
+    header): thread (ty, tx) owns TM x TN outputs as groups of 4 x 4 spread over the
+    tile, rows ``c * RT*4 + ty*4 + i``; per k it reads TM values of ``As[k]`` and TN of
+    ``Bs[k]`` (float4 each group) and does TM * TN multiply-adds. Warp 0 (two rows of
+    16 threads at 128 x 128) is outlined."""
+    header = excerpts.file_header("matmul_regtiled.cu")
+    row = re.search(rf"^//\s+{variant}\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", header, re.M)
+    BM, BN, _, TM, TN, threads = map(int, row.groups())
+    RT, CT = BM // TM, BN // TN
+    ty, tx = thread
+    ax = _axes(ax, (8, 6.2))
+    s = 1 / 16  # one output element
+    x0, y0 = 0.0, 0.0  # top left corner of the C tile; B above it, A to its left
+    ax.add_patch(patches.Rectangle((x0, y0 - BM * s), BN * s, BM * s, facecolor="white", edgecolor="k", lw=1))
+    for gy in range(TM // 4):
+        for gx in range(TN // 4):
+            r, c = gy * RT * 4 + ty * 4, gx * CT * 4 + tx * 4
+            ax.add_patch(patches.Rectangle((x0 + c * s, y0 - (r + 4) * s), 4 * s, 4 * s, color="tab:green"))
+    warp = 32
+    for t in range(warp):
+        wy, wx = divmod(t, CT)
+        for gy in range(TM // 4):
+            for gx in range(TN // 4):
+                r, c = gy * RT * 4 + wy * 4, gx * CT * 4 + wx * 4
+                ax.add_patch(
+                    patches.Rectangle(
+                        (x0 + c * s, y0 - (r + 4) * s),
+                        4 * s,
+                        4 * s,
+                        fill=False,
+                        edgecolor="tab:green",
+                        lw=0.3,
+                        alpha=0.8,
+                    )
+                )
+    a_x, b_y = x0 - 1.2, y0 + 1.2
+    ax.add_patch(patches.Rectangle((a_x, y0 - BM * s), 6 * s, BM * s, facecolor="0.95", edgecolor="k", lw=0.8))
+    ax.add_patch(patches.Rectangle((x0, b_y - 6 * s), BN * s, 6 * s, facecolor="0.95", edgecolor="k", lw=0.8))
+    for gy in range(TM // 4):
+        r = gy * RT * 4 + ty * 4
+        ax.add_patch(patches.Rectangle((a_x, y0 - (r + 4) * s), 6 * s, 4 * s, color="tab:blue"))
+    for gx in range(TN // 4):
+        c = gx * CT * 4 + tx * 4
+        ax.add_patch(patches.Rectangle((x0 + c * s, b_y - 6 * s), 4 * s, 6 * s, color="tab:orange"))
+    ax.text(a_x + 3 * s, y0 + 0.15, "As[k]\n(column k of A)", ha="center", fontsize=7)
+    ax.text(x0 - 0.15, b_y - 3 * s, "Bs[k] (row k of B)", ha="right", va="center", fontsize=7)
+    ax.text(
+        x0 + BN * s / 2,
+        y0 - BM * s - 0.3,
+        f"C tile {BM} x {BN}: one block of {threads} threads",
+        ha="center",
+        fontsize=8,
+    )
+    ax.text(
+        x0 + BN * s + 0.3,
+        y0 - 1.0,
+        f"green: thread (ty={ty}, tx={tx}),\n{TM} x {TN} outputs in {TM * TN}\n"
+        f"registers, as {TM // 4 * (TN // 4)} groups of 4 x 4,\n{RT * 4} rows and {CT * 4} columns apart\n\n"
+        f"outlined: warp 0\n(threads 0-31)\n\nper k: {TM} values of A (blue)\nand {TN} of B (orange),\n"
+        f"read as float4, make\n{TM * TN} multiply-adds",
+        fontsize=7,
+        va="top",
+    )
+    return _finish(ax, (a_x - 0.2, x0 + BN * s + 2.6), (y0 - BM * s - 0.6, b_y + 0.2))
+
+
+# --- chapter 19: mma.sync fragments, the 128-byte swizzle, the cp.async pipeline ---------------
+
+
+def mma_fragments(fig=None, lane: int = 5):
+    """Which lane holds which element of one ``mma.sync.m16n8k8`` TF32 product (the
+    layout in mma_async.cu's comment, from the PTX ISA): lane (g, t) = (lane / 4, lane % 4)
+    holds a: (g, t) (g+8, t) (g, t+4) (g+8, t+4); b: (t, g) (t+4, g); d: (g, 2t) (g, 2t+1)
+    (g+8, 2t) (g+8, 2t+1). One lane is highlighted in all three. Below, the banks of the
+    32 words of one read of a (register a0), staged K-contiguous with rows of
+    ASYNC_BK + 4 words: bank 4g + t, all different."""
+    fig = fig or plt.figure(figsize=(9.5, 7))
+    axes = fig.subplots(1, 3, gridspec_kw={"width_ratios": [8, 8, 8]})
+    owner_a, owner_b, owner_d = {}, {}, {}
+    for ln in range(32):
+        g, t = divmod(ln, 4)
+        for j, (r, c) in enumerate([(g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)]):
+            owner_a[r, c] = (ln, f"a{j}")
+        for j, (r, c) in enumerate([(t, g), (t + 4, g)]):
+            owner_b[r, c] = (ln, f"b{j}")
+        for j, (r, c) in enumerate([(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]):
+            owner_d[r, c] = (ln, f"d{j}")
+    colors = plt.get_cmap("tab10")
+    panels = [
+        (axes[0], owner_a, "A: 16 x 8 (m x k)"),
+        (axes[1], owner_b, "B: 8 x 8 (k x n)"),
+        (axes[2], owner_d, "D = A B + D: 16 x 8 (m x n)"),
+    ]
+    for ax, owner, title in panels:
+        for (r, c), (ln, reg) in owner.items():
+            mine = ln == lane
+            ax.add_patch(
+                patches.Rectangle(
+                    (c, -r - 1),
+                    1,
+                    1,
+                    facecolor="tab:red" if mine else colors(ln % 4),
+                    alpha=0.9 if mine else 0.25,
+                    edgecolor="0.5",
+                    lw=0.4,
+                )
+            )
+            ax.text(
+                c + 0.5,
+                -r - 0.5,
+                f"{ln}\n{reg}",
+                ha="center",
+                va="center",
+                fontsize=5.5,
+                color="white" if mine else "k",
+            )
+        ax.set_title(title, fontsize=8)
+        _finish(ax, (-0.2, 8.2), (-16.2, 0.2))
+    kk = _kernel_define("mma_async.cu", "ASYNC_BK") + 4  # ASYNC_KROW: a staged row, in words
+    banks = sorted((kk * g + t) % 32 for g in range(8) for t in range(4))
+    axes[1].text(
+        4,
+        -9.2,
+        f"number: lane, register\ncolour: t = lane % 4\nred: lane {lane} (g = {lane // 4}, "
+        f"t = {lane % 4})\n\nReading a0, lane (g, t) touches\nrow g, column t of the A tile,\nstaged "
+        f"with rows of {kk} words:\nbank ({kk}g + t) mod 32 = 4g + t.\nThe 32 lanes touch {len(set(banks))} "
+        "different\nbanks: no bank conflict.",
+        ha="center",
+        va="top",
+        fontsize=7.5,
+    )
+    return fig
+
+
+def swizzle_128b(fig=None):
+    """The 128-byte swizzle of the wgmma tiles (``copy_rows`` in wgmma.cu): the 16-byte
+    chunk j of row r goes to chunk j ^ (r % 8) of the row in shared memory. Left, the rows
+    as they are in global memory; right, as staged; the colour follows a chunk. A column
+    of chunks (the same j in eight rows) ends up in eight different positions, so the
+    tensor cores read it from eight different groups of four banks."""
+    text = excerpts.cuda_source("wgmma.cu", "copy_rows")
+    assert "(j ^ (r % 8)) << 4" in text, "copy_rows no longer swizzles as this picture draws"
+    fig = fig or plt.figure(figsize=(9, 3.8))
+    left, right = fig.subplots(1, 2)
+    cmap = plt.get_cmap("tab10")
+    for ax, title, where in (
+        (left, "global memory: row r, chunks j = 0..7", lambda r, j: j),
+        (right, "shared memory: chunk j of row r at j ^ (r % 8)", lambda r, j: j ^ (r % 8)),
+    ):
+        for r in range(8):
+            for j in range(8):
+                p = where(r, j)
+                ax.add_patch(
+                    patches.Rectangle(
+                        (p, -r - 1), 1, 1, facecolor=cmap(j), alpha=0.85 if j == 0 else 0.3, edgecolor="0.4", lw=0.5
+                    )
+                )
+                ax.text(p + 0.5, -r - 0.5, str(j), ha="center", va="center", fontsize=7)
+            ax.text(-0.2, -r - 0.5, f"r={r}", ha="right", va="center", fontsize=6)
+        for p in range(8):
+            ax.text(p + 0.5, 0.25, f"{16 * p}", ha="center", fontsize=5, color="0.4")
+        ax.set_title(title, fontsize=8)
+        _finish(ax, (-1.2, 8.2), (-8.2, 0.8))
+    fig.suptitle(
+        "a 128-byte row = eight 16-byte chunks (byte offsets on top). Chunk 0 (dark) of the eight rows: "
+        "one column on the left,\neight different columns on the right, so a read of one chunk column "
+        "touches every group of four banks once",
+        fontsize=7.5,
+    )
+    return fig
+
+
+def async_pipeline(ax=None, slices: int = 7):
+    """The cp.async pipeline of mma_async.cu with ASYNC_STAGES shared buffers (read from
+    the file), one row per buffer: before the loop, slices 0 .. STAGES-2 are copied; at
+    iteration s the block waits for slice s, starts copying slice s + STAGES - 1 into the
+    buffer that slice s - 1 used, and multiplies slice s while the copies are in flight.
+    One barrier per slice."""
+    stages = _kernel_define("mma_async.cu", "ASYNC_STAGES")
+    ax = _axes(ax, (9, 0.55 * stages + 1.6))
+
+    def bar(y, start, end, color, text):
+        ax.add_patch(
+            patches.FancyBboxPatch(
+                (start + 0.05, y - 0.3),
+                end - start - 0.1,
+                0.6,
+                boxstyle="round,pad=0.01",
+                facecolor=color,
+                edgecolor="0.3",
+                lw=0.5,
+            )
+        )
+        ax.text((start + end) / 2, y, text, ha="center", va="center", fontsize=6.5)
+
+    for s in range(slices):
+        y = stages - 1 - s % stages
+        issued = -1 if s < stages - 1 else s - (stages - 1)
+        bar(y, issued, s, "#cfe0f0", f"cp.async slice {s}")
+        bar(y, s, s + 1, "tab:orange", f"mma {s}")
+    for it in range(slices):
+        ax.axvline(it, color="0.5", lw=0.6, ls=":")
+    ax.set_yticks(range(stages), [f"buffer {stages - 1 - b}" for b in range(stages)], fontsize=7)
+    ax.set_xticks(
+        [i + 0.5 for i in range(-1, slices)],
+        ["before the loop"] + [f"iteration {i}" for i in range(slices)],
+        fontsize=6.5,
+    )
+    ax.set_xlim(-1.05, slices + 0.05)
+    ax.set_ylim(-0.6, stages - 0.4)
+    ax.set_title(
+        f"ASYNC_STAGES = {stages}: blue, a slice's copy in flight; orange, the tensor cores on it. Dotted: "
+        "wait for the slice, one barrier",
+        fontsize=8,
+    )
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    ax.tick_params(length=0)
     return ax

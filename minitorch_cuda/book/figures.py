@@ -32,8 +32,22 @@ def shape_label(row: dict) -> str:
 
 # Where a point's label may go, in points from the point: right, left, above, below,
 # then further out (drawn with a leader line).
-_OFFSETS = [(5, 2), (5, -9), (-5, 2), (-5, -9), (0, 7), (0, -14), (14, 12), (14, -20), (-14, 12), (-14, -20),
-            (24, 0), (-24, 0), (0, 20), (0, -26)]  # fmt: skip
+_OFFSETS = [
+    (5, 2),
+    (5, -9),
+    (-5, 2),
+    (-5, -9),
+    (0, 7),
+    (0, -14),
+    (14, 12),
+    (14, -20),
+    (-14, 12),
+    (-14, -20),
+    (24, 0),
+    (-24, 0),
+    (0, 20),
+    (0, -26),
+]
 
 
 def place_labels(ax, xs, ys, labels, fontsize: float = 6.5, avoid=()) -> None:
@@ -193,7 +207,7 @@ def gflops_bars(matmul: dict, ax=None, kernels: list[str] | None = None, labels:
     ax.set_xticks(range(len(rows)), [shape_label(r) for r in rows], fontsize=7)
     ax.set_xlim(-0.5, len(rows) - 0.5)
     ax.set_yscale("log")
-    ax.set_ylabel("GFLOP/s (float32)")
+    ax.set_ylabel("GFLOP/s")
     ax.legend(fontsize=7, ncol=min(len(kernels), 4), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     ax.grid(True, axis="y", which="major", alpha=0.3)
     return ax
@@ -226,8 +240,11 @@ def roofline(device: dict, matmul: dict, ax=None, kernels: tuple[str, ...] = ("m
     markers = {"matmul_naive": "v", "matmul_batched": "^", "matmul_tiled": "o", "cublas": "s"}
     placed = {}
     for name in kernels:
-        pts = [(intensity(r["M"], r["N"], r["K"]), r["gflops"][name], r["label"]) for r in matmul["rows"]
-               if name in r["gflops"]]  # fmt: skip
+        pts = [
+            (intensity(r["M"], r["N"], r["K"]), r["gflops"][name], r["label"])
+            for r in matmul["rows"]
+            if name in r["gflops"]
+        ]
         xs_, ys_, labels = zip(*pts)
         ax.scatter(xs_, ys_, marker=markers.get(name, "o"), label=MATMUL_LABELS.get(name, name), zorder=3)
         placed[name] = (xs_, ys_, labels)
@@ -292,4 +309,103 @@ def bandwidth_bars(table: dict, ax=None):
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=7)
     ax.set_ylabel("GB/s")
     ax.legend(fontsize=7)
+    return ax
+
+
+# --- launches and step time (chapter 17) ---------------------------------------------------
+
+
+def launches_vs_step(series: dict[str, list[dict]], ax=None, model_stage: int = 8, line: tuple[int, int] = (8, 10)):
+    """Microseconds per training step against kernel launches per step, one point per stage
+    row (``bench.run_stage`` rows), one marker per run. Dashed: the crude model that charges
+    every launch the same share of stage ``model_stage``'s step. Dotted: the straight line
+    through stages ``line`` of the first run, whose value at zero launches is the time no
+    launch count explains."""
+    ax = _axes(ax, (7.5, 4.5))
+    first = next(iter(series.values()))
+    by_stage = {r["stage"]: r for r in first}
+
+    def xy(r):
+        return r["counters_per_step"]["launches"], r["s_per_step"] * 1e6
+
+    most = max(xy(r)[0] for rows in series.values() for r in rows) * 1.1
+    if model_stage in by_stage:
+        x, y = xy(by_stage[model_stage])
+        ax.plot([0, most], [0, most * y / x], "k--", lw=0.8, label=f"{y / x:.0f} us per launch (stage {model_stage})")
+    if all(s in by_stage for s in line):
+        (x0, y0), (x1, y1) = xy(by_stage[line[0]]), xy(by_stage[line[1]])
+        slope = (y1 - y0) / (x1 - x0)
+        ax.plot(
+            [0, most],
+            [y0 - slope * x0, y0 + slope * (most - x0)],
+            ":",
+            color="tab:red",
+            lw=1.2,
+            label=f"through stages {line[0]} and {line[1]}: {slope:.1f} us per launch + {y0 - slope * x0:.0f} us",
+        )
+    xs, ys, labels = [], [], []
+    for (name, rows), marker in zip(series.items(), "os^D"):
+        pts = [xy(r) for r in rows]
+        ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=name, zorder=3)
+        xs += [p[0] for p in pts]
+        ys += [p[1] for p in pts]
+        labels += [f"stage {r['stage']}" for r in rows]
+    ax.set_xlim(0, most)
+    ax.set_ylim(0, max(ys) * 1.35)
+    place_labels(ax, xs, ys, labels, fontsize=7)
+    ax.set_xlabel("kernel launches per training step")
+    ax.set_ylabel("microseconds per training step")
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(True, alpha=0.3)
+    return ax
+
+
+# --- the tile evaluation (chapter 20) ------------------------------------------------------
+
+
+def ratio_bars(data: dict, cases: list[str], log2: int, ax=None):
+    """Each model's throughput as a ratio to CUDA C (1 = as fast) for every case and dtype
+    of a tile_eval result at 2^``log2`` elements, with the spread of the ratio over the
+    model's quartile times, as ``tile_eval.report.ratio_table`` prints it. Every bar carries
+    its value, so that the outliers far below 1 stay readable on a linear axis."""
+    by: dict[tuple, dict] = {}
+    for r in data.get("throughput", []):
+        if r["log2"] == log2 and r["case"] in cases:
+            by.setdefault((r["case"], r["dtype"]), {})[r["model"]] = r
+    groups = sorted(by, key=lambda k: (cases.index(k[0]), k[1]))
+    colors = {"triton": "tab:blue", "triton_tilemax": "tab:purple", "cupy": "tab:green", "cutile": "tab:brown"}
+    bars = []  # (y, model, ratio, low, high), top to bottom
+    y, ticks = 0.0, []
+    for g in groups:
+        base = by[g].get("cuda_c")
+        present = [m for m in colors if m in by[g] and base and "ratio_to_cuda_c" in by[g][m]]
+        for i, m in enumerate(present):
+            r = by[g][m]
+            bars.append(
+                (y + i, m, r["ratio_to_cuda_c"], base["median_ms"] / r["q3_ms"], base["median_ms"] / r["q1_ms"])
+            )
+        ticks.append((y + (len(present) - 1) / 2, f"{g[0]} {g[1]}"))
+        y += len(present) + 0.6
+    ax = _axes(ax, (8, 0.15 * y + 1.2))
+    for model in colors:
+        mine = [b for b in bars if b[1] == model]
+        if mine:
+            ax.barh(
+                [-b[0] for b in mine],
+                [b[2] for b in mine],
+                0.85,
+                color=colors[model],
+                label=model,
+                xerr=[[b[2] - b[3] for b in mine], [b[4] - b[2] for b in mine]],
+                error_kw={"lw": 0.5, "capsize": 1},
+            )
+    for b in bars:
+        ax.text(b[4] + 0.015, -b[0], f"{b[2]:.2f}x" if b[2] >= 0.01 else f"{b[2]:.1g}x", va="center", fontsize=5.5)
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_yticks([-t[0] for t in ticks], [t[1] for t in ticks], fontsize=6.5)
+    ax.set_ylim(-y + 0.3, 1)
+    ax.set_xlim(0, max(1.2, max(b[4] for b in bars) + 0.15))
+    ax.set_xlabel(f"throughput relative to CUDA C at 2^{log2} elements (1 = as fast)")
+    ax.legend(fontsize=7, ncol=len(colors), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    ax.grid(True, axis="x", alpha=0.3)
     return ax
