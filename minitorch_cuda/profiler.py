@@ -126,27 +126,48 @@ class Profile:
         return "\n".join(lines)
 
     def timeline(self, ax=None, max_records: int | None = None):
-        """Draw one bar per recorded launch or copy, a row per name (matplotlib)."""
-        import matplotlib.pyplot as plt
-
+        """Draw one bar per recorded launch or copy, a row per name (``draw_timeline``)."""
         records = self.records[:max_records] if max_records else self.records
-        names = sorted({r.name for r in records})
-        row = {name: i for i, name in enumerate(names)}
-        if ax is None:
-            _, ax = plt.subplots(figsize=(10, 0.35 * len(names) + 1.2))
-        colors = {"kernel": "tab:blue", "memcpy": "tab:red"}
-        for r in records:
-            ax.barh(
-                row[r.name],
-                r.duration_ms * 1e3,
-                left=r.start_ms * 1e3,
-                height=0.6,
-                color=colors.get(r.kind, "tab:gray"),
-            )
-        ax.set_yticks(range(len(names)), names)
-        ax.set_xlabel("time since first event (us)")
+        ax = draw_timeline([(r.name, r.kind, r.start_ms * 1e3, r.duration_ms * 1e3) for r in records], ax)
         ax.set_title("GPU timeline (kernels blue, copies red)")
         return ax
+
+
+def draw_timeline(events: list, ax=None):
+    """Events ``(name, kind, start_us, duration_us)`` as bars, one row per name in the order
+    the names first run (the first on top); kernels blue, copies red. Every event is drawn
+    at least 1/250 of the span wide, so that a 3 us kernel stays visible beside a 25 ms
+    gap, and the longest stretch without any event, if it is most of the span, is shaded
+    and named: that is where the GPU waited for the host."""
+    import matplotlib.pyplot as plt
+
+    ordered = sorted(events, key=lambda e: e[2])
+    names = list(dict.fromkeys(e[0] for e in ordered))[::-1]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 0.28 * len(names) + 1.4))
+    row = {name: i for i, name in enumerate(names)}
+    first, last = ordered[0][2], max(e[2] + e[3] for e in ordered)
+    shortest = (last - first) / 250
+    colors = {"kernel": "tab:blue", "memcpy": "tab:red"}
+    for name, kind, start, duration in ordered:
+        ax.barh(row[name], max(duration, shortest), left=start, height=0.6, color=colors.get(kind, "tab:gray"))
+    ends = [max(e[2] + e[3] for e in ordered[: i + 1]) for i in range(len(ordered))]
+    gap, at = max(((e[2] - end, end) for end, e in zip(ends, ordered[1:])), default=(0.0, 0.0))
+    if gap > 0.3 * (last - first):
+        ax.axvspan(at, at + gap, color="0.92", zorder=0)
+        ax.text(
+            at + gap / 2,
+            (len(names) - 1) / 2,
+            f"no GPU work for {gap / 1e3:.1f} ms",
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="0.3",
+        )
+    ax.set_yticks(range(len(names)), names, fontsize=7)
+    ax.set_ylim(-0.6, len(names) - 0.4)
+    ax.set_xlabel("time since the first recorded event (us)")
+    return ax
 
 
 _active: Profile | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
+from ..profiler import draw_timeline
 from .tables import MATMUL_LABELS
 
 # The blog's own timings (its GPU, its C++ framework) as (seconds, batches timed).
@@ -108,23 +109,24 @@ def ladder(bench: dict, ax=None, blog: dict | None = None):
     xs = [r["stage"] for r in rows]
     ys = [r["s_per_step"] for r in rows]
     ax.plot(xs, ys, "o-", color="tab:blue", label=f"minitorch-cuda ({bench['device']['name']})")
-    for r in rows:
-        partial = r["batches_per_epoch"] < 100
-        ax.annotate(
-            f"{r['s_per_step'] * 1e3:.3g} ms" + ("*" if partial else ""),
-            (r["stage"], r["s_per_step"]),
-            textcoords="offset points",
-            xytext=(0, 7),
-            ha="center",
-            fontsize=7,
-        )
+    blog_points = []
     if blog:
         bx = sorted(blog)
-        ax.plot(bx, [blog[s][0] / blog[s][1] for s in bx], "s", color="tab:orange", label="the blog (its GPU)")
+        blog_points = [(s, blog[s][0] / blog[s][1]) for s in bx]
+        ax.plot(bx, [y for _, y in blog_points], "s", color="tab:orange", label="the blog (its GPU)")
     if bench.get("torch"):
         ax.axhline(bench["torch"]["s_per_step"], color="tab:green", ls=":", label=bench["torch"]["name"])
     ax.set_yscale("log")
     ax.set_xticks(xs)
+    ax.set_xlim(min(xs) - 0.5, max(xs) + 0.7)
+    labels = [f"{r['s_per_step'] * 1e3:.3g} ms" + ("*" if r["batches_per_epoch"] < 100 else "") for r in rows]
+    # labels keep clear of the blog's points, of the line through ours and of PyTorch's
+    avoid = list(blog_points)
+    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
+        avoid += [(x0 + f * (x1 - x0), y0 * (y1 / y0) ** f) for f in (0.25, 0.5, 0.75)]
+    if bench.get("torch"):
+        avoid += [(min(xs) + i / 4, bench["torch"]["s_per_step"]) for i in range(4 * (max(xs) - min(xs)) + 1)]
+    place_labels(ax, xs, ys, labels, fontsize=7, avoid=avoid)  # * marks the partial epochs
     ax.set_xlabel("stage (each keeps the optimizations below it)")
     ax.set_ylabel("seconds per training step")
     ax.legend(fontsize=8)
@@ -152,37 +154,12 @@ def kernel_shares(before: dict, after: dict, ax=None, top: int = 8):
 
 
 def timeline(entry: dict, ax=None, window: tuple[float, float] | None = None):
-    """The recorded events of a profile, one row per name (kernels blue, copies red).
-    Every event is drawn at least 1/250 of the span wide, so that a 3 us kernel stays
-    visible next to a 25 ms gap; the longest stretch with no GPU event is shaded."""
+    """The recorded events of a profile (``profiler.draw_timeline``: one row per name,
+    kernels blue, copies red), those that start inside ``window`` (us) if it is given."""
     events = entry["timeline"]
     if window:
         events = [e for e in events if window[0] <= e[2] <= window[1]]
-    names = list(dict.fromkeys(e[0] for e in events))[::-1]  # first to run on top
-    ax = _axes(ax, (9, 0.28 * len(names) + 1.4))
-    row = {n: i for i, n in enumerate(names)}
-    colors = {"kernel": "tab:blue", "memcpy": "tab:red"}
-    first, last = min(e[2] for e in events), max(e[2] + e[3] for e in events)
-    shortest = (last - first) / 250
-    for name, kind, start, dur in events:
-        ax.barh(row[name], max(dur, shortest), left=start, height=0.6, color=colors.get(kind, "tab:gray"))
-    ordered = sorted(events, key=lambda e: e[2])
-    ends = [max(e[2] + e[3] for e in ordered[: i + 1]) for i in range(len(ordered))]
-    gap, at = max(((b[2] - end, end) for end, b in zip(ends, ordered[1:])), default=(0, 0))
-    if gap > 0.3 * (last - first):
-        ax.axvspan(at, at + gap, color="0.92", zorder=0)
-        ax.text(
-            at + gap / 2,
-            len(names) / 2,
-            f"no GPU work for {gap / 1e3:.1f} ms",
-            ha="center",
-            va="center",
-            fontsize=8,
-            color="0.3",
-        )
-    ax.set_yticks(range(len(names)), names, fontsize=7)
-    ax.set_ylim(-0.6, len(names) - 0.4)
-    ax.set_xlabel("time since the first recorded event (us)")
+    ax = draw_timeline(events, ax)
     ax.set_title(f"stage {entry['stage']}: kernels blue, copies red", fontsize=9)
     return ax
 

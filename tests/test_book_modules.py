@@ -1,0 +1,139 @@
+"""What the chapters show besides prose (minitorch_cuda.book) and the numerics module: every
+figure renders from the recorded results, every diagram from the kernels' own files,
+labels placed by ``place_labels`` do not overlap, excerpts end at the right brace. CPU only."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import ml_dtypes
+import numpy as np
+import pytest
+
+from minitorch_cuda import numerics, results
+from minitorch_cuda.book import diagrams, excerpts, figures, tables
+
+
+def recorded(name: str) -> dict:
+    data = results.load(name)
+    if data is None:
+        pytest.skip(f"book/results/{name}.json is not recorded")
+    return data
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+# --- excerpts ------------------------------------------------------------------------------
+
+
+def test_closing_brace_skips_nested_blocks() -> None:
+    text = "void f() { if (x) { y(); } }\nint z;"
+    assert text[excerpts.closing_brace(text, 0)] == "}"
+    assert excerpts.closing_brace(text, 0) == text.index("}\nint")
+    assert excerpts.braced_lines(text, text.index("f()")) == "void f() { if (x) { y(); } }"
+    with pytest.raises(ValueError, match="unbalanced"):
+        excerpts.closing_brace("{ {", 0)
+
+
+def test_python_definition_takes_decorators_methods_and_assignments() -> None:
+    text = "X = 1\n\nclass A:\n    @staticmethod\n    def f():\n        return 2  # two\n"
+    assert excerpts.python_definition(text, "X") == "X = 1"
+    assert excerpts.python_definition(text, "A.f") == "@staticmethod\ndef f():\n    return 2  # two"
+    with pytest.raises(KeyError, match="A.g"):
+        excerpts.python_definition(text, "A.g")
+
+
+def test_cuda_excerpts_end_where_the_kernel_ends() -> None:
+    body = excerpts.cuda_source("gather.cu", "gather_rows")
+    assert body.startswith('extern "C" __global__ void gather_rows(') and body.endswith("}")
+    assert "scatter_add_rows" not in body
+    assert excerpts.file_header("gather.cu").startswith("//")
+
+
+# --- numerics --------------------------------------------------------------------------------
+
+
+def test_round_mantissa_is_bf16_rounding_at_seven_bits() -> None:
+    x = np.random.default_rng(0).standard_normal(10_000).astype(np.float32) * 1e3
+    expect = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    assert np.array_equal(numerics.round_mantissa(x, 7), expect)
+    assert np.array_equal(numerics.round_mantissa(x, 23), x)
+
+
+# --- figures from the recorded results --------------------------------------------------------
+
+
+def _label_boxes(ax):
+    ax.figure.canvas.draw()
+    renderer = ax.figure.canvas.get_renderer()
+    return [t.get_window_extent(renderer) for t in ax.texts if t.get_text()]
+
+
+def _overlapping(boxes) -> list:
+    return [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1 :] if a.overlaps(b)]
+
+
+def test_stage_and_profile_figures_render() -> None:
+    bench, profiles = recorded("bench_stages"), recorded("profiles")
+    assert not _overlapping(_label_boxes(figures.ladder(bench)))
+    before = results.profile_entry(profiles, 0)
+    ax = figures.timeline(before, window=(0, 28000))
+    names = [t.get_text() for t in ax.get_yticklabels()]
+    drawn = {round(p.get_y() + p.get_height() / 2) for p in ax.patches}
+    assert drawn == set(range(len(names))), "every row of the timeline holds a visible bar"
+    figures.kernel_shares(before, results.profile_entry(profiles, 1))
+
+
+def test_matmul_figures_label_each_shape_once_and_do_not_collide() -> None:
+    bench, matmul = recorded("bench_stages"), recorded("matmul")
+    ax = figures.gflops_bars(matmul, kernels=tables.LADDER_MATMULS)
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert "512³" in ticks and all(t.count("512") <= 1 for t in ticks)
+    ax = figures.roofline(bench["device"], matmul)
+    assert not _overlapping(_label_boxes(ax))
+
+
+def test_launch_and_ratio_figures_render() -> None:
+    bench = recorded("bench_beyond")
+    ax = figures.launches_vs_step({"ladder": [results.stage_row(bench, s) for s in (8, 9, 10, 11)]})
+    assert not _overlapping(_label_boxes(ax))
+    tile = recorded("tile_eval")
+    figures.ratio_bars(tile, ["copy", "triad", "fib", "heavy64"], max(tile["sizes_log2"]))
+
+
+# --- diagrams from the kernels' own files --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        diagrams.tiling_picture,
+        diagrams.row_copies_vs_gather,
+        diagrams.shuffle_tree,
+        diagrams.thread_tile,
+        diagrams.mma_fragments,
+        diagrams.swizzle_128b,
+        diagrams.async_pipeline,
+    ],
+    ids=lambda f: f.__name__,
+)
+def test_diagram_draws(draw) -> None:
+    drawn = draw()
+    fig = getattr(drawn, "figure", drawn)
+    fig.canvas.draw()
+    assert fig.axes
+
+
+def test_diagrams_read_the_kernels_parameters() -> None:
+    ax = diagrams.shuffle_tree()
+    assert "offset 16: lane i += lane i+16" in [t.get_text() for t in ax.texts]
+    assert diagrams._kernel_define("mma_async.cu", "ASYNC_STAGES") >= 2
+    ax = diagrams.async_pipeline()
+    assert ax.get_yticklabels()[0].get_text().startswith("buffer")
