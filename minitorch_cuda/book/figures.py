@@ -277,15 +277,21 @@ def roofline_points(device: dict, points: list[dict], ax=None, copy_gbps: float 
 
 
 def bandwidth_bars(table: dict, ax=None):
-    """GB/s of each kernel of ``bench.bandwidth_table`` with the copy's as a line."""
+    """GB/s of each kernel of ``bench.bandwidth_table`` with the copy's as a line, each bar
+    marked with its share of the copy."""
     ax = _axes(ax, (8, 3.5))
     kernels = table["kernels"]
     names = list(kernels)
+    copy = kernels["memcpy_dtod"]["gb_per_s"]
     ax.bar(range(len(names)), [kernels[n]["gb_per_s"] for n in names], color="tab:blue")
-    ax.axhline(kernels["memcpy_dtod"]["gb_per_s"], color="k", ls="--", lw=0.8, label="device-to-device copy")
+    for i, n in enumerate(names):  # inside the bar's top, clear of the copy's line
+        share = kernels[n]["gb_per_s"] / copy
+        ax.text(i, kernels[n]["gb_per_s"] - copy * 0.04, f"{share:.0%}", ha="center", va="top", fontsize=7, color="w")
+    ax.axhline(copy, color="k", ls="--", lw=0.8, label="device-to-device copy (100%)")
+    ax.set_ylim(0, copy * 1.2)
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=7)
     ax.set_ylabel("GB/s")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper right", frameon=False)
     return ax
 
 
