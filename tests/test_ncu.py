@@ -1,0 +1,234 @@
+"""experiments/ncu.py without a GPU: its CSV and SASS parsing and the records it writes,
+fed recorded-looking ncu output through a fake command runner."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from minitorch_cuda import results
+from minitorch_cuda.experiments import ncu
+
+HEAD = (
+    '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
+    '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+)
+
+
+def long_row(i: int, kernel: str, metric: str, unit: str, value: str, grid: str = "(165375, 1, 1)") -> str:
+    return (
+        f'"{i}","4940","python3.12","127.0.0.1","{kernel}","1","7","(256, 1, 1)","{grid}","0","9.0",'
+        f'"Command line profiler metrics","{metric}","{unit}","{value}"'
+    )
+
+
+LD_SECTORS, LD_REQUESTS = ncu.SECTORS[0], ncu.SECTORS[1]
+CH07_CSV = "\n".join(
+    [
+        "==PROF== Connected to process 4940 (/usr/bin/python3.12)",
+        '==PROF== Profiling "gather_rows" - 0: 0%....50%....100% - 9 passes',
+        HEAD,
+        long_row(0, "gather_rows", "gpu__time_duration.sum", "ns", "45,408"),
+        long_row(0, "gather_rows", LD_SECTORS, "sector", "1,310,720"),
+        long_row(0, "gather_rows", LD_REQUESTS, "request", "401,408"),
+        long_row(0, "gather_rows", "dram__bytes_read.sum", "byte", "26,345,472"),
+        long_row(1, "strided_copy", "gpu__time_duration.sum", "ns", "120,000"),
+        long_row(1, "strided_copy", LD_SECTORS, "sector", "6,422,528"),
+        long_row(1, "strided_copy", LD_REQUESTS, "request", "200,704"),
+        long_row(1, "strided_copy", "dram__bytes_read.sum", "byte", "n/a"),
+        "==PROF== Disconnected from process 4940",
+    ]
+)
+
+
+def test_number_reads_separators_units_and_gaps() -> None:
+    assert ncu.number("45,408", "ns") == 45408
+    assert ncu.number("83.61", "%") == pytest.approx(83.61)
+    assert ncu.number("n/a") is None
+    assert ncu.number("1.5", "Mbyte") == 1_500_000  # scaled to base units where ncu chose a prefix
+    assert ncu.number("2", "usecond") == 2000
+    assert ncu.number("(256, 1, 1)") == "(256, 1, 1)"
+
+
+def test_parse_csv_long_format_keeps_launches_in_order() -> None:
+    launches = ncu.parse_csv(CH07_CSV)
+    assert [(x["id"], x["kernel"]) for x in launches] == [(0, "gather_rows"), (1, "strided_copy")]
+    gather = launches[0]
+    assert gather["metrics"]["gpu__time_duration.sum"] == 45408
+    assert gather["units"][LD_SECTORS] == "sector"
+    assert gather["grid"] == "(165375, 1, 1)" and gather["block"] == "(256, 1, 1)"
+    assert launches[1]["metrics"]["dram__bytes_read.sum"] is None
+
+
+def test_parse_csv_wide_format_with_a_units_row() -> None:
+    text = "\n".join(
+        [
+            '"ID","Kernel Name","Block Size","Grid Size","dram__bytes_read.sum","lts__t_sector_hit_rate.pct"',
+            '"","","","","Mbyte","%"',
+            '"0","softmax_rows_online","(256, 1, 1)","(8192, 1, 1)","536.87","12.5"',
+        ]
+    )
+    (launch,) = ncu.parse_csv(text)
+    assert launch["kernel"] == "softmax_rows_online"
+    assert launch["metrics"]["dram__bytes_read.sum"] == pytest.approx(536.87e6)
+    assert launch["metrics"]["lts__t_sector_hit_rate.pct"] == pytest.approx(12.5)
+
+
+def test_parse_csv_without_csv_lines_is_empty() -> None:
+    assert ncu.parse_csv("==ERROR== Failed to find metric sm__nonsense.sum\n") == []
+
+
+def test_by_kernel_keeps_the_last_launch_and_derives_ratios() -> None:
+    launches = ncu.parse_csv(CH07_CSV + "\n" + long_row(2, "gather_rows", LD_SECTORS, "sector", "800"))
+    kernels = ncu.by_kernel(launches, ncu.DERIVED_FOR["ch07"])
+    assert kernels["gather_rows"]["id"] == 2 and kernels["gather_rows"]["launches_profiled"] == 2
+    assert kernels["strided_copy"]["derived"]["sectors_per_request_ld"] == pytest.approx(32.0)
+    assert "sectors_per_request_ld" not in kernels["gather_rows"]["derived"]  # no requests in launch 2
+
+
+def test_wavefronts_per_ffma_counts_warp_instructions() -> None:
+    metrics = {ncu.SHARED[1]: 2 * 1024, ncu.FMA[0]: 32 * 1024}  # two wavefronts per warp FFMA
+    assert ncu.derive(metrics, ("shared_ld_wavefronts_per_warp_ffma",)) == {
+        "shared_ld_wavefronts_per_warp_ffma": pytest.approx(2.0)
+    }
+
+
+def test_usable_drops_names_the_listing_does_not_offer() -> None:
+    offered = ncu.offered_metrics(
+        "Device NVIDIA H200 (GH100)\n"
+        "Metric Name                           Metric Description\n"
+        "dram__bytes_read                      # of bytes read from DRAM\n"
+        "sm__pipe_tensor_op_hmma_cycles_active # of cycles where HMMA pipe was active\n"
+    )
+    assert offered == {"dram__bytes_read", "sm__pipe_tensor_op_hmma_cycles_active"}
+    wanted = (
+        "dram__bytes_read.sum",
+        "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+        "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+        "launch__grid_size",  # a unit the listing never names is kept
+    )
+    kept, dropped = ncu.usable(wanted, offered)
+    assert dropped == ["sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"]
+    assert kept == [wanted[0], wanted[1], wanted[3]]
+    assert ncu.usable(wanted, None) == (list(wanted), [])
+
+
+def test_rejected_finds_the_metric_an_error_names() -> None:
+    out = "==ERROR== Failed to find metric sm__nonsense.sum\n"
+    assert ncu.rejected(out, ["dram__bytes_read.sum", "sm__nonsense.sum"]) == ["sm__nonsense.sum"]
+
+
+SASS = """
+        code for sm_90
+                Function : matmul_batched
+        .headerflags    @"EF_CUDA_TEXMODE_UNIFIED"
+        /*0000*/                   LDC R1, c[0x0][0x28] ;                         /* 0x00000a00ff017b82 */
+        /*0010*/                   S2R R0, SR_TID.X ;                             /* 0x0000000000007919 */
+.L_x_1:
+        /*0020*/                   LDG.E R4, desc[UR4][R2.64] ;                   /* 0x0000000402047981 */
+        /*0030*/                   LDG.E R5, desc[UR4][R6.64] ;                   /* 0x0000000406057981 */
+        /*0040*/                   IMAD.WIDE R2, R9, 0x4, R2 ;                    /* 0x0000000409027825 */
+        /*0050*/                   FFMA R8, R4, R5, R8 ;                          /* 0x0000000504087223 */
+        /*0060*/              @P0 BRA `(.L_x_1) ;                                 /* 0xfffffffc00e00947 */
+        /*0070*/                   EXIT ;                                         /* 0x000000000000794d */
+                Function : matmul_transposed
+        /*0000*/                   S2R R0, SR_TID.X ;                             /* 0x0000000000007919 */
+        /*0010*/                   LDG.E R4, desc[UR4][R2.64] ;                   /* 0x0000000402047981 */
+        /*0020*/                   FFMA R8, R4, R4, R8 ;                          /* 0x0000000504087223 */
+        /*0030*/              @!P1 BRA 0x10 ;                                     /* 0xfffffffc00e00947 */
+        /*0040*/                   EXIT ;                                         /* 0x000000000000794d */
+"""
+
+
+def test_sass_summary_finds_the_inner_loop_by_label_or_address() -> None:
+    functions = ncu.sass_functions(SASS)
+    batched = ncu.sass_summary(functions["matmul_batched"])
+    assert batched["instructions"] == 8
+    assert batched["inner_loop"]["instructions"] == 5
+    assert batched["inner_loop"]["opcodes"] == {"LDG": 2, "BRA": 1, "FFMA": 1, "IMAD": 1}
+    assert batched["inner_loop"]["instructions_per_ffma"] == pytest.approx(5.0)
+    transposed = ncu.sass_summary(functions["matmul_transposed"])
+    assert transposed["inner_loop"]["instructions"] == 3
+    assert ncu.resource_usage("Function matmul_batched:\nREG:40 STACK:0 SHARED:0 LOCAL:0\n") == {
+        "matmul_batched": {"REG": 40, "STACK": 0, "SHARED": 0, "LOCAL": 0}
+    }
+
+
+class FakeMachine:
+    """Answers the commands ncu.main runs: nvidia-smi, ncu (query, version, profile), nvcc, cuobjdump."""
+
+    def __init__(self, fail_workloads=()):
+        self.fail_workloads = set(fail_workloads)
+        self.calls: list[list[str]] = []
+
+    def __call__(self, cmd: list[str], timeout: float):
+        self.calls.append(cmd)
+        assert timeout > 0
+        tool = cmd[0]
+        if tool == "nvidia-smi":
+            return 0, ("9.0\n" if "--query-gpu=compute_cap" in cmd else "NVIDIA H200, 580.0\n"), ""
+        if tool == "nvcc":
+            return 0, "", ""
+        if tool == "cuobjdump":
+            return 0, (SASS if "-sass" in cmd else "Function matmul_batched:\nREG:40 SHARED:0\n"), ""
+        if "--query-metrics" in cmd:
+            return 0, "dram__bytes_read   # bytes\n", ""
+        if "--version" in cmd:
+            return 0, "NVIDIA (R) Nsight Compute Command Line Profiler\nVersion 2025.3.0.0 (build 1)\n", ""
+        workload = cmd[cmd.index("--workload") + 1]
+        if workload in self.fail_workloads:
+            raise RuntimeError(f"the fake machine refuses {workload}")
+        assert "--clock-control" in cmd and cmd[cmd.index("--clock-control") + 1] == "none"
+        assert cmd[cmd.index("--launch-skip") + 1] != "0"
+        return 0, CH07_CSV, ""
+
+
+@pytest.fixture
+def machine(tmp_path, monkeypatch):
+    monkeypatch.setattr(ncu, "tool", lambda name: name)
+    monkeypatch.setattr(results, "RESULTS_DIR", tmp_path / "unused")
+    return FakeMachine(fail_workloads={"ch11"})
+
+
+def test_main_records_every_topic_and_isolates_a_failure(machine, tmp_path) -> None:
+    out = tmp_path / "results"
+    assert ncu.main(["--out", str(out), "ch07", "ch10", "ch11"], runner=machine) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["ncu_ch07.json", "ncu_ch10.json", "ncu_ch11.json"]
+
+    ch07 = json.loads((out / "ncu_ch07.json").read_text())
+    assert ch07["command"].startswith("python -m minitorch_cuda.experiments.ncu --out")
+    assert ch07["gpu"] == "NVIDIA H200, 580.0" and ch07["ncu_version"].startswith("Version 2025.3")
+    assert ch07["metrics_checked_against_query"] is True
+    (run,) = ch07["runs"]
+    assert run["variant"] == "gather vs strided" and "error" not in run
+    assert run["ncu_command"][0] == "ncu" and "--metrics" in run["ncu_command"]
+    assert run["kernels"]["strided_copy"]["derived"]["sectors_per_request_ld"] == pytest.approx(32.0)
+    assert set(run["kernels"]["gather_rows"]) >= {"grid", "block", "metrics", "units", "derived"}
+
+    ch10 = json.loads((out / "ncu_ch10.json").read_text())
+    assert ch10["sass"]["arch"] == "sm_90"
+    assert ch10["sass"]["kernels"]["matmul_batched"]["inner_loop"]["ffma"] == 1
+    assert ch10["sass"]["kernels"]["matmul_batched"]["resources"]["REG"] == 40
+
+    ch11 = json.loads((out / "ncu_ch11.json").read_text())  # its workload failed: recorded, not raised
+    assert "refuses ch11" in ch11["error"]
+
+
+def test_main_rejects_unknown_topics(machine, tmp_path) -> None:
+    with pytest.raises(SystemExit):
+        ncu.main(["--out", str(tmp_path), "ch99"], runner=machine)
+
+
+def test_a_topic_past_the_budget_is_recorded_as_skipped(machine, tmp_path) -> None:
+    ncu.main(["--out", str(tmp_path), "--budget", "-1", "ch15"], runner=machine)
+    assert "time budget" in json.loads((tmp_path / "ncu_ch15.json").read_text())["error"]
+
+
+def test_every_topic_names_a_workload_or_sass_and_launches_nothing_unskipped() -> None:
+    for name, topic in ncu.TOPICS.items():
+        assert topic.runs or topic.sass, name
+        for run in topic.runs:
+            assert run.workload in ncu.WORKLOADS, (name, run.workload)
+            assert run.skip >= 1 and run.count >= 1
+            assert run.kernels.startswith("regex:")
