@@ -12,6 +12,8 @@ import os
 import platform
 from pathlib import Path
 
+from . import emulator
+
 # MINITORCH_CUDA_RESULTS_DIR redirects reads and writes (tests point it at a copy).
 RESULTS_DIR = Path(
     os.environ.get("MINITORCH_CUDA_RESULTS_DIR", Path(__file__).resolve().parent.parent / "book" / "results")
@@ -26,6 +28,8 @@ def load(name: str) -> dict | None:
 
 def save(name: str, data: dict, command: str) -> Path:
     """Write a result with the command that made it and where it was measured."""
+    if emulator.selected():
+        raise RuntimeError(f"not recording {name!r}: it was measured on the CPU emulator, not on a GPU")
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     record = {
         "command": command,

@@ -8,9 +8,9 @@ framework uses (see ``minitorch_cuda/emulator``), and its device calls itself
 
 from __future__ import annotations
 
-import os
+from ..emulator import selected
 
-EMULATED = os.environ.get("MINITORCH_CUDA_EMULATE") == "1"
+EMULATED = selected()
 
 if EMULATED:
     from ..emulator import driver as drv

@@ -39,7 +39,7 @@ CACHE_DIR = Path(os.environ.get("MINITORCH_CUDA_CACHE", Path.home() / ".cache" /
 DEBUG_SYNC = os.environ.get("MINITORCH_CUDA_SYNC") == "1"
 
 require_cuda()  # importing this module means CUDA is wanted: fail here, clearly
-from .driver import SourceModule, drv  # noqa: E402  (PyCUDA, or the CPU emulator)
+from .driver import EMULATED, SourceModule, drv  # noqa: E402  (PyCUDA, or the CPU emulator)
 
 _stream = None  # a pycuda Stream, or None for the legacy default stream
 _capturing = False
@@ -137,8 +137,9 @@ def compile_module(source: str, label: str, arch_specific: bool = False):
         )
     except drv.CompileError as exc:
         log = (exc.stderr or "") + (exc.stdout or "")
+        compiler = "g++ (the CPU emulator)" if EMULATED else "nvcc"
         raise KernelCompileError(
-            f"nvcc could not compile {label}:\n{log.strip()}\n\n{_numbered_excerpt(source, log)}"
+            f"{compiler} could not compile {label}:\n{log.strip()}\n\n{_numbered_excerpt(source, log)}"
         ) from None
 
 

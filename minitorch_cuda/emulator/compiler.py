@@ -55,15 +55,19 @@ PTX = [  # the first word of an inline-PTX string -> what it is
 ]
 
 
+# Where the framework caches compiled kernels (cuda/runtime.py's CACHE_DIR), unless a caller names another.
+DEFAULT_CACHE = Path(os.environ.get("MINITORCH_CUDA_CACHE", Path.home() / ".cache" / "minitorch_cuda"))
+
+
 def _cache_dir(cache_dir: str | None) -> Path:
-    base = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / "minitorch_cuda"
-    path = base / "emulator"
+    path = Path(cache_dir or DEFAULT_CACHE) / "emulator"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def _run(args: list[str], cwd: str, label: str) -> str:
-    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True)
+    env = {**os.environ, "LC_ALL": "C"}  # plain quotes in messages, as nvcc writes them
+    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         log = _nvcc_style(done.stderr)
         raise CompileError(f"{label} failed:\n{log}", " ".join(args), done.stdout, log)
@@ -81,11 +85,12 @@ def compiler_version() -> str:
 
 
 @functools.cache
-def runtime_library(cache_dir: str | None = None) -> ctypes.CDLL:
-    """runtime.cpp, built once per machine and loaded for every kernel library to link against."""
+def runtime_library() -> ctypes.CDLL:
+    """runtime.cpp, built once per machine and loaded for every kernel library to link against
+    (one copy per process: kernels and the driver must share its workers and state)."""
     source = (HERE / "runtime.cpp").read_text()
     key = hashlib.sha256((source + HEADER.read_text() + compiler_version()).encode()).hexdigest()[:16]
-    path = _cache_dir(cache_dir) / f"runtime-{key}.so"
+    path = _cache_dir(None) / f"runtime-{key}.so"
     if not path.exists():
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "runtime.so"
@@ -181,7 +186,7 @@ def build(
     no_extern_c: bool = False,
     cache_dir: str | None = None,
 ) -> Library:
-    runtime_library(cache_dir)  # kernel libraries resolve the runtime's symbols against it
+    runtime_library()  # kernel libraries resolve the runtime's symbols against it
     if not no_extern_c:  # PyCUDA's default, as in pycuda.compiler
         source = 'extern "C" {\n' + source + "\n}\n"
     flags = _options(options, list(include_dirs))

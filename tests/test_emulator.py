@@ -1,0 +1,385 @@
+"""The CPU emulator of the CUDA device (minitorch_cuda/emulator): no GPU needed, so CI runs these.
+
+Kernels here are launched through the emulated driver directly; the framework's ops
+run on it in a subprocess with MINITORCH_CUDA_EMULATE=1 (the switch is read once,
+at import). Shapes are small: every GPU thread is a fiber on the host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, SPECS
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator builds kernels with g++")
+
+# Every kernel file that the emulator builds; the others use tensor cores or cp.async.
+REFUSED = {"mma.cu": "tensor-core fragments", "mma_async.cu": "cp.async", "wgmma.cu": "cp.async"}
+FILES = sorted(p.name for p in KERNEL_DIR.glob("*.cu"))
+
+
+@pytest.fixture(scope="module")
+def emu(tmp_path_factory):
+    """(driver, compiler, build(source) -> module), all sharing one kernel cache."""
+    from minitorch_cuda.emulator import compiler, driver
+
+    cache = str(tmp_path_factory.getbasetemp() / "emulator-cache")
+
+    def build(source: str):
+        return compiler.SourceModule(source, no_extern_c=True, cache_dir=cache, include_dirs=[str(KERNEL_DIR)])
+
+    build.cache = cache
+    return driver, compiler, build
+
+
+def launch(emu, source: str, name: str, signature: str, grid, block, *args, shared: int = 0) -> None:
+    _, _, build = emu
+    build(source).get_function(name).prepare(signature).prepared_call(grid, block, *args, shared_size=shared)
+
+
+# --- building ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("file", FILES)
+def test_every_kernel_file_builds_or_is_refused(emu, file):
+    from minitorch_cuda.emulator.errors import CompileError
+
+    source = (KERNEL_DIR / file).read_text()
+    if file in REFUSED:
+        with pytest.raises(CompileError, match=f"does not model .*{re.escape(REFUSED[file])}"):
+            emu[2](source)
+        return
+    module = emu[2](source)
+    expected = {name for name, spec in SPECS.items() if spec.file == file}
+    assert expected <= module.library.names, f"{file}: missing {expected - module.library.names}"
+
+
+@pytest.mark.parametrize(
+    ("body", "construct"),
+    [
+        ('unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(1.0f));', "inline PTX"),
+        ('asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0}, {%1}, {%2}, {%3};" ::);', "mma.sync"),
+        ('asm volatile("cp.async.commit_group;" ::);', "cp.async"),
+    ],
+)
+def test_unsupported_constructs_are_refused_with_their_line(emu, body, construct):
+    from minitorch_cuda.emulator.errors import CompileError
+
+    source = f'extern "C" __global__ void k(float* out) {{\n    {body}\n}}\n'
+    with pytest.raises(CompileError, match=re.escape(construct)) as info:
+        emu[2](source)
+    assert "kernel.cu(2): error" in info.value.stderr and "needs a GPU" in info.value.stderr
+
+
+def test_wmma_include_is_refused(emu):
+    from minitorch_cuda.emulator.errors import CompileError
+
+    with pytest.raises(CompileError, match="tensor-core fragments") as info:
+        emu[2]('#include <mma.h>\nextern "C" __global__ void k(float* out) {}\n')
+    assert info.value.stderr.startswith("kernel.cu(1): error")
+
+
+def test_a_syntax_error_names_its_line_as_nvcc_does(emu):
+    from minitorch_cuda.emulator.errors import CompileError
+
+    with pytest.raises(CompileError) as info:
+        emu[2]('extern "C" __global__ void k(float* out) {\n    out[0] = 1.0f\n}\n')
+    assert re.search(r"kernel\.cu\(2\): error: expected ';'", info.value.stderr)
+
+
+def test_get_function_needs_c_linkage_as_on_a_gpu(emu):
+    from minitorch_cuda.emulator.errors import LogicError
+
+    module = emu[2]("__global__ void k(float* out) { out[0] = 1.0f; }\n")
+    with pytest.raises(LogicError, match="named symbol not found"):
+        module.get_function("k")
+
+
+# --- GPU semantics -------------------------------------------------------------------------
+
+
+WARP_OPS = r"""
+extern "C" __global__ void warp_ops(int* out) {
+    const int lane = threadIdx.x & 31, t = threadIdx.x;
+    int* o = out + 8 * t;
+    o[0] = __shfl_sync(0xffffffffu, t * 10, 3);           // broadcast lane 3 of this warp
+    o[1] = __shfl_up_sync(0xffffffffu, t, 2);              // own value for lanes 0 and 1
+    o[2] = __shfl_down_sync(0xffffffffu, t, 5, 16);        // within segments of 16
+    o[3] = __shfl_xor_sync(0xffffffffu, t, 1);
+    o[4] = __ballot_sync(0xffffffffu, lane % 3 == 0);
+    o[5] = __any_sync(0xffffffffu, t == 40) + 2 * __all_sync(0xffffffffu, t < 64);
+    if (lane < 16) o[6] = __shfl_xor_sync(0x0000ffffu, t, 4);  // half a warp, its own mask
+    else o[6] = __shfl_xor_sync(0xffff0000u, t, 4);
+    o[7] = __shfl_sync(0xffffffffu, 1.5f * t, lane ^ 7) == 1.5f * (t ^ 7);  // floats travel as bits
+}
+"""
+
+
+def test_warp_operations(emu):
+    driver = emu[0]
+    n = 64
+    out = driver.mem_alloc(4 * 8 * n)
+    launch(emu, WARP_OPS, "warp_ops", "P", (1, 1, 1), (n, 1, 1), out)
+    got = np.empty((n, 8), np.int32)
+    driver.memcpy_dtoh(got, out)
+    t = np.arange(n)
+    lane, base = t % 32, t - t % 32
+    seg = t - t % 16
+    ballot = np.int32(np.uint32(sum(1 << i for i in range(32) if i % 3 == 0)).view(np.int32))
+    np.testing.assert_array_equal(got[:, 0], (base + 3) * 10)
+    np.testing.assert_array_equal(got[:, 1], np.where(lane >= 2, t - 2, t))
+    np.testing.assert_array_equal(got[:, 2], np.where(t % 16 + 5 < 16, t + 5, t))
+    np.testing.assert_array_equal(got[:, 3], t ^ 1)
+    np.testing.assert_array_equal(got[:, 4], ballot)
+    np.testing.assert_array_equal(got[:, 5], np.where(t >= 32, 1, 0) + 2)
+    np.testing.assert_array_equal(got[:, 6], np.where(seg == seg, t ^ 4, 0))
+    np.testing.assert_array_equal(got[:, 7], 1)
+
+
+REVERSE = r"""
+extern "C" __global__ void reverse(float* out, const float* in, int sync) {
+    __shared__ float tile[256];
+    const int t = threadIdx.x, i = blockIdx.x * blockDim.x + t;
+    tile[t] = in[i] + blockIdx.x;  // per-block shared memory: another block's tile would show
+    if (sync) __syncthreads();
+    out[i] = tile[blockDim.x - 1 - t];
+}
+"""
+
+
+def test_shared_memory_is_per_block_and_a_missing_barrier_fails_every_time(emu):
+    driver = emu[0]
+    blocks, n = 8, 8 * 256
+    x = np.arange(n, dtype=np.float32)
+    d_in, d_out = driver.to_device(x), driver.mem_alloc(4 * n)
+    expected = (x.reshape(blocks, 256)[:, ::-1] + np.arange(blocks)[:, None]).ravel()
+    got = np.empty(n, np.float32)
+    launch(emu, REVERSE, "reverse", "PPi", (blocks, 1, 1), (256, 1, 1), d_out, d_in, 1)
+    driver.memcpy_dtoh(got, d_out)
+    np.testing.assert_array_equal(got, expected)
+    # Without the barrier thread t reads slot 255 - t before thread 255 - t wrote it (for
+    # t < 128), the same way on every run: a race shown deterministically, never by chance.
+    for _ in range(2):
+        launch(emu, REVERSE, "reverse", "PPi", (blocks, 1, 1), (256, 1, 1), d_out, d_in, 0)
+        driver.memcpy_dtoh(got, d_out)
+        wrong = got.reshape(blocks, 256) != expected.reshape(blocks, 256)
+        assert wrong[:, :128].all() and not wrong[:, 128:].any()
+
+
+ATOMICS = r"""
+extern "C" __global__ void atomics(float* f, int* i, unsigned* u) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    atomicAdd(f, 0.5f);
+    atomicAdd(i, 1);
+    atomicMax(i + 1, t);
+    atomicMin(i + 2, -t);
+    atomicCAS(u, 0u, 7u + t);  // exactly one thread wins
+    atomicInc(u + 1, 9u);
+}
+"""
+
+
+def test_atomics_across_blocks(emu):
+    driver = emu[0]
+    blocks, threads = 32, 128
+    f, i, u = driver.to_device(np.zeros(1, np.float32)), driver.to_device(np.zeros(3, np.int32)), driver.mem_alloc(8)
+    driver.memcpy_htod(u, np.zeros(2, np.uint32))
+    launch(emu, ATOMICS, "atomics", "PPP", (blocks, 1, 1), (threads, 1, 1), f, i, u)
+    hf, hi, hu = np.empty(1, np.float32), np.empty(3, np.int32), np.empty(2, np.uint32)
+    for host, dev in ((hf, f), (hi, i), (hu, u)):
+        driver.memcpy_dtoh(host, dev)
+    n = blocks * threads
+    assert hf[0] == 0.5 * n and list(hi) == [n, n - 1, -(n - 1)]
+    assert 7 <= hu[0] < 7 + n and hu[1] == n % 10
+
+
+DYNAMIC = r"""
+extern __shared__ float file_scope[];
+extern "C" __global__ void dynamic(float* out) {
+    extern __shared__ float4 quads[];
+    file_scope[threadIdx.x] = threadIdx.x;
+    __syncthreads();
+    out[threadIdx.x] = reinterpret_cast<float*>(quads)[blockDim.x - 1 - threadIdx.x];
+}
+"""
+
+
+def test_dynamic_shared_memory(emu):
+    driver = emu[0]
+    out = driver.mem_alloc(4 * 64)
+    launch(emu, DYNAMIC, "dynamic", "P", (2, 1, 1), (64, 1, 1), out, shared=4 * 64)
+    got = np.empty(64, np.float32)
+    driver.memcpy_dtoh(got, out)
+    np.testing.assert_array_equal(got, np.arange(64)[::-1])
+
+
+# --- the errors a GPU gives ------------------------------------------------------------------
+
+
+def _kernel(body: str) -> str:
+    return f'extern "C" __global__ void faulty(float* out, int n) {{\n{textwrap.indent(body, "    ")}\n}}\n'
+
+
+ERRORS = {  # case: (threads in the one block, kernel body, the message)
+    "global write past the end": (
+        256,
+        "out[threadIdx.x] = 1.0f;",
+        r"thread \(100, 0, 0\): out-of-bounds write at 0x[0-9a-f]+, 0 bytes past the end of a 400-byte device buffer",
+    ),
+    "global read before the start": (
+        1,
+        "out[0] = out[-1024];",
+        r"out-of-bounds read at 0x[0-9a-f]+, 4096 bytes before the start of a 400-byte device buffer",
+    ),
+    "shared write past the end": (
+        64,
+        "__shared__ float s[32];\ns[threadIdx.x] = 1.0f;",
+        r"thread \(32, 0, 0\): out-of-bounds index 32 into an array of type 'float \[32\]' at kernel.cu:3",
+    ),
+    "dynamic shared write past the end": (
+        64,
+        "extern __shared__ float s[];\ns[threadIdx.x * 64] = 1.0f;",
+        r"thread \(1, 0, 0\): out-of-bounds write past the end of the 256 bytes of dynamic shared memory",
+    ),
+    "a thread leaves while others wait": (
+        64,
+        "if (threadIdx.x >= 16) return;\n__syncthreads();",
+        r"barrier divergence: 16 of 64 threads wait at __syncthreads at kernel.cu:3, but thread 16 has exited",
+    ),
+    "threads wait at different barriers": (
+        64,
+        "if (threadIdx.x < 40) {\n    __syncthreads();\n} else {\n    __syncthreads();\n}",
+        r"barrier divergence: thread 0 waits at __syncthreads at kernel.cu:3 while thread 40 waits at the one at "
+        r"kernel.cu:5",
+    ),
+    "a shuffle's mask leaves out a lane that executes it": (
+        32,
+        "if (threadIdx.x >= 16) out[0] = __shfl_xor_sync(0x0000ffffu, 1.0f, 1);",
+        r"thread \(16, 0, 0\): __shfl_xor_sync at kernel.cu:2 with mask 0x0000ffff is executed by lane 16, "
+        r"which the mask leaves out",
+    ),
+    "a shuffle reads a lane outside its mask": (
+        32,
+        "out[0] = __shfl_down_sync(0x0000ffffu, 1.0f, 1);",
+        r"thread \(15, 0, 0\): __shfl_down_sync at kernel.cu:2 reads lane 16, which the mask leaves out",
+    ),
+    "a shuffle reads a lane that has exited": (
+        32,
+        "if (threadIdx.x >= 20) return;\nout[0] = __shfl_down_sync(0xffffffffu, 1.0f, 16);",
+        r"__shfl_down_sync at kernel.cu:3 reads lane 20, which has exited",
+    ),
+    "a full-mask shuffle in divergent code": (
+        32,
+        "float v = 1.0f;\nif (threadIdx.x < 16) v = __shfl_xor_sync(0xffffffffu, v, 1);\n__syncthreads();",
+        r"threads 0-15 wait at __shfl_xor_sync at kernel.cu:3 with mask 0xffffffff, but thread 16 waits at "
+        r"__syncthreads at kernel.cu:4; the warp can never complete it",
+    ),
+    "a misaligned float4 load": (
+        1,
+        "out[0] = reinterpret_cast<const float4*>(out + 1)[0].x;",
+        r"misaligned address: .* of type 'const struct float4', which needs 16-byte alignment, at kernel.cu:2",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ERRORS))
+def test_errors_a_gpu_gives_name_the_kernel(emu, case):
+    from minitorch_cuda.emulator.errors import LaunchError
+
+    threads, body, message = ERRORS[case]
+    driver = emu[0]
+    out = driver.mem_alloc(400)
+    with pytest.raises(LaunchError) as info:
+        launch(emu, _kernel(body), "faulty", "Pi", (1, 1, 1), (threads, 1, 1), out, 100, shared=256)
+    text = str(info.value)
+    assert text.startswith("in kernel 'faulty', block (0, 0, 0)") and text.endswith("(emulated on the CPU)")
+    assert re.search(message, text), text
+    # The emulated device is still usable after a fault, as it is not after one on a GPU.
+    launch(emu, _kernel("out[0] = 2.0f;"), "faulty", "Pi", (1, 1, 1), (1, 1, 1), out, 100)
+
+
+def test_launch_configuration_is_checked(emu):
+    from minitorch_cuda.emulator.errors import LaunchError
+
+    source = 'extern "C" __global__ void __launch_bounds__(128) bounded(float* out) {}\n'
+    out = emu[0].mem_alloc(4)
+    with pytest.raises(LaunchError, match="too many resources requested for launch .256 threads a block; at most 128"):
+        launch(emu, source, "bounded", "P", (1, 1, 1), (256, 1, 1), out)
+    with pytest.raises(LaunchError, match="invalid configuration argument"):
+        launch(emu, source, "bounded", "P", (1, 1, 1), (0, 1, 1), out)
+    with pytest.raises(LaunchError, match="dynamic shared memory"):
+        launch(emu, source, "bounded", "P", (1, 1, 1), (32, 1, 1), out, shared=64 << 10)
+
+
+def test_copies_are_checked_against_the_allocation(emu):
+    driver = emu[0]
+    buf = driver.mem_alloc(16)
+    with pytest.raises(driver.LogicError, match="invalid argument"):
+        driver.memcpy_htod(buf, np.zeros(5, np.float32))
+    with pytest.raises(driver.LogicError, match="invalid argument"):
+        driver.memcpy_dtoh(np.zeros(4, np.float32), int(buf) + 4)
+
+
+def test_the_device_says_it_is_emulated(emu):
+    driver = emu[0]
+    device = driver.Context.get_device()
+    assert device.name().endswith("(emulated on the CPU)")
+    assert device.get_attribute(driver.device_attribute.WARP_SIZE) == 32
+
+
+# --- the framework on the emulator -------------------------------------------------------------
+
+FRAMEWORK = r"""
+import json, numpy as np, minitorch_cuda as mt
+from minitorch_cuda import results
+from minitorch_cuda.cuda.runtime import device_properties
+
+rng = np.random.default_rng(0)
+x = rng.standard_normal((37, 45)).astype(np.float32)
+w = rng.standard_normal((45, 29)).astype(np.float32)
+t = np.eye(29, dtype=np.float32)[rng.integers(0, 29, 37)]
+x64, w64 = x.astype(np.float64), w.astype(np.float64)
+z = x64 @ w64
+p = np.exp(z - z.max(1, keepdims=True)); p /= p.sum(1, keepdims=True)
+ref = {"matmul": z, "relu": np.maximum(x64, 0), "sum": x64.sum(1), "softmax": p,
+       "xent": -(t * np.log(p)).sum() / 37, "grad_w": x64.T @ ((p - t) / 37)}
+errors = {}
+for stage in range(12):
+    with mt.use_stage(stage):
+        xd, wd = mt.tensor(x, device="cuda"), mt.tensor(w, device="cuda", requires_grad=True)
+        y = xd @ wd
+        loss = mt.cross_entropy_with_softmax(y, mt.tensor(t, device="cuda"))
+        loss.backward()
+        got = {"matmul": y.numpy(), "relu": xd.relu().numpy(), "sum": xd.sum(1).numpy(),
+               "softmax": y.softmax().numpy(), "xent": loss.item(), "grad_w": wd.grad.numpy()}
+        errors[stage] = {k: float(np.max(np.abs(got[k] - ref[k]) / (1e-5 + 1e-4 * np.abs(ref[k])))) for k in ref}
+try:
+    results.save("emulated", {}, "test")
+    refused = ""
+except RuntimeError as exc:
+    refused = str(exc)
+print(json.dumps({"device": device_properties()["name"], "available": mt.cuda_available(), "errors": errors,
+                  "refused": refused}))
+"""
+
+
+def test_the_framework_matches_float64_at_every_simt_stage(emu, tmp_path):
+    env = {**os.environ, "MINITORCH_CUDA_EMULATE": "1", "MINITORCH_CUDA_CACHE": emu[2].cache,
+           "MINITORCH_CUDA_RESULTS_DIR": str(tmp_path)}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", FRAMEWORK], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["device"] == "CPU emulator (emulated on the CPU)" and report["available"]
+    bad = {stage: {k: e for k, e in errs.items() if e > 1} for stage, errs in report["errors"].items()}
+    assert not any(bad.values()), bad
+    assert "measured on the CPU emulator" in report["refused"] and not list(Path(tmp_path).iterdir())
