@@ -232,3 +232,27 @@ def test_every_topic_names_a_workload_or_sass_and_launches_nothing_unskipped() -
             assert run.workload in ncu.WORKLOADS, (name, run.workload)
             assert run.skip >= 1 and run.count >= 1
             assert run.kernels.startswith("regex:")
+
+
+def test_chapter_views_show_a_record_or_say_it_is_pending(machine, tmp_path) -> None:
+    ncu.main(["--out", str(tmp_path), "ch07", "ch10"], runner=machine)
+    ch07 = json.loads((tmp_path / "ncu_ch07.json").read_text())
+    text = ncu.shown(
+        "ch07",
+        [
+            ("ld sectors/req", "sectors_per_request_ld", 1, "{:.1f}"),
+            ("DRAM MB", "dram__bytes_read.sum", 1e-6, "{:.1f}"),
+        ],
+        ch07,
+    )
+    assert "[gather vs strided]" in text and "32.0" in text and "26.3" in text
+    assert text.splitlines()[-1].rstrip().endswith("-")  # strided_copy's n/a DRAM bytes
+    assert ncu.kernel_names("ch07", ch07) == ["gather_rows", "strided_copy"]
+    sass = ncu.shown_sass("ch10", json.loads((tmp_path / "ncu_ch10.json").read_text()))
+    assert "matmul_batched: 8 instructions, 40 registers; inner loop 5 instructions for 1 FFMA" in sass
+    monkey_dir = tmp_path / "empty"
+    monkey_dir.mkdir()
+    results.RESULTS_DIR = monkey_dir  # the fixture restores it
+    assert ncu.shown("ch11", []).startswith("Nsight Compute measurement pending: book/results/ncu_ch11.json")
+    assert ncu.shown_sass().startswith("SASS comparison pending")
+    assert len(ncu.shown("ch11", []).splitlines()) == 1
