@@ -8,9 +8,11 @@
 
 The blog's protocol (chapter 5, "How to benchmark"; the model and optimizer are
 ``train.Protocol``): one warm-up call of 10 batches, then 5 timed epochs, the median
-reported. Stages 0 and 1 time fewer batches per epoch, as the blog did
-(every epoch still shuffles the whole training split); seconds per step make
-those rows comparable with the full-epoch ones.
+reported. The epochs are taken in interleaved rounds (run_rounds): each round times one
+epoch of every stage and of PyTorch, so that drift in the host's speed reaches every stage,
+and each row records its spread over the rounds (quartiles, min and max). Stages 0 and 1
+time fewer batches per epoch, as the blog did (every epoch still shuffles the whole
+training split); seconds per step make those rows comparable with the full-epoch ones.
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ MATMUL_KERNELS = {
     "matmul_tf32_async": 12,  # mma.sync and cp.async, operands in whole quads
     "matmul_tf32_wgmma": 12,  # warpgroup MMA on Hopper, with its transpose of b (a @ b as stage 12 runs it)
 }
+ROUNDS_NOTE = (
+    "each round times one epoch of every stage and of PyTorch, in an order rotated by one each round; "
+    "a stage's median and spread (quartiles, min, max) are over the rounds"
+)
 BLOG_LAST_STAGE = 8  # the blog's ladder ends with Opt. 8; later stages are this course's own
 SLOW_KERNELS = {"matmul_naive", "matmul_transposed", "matmul_batched"}  # skipped above 1024^3
 
@@ -67,38 +73,128 @@ def host_steal_seconds() -> float | None:
         return None
 
 
-def run_stage(stage: int, data, epochs: int, warmup: int, progress) -> dict:
-    with stages.use_stage(stage):
-        trainer = train.Trainer(train.Protocol(), "cuda")
-        trainer.epoch(data.x_train, data.y_train, max_batches=warmup)
-        limit = BATCHES.get(stage)
-        times, cpu_times, steals, losses = [], [], [], []
-        with profiler.count() as counts:
-            for _ in range(epochs):
-                start, cpu_start, steal_start = time.perf_counter(), time.process_time(), host_steal_seconds()
-                losses.append(trainer.epoch(data.x_train, data.y_train, max_batches=limit))
-                times.append(time.perf_counter() - start)  # the loss read-back synced every step
-                cpu_times.append(time.process_time() - cpu_start)
-                steal_end = host_steal_seconds()
-                steals.append(None if steal_start is None or steal_end is None else steal_end - steal_start)
-                progress.update(1)
-        batches = limit or -(-len(data.x_train) // trainer.protocol.batch_size)
-        median = float(np.median(times))
+def spread(times: list[float]) -> dict:
+    """Median, quartiles and extremes of a stage's epoch times (seconds)."""
+    q1, median, q3 = (float(q) for q in np.percentile(times, [25, 50, 75]))
+    return {"median_s": median, "q1_s": q1, "q3_s": q3, "min_s": float(min(times)), "max_s": float(max(times))}
+
+
+class StageRun:
+    """One stage measured an epoch at a time, so that stages can take turns (run_rounds):
+    ``start`` builds the trainer and runs the warm-up, each ``epoch`` times one epoch inside
+    the stage, ``row`` summarizes them."""
+
+    def __init__(self, stage: int, data, warmup: int):
+        self.stage, self.data, self.warmup = stage, data, warmup
+        self.limit = BATCHES.get(stage)
+        self.times, self.cpu_times, self.steals, self.losses = [], [], [], []
+        self.counts: dict[str, float] = {}
+
+    def label(self) -> str:
+        return f"stage {self.stage}"
+
+    def start(self) -> None:
+        with stages.use_stage(self.stage):
+            self.trainer = train.Trainer(train.Protocol(), "cuda")
+            self.trainer.epoch(self.data.x_train, self.data.y_train, max_batches=self.warmup)
+
+    def epoch(self) -> None:
+        data = self.data
+        with stages.use_stage(self.stage), profiler.count() as counts:
+            start, cpu_start, steal_start = time.perf_counter(), time.process_time(), host_steal_seconds()
+            self.losses.append(self.trainer.epoch(data.x_train, data.y_train, max_batches=self.limit))
+            self.times.append(time.perf_counter() - start)  # the loss read-back synced every step
+            self.cpu_times.append(time.process_time() - cpu_start)
+            steal_end = host_steal_seconds()
+        self.steals.append(None if steal_start is None or steal_end is None else steal_end - steal_start)
+        for name, value in counts.snapshot().items():
+            self.counts[name] = self.counts.get(name, 0) + value
+
+    def row(self) -> dict:
+        batches = self.limit or -(-len(self.data.x_train) // self.trainer.protocol.batch_size)
+        epochs = len(self.times)
+        with stages.use_stage(self.stage):
+            accuracy = train.accuracy(self.trainer.net, self.data.x_test, self.data.labels_test)
+        summary = spread(self.times)
         return {
-            "stage": stage,
-            "description": stages.DESCRIPTIONS[stage],
+            "stage": self.stage,
+            "description": stages.DESCRIPTIONS[self.stage],
             "batches_per_epoch": batches,
-            "epoch_seconds": times,
+            "epoch_seconds": self.times,
             # Where a host-bound epoch's time went: this process's CPU time, and time the VM's
             # CPUs were given to other guests (run-to-run differences of up to 2x were seen).
-            "epoch_cpu_seconds": cpu_times,
-            "epoch_host_steal_seconds": steals,
-            "median_s": median,
-            "s_per_step": median / batches,
-            "last_epoch_loss": losses[-1],
-            "counters_per_step": {k: v / (epochs * batches) for k, v in counts.snapshot().items()},
-            "test_accuracy": train.accuracy(trainer.net, data.x_test, data.labels_test),
+            "epoch_cpu_seconds": self.cpu_times,
+            "epoch_host_steal_seconds": self.steals,
+            **summary,
+            "s_per_step": summary["median_s"] / batches,
+            "s_per_step_min": summary["min_s"] / batches,
+            "s_per_step_max": summary["max_s"] / batches,
+            "last_epoch_loss": self.losses[-1],
+            "counters_per_step": {k: v / (epochs * batches) for k, v in self.counts.items()},
+            "test_accuracy": accuracy,
         }
+
+
+class TorchRun:
+    """PyTorch eager on the same protocol, with StageRun's interface (torch_reference's trainer)."""
+
+    def __init__(self, data, warmup: int):
+        self.data, self.warmup, self.times = data, warmup, []
+
+    def label(self) -> str:
+        return "PyTorch eager"
+
+    def start(self) -> None:
+        from .torch_reference import TorchTrainer
+
+        self.trainer = TorchTrainer(train.Protocol(), self.data)
+        self.trainer.epoch(self.warmup)
+
+    def epoch(self) -> None:
+        sync = self.trainer.torch.cuda.synchronize
+        sync()
+        start = time.perf_counter()
+        self.trainer.epoch()
+        sync()
+        self.times.append(time.perf_counter() - start)
+
+    def row(self) -> dict:
+        batches = -(-len(self.trainer.x) // self.trainer.protocol.batch_size)
+        summary = spread(self.times)
+        return {
+            "name": f"PyTorch {self.trainer.torch.__version__} eager",
+            "batches_per_epoch": batches,
+            "epoch_seconds": self.times,
+            **summary,
+            "s_per_step": summary["median_s"] / batches,
+            "s_per_step_min": summary["min_s"] / batches,
+            "s_per_step_max": summary["max_s"] / batches,
+            "test_accuracy": self.trainer.accuracy(),
+        }
+
+
+def run_rounds(runs: list, rounds: int, progress) -> list[dict]:
+    """Every run's warm-up, then ``rounds`` rounds that time one epoch of every run, the order
+    rotated by one each round: drift in the host's speed (chapter 16 measured it) then reaches
+    every stage alike instead of whichever ran last, and each row's spread is across rounds."""
+    for run in runs:
+        run.start()
+    for r in range(rounds):
+        for run in runs[r % len(runs) :] + runs[: r % len(runs)]:
+            progress.set_postfix_str(f"round {r + 1}, {run.label()}")
+            run.epoch()
+            progress.update(1)
+    return [run.row() for run in runs]
+
+
+def run_stage(stage: int, data, epochs: int, warmup: int, progress) -> dict:
+    """One stage alone: warm-up, then ``epochs`` timed epochs back to back (the chapters' cells)."""
+    run = StageRun(stage, data, warmup)
+    run.start()
+    for _ in range(epochs):
+        run.epoch()
+        progress.update(1)
+    return run.row()
 
 
 def profile_stage(stage: int, data, steps: int = 20, keep: int = 400) -> dict:
@@ -261,12 +357,20 @@ def ladder_notes(rows: list[dict]) -> list[str]:
                 else "slower by more than run-to-run noise, for a reason this benchmark does not show"
             )
             reason = known.get(row["stage"], unknown)
+            if "s_per_step_min" in row and "s_per_step_max" in prev:  # interleaved rounds: ranges comparable
+                apart = row["s_per_step_min"] > prev["s_per_step_max"]
+                reason += "; their epoch ranges over the rounds " + ("do not overlap" if apart else "overlap")
             notes.append(f"stage {row['stage']} is {ratio:.3f}x the time per step of stage {prev['stage']}: {reason}")
     return notes
 
 
+def _range(row: dict) -> str:
+    return f"{row['min_s']:.4f}-{row['max_s']:.4f}" if "min_s" in row else "-"
+
+
 def format_table(rows: list[dict], torch_row: dict | None) -> str:
-    head = f"{'stage':>5}  {'batches/epoch':>13}  {'median s':>9}  {'s/step':>9}  {'vs prev':>7}  {'vs stage 0':>10}  "
+    head = f"{'stage':>5}  {'batches/epoch':>13}  {'median s':>9}  {'min-max s':>15}  {'s/step':>9}  {'vs prev':>7}  "
+    head += f"{'vs stage 0':>10}  "
     head += "what changed"
     lines = [head, "-" * len(head)]
     for i, row in enumerate(rows):
@@ -274,13 +378,13 @@ def format_table(rows: list[dict], torch_row: dict | None) -> str:
         first = rows[0]["s_per_step"] / row["s_per_step"]
         partial = "" if row["batches_per_epoch"] > 100 else " (partial epoch)"
         lines.append(
-            f"{row['stage']:>5}  {row['batches_per_epoch']:>13}  {row['median_s']:9.4f}  "
+            f"{row['stage']:>5}  {row['batches_per_epoch']:>13}  {row['median_s']:9.4f}  {_range(row):>15}  "
             f"{row['s_per_step']:9.2e}  {prev:7.2f}  {first:10.1f}  {row['description']}{partial}"
         )
     if torch_row:
         lines.append(
             f"{'torch':>5}  {torch_row['batches_per_epoch']:>13}  {torch_row['median_s']:9.4f}  "
-            f"{torch_row['s_per_step']:9.2e}  {'':7}  {'':10}  {torch_row['name']}"
+            f"{_range(torch_row):>15}  {torch_row['s_per_step']:9.2e}  {'':7}  {'':10}  {torch_row['name']}"
         )
         for row in rows:
             if row["batches_per_epoch"] == torch_row["batches_per_epoch"]:
@@ -300,7 +404,13 @@ def main(argv: list[str] | None = None, prog: str = "python -m minitorch_cuda.be
         help=f"e.g. 0-8 or 6,8 (default 0-{stages.DEFAULT_STAGE}, the stages verified on a GPU)",
     )
     parser.add_argument(
-        "--epochs", type=int, default=5, help="timed epochs per stage; the median is reported (default: 5)"
+        "--epochs",
+        "--rounds",
+        dest="epochs",
+        type=int,
+        default=5,
+        help="rounds, each timing one epoch of every stage and PyTorch; per stage the median and spread "
+        "are reported (default: 5)",
     )
     parser.add_argument("--warmup", type=int, default=10, help="batches in the warm-up call (default: 10)")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch eager even where it imports")
@@ -337,17 +447,13 @@ def main(argv: list[str] | None = None, prog: str = "python -m minitorch_cuda.be
     use_torch = not args.no_torch and torch_reference.available()
     total = args.epochs * (len(args.stages) + use_torch)
     with tqdm(total=total, desc="epochs", unit="epoch", file=sys.stderr) as progress:
-        rows = []
-        for stage in args.stages:
-            progress.set_postfix_str(f"stage {stage}")
-            rows.append(run_stage(stage, data, args.epochs, args.warmup, progress))
-        torch_row = None
-        if use_torch:
-            progress.set_postfix_str("PyTorch eager")
-            torch_row = torch_reference.run_protocol(train.Protocol(), data, args.epochs, args.warmup, progress)
+        runs = [StageRun(stage, data, args.warmup) for stage in args.stages]
+        measured = run_rounds(runs + ([TorchRun(data, args.warmup)] if use_torch else []), args.epochs, progress)
+    rows, torch_row = measured[: len(runs)], (measured[-1] if use_torch else None)
     result = {
         "device": device_properties(),
-        "protocol": vars(train.Protocol()) | {"epochs": args.epochs},
+        "protocol": vars(train.Protocol())
+        | {"epochs": args.epochs, "rounds": args.epochs, "interleaved": ROUNDS_NOTE, "warmup_batches": args.warmup},
         "stages": rows,
         "torch": torch_row,
         "notes": ladder_notes(rows),
