@@ -218,8 +218,6 @@ def profile_stage(stage: int, data, steps: int = 20, keep: int = 400) -> dict:
 def matmul_gflops(repeats: int = 20) -> dict:
     """GFLOP/s of each matmul kernel (launchers.MATMULS, as the backend launches it) and of
     cuBLAS (through PyTorch, FP32 and TF32) on the same shapes, in one run."""
-    import pycuda.driver as drv
-
     from .cuda import launchers
     from .cuda.array import DeviceArray
     from .cuda.autotune import tuner
@@ -237,7 +235,7 @@ def matmul_gflops(repeats: int = 20) -> dict:
             if name in SLOW_KERNELS and M * N * K > 1024**3:
                 continue
             try:
-                seconds = _median_seconds(functools.partial(launchers.MATMULS[name], c, a, b, g), repeats, drv)
+                seconds = kernel_seconds(functools.partial(launchers.MATMULS[name], c, a, b, g), repeats)
             except ValueError as exc:  # the kernel cannot take this problem (or this GPU)
                 row["skipped"][name] = str(exc)
                 continue
@@ -268,20 +266,21 @@ def bandwidth_table(repeats: int = 10) -> dict:
     launchers.elementwise("ew_fill", n, y, 2.0, n)
     rows, cols = 8192, 8192
     softmax_share = 2 * rows * cols / n  # arrays of n floats a softmax pass moves
-    cases = {  # name: (arrays of n floats moved, the call)
-        "memcpy_dtod": (2, lambda: copy_dtod(out.ptr, x.ptr, 4 * n)),
-        "ew_add": (3, lambda: launchers.elementwise("ew_add", n, out, x, y, n, 1, n)),
-        "ew_add_vec4": (3, lambda: launchers.elementwise_vec4("ew_add_vec4", n, out, x, y, n, 1, n)),
-        "ew_relu": (2, lambda: launchers.elementwise("ew_relu", n, out, x, n)),
-        "ew_relu_vec4": (2, lambda: launchers.elementwise_vec4("ew_relu_vec4", n, out, x, n)),
+    partial = functools.partial
+    cases = {  # name: (arrays of n floats moved, a launcher taking timed=)
+        "ew_add": (3, partial(launchers.elementwise, "ew_add", n, out, x, y, n, 1, n)),
+        "ew_add_vec4": (3, partial(launchers.elementwise_vec4, "ew_add_vec4", n, out, x, y, n, 1, n)),
+        "ew_relu": (2, partial(launchers.elementwise, "ew_relu", n, out, x, n)),
+        "ew_relu_vec4": (2, partial(launchers.elementwise_vec4, "ew_relu_vec4", n, out, x, n)),
         **{
-            name: (softmax_share, functools.partial(launchers.softmax_rows, name, out, x, rows, cols))
+            name: (softmax_share, partial(launchers.softmax_rows, name, out, x, rows, cols))
             for name in ("softmax_rows_shuffle", "softmax_rows_online", "softmax_rows_block")
         },
     }
-    table = {}
-    for name, (arrays, call) in cases.items():
-        seconds = _median_seconds(call, repeats, drv)
+    copy_seconds = _median_seconds(lambda: copy_dtod(out.ptr, x.ptr, 4 * n), repeats, drv)
+    table = {"memcpy_dtod": {"bytes": 2 * 4 * n, "seconds": copy_seconds, "gb_per_s": 2 * 4 * n / copy_seconds / 1e9}}
+    for name, (arrays, launch) in cases.items():
+        seconds = kernel_seconds(launch, repeats)
         table[name] = {"bytes": arrays * 4 * n, "seconds": seconds, "gb_per_s": arrays * 4 * n / seconds / 1e9}
     copy = table["memcpy_dtod"]["gb_per_s"]
     for row in table.values():
@@ -297,6 +296,13 @@ def format_bandwidth(table: dict) -> str:
 
 
 INNER = 10  # launches between two events, so that host launch gaps do not count
+
+
+def kernel_seconds(launch, repeats: int) -> float:
+    """Median seconds per launch of a launcher (given all but ``timed=``): each of ``repeats``
+    samples times INNER back-to-back launches, arguments prepared once, after a warm-up."""
+    launch(timed=1)  # warm-up (module load, autotuning, caches)
+    return float(np.median([launch(timed=INNER) / 1e3 for _ in range(repeats)]))
 
 
 def _median_seconds(call, repeats: int, drv) -> float:

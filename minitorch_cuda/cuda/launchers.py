@@ -12,7 +12,9 @@ Pointer arguments are ints, ``None`` (a null pointer: an optional operand left
 out) or anything with ``.ptr`` (a DeviceArray, the grader's guarded buffers).
 With ``timed=True`` a launcher returns the GPU milliseconds of its launches
 (events on the legacy stream; not counted, not profiled) instead of queueing
-them on the current stream.
+them on the current stream; ``timed=n`` times n back-to-back launches of each
+and returns milliseconds per launch, so that host gaps between launches of a
+short kernel do not count.
 """
 
 from __future__ import annotations
@@ -43,12 +45,12 @@ def _kernel(kernel: str | Kernel) -> Kernel:
     return registry.get(kernel) if isinstance(kernel, str) else kernel
 
 
-def _go(kernel: str | Kernel, grid: tuple, block: tuple, args: tuple, timed: bool, what=()) -> float | None:
+def _go(kernel: str | Kernel, grid: tuple, block: tuple, args: tuple, timed: int, what=()) -> float | None:
     """Queue one launch on the current stream, or (``timed``) time it alone."""
     kernel = _kernel(kernel)
     args = tuple(map(_arg, args))
     if timed:
-        return time_launch_ms(kernel, grid, block, *args)
+        return time_launch_ms(kernel, grid, block, *args, repeats=int(timed))
     launch(kernel, grid, block, *args, shapes=what)
     return None
 
@@ -65,7 +67,7 @@ def aligned16(*pointers) -> bool:
 # --- one thread per element ----------------------------------------------------------------
 
 
-def elementwise(kernel: str | Kernel, n: int, *args, timed: bool = False) -> float | None:
+def elementwise(kernel: str | Kernel, n: int, *args, timed: int = 0) -> float | None:
     """The one-thread-per-element kernels (elementwise ops, strided copy, gathers, init,
     axis sums, clipping scale, optimizer steps): ceil(n / 256) blocks of 256 threads."""
     return _go(kernel, (_cdiv(n, BLOCK), 1, 1), (BLOCK, 1, 1), args, timed, (n,))
@@ -82,7 +84,7 @@ def has_vec4(name: str) -> bool:
 
 
 def elementwise_vec4(
-    kernel: str | Kernel, n: int, *args, timed: bool = False, undersized: tuple[int, int] | None = None
+    kernel: str | Kernel, n: int, *args, timed: int = 0, undersized: tuple[int, int] | None = None
 ) -> float | None:
     """The 16-byte vectorized, grid-stride ``*_vec4`` kernels (every pointer 16-byte aligned).
     ``undersized=(blocks, threads)`` launches a deliberately smaller grid: a check that the
@@ -99,12 +101,12 @@ def reduce_block(length: int) -> int:
     return min(1024, max(64, 1 << (max(length, 1) - 1).bit_length()))
 
 
-def sum_rows(kernel: str, out, x, rows: int, cols: int, scale: float, *, timed: bool = False):
+def sum_rows(kernel: str, out, x, rows: int, cols: int, scale: float, *, timed: int = 0):
     """``sum_rows_volatile`` / ``sum_rows_shuffle``: out[r] = scale * sum of row r."""
     return _go(kernel, (rows, 1, 1), (reduce_block(cols), 1, 1), (out, x, rows, cols, float(scale)), timed)
 
 
-def sumsq(kernel: str, out, x, n: int, *, timed: bool = False):
+def sumsq(kernel: str, out, x, n: int, *, timed: int = 0):
     """``sumsq_volatile`` / ``sumsq_shuffle``: one block of 1024 threads sums x[i]^2 into *out."""
     return _go(kernel, (1, 1, 1), (1024, 1, 1), (out, x, n), timed, (n,))
 
@@ -114,7 +116,7 @@ def block_row_threads(cols: int) -> int:
     return 32 * _cdiv(cols, 32 * 32)
 
 
-def softmax_rows(kernel: str, out, x, rows: int, cols: int, *, timed: bool = False):
+def softmax_rows(kernel: str, out, x, rows: int, cols: int, *, timed: int = 0):
     """Every softmax over rows: ``softmax_rows_{volatile,shuffle}`` (a block per row, three
     passes), ``_warp`` (a warp per row held in registers, cols <= 1024), ``_block`` (a block per
     row in registers, cols <= BLOCK_ROW_COLUMNS), ``_online`` (one pass for max and sum)."""
@@ -134,13 +136,13 @@ def softmax_rows(kernel: str, out, x, rows: int, cols: int, *, timed: bool = Fal
     return _go(kernel, grid, (threads, 1, 1), (out, x, rows, cols), timed, (rows, cols))
 
 
-def softmax_xent(kernel: str, probs, row_loss, logits, target, rows: int, cols: int, *, timed: bool = False):
+def softmax_xent(kernel: str, probs, row_loss, logits, target, rows: int, cols: int, *, timed: int = 0):
     """``softmax_xent_{volatile,shuffle}``: a block per row writes its probabilities and loss."""
     args = (probs, row_loss, logits, target, rows, cols)
     return _go(kernel, (rows, 1, 1), (reduce_block(cols), 1, 1), args, timed, (rows, cols))
 
 
-def softmax_xent_fused(probs, loss, logits, target, rows: int, cols: int, scale: float, *, timed: bool = False):
+def softmax_xent_fused(probs, loss, logits, target, rows: int, cols: int, scale: float, *, timed: int = 0):
     """One block: the probabilities and ``scale`` times the summed loss (a warp per row)."""
     block = (min(XENT_THREADS, 32 * rows), 1, 1)
     args = (probs, loss, logits, target, rows, cols, float(scale))
@@ -150,7 +152,7 @@ def softmax_xent_fused(probs, loss, logits, target, rows: int, cols: int, scale:
 # --- layout ------------------------------------------------------------------------------------
 
 
-def transpose(out, x, rows: int, cols: int, stride: int, count: int = 1, *, timed: bool = False):
+def transpose(out, x, rows: int, cols: int, stride: int, count: int = 1, *, timed: int = 0):
     """``count`` rows x cols matrices, ``stride`` floats apart, transposed into ``out``:
     32 x 32 tiles staged in shared memory, 32 x 8 threads each."""
     grid = (_cdiv(cols, 32), _cdiv(rows, 32), count)
@@ -171,18 +173,18 @@ def _slots(arrays: list, what) -> list:
     return [what(x) for x in arrays] + [0] * (MULTI_TENSOR_SLOTS - len(arrays))
 
 
-def _multi(kernel: str, head: tuple, tensors: list[list], sizes: list[int], chunks: int, timed: bool):
+def _multi(kernel: str, head: tuple, tensors: list[list], sizes: list[int], chunks: int, timed: int):
     args = (*head, *(p for group in tensors for p in _slots(group, _arg)), *_slots(sizes, int))
     return _go(kernel, (chunks, len(sizes), 1), (BLOCK, 1, 1), args, timed, tuple(sizes))
 
 
-def multi_sumsq(partials, grads: list, sizes: list[int], chunks: int, *, timed: bool = False):
+def multi_sumsq(partials, grads: list, sizes: list[int], chunks: int, *, timed: int = 0):
     """``chunks`` partial sums of squares per gradient into ``partials`` (gradient-major)."""
     return _multi("multi_sumsq", (partials,), [grads], sizes, chunks, timed)
 
 
 def multi_clip_scale(
-    partials, n_partials: int, max_norm: float, grads: list, sizes: list[int], chunks: int, *, timed: bool = False
+    partials, n_partials: int, max_norm: float, grads: list, sizes: list[int], chunks: int, *, timed: int = 0
 ):
     """Scale every gradient by the clipping factor of the global norm that ``partials`` sum to."""
     return _multi("multi_clip_scale", (partials, n_partials, float(max_norm)), [grads], sizes, chunks, timed)
@@ -190,7 +192,7 @@ def multi_clip_scale(
 
 def multi_clip_rmsprop(
     partials, n_partials: int, max_norm: float, lr: float, decay: float, eps: float,
-    params: list, grads: list, states: list, sizes: list[int], chunks: int, *, timed: bool = False,
+    params: list, grads: list, states: list, sizes: list[int], chunks: int, *, timed: int = 0,
 ):  # fmt: skip
     """Clip (``partials`` None: no clipping) and take an RmsProp step for every parameter."""
     head = (partials, n_partials, float(max_norm), float(lr), float(decay), float(eps))
@@ -248,7 +250,7 @@ class Gemm:
         return rows_a % 4 == 0 and rows_b % 4 == 0 and self.stride_a % 4 == 0 and self.stride_b % 4 == 0
 
 
-def per_matrix(name: str, c, a, b, g: Gemm, flags: tuple, timed: bool):
+def per_matrix(name: str, c, a, b, g: Gemm, flags: tuple, timed: int):
     """Kernels without a batch axis: a host loop of one launch per matrix of the batch."""
     grid = (_cdiv(g.N, 16), _cdiv(g.M, 16), 1)
     times = []
@@ -260,24 +262,24 @@ def per_matrix(name: str, c, a, b, g: Gemm, flags: tuple, timed: bool):
     return _total(times)
 
 
-def matmul_naive(c, a, b, g: Gemm, *, timed: bool = False):
+def matmul_naive(c, a, b, g: Gemm, *, timed: int = 0):
     """Stage 0: 16 x 16 threads, one per element of C, untransposed operands only."""
     if g.ta or g.tb:
         raise ValueError("matmul_naive reads untransposed operands only: materialize the transposes first")
     return per_matrix("matmul_naive", c, a, b, g, (), timed)
 
 
-def matmul_transposed(c, a, b, g: Gemm, *, timed: bool = False):
+def matmul_transposed(c, a, b, g: Gemm, *, timed: int = 0):
     """Stage 3: matmul_naive with the transposes read through flags."""
     return per_matrix("matmul_transposed", c, a, b, g, (int(g.ta), int(g.tb)), timed)
 
 
-def matmul_batched(c, a, b, g: Gemm, *, timed: bool = False):
+def matmul_batched(c, a, b, g: Gemm, *, timed: int = 0):
     """Stage 5: the whole batch in one launch, 16 x 16 threads per 16 x 16 tile of C."""
     return _go("matmul_batched", g.grid(16, 16), (16, 16, 1), (c, a, b, *g.args), timed, (g,))
 
 
-def matmul_tiled(c, a, b, g: Gemm, *, timed: bool = False):
+def matmul_tiled(c, a, b, g: Gemm, *, timed: int = 0):
     """Stage 6: 32 x 32 tiles of A and B staged in shared memory, a thread per element of C."""
     return _go("matmul_tiled", g.grid(32, 32), (32, 32, 1), (c, a, b, *g.args), timed, (g,))
 
@@ -295,7 +297,7 @@ def regtiled_tile(c, a, b, g: Gemm) -> str:
     return tuner.pick("matmul_regtiled", key, tiles, lambda t: matmul_regtiled(c, a, b, g, tile=t, timed=True))
 
 
-def matmul_regtiled(c, a, b, g: Gemm, *, tile: str | None = None, timed: bool = False):
+def matmul_regtiled(c, a, b, g: Gemm, *, tile: str | None = None, timed: int = 0):
     """Stage 9: ``matmul_regtiled_{tile}`` (tile None: the autotuned one), a BM x BN tile of C
     per block, each thread a TM x TN register tile."""
     tile = tile or regtiled_tile(c, a, b, g)
@@ -303,7 +305,7 @@ def matmul_regtiled(c, a, b, g: Gemm, *, tile: str | None = None, timed: bool = 
     return _go(f"matmul_regtiled_{tile}", g.grid(bm, bn), (threads, 1, 1), (c, a, b, *g.args), timed, (g,))
 
 
-def matmul_bias_act(c, a, b, bias, g: Gemm, relu: bool, *, tile: str | None = None, timed: bool = False):
+def matmul_bias_act(c, a, b, bias, g: Gemm, relu: bool, *, tile: str | None = None, timed: int = 0):
     """Stage 10: the register-tiled product with ``+ bias`` (None: none) and ReLU fused into
     its epilogue, at the tile the autotuner chose for the plain product."""
     tile = tile or regtiled_tile(c, a, b, g)
@@ -312,13 +314,13 @@ def matmul_bias_act(c, a, b, bias, g: Gemm, relu: bool, *, tile: str | None = No
     return _go(f"matmul_bias_act_{tile}", g.grid(bm, bn), (threads, 1, 1), args, timed, (g,))
 
 
-def matmul_tf32(c, a, b, g: Gemm, *, timed: bool = False):
+def matmul_tf32(c, a, b, g: Gemm, *, timed: int = 0):
     """Stage 12's fallback: WMMA fragments of TF32, 128 x 128 tiles of C."""
     bm, bn, threads = MMA_TILE
     return _go("matmul_tf32", g.grid(bm, bn), (threads, 1, 1), (c, a, b, *g.args), timed, (g,))
 
 
-def matmul_bf16(c, a, b, g: Gemm, *, timed: bool = False):
+def matmul_bf16(c, a, b, g: Gemm, *, timed: int = 0):
     """matmul_tf32's geometry with BF16 operands rounded on load (chapter 19's comparison)."""
     bm, bn, threads = MMA_TILE
     return _go("matmul_bf16", g.grid(bm, bn), (threads, 1, 1), (c, a, b, *g.args), timed, (g,))
@@ -330,7 +332,7 @@ def tf32_async_fits(a, b, g: Gemm) -> bool:
 
 
 def matmul_tf32_async(c, a, b, g: Gemm, *, kernel: str | Kernel = "matmul_tf32_async",
-                      tile: tuple[int, int, int] = ASYNC_TILE, timed: bool = False):  # fmt: skip
+                      tile: tuple[int, int, int] = ASYNC_TILE, timed: int = 0):  # fmt: skip
     """Stage 12: mma.sync on TF32 fed by a cp.async pipeline. ``kernel`` and ``tile`` (BM, BN,
     threads) name a variant compiled with other ASYNC_ shapes (experiments.tf32_variants)."""
     if not tf32_async_fits(a, b, g):
@@ -344,7 +346,7 @@ def wgmma_fits(K: int, arch: str) -> bool:
     return K % 4 == 0 and arch == "sm_90"
 
 
-def matmul_tf32_wgmma(c, a, b, g: Gemm, *, timed: bool = False):
+def matmul_tf32_wgmma(c, a, b, g: Gemm, *, timed: int = 0):
     """Stage 12 from WGMMA_MIN_PRODUCT up: warpgroup MMA on Hopper, C = A B^T with both
     operands K-contiguous (TF32 wgmma cannot transpose an operand in shared memory). Operands
     stored the other way round are transposed into scratch first (a batch of A each, a

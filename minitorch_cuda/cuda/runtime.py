@@ -182,19 +182,21 @@ def launch(kernel: Kernel, grid: tuple, block: tuple, *args, shapes=()) -> None:
         synchronize(f"{kernel.name} (grid={grid}, block={block}, shapes={shapes})")
 
 
-def time_launch_ms(kernel: Kernel, grid: tuple, block: tuple, *args) -> float:
-    """One launch between two events on the legacy stream, waited for (the autotuner's
-    measurement: not counted, not profiled, never during a capture)."""
+def time_launch_ms(kernel: Kernel, grid: tuple, block: tuple, *args, repeats: int = 1) -> float:
+    """Milliseconds per launch of ``repeats`` back-to-back launches between two events on the
+    legacy stream, waited for: the kernel alone, its arguments prepared once (the autotuner's
+    and the benchmark's measurement: not counted, not profiled, never during a capture)."""
     _refuse_during_capture(f"timing {kernel.name}")
     start, stop = drv.Event(), drv.Event()
     start.record()
     try:
-        kernel.launch_async(grid, block, None, *args)
+        for _ in range(repeats):
+            kernel.launch_async(grid, block, None, *args)
     except drv.Error as exc:
         raise KernelError(f"launch of {kernel.name} failed (grid={grid}, block={block}): {exc}") from None
     stop.record()
     stop.synchronize()
-    return stop.time_since(start)
+    return stop.time_since(start) / repeats
 
 
 @functools.cache
