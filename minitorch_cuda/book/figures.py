@@ -198,7 +198,8 @@ def gflops_bars(matmul: dict, ax=None, kernels: list[str] | None = None, labels:
     ax.set_xlim(-0.5, len(rows) - 0.5)
     ax.set_yscale("log")
     ax.set_ylabel("GFLOP/s")
-    ax.legend(fontsize=7, ncol=min(len(kernels), 4), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    ncol = len(kernels) if len(kernels) <= 5 else -(-len(kernels) // 2)  # one row, or two even ones
+    ax.legend(fontsize=7, ncol=ncol, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     ax.grid(True, axis="y", which="major", alpha=0.3)
     return ax
 
@@ -348,7 +349,13 @@ def launches_vs_step(series: dict[str, list[dict]], ax=None, model_stage: int = 
         labels += [f"stage {r['stage']}" for r in rows]
     ax.set_xlim(0, most)
     ax.set_ylim(0, max(ys) * 1.35)
-    place_labels(ax, xs, ys, labels, fontsize=7)
+    lines = [(x, y) for line in ax.get_lines() for x, y in zip(*line.get_data())]
+    along = [
+        (x0 + f * (x1 - x0), y0 + f * (y1 - y0))
+        for (x0, y0), (x1, y1) in zip(lines[::2], lines[1::2])
+        for f in [i / 40 for i in range(41)]
+    ]  # labels keep clear of the two model lines
+    place_labels(ax, xs, ys, labels, fontsize=7, avoid=along)
     ax.set_xlabel("kernel launches per training step")
     ax.set_ylabel("microseconds per training step")
     ax.legend(fontsize=7, loc="upper left")
