@@ -9,14 +9,30 @@ exercise id; the cell ends with ``cuda_exercise("N.k", source)``, which
   parameters the framework launches it with, and
 - with a GPU, compiles it, so that nvcc's errors show up in that cell.
 
-The check cell after it runs ``minitorch_cuda.grade.checks.report``, the very
-checks the grader runs. (A string, not a ``%%cuda`` cell magic: a string can be
-passed around, diffed and extracted by the grader without IPython.)
+The check cell after it runs ``report(id, artifact)``, the very checks the
+grader runs. (A string, not a ``%%cuda`` cell magic: a string can be passed
+around, diffed and read by the grader without running the cell: the grader
+takes the kernel from the cell's string literal and never runs the cell.)
+
+This is the one module the notebooks import from the course's tooling:
+``cuda_exercise``, ``report``, and the fake devices chapters 4, 5 and 18 teach
+with (``FakeDevice``, ``QueueingDevice``, ``GraphDevice``, ``FakeArray``,
+``TinyStep``).
 """
 
 from __future__ import annotations
 
 from .grade import exercises
+from .grade.fakes import FakeArray, FakeDevice, GraphDevice, QueueingDevice, TinyStep
+
+__all__ = ["FakeArray", "FakeDevice", "GraphDevice", "QueueingDevice", "TinyStep", "cuda_exercise", "report"]
+
+
+def report(exercise_id: str, artifact):
+    """Run the grader's checks of an exercise here and print what passed and what failed."""
+    from .grade.checks import report as run
+
+    return run(exercise_id, artifact)
 
 
 def cuda_exercise(exercise_id: str, source: str) -> str:

@@ -269,6 +269,139 @@ STUDENTS: dict[str, Student] = {
 }
 
 
+# --- the known cheats -------------------------------------------------------------------------
+#
+# Each cheat hands in the shipped solutions of the CPU-graded chapters with one exercise attacked.
+# It must lose exactly that exercise's points (CHEATS names it and the reasons it may fail with),
+# leave the submissions tree byte-identical and no process behind. Kernel cheats need a GPU (or
+# the emulator), except one whose cell patches PyCUDA: the grader reads its kernel statically.
+
+CPU_CHAPTERS = (1, 2, 4, 5, 14, 18, 19, 20)
+MARKER = 31337  # in the command line of every process a cheat tries to leave behind
+
+
+def cheat(why: str, *edits: Edit, extra: tuple[int, ...] = ()) -> Student:
+    return Student(why, chapters("solutions", *CPU_CHAPTERS, *extra), edits)
+
+
+def _top_of_cell(exercise: str, code: str) -> str:
+    return f":exercise: '{exercise}'\n\n{code}\n"
+
+
+PATCH_NUMPY = (
+    "np.isclose = lambda *a, **k: np.ones(np.broadcast(*a[:2]).shape, dtype=bool)\n"
+    "np.allclose = np.array_equal = lambda *a, **k: True\n"
+    "np.testing.assert_allclose = lambda *a, **k: None"
+)
+PATCH_CHECKS = (
+    "from minitorch_cuda.grade import host_checks, verdict\n\n"
+    "host_checks.check_launch_config.__code__ = (lambda *a, **k: ['all good']).__code__\n"
+    "verdict.fail.__code__ = (lambda *a, **k: None).__code__"
+)
+PATCH_PYCUDA = (
+    "import numpy as np\nimport pycuda.driver as drv\n\n"
+    "def _on_host(self, grid, block, stream, out, a, n):  # the 'kernel' computed with numpy\n"
+    "    x = np.empty(n, np.float32)\n"
+    "    drv.memcpy_dtoh(x, a)\n"
+    "    drv.memcpy_htod(out, np.maximum(x, 0))\n\n"
+    "drv.Function.prepared_async_call = _on_host"
+)
+LEAVE_BEHIND = (
+    "import os, subprocess, sys\n"
+    f"subprocess.Popen(['sleep', '{MARKER}'], start_new_session=True)\n"
+    "if os.fork() == 0:  # a daemon: a new session, its parent gone\n"
+    "    os.setsid()\n"
+    f"    os.execvp('sleep', ['sleep', '{MARKER + 1}'])"
+)
+KILL_PARENT = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.killpg(0, signal.SIGKILL)"
+
+CHEATS: dict[str, tuple[Student, str, set[str]]] = {
+    "patches_numpy": (
+        cheat(
+            "patches numpy's comparisons to agree with anything and returns zeros",
+            Edit("14_cublas", ":exercise: '14.1'\n\n", _top_of_cell("14.1", PATCH_NUMPY)),
+            Edit(
+                "14_cublas",
+                "    # BEGIN SOLUTION\n",
+                "    # BEGIN SOLUTION\n"
+                '    return {"flops": 0.0, "bytes": 0.0, "intensity": 0.0, "bound_gflops": 0.0, "limit": "memory"}\n',
+            ),
+        ),
+        "14.1",
+        {"wrong_result"},
+    ),
+    "patches_check_code": (
+        cheat(
+            "replaces the check's and verdict.fail's __code__ and returns a wrong launch configuration",
+            Edit("01_cuda_setup", ":exercise: '1.2'\n\n", _top_of_cell("1.2", PATCH_CHECKS)),
+            Edit(
+                "01_cuda_setup", "    if n <= 0:\n", "    return (1, 1, 1), (threads_per_block, 1, 1)\n    if n <= 0:\n"
+            ),
+        ),
+        "1.2",
+        {"wrong_result", "boundary"},
+    ),
+    "patches_pycuda": (
+        cheat(
+            "patches PyCUDA's launch so that the ReLU is computed on the host; the kernel is empty",
+            Edit("03_building_the_backend", ":exercise: '3.1'\n\n", _top_of_cell("3.1", PATCH_PYCUDA)),
+            Edit("03_building_the_backend", "    out[i] = x > 0.0f ? x : 0.0f;\n", "    // (computed on the host)\n"),
+            extra=(3,),
+        ),
+        "3.1",
+        {"host_side"},
+    ),
+    "kills_its_checker": (
+        cheat(
+            "kills the process that runs it, and its process group",
+            Edit(
+                "05_profiling",
+                "    # BEGIN SOLUTION\n",
+                "    # BEGIN SOLUTION\n" + "".join(f"    {line}\n" for line in KILL_PARENT.splitlines()),
+            ),
+        ),
+        "5.1",
+        {"crashed", "exception", "timeout"},
+    ),
+    "leaves_processes": (
+        cheat(
+            "starts a process in its own session and a daemon when its cell runs, then rounds wrongly",
+            Edit("19_tensor_cores", ":exercise: '19.1'\n\n", _top_of_cell("19.1", LEAVE_BEHIND)),
+            Edit(
+                "19_tensor_cores",
+                "    # BEGIN SOLUTION\n",
+                "    # BEGIN SOLUTION\n    return np.asarray(x, np.float32)\n",
+            ),
+        ),
+        "19.1",
+        {"wrong_result"},
+    ),
+}
+
+
+def vandal(root: Path) -> Student:
+    """A student whose notebook, when it runs, rewrites and deletes everything under ``root`` (the
+    submissions) and its own other notebooks, then starts processes meant to outlive the grader.
+    Its exercises are the shipped solutions: it should keep every point, and change nothing."""
+    cell = (
+        "\n```{code-cell} ipython3\n"
+        "import pathlib, shutil\n\n"
+        f"ROOT = pathlib.Path({str(root)!r})\n"
+        "for path in list(ROOT.rglob('*')) + list(pathlib.Path('.').glob('*.md')):\n"
+        "    try:\n"
+        "        path.write_text('vandalised') if path.is_file() else shutil.rmtree(path)\n"
+        "    except OSError as exc:\n"
+        "        print('refused:', exc)\n"
+        f"{LEAVE_BEHIND}\n"
+        "```\n"
+    )
+    return Student(
+        "rewrites every file of the submissions and starts processes meant to outlive the grader",
+        chapters("solutions", 2),
+        (Edit("02_floating_point", "\n## Exercise 2.1", cell + "\n## Exercise 2.1"),),
+    )
+
+
 def apply(text: str, edits: list[Edit], where: str) -> str:
     for number, edit in enumerate(edits, 1):
         found = text.count(edit.find)

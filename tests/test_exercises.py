@@ -20,7 +20,7 @@ import pytest
 import minitorch_cuda as mt
 from minitorch_cuda.cuda.kernel_table import KERNEL_DIR
 from minitorch_cuda.exercise import cuda_exercise
-from minitorch_cuda.grade import checks, exercises, generate, notebook, verdict
+from minitorch_cuda.grade import checks, exercises, generate, host_checks, notebook, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -205,7 +205,7 @@ def test_graphed_step_without_a_graph_is_host_side() -> None:
 def test_tf32_reference_agrees_with_the_chapters_rounding() -> None:
     from minitorch_cuda import numerics
 
-    x = checks._rounding_inputs(np.random.default_rng(0), 13)
+    x = host_checks._rounding_inputs(np.random.default_rng(0), 13)
     assert np.array_equal(numerics.tf32_reference(x).view(np.uint32), numerics.round_mantissa(x, 10).view(np.uint32))
 
 

@@ -1,4 +1,4 @@
-"""The grader: isolation, reasons, outputs, resume.
+"""The grader: isolation, reasons, outputs, resume, the known cheats, shards.
 
 CPU tests grade the Python exercises (launch configuration 1.2, BF16 2.1,
 memory pool 4.1, timing 5.1, roofline bound 14.1, graphed step 18.1, TF32 19.1,
@@ -12,26 +12,28 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
-from submissions import STUDENTS, build
+from submissions import CHEATS, MARKER, STUDENTS, build, vandal
 
 import minitorch_cuda as mt
 from minitorch_cuda import grade
-from minitorch_cuda.grade import exercises, runner, verdict
+from minitorch_cuda.grade import exercises, runner, sandbox, verdict
 
 SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
 CPU_IDS = ["1.2", "2.1", "4.1", "5.1", "14.1", "18.1", "19.1", "20.1"]
 gpu = pytest.mark.skipif(not mt.cuda_available(), reason=f"needs a GPU: {mt.cuda_unavailable_reason()}")
 
 
-def run_grader(subs: Path, out: Path, ids: list[str] | None, *extra: str) -> dict:
-    argv = [str(subs), "--out", str(out), "--no-execute", *extra]
+def run_grader(subs: Path, out: Path, ids: list[str] | None, *extra: str, expect: int = 0, execute=False) -> dict:
+    argv = [str(subs), "--out", str(out), "--no-progress", *extra] + ([] if execute else ["--no-execute"])
     for i in ids or []:
         argv += ["--exercise", i]
-    assert grade.main(argv) == 0
+    assert grade.main(argv) == expect
     data = json.loads(out.with_suffix(".json").read_text())
     return {(r["student"], r["exercise"]): r for r in data["results"]}
 
@@ -155,12 +157,21 @@ def test_exception_in_cell(tmp_path) -> None:
 
 
 @pytest.mark.skipif(mt.cuda_available(), reason="checks the behaviour without a GPU")
-def test_kernel_exercises_without_gpu_are_not_final(tmp_path) -> None:
+def test_kernel_exercises_without_gpu_are_not_graded(tmp_path, capsys) -> None:
+    """Not 0 points: blank in the CSV, status not_graded, counted apart, a warning first and a
+    non-zero exit unless --allow-partial; a later run grades them again."""
     out = tmp_path / "g.csv"
     subs = build(tmp_path / "subs", {"full_solutions": STUDENTS["full_solutions"]})
-    results = run_grader(subs, out, ["3.1"])
-    assert results[("full_solutions", "3.1")]["reason"] == verdict.NO_GPU
+    results = run_grader(subs, out, ["3.1", "1.2"], expect=grade.EXIT_PARTIAL)
+    result = results[("full_solutions", "3.1")]
+    assert (result["reason"], result["status"], result["points"]) == (verdict.NO_GPU, verdict.NOT_GRADED, None)
     assert not runner.Ledger(out.with_suffix(".json"), runner.load_rubric(None)).done("full_solutions", "3.1")
+    row = next(csv.DictReader(out.open()))
+    assert row["3.1"] == "" and float(row["1.2"]) == 1 and float(row["total"]) == 1
+    captured = capsys.readouterr()
+    assert "warning: no GPU visible" in captured.err and "1 not graded (need a GPU)" in captured.out
+    assert "not graded: needs a GPU" in (tmp_path / "feedback" / "full_solutions.md").read_text()
+    run_grader(subs, out, ["3.1"], "--allow-partial", expect=0)
 
 
 def test_notebook_execution_feeds_feedback(students, tmp_path) -> None:
@@ -191,6 +202,179 @@ def test_jobs_below_one_is_refused(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit):
         grade.main([str(tmp_path), "--jobs", "0"])
     assert "--jobs must be at least 1, got 0" in capsys.readouterr().err
+
+
+# --- the command --------------------------------------------------------------------------------
+
+
+def test_cli_errors_are_one_line_with_exit_2(tmp_path, capsys) -> None:
+    (tmp_path / "alice").mkdir()
+    (tmp_path / "alice" / "01_cuda_setup.md").write_text((SOLUTIONS / "01_cuda_setup.md").read_text())
+    for argv, message in [
+        ([str(tmp_path / "nowhere")], "is not a folder"),
+        ([str(tmp_path), "--shard", "3/2"], "K/N needs 1 <= K <= N"),
+        ([str(tmp_path), "--shard", "x"], "expected K/N"),
+        ([str(tmp_path), "--exercise", "99.9"], "no exercise '99.9'"),
+        ([str(tmp_path), "--out", str(tmp_path / "alice" / "g.csv")], "must not be inside the submissions"),
+    ]:
+        with pytest.raises(SystemExit) as exit_:
+            grade.main(argv)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.count("\n") == 1, err
+        assert err.startswith("minitorch-cuda grade: error: ") and message in err, err
+
+
+def test_help_names_the_command_and_its_defaults(capsys) -> None:
+    with pytest.raises(SystemExit):
+        grade.main(["--help"])
+    text = capsys.readouterr().out
+    assert text.startswith("usage: minitorch-cuda grade ") and "(default: grades.csv)" in text
+    assert "--shard K/N" in text and "--allow-partial" in text and "--emulate" in text
+
+
+def test_folders_without_notebooks_are_not_students(tmp_path, capsys) -> None:
+    subs = build(tmp_path / "subs", {"full_solutions": STUDENTS["full_solutions"]})
+    (subs / "__MACOSX").mkdir()
+    (subs / "empty").mkdir()
+    (subs / "empty" / "notes.txt").write_text("no notebook here")
+    results = run_grader(subs, tmp_path / "g.csv", ["1.2"])
+    assert {s for s, _ in results} == {"full_solutions"}
+    assert "skipped 2 folder(s) without notebooks: __MACOSX, empty" in capsys.readouterr().err
+    rows = list(csv.DictReader((tmp_path / "g.csv").open()))
+    assert [r["student"] for r in rows] == ["full_solutions"]
+    with pytest.raises(SystemExit) as exit_:
+        grade.main([str(subs / "empty"), "--out", str(tmp_path / "h.csv")])
+    assert exit_.value.code == 2 and "has no student folder" in capsys.readouterr().err
+
+
+def test_a_relative_submissions_dir_is_resolved_before_anything_runs(tmp_path, monkeypatch) -> None:
+    """The guide's form, `grade SUBMISSIONS_DIR` relative to the working directory, with execution."""
+    subs = tmp_path / "subs" / "full_solutions"
+    subs.mkdir(parents=True)
+    shutil.copy(SOLUTIONS / "02_floating_point.md", subs)
+    monkeypatch.chdir(tmp_path)
+    results = run_grader(Path("subs"), Path("out/g.csv"), ["2.1"], "--cell-timeout", "60", execute=True)
+    assert results[("full_solutions", "2.1")]["passed"]
+    data = json.loads((tmp_path / "out" / "g.json").read_text())
+    assert data["executions"]["full_solutions/02_floating_point"]["errors"] == []
+
+
+def test_shards_merge_into_the_single_run(students, cpu_grades, tmp_path, capsys) -> None:
+    """Two shards, merged (first with one shard missing, then again when it is there), give the
+    results of grading everyone at once."""
+    _, single = cpu_grades
+    outs = [tmp_path / f"shard{k}" / "grades.csv" for k in (1, 2)]
+    run_grader(students, outs[0], CPU_IDS, "--shard", "1/2", "--timeout", "10", "--jobs", "2")
+    merged = tmp_path / "merged" / "grades.csv"
+    assert grade.main(["merge", *map(str, outs), "--out", str(merged)]) == 1
+    assert "no grades.json yet" in capsys.readouterr().err
+    part = json.loads(merged.with_suffix(".json").read_text())
+    first_half = {s for s, _ in single if sorted(STUDENTS).index(s) % 2 == 0}
+    assert {r["student"] for r in part["results"]} == first_half
+    run_grader(students, outs[1], CPU_IDS, "--shard", "2/2", "--timeout", "10", "--jobs", "2")
+    assert grade.main(["merge", *map(str, outs), "--out", str(merged)]) == 0
+    data = json.loads(merged.with_suffix(".json").read_text())
+    got = {(r["student"], r["exercise"]): (r["status"], r["reason"]) for r in data["results"]}
+    assert got == {k: (r["status"], r["reason"]) for k, r in single.items()}
+    rows = {r["student"]: r for r in csv.DictReader(merged.open())}
+    assert set(rows) == set(STUDENTS) and (merged.parent / "feedback" / "full_solutions.md").exists()
+
+
+# --- the known cheats ---------------------------------------------------------------------------
+
+
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def leftover_processes() -> list[str]:
+    """Processes whose command line carries a cheat's marker."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if entry.name.isdigit() and any(str(m) in cmdline for m in (MARKER, MARKER + 1)):
+            found.append(f"{entry.name}: {cmdline}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def cheat_grades(tmp_path_factory) -> tuple[dict, Path, dict]:
+    subs = build(
+        tmp_path_factory.mktemp("cheats"),
+        {"full_solutions": STUDENTS["full_solutions"]} | {n: c[0] for n, c in CHEATS.items()},
+    )
+    before = tree_bytes(subs)
+    out = tmp_path_factory.mktemp("cheat_grades") / "grades.csv"
+    results = run_grader(subs, out, [*CPU_IDS, "3.1"], "--timeout", "20", "--jobs", "3", "--allow-partial")
+    return results, subs, before
+
+
+@pytest.mark.parametrize("name", list(CHEATS))
+def test_a_cheat_loses_exactly_its_exercise(cheat_grades, name) -> None:
+    results, _, _ = cheat_grades
+    _, attacked, reasons = CHEATS[name]
+    assert not results[(name, attacked)]["passed"] and results[(name, attacked)]["reason"] in reasons, results[
+        (name, attacked)
+    ]
+    for exercise_id in CPU_IDS:
+        if exercise_id != attacked:  # every other exercise exactly as the honest student's
+            mine, honest = results[(name, exercise_id)], results[("full_solutions", exercise_id)]
+            assert (
+                (mine["passed"], mine["points"]) == (honest["passed"], honest["points"]) == (True, honest["max_points"])
+            )
+
+
+def test_cheats_change_no_file_and_leave_no_process(cheat_grades) -> None:
+    _, subs, before = cheat_grades
+    assert tree_bytes(subs) == before
+    assert leftover_processes() == []
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="needs bubblewrap (apt-get install bubblewrap)")
+def test_a_vandal_notebook_changes_nothing_in_the_bwrap_sandbox(tmp_path) -> None:
+    subs = tmp_path / "subs"
+    build(subs, {"full_solutions": STUDENTS["full_solutions"], "vandal": vandal(subs)})
+    before = tree_bytes(subs)
+    out = tmp_path / "g.csv"
+    results = run_grader(subs, out, ["2.1", "1.2"], "--cell-timeout", "60", execute=True)
+    assert tree_bytes(subs) == before
+    assert leftover_processes() == []
+    assert results[("vandal", "2.1")]["passed"] and results[("full_solutions", "2.1")]["passed"]
+    record = json.loads(out.with_suffix(".json").read_text())["executions"]["vandal/02_floating_point"]
+    assert record["sandbox"] == "bwrap" and record["errors"] == [], record
+    assert "Sandbox: bwrap" in (tmp_path / "feedback" / "vandal.md").read_text()
+
+
+def test_without_bwrap_the_processes_are_swept_and_the_isolation_called_partial(tmp_path, monkeypatch, capsys) -> None:
+    """The fallback: a private copy, a process sweep, and a warning (the vandal is left out: without
+    namespaces it could reach the submissions by absolute path, which is why bwrap is the default)."""
+    monkeypatch.setattr(sandbox, "bwrap", lambda: None)
+    student = STUDENTS["full_solutions"]
+    subs = build(tmp_path / "subs", {"leaves_processes": CHEATS["leaves_processes"][0], "full_solutions": student})
+    for name in ("leaves_processes", "full_solutions"):
+        for p in (subs / name).iterdir():
+            if not p.name.startswith("19_"):
+                p.unlink()
+    before = tree_bytes(subs)
+    results = run_grader(subs, tmp_path / "g.csv", ["19.1"], "--cell-timeout", "60", execute=True)
+    assert "isolation is partial" in capsys.readouterr().err
+    assert results[("leaves_processes", "19.1")]["reason"] == verdict.WRONG_RESULT
+    assert results[("full_solutions", "19.1")]["passed"]
+    assert tree_bytes(subs) == before and leftover_processes() == []
+    assert "Sandbox: partial" in (tmp_path / "feedback" / "leaves_processes.md").read_text()
+
+
+def test_a_subject_cannot_reach_the_checkers_internals() -> None:
+    """The checker's policy: no private attributes, no modules or classes, nothing set."""
+    from minitorch_cuda.grade import fakes, worker
+
+    device = fakes.FakeDevice(1024)
+    assert worker.shareable(device) and worker.shareable(device.allocate)
+    assert not worker.shareable(os) and not worker.shareable(fakes.FakeDevice) and not worker.shareable(print)
+    assert not worker.shareable(runner.grade) and not worker.shareable(sys.modules)
 
 
 # --- GPU ------------------------------------------------------------------------------------
@@ -257,3 +441,36 @@ def test_gpu_illegal_memory_access(tmp_path) -> None:
     result = run_grader(subs, tmp_path / "g.csv", ["3.1", "3.2"], "--timeout", "60")
     assert result[("wild_pointer", "3.1")]["reason"] in {verdict.CUDA_ERROR, verdict.CRASHED}
     assert result[("wild_pointer", "3.2")]["passed"]  # the broken context cost only 3.1
+
+
+GPU_CHEATS = {
+    # undefined behaviour that happens to sum right on a converged warp: lanes 16-31 execute the
+    # shuffle without being in its mask
+    "shuffle_mask": (
+        "13_opt8_warp_shuffle",
+        "__shfl_down_sync(0xffffffffu, v, offset)",
+        "__shfl_down_sync(0x0000ffffu, v, offset)",
+        "13.1",
+    ),
+    # one past the end of the __shared__ array (its last thread writes a value nobody reads)
+    "shared_overflow": (
+        "03_building_the_backend",
+        "    smem[t] = m;\n",
+        "    smem[t] = m;\n    if (t == blockDim.x - 1) smem[1024 + t] = m;\n",
+        "3.3",
+    ),
+}
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(GPU_CHEATS))
+def test_gpu_kernel_cheats_fail(tmp_path, name) -> None:
+    stem, find, replace, exercise_id = GPU_CHEATS[name]
+    sol = (SOLUTIONS / f"{stem}.md").read_text()
+    assert find in sol
+    subs = _student(tmp_path, name, stem, sol.replace(find, replace))
+    result = run_grader(subs, tmp_path / "g.csv", [exercise_id], "--timeout", "120")[(name, exercise_id)]
+    assert not result["passed"] and result["reason"] in {verdict.SANITIZER, verdict.CUDA_ERROR, verdict.WRONG_RESULT}, (
+        result
+    )

@@ -1,24 +1,50 @@
-"""Grading exercise notebooks: ``python -m minitorch_cuda.grade SUBMISSIONS --out grades.csv``.
+"""Grading exercise notebooks: ``minitorch-cuda grade SUBMISSIONS --out grades.csv``.
 
 SUBMISSIONS holds one folder per student with that student's notebooks
-(``01_cuda_setup.ipynb`` or ``.md``, ...). Each notebook is executed (for the
-feedback), then each exercise is extracted from the notebook source and
-checked in its own process with a timeout. See ``runner`` for the outputs.
+(``01_cuda_setup.ipynb`` or ``.md``, ...). Each notebook is executed in a sandbox
+(for the feedback), then each exercise is read from the notebook source and
+checked in its own process with a timeout; a student's Python runs only in a
+sandboxed subject process, kernels are compiled and launched by the checker.
+``minitorch-cuda grade merge SHARD_OUT... --out grades.csv`` merges shards.
+See ``runner`` for the outputs.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
+EXIT_PARTIAL = 3  # some exercises could not be graded here (no GPU) and --allow-partial was not given
 
-def main(argv: list[str] | None = None) -> int:
-    from . import runner
 
-    parser = argparse.ArgumentParser(prog="minitorch-cuda grade", description=__doc__.splitlines()[0])
-    parser.add_argument("submissions", type=Path, help="folder with one subfolder per student")
+class _Parser(argparse.ArgumentParser):
+    """CLI errors as one line (``minitorch-cuda grade: error: ...``), exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        k, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected K/N (for example 2/8), got {text!r}") from None
+    if not 1 <= k <= n:
+        raise argparse.ArgumentTypeError(f"K/N needs 1 <= K <= N, got {text!r}")
+    return k, n
+
+
+def _parser() -> _Parser:
+    parser = _Parser(
+        prog="minitorch-cuda grade",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog="minitorch-cuda grade merge SHARD_OUT... --out OUT merges the outputs of --shard runs.",
+    )
+    parser.add_argument("submissions", type=Path, help="folder with one subfolder of notebooks per student")
     parser.add_argument(
-        "--out", type=Path, default=Path("grades.csv"), help="the CSV (grades.json and feedback/ go next to it)"
+        "--out", type=Path, default=Path("grades.csv"), help="the CSV; grades.json and feedback/ go next to it"
     )
     parser.add_argument(
         "--rubric", type=Path, default=None, help="points per exercise (default: the packaged rubric.toml)"
@@ -27,33 +53,132 @@ def main(argv: list[str] | None = None) -> int:
         "--jobs",
         type=int,
         default=None,
-        help="parallel workers; the visible GPUs are dealt out in turn (default: four per GPU, at most one per core)",
+        help="parallel workers, GPUs dealt out in turn (default: four per GPU, at most one per core)",
     )
-    parser.add_argument("--timeout", type=float, default=None, help="seconds per exercise check")
-    parser.add_argument("--cell-timeout", type=float, default=None, help="seconds per notebook cell")
+    parser.add_argument(
+        "--timeout", type=float, default=None, help="seconds per exercise check (default: the rubric's, 120)"
+    )
+    parser.add_argument(
+        "--cell-timeout", type=float, default=None, help="seconds per notebook cell (default: the rubric's, 120)"
+    )
     parser.add_argument("--no-execute", action="store_true", help="skip running the notebooks (checks only)")
-    parser.add_argument("--exercise", action="append", help="grade only this exercise id (repeatable)")
+    parser.add_argument("--exercise", action="append", metavar="ID", help="grade only this exercise id (repeatable)")
+    parser.add_argument(
+        "--shard", type=_shard, default=None, metavar="K/N", help="grade the K-th of N fixed slices of the students"
+    )
+    parser.add_argument(
+        "--emulate",
+        action="store_true",
+        help="grade kernel exercises on the CPU emulator (MINITORCH_CUDA_EMULATE=1); marked emulated",
+    )
+    parser.add_argument("--no-sanitize", action="store_true", help="skip compute-sanitizer on the kernel exercises")
+    parser.add_argument(
+        "--allow-partial", action="store_true", help="exit 0 even if exercises were not graded (no GPU on this machine)"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def merge_main(argv: list[str]) -> int:
+    from . import runner
+
+    parser = _Parser(
+        prog="minitorch-cuda grade merge",
+        description="Merge the outputs of `minitorch-cuda grade --shard K/N` runs (again as shards finish).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("shards", nargs="+", type=Path, help="each shard's --out (its grades.json sits next to it)")
+    parser.add_argument(
+        "--out", type=Path, default=Path("grades.csv"), help="the merged CSV; grades.json and feedback/ next to it"
+    )
+    parser.add_argument(
+        "--rubric", type=Path, default=None, help="points per exercise (default: the packaged rubric.toml)"
+    )
     args = parser.parse_args(argv)
-    if not args.submissions.is_dir():
+    out = args.out.resolve()
+    shards = [s.resolve() for s in args.shards]
+    if out.with_suffix(".json") in [s.with_suffix(".json") for s in shards]:
+        parser.error("--out must not be one of the shards")
+    try:
+        rubric = runner.load_rubric(args.rubric)
+    except (OSError, ValueError) as exc:
+        parser.error(str(exc))
+    ledger, missing = runner.merge(shards, out, rubric)
+    for shard in missing:
+        print(f"warning: {shard}: no grades.json yet (merge again when that shard is done)", file=sys.stderr)
+    counts = runner.summary(ledger, ledger.students, [i for i in rubric["points"]])
+    print(
+        f"merged {len(shards) - len(missing)} of {len(shards)} shards, {len(ledger.students)} students: "
+        f"{counts['passed']} passed, {counts['failed']} failed, {counts['not_graded']} not graded -> {out}"
+    )
+    return 1 if missing else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "merge":
+        return merge_main(argv[1:])
+    from . import exercises, runner, sandbox
+
+    parser = _parser()
+    args = parser.parse_args(argv)
+    submissions = args.submissions.resolve()  # before anything changes directory
+    out = args.out.resolve()
+    if not submissions.is_dir():
         parser.error(f"{args.submissions} is not a folder")
     if args.jobs is not None and args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
-    rubric = runner.load_rubric(args.rubric)
+    for i in args.exercise or []:
+        if i not in exercises.EXERCISES:
+            parser.error(f"no exercise {i!r}; known: {', '.join(exercises.EXERCISES)}")
+    try:
+        rubric = runner.load_rubric(args.rubric.resolve() if args.rubric else None)
+    except (OSError, ValueError) as exc:
+        parser.error(str(exc))
+    students, skipped = runner.find_students(submissions)
+    if skipped:
+        print(f"warning: skipped {len(skipped)} folder(s) without notebooks: {', '.join(skipped)}", file=sys.stderr)
+    if not students:
+        parser.error(f"{args.submissions} has no student folder (a folder holding .ipynb or .md notebooks)")
+    if submissions == out.parent or submissions in out.parents:
+        parser.error("--out must not be inside the submissions folder")
     conf = rubric["settings"]
     settings = runner.Settings(
-        submissions=args.submissions,
-        out=args.out,
+        submissions=submissions,
+        out=out,
         rubric=rubric,
         jobs=args.jobs,
         check_timeout=args.timeout or float(conf.get("check_timeout", 120)),
         cell_timeout=args.cell_timeout or float(conf.get("cell_timeout", 120)),
         execute=not args.no_execute,
         only=args.exercise,
+        emulate=args.emulate,
+        sanitize=not args.no_sanitize,
+        shard=args.shard,
+        progress=not args.no_progress,
     )
+    ids = [
+        e.id for e in exercises.ordered() if e.id in rubric["points"] and (not args.exercise or e.id in args.exercise)
+    ]
+    needs_gpu = [i for i in ids if exercises.get(i).gpu]
+    if needs_gpu and not args.emulate and not runner.visible_gpus():
+        print(
+            f"warning: no GPU visible: {len(needs_gpu)} exercise(s) that need one ({', '.join(needs_gpu)}) will be "
+            "'not graded (needs a GPU)' (blank in the CSV); grade them on a GPU machine, or with --emulate",
+            file=sys.stderr,
+        )
+    if settings.execute and sandbox.kind() != "bwrap":
+        print(f"warning: notebooks run with {sandbox.describe()}", file=sys.stderr)
     ledger = runner.grade(settings)
-    passed = sum(r["passed"] for r in ledger.results.values())
+    graded = runner.shard_of(students, args.shard)
+    counts = runner.summary(ledger, graded, ids)
+    emulated = f", {counts['emulated']} on the CPU emulator" if counts["emulated"] else ""
     print(
-        f"graded {len(ledger.results)} exercise results ({passed} passed): {args.out}, "
-        f"{args.out.with_suffix('.json')}, {args.out.parent / 'feedback'}/"
+        f"graded {len(graded)} students: {counts['passed']} exercises passed, {counts['failed']} failed, "
+        f"{counts['not_graded']} not graded (need a GPU){emulated}: {out}, {out.with_suffix('.json')}, "
+        f"{out.parent / 'feedback'}/"
     )
+    if counts["not_graded"] and not args.allow_partial:
+        print("error: some exercises were not graded; rerun where a GPU is, or pass --allow-partial", file=sys.stderr)
+        return EXIT_PARTIAL
     return 0

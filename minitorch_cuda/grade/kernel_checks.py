@@ -20,6 +20,7 @@ import numpy as np
 
 from ..cuda.kernel_table import prepare_signature
 from .exercises import Exercise, check_entry
+from .harness import GUARD, POISON, Buffer, CountingFunction, Override  # noqa: F401
 from .verdict import (
     BOUNDARY,
     FORBIDDEN,
@@ -35,73 +36,6 @@ from .verdict import (
     fail,
     forbid,
 )
-
-POISON = np.float32(-1.2345678e30)
-GUARD = 256  # floats on each side of every buffer
-
-
-class Buffer:
-    """``n`` values on the device between two guard zones, all poisoned unless given."""
-
-    def __init__(self, n: int, host: np.ndarray | None = None, dtype=np.float32):
-        from ..cuda.memory import DeviceBuffer
-        from ..cuda.runtime import copy_htod
-
-        self.n, self.dtype = n, dtype
-        fill = POISON if dtype == np.float32 else 0  # index guards stay valid row numbers
-        self.initial = np.full(n + 2 * GUARD, fill, dtype=dtype)
-        if host is not None:
-            self.initial[GUARD : GUARD + n] = np.asarray(host, dtype=dtype).ravel()
-        self.buffer = DeviceBuffer(self.initial.nbytes)
-        copy_htod(self.buffer.ptr, self.initial)
-        self.ptr = self.buffer.ptr + GUARD * self.initial.itemsize
-
-    def read(self, what: str) -> np.ndarray:
-        """The ``n`` values; fails if anything was written into a guard zone."""
-        from ..cuda.runtime import copy_dtoh
-
-        host = np.empty_like(self.initial)
-        copy_dtoh(host, self.buffer.ptr)
-        before, after = host[:GUARD], host[GUARD + self.n :]
-        if not (np.array_equal(before, self.initial[:GUARD]) and np.array_equal(after, self.initial[GUARD + self.n :])):
-            where = "after the end" if not np.array_equal(after, self.initial[GUARD + self.n :]) else "before the start"
-            first = np.flatnonzero(after != self.initial[GUARD + self.n :])
-            detail = [f"element n + {int(first[0])} was written"] if first.size else []
-            fail(BOUNDARY, f"{what}: the kernel wrote {where} of the {self.n}-element buffer", detail)
-        return host[GUARD : GUARD + self.n].copy()
-
-
-class _CountingFunction:
-    """Stands in for a pycuda Function and counts prepared launches."""
-
-    def __init__(self, function):
-        self.function, self.calls = function, 0
-
-    def prepared_async_call(self, *args, **kwargs):
-        self.calls += 1
-        return self.function.prepared_async_call(*args, **kwargs)
-
-
-class Override:
-    """``mt.override`` plus a launch counter on the overriding kernel."""
-
-    def __init__(self, name: str, source: str):
-        import minitorch_cuda as mt
-
-        self.handle = mt.override(name, source=source)
-        self.counter = _CountingFunction(self.handle.kernel.function)
-        self.handle.kernel.function = self.counter
-        self.kernel = self.handle.kernel
-
-    def __enter__(self) -> Override:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.handle.restore()
-
-    def expect_launched(self, what: str) -> None:
-        if self.counter.calls == 0:
-            fail(NOT_LAUNCHED, f"{what}: the framework never launched your kernel")
 
 
 def static_checks(ex: Exercise, source) -> None:
@@ -135,7 +69,7 @@ def check_scale(ex: Exercise, source: str) -> list[str]:
     from ..cuda.runtime import Kernel, compile_module
 
     kernel = Kernel("scale", compile_module(source, "your kernel 'scale'"), "scale", prepare_signature(ex.params))
-    counter = _CountingFunction(kernel.function)
+    counter = CountingFunction(kernel.function)
     kernel.function = counter
     rng = _rng()
     sizes = [1, 255, 256, 257, 100_003]
@@ -626,6 +560,9 @@ def check_init(ex: Exercise, source: str) -> list[str]:
 
 
 def check_train_step(ex: Exercise, train_step) -> list[str]:
+    """Three steps of ``train_step`` at stage 7 against a reference run that ends before the student's
+    first step (in the grader ``train_step`` runs in the subject process, and every tensor operation it
+    asks for comes back here: the counts below are of what this process did on the GPU)."""
     import minitorch_cuda as mt
 
     from .. import nn, optim, profiler
@@ -639,22 +576,27 @@ def check_train_step(ex: Exercise, train_step) -> list[str]:
         return net, optim.RmsProp(net.parameters(), lr=1e-2, decay=0.9)
 
     loss_fn = nn.CrossEntropyWithSoftmax()
+    batches = [
+        (rng.standard_normal((8, 20)).astype(np.float32), np.eye(4, dtype=np.float32)[rng.integers(0, 4, 8)])
+        for _ in range(3)
+    ]
     with mt.use_stage(7):
-        net, opt = make()
         ref_net, ref_opt = make()
-        for step in range(3):
-            x = rng.standard_normal((8, 20)).astype(np.float32)
-            y = np.eye(4, dtype=np.float32)[rng.integers(0, 4, 8)]
-            xb, yb = mt.tensor(x, device="cuda"), mt.tensor(y, device="cuda")
-            mt.synchronize()
-            with profiler.count() as c:
-                loss = train_step(net, loss_fn, opt, xb, yb, 1.0)
-            ref_loss = loss_fn(ref_net(xb), yb)
+        want = []
+        for x, y in batches:
+            ref_loss = loss_fn(ref_net(mt.tensor(x, device="cuda")), mt.tensor(y, device="cuda"))
             ref_loss.backward()
             ref_opt.clip_gradients(1.0)
             ref_opt.step()
             ref_opt.zero_grad()
-            want = ref_loss.item()
+            want.append(ref_loss.item())
+        want_params = [q.numpy() for q in ref_net.parameters()]
+        net, opt = make()
+        for step, (x, y) in enumerate(batches):
+            xb, yb = mt.tensor(x, device="cuda"), mt.tensor(y, device="cuda")
+            mt.synchronize()
+            with profiler.count() as c:
+                loss = train_step(net, loss_fn, opt, xb, yb, 1.0)
             if not isinstance(loss, float):
                 fail(WRONG_RESULT, f"train_step must return the loss as a Python float, got {type(loss).__name__}")
             if c.launches == 0:
@@ -667,9 +609,9 @@ def check_train_step(ex: Exercise, train_step) -> list[str]:
                     f"step {step}: {c.dtoh_copies} device-to-host and {c.htod_copies} host-to-device "
                     "copies; want exactly one read-back (the loss) and no upload",
                 )
-            compare(np.float32(loss), np.float32(want), f"loss at step {step}", atol=1e-6, rtol=1e-5)
-        for i, (p, q) in enumerate(zip(net.parameters(), ref_net.parameters())):
-            compare(p.numpy(), q.numpy(), f"parameter {i} after 3 steps", atol=1e-6, rtol=1e-5)
+            compare(np.float32(loss), np.float32(want[step]), f"loss at step {step}", atol=1e-6, rtol=1e-5)
+        for i, (p, q) in enumerate(zip(net.parameters(), want_params)):
+            compare(p.numpy(), q, f"parameter {i} after 3 steps", atol=1e-6, rtol=1e-5)
     return [
         "3 steps: loss and parameters match forward, backward, clip(1.0), RmsProp step, zero_grad",
         "each step: 0 device syncs, 1 device-to-host copy, no uploads",
@@ -718,3 +660,56 @@ def run(ex: Exercise, artifact, cell_source: str = "") -> list[str]:
     static_checks(ex, artifact)
     require_cuda()
     return CHECKS[ex.kernel](ex, artifact)
+
+
+# --- one small launch per kernel, for compute-sanitizer ----------------------------------------
+
+
+def small_launch(ex: Exercise, source: str) -> None:
+    """Launch the student's kernel once or twice on small, odd shapes through the backend's launcher
+    (what ``sanitizer`` runs under memcheck, racecheck and synccheck); no comparison."""
+    import minitorch_cuda as mt
+
+    from ..cuda import launchers
+    from ..cuda.runtime import Kernel, compile_module
+
+    rng = _rng()
+
+    def floats(n):
+        return Buffer(n, rng.standard_normal(n).astype(np.float32))
+
+    name = ex.kernel
+    if name == "scale":
+        kernel = Kernel("scale", compile_module(source, "your kernel 'scale'"), "scale", prepare_signature(ex.params))
+        launchers.elementwise(kernel, 257, Buffer(257), floats(257), 1.5, 257)
+        mt.synchronize()
+        return
+    with Override(name, source):
+        if name in ("ew_relu", "ew_sigmoid"):
+            launchers.elementwise(name, 257, Buffer(257), floats(257), 257)
+        elif name == "ew_relu_vec4":
+            launchers.elementwise_vec4(name, 1023, Buffer(1023), floats(1023), 1023)
+        elif name == "softmax_rows_volatile":
+            launchers.softmax_rows(name, Buffer(5 * 65), floats(5 * 65), 5, 65)
+        elif name == "sumsq_volatile":
+            launchers.sumsq(name, Buffer(1), floats(1025), 1025)
+        elif name == "clip_scale":
+            launchers.elementwise(name, 257, floats(257), Buffer(3, np.float32([5, 1, 1])), 3, 1.0, 257)
+        elif name == "gather_rows":
+            idx = Buffer(3, rng.integers(0, 7, 3).astype(np.int32), np.int32)
+            launchers.elementwise(name, 15, Buffer(15), floats(35), idx, 3, 5)
+        elif name == "init_normal":
+            launchers.elementwise(name, 1000, Buffer(1000), 1000, 1.0, 7)
+        elif name == "sum_rows_shuffle":
+            launchers.sum_rows(name, Buffer(5), floats(5 * 65), 5, 65, 1.0)
+        elif name == "softmax_xent_fused":
+            t = np.eye(33, dtype=np.float32)[rng.integers(0, 33, 5)]
+            launchers.softmax_xent_fused(Buffer(5 * 33), Buffer(1), floats(5 * 33), Buffer(t.size, t), 5, 33, 0.2)
+        elif name in _MATMUL_STAGE:
+            batched = name != "matmul_transposed"
+            for ta, tb in ((False, False), (True, True)):
+                a, b = _operands(rng, 33, 17, 65, ta, tb, 2 if batched else None)
+                _run_matmul(name, a, b, ta, tb)
+        else:
+            raise KeyError(f"no small launch for {name}")
+        mt.synchronize()

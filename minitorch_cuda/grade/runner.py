@@ -3,7 +3,14 @@
 Results are written as they come: ``grades.json`` (every result, rewritten
 atomically after each one), the CSV (one row per student) and
 ``feedback/<student>.md``. A rerun reads ``grades.json`` and grades only the
-(student, exercise) pairs that have no final result yet.
+(student, exercise) pairs that have no final result yet. An exercise that needs
+a GPU on a machine without one is *not graded*: blank in the CSV, status
+``not_graded`` in ``grades.json``, graded on the next run where a GPU (or the
+emulator, ``--emulate``) is there.
+
+Nothing of a student runs in this process: notebooks are read as files, kernel
+sources taken from their syntax tree (``source``), and each check runs in a
+``worker`` process that runs the student's Python, if any, in a sandboxed subject.
 """
 
 from __future__ import annotations
@@ -15,14 +22,14 @@ import datetime
 import json
 import os
 import queue
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 from pathlib import Path
 
-from . import exercises, notebook, verdict
+from . import exercises, notebook, sandbox, verdict
+from .verdict import GRADED, NOT_GRADED, CheckFailed, CheckResult
 
 try:
     import tomllib
@@ -31,6 +38,7 @@ except ImportError:  # Python 3.10
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding minitorch_cuda/
 DEFAULT_RUBRIC = Path(__file__).with_name("rubric.toml")
+NOTEBOOK_SUFFIXES = (".ipynb", ".md")
 
 
 @dataclasses.dataclass
@@ -43,6 +51,11 @@ class Settings:
     cell_timeout: float = 120.0
     execute: bool = True
     only: list[str] | None = None  # exercise ids to grade (default: every one in the rubric)
+    emulate: bool = False  # kernel exercises on the CPU emulator (MINITORCH_CUDA_EMULATE=1), marked emulated
+    sanitize: bool = True  # compute-sanitizer on kernel exercises that pass, where a GPU and the tool exist
+    sanitize_timeout: float = 90.0
+    shard: tuple[int, int] | None = None  # (k, n): grade the k-th of n fixed slices of the students
+    progress: bool = True
 
 
 def load_rubric(path: str | Path | None) -> dict:
@@ -75,39 +88,66 @@ def default_jobs(gpus: int) -> int:
     return max(1, min(WORKERS_PER_GPU * max(1, gpus), os.cpu_count() or 1))
 
 
-def run_isolated(args: list[str], timeout: float, gpu: str | None, cwd: str) -> tuple[int | None, str]:
-    """Run ``python -m minitorch_cuda.grade.worker ARGS`` in a new session; kill the
-    whole process group on timeout. Returns (return code or None on timeout, output tail)."""
+def find_students(root: Path) -> tuple[list[str], list[str]]:
+    """(student folders, skipped folders): a student's folder holds at least one notebook."""
+    students, skipped = [], []
+    for path in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if any(f.is_file() and f.suffix in NOTEBOOK_SUFFIXES for f in path.iterdir()):
+            students.append(path.name)
+        else:
+            skipped.append(path.name)
+    return students, skipped
+
+
+def shard_of(students: list[str], shard: tuple[int, int] | None) -> list[str]:
+    """The k-th of n slices (k from 1): every n-th student of the sorted list, from the k-th."""
+    if shard is None:
+        return students
+    k, n = shard
+    return [s for i, s in enumerate(sorted(students)) if i % n == k - 1]
+
+
+def run_isolated(args: list[str], timeout: float, gpu: str | None, cwd: str, env_extra: dict | None = None):
+    """Run ``python -m minitorch_cuda.grade.worker ARGS`` in a new session; kill the whole
+    session on timeout, then sweep what it left. Returns (return code or None on timeout, output tail)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(env_extra or {})
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "minitorch_cuda.grade.worker", *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-        return proc.returncode, out.decode(errors="replace")[-3000:]
-    except subprocess.TimeoutExpired:
+    return _run([sys.executable, "-m", "minitorch_cuda.grade.worker", *args], timeout, cwd, env)
+
+
+def _run(argv: list[str], timeout: float, cwd: str, env: dict) -> tuple[int | None, str]:
+    log_path = Path(cwd, "output.log")
+    with log_path.open("wb") as log:
+        proc = sandbox.popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        out, _ = proc.communicate()
-        return None, out.decode(errors="replace")[-3000:]
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+        sandbox.finish(proc)
+    return code, log_path.read_text(errors="replace")[-3000:]
 
 
-def check_exercise(ex: exercises.Exercise, source: str, settings: Settings, gpu: str | None) -> dict:
+def _emulation_env(settings: Settings) -> dict:
+    return {"MINITORCH_CUDA_EMULATE": "1"} if settings.emulate else {}
+
+
+def check_exercise(ex: exercises.Exercise, payload: dict, settings: Settings, gpu: str | None) -> dict:
+    payload = dict(
+        payload,
+        timeout=settings.check_timeout,
+        sanitize=settings.sanitize,
+        sanitize_timeout=settings.sanitize_timeout,
+        hide=[str(settings.submissions), str(settings.out.parent)],
+    )
     with tempfile.TemporaryDirectory(prefix=f"grade-{ex.id}-") as tmp:
-        cell, result = Path(tmp, "cell.py"), Path(tmp, "result.json")
-        cell.write_text(source)
-        code, tail = run_isolated(["check", ex.id, str(cell), str(result)], settings.check_timeout, gpu, tmp)
+        payload_file, result = Path(tmp, "payload.json"), Path(tmp, "result.json")
+        payload_file.write_text(json.dumps(payload))
+        args = ["check", ex.id, str(payload_file), str(result)]
+        code, tail = run_isolated(args, settings.check_timeout + 10, gpu, tmp, _emulation_env(settings))
         if result.exists():
             return json.loads(result.read_text())
     if code is None:
@@ -120,7 +160,7 @@ def check_exercise(ex: exercises.Exercise, source: str, settings: Settings, gpu:
     if "illegal memory access" in lowered or "cuda_error" in lowered:
         reason = verdict.CUDA_ERROR
     lines = [line for line in tail.strip().splitlines()[-3:] if line.strip()]
-    return verdict.CheckResult(ex.id, False, reason, message, lines).to_dict()
+    return CheckResult(ex.id, False, reason, message, lines).to_dict()
 
 
 class Ledger:
@@ -130,22 +170,36 @@ class Ledger:
         self.path, self.rubric, self.lock = path, rubric, threading.Lock()
         self.results: dict[tuple[str, str], dict] = {}
         self.executions: dict[str, dict] = {}
+        self.students: list[str] = []
+        self.meta: dict = {}
         if path.exists():
             data = json.loads(path.read_text())
             for r in data.get("results", []):
-                if r.get("reason") not in verdict.ENVIRONMENT_REASONS:
-                    self.results[(r["student"], r["exercise"])] = r
+                self.results[(r["student"], r["exercise"])] = r
             self.executions = data.get("executions", {})
+            self.students = list(data.get("students", []))
+            self.meta = data.get("meta", {})
 
     def done(self, student: str, exercise_id: str) -> bool:
-        return (student, exercise_id) in self.results
+        r = self.results.get((student, exercise_id))
+        return r is not None and r.get("status", GRADED) != NOT_GRADED
 
-    def add(self, student: str, result: dict, points: float) -> None:
-        result = dict(result, student=student, points=points, max_points=self.rubric["points"][result["exercise"]])
+    def add(self, student: str, result: dict, points: float | None = None) -> dict:
+        graded = result.get("reason") not in verdict.ENVIRONMENT_REASONS
+        if points is None and graded:
+            points = self.rubric["points"][result["exercise"]] if result["passed"] else 0.0
+        result = dict(
+            result,
+            student=student,
+            points=points if graded else None,
+            max_points=self.rubric["points"][result["exercise"]],
+            status=GRADED if graded else NOT_GRADED,
+        )
         result["graded_at"] = datetime.datetime.now().isoformat(timespec="seconds")
         with self.lock:
             self.results[(student, result["exercise"])] = result
             self._save()
+        return result
 
     def add_execution(self, student: str, stem: str, record: dict) -> None:
         with self.lock:
@@ -155,6 +209,8 @@ class Ledger:
     def _save(self) -> None:
         data = {
             "rubric": self.rubric["points"],
+            "students": self.students,
+            "meta": self.meta,
             "results": sorted(
                 self.results.values(), key=lambda r: (r["student"], exercises.get(r["exercise"]).sort_key)
             ),
@@ -163,6 +219,10 @@ class Ledger:
         tmp = self.path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(data, indent=1))
         os.replace(tmp, self.path)
+
+    def save(self) -> None:
+        with self.lock:
+            self._save()
 
 
 def write_outputs(ledger: Ledger, students: list[str], ids: list[str], out: Path) -> None:
@@ -175,7 +235,8 @@ def write_outputs(ledger: Ledger, students: list[str], ids: list[str], out: Path
             writer.writerow(["student", *ids, "total", "max"])
             maximum = sum(ledger.rubric["points"][i] for i in ids)
             for student in students:
-                row = [ledger.results.get((student, i), {}).get("points", "") for i in ids]
+                row = [ledger.results.get((student, i), {}).get("points") for i in ids]
+                row = ["" if p is None else p for p in row]
                 total = sum(p for p in row if p != "")
                 writer.writerow([student, *[_fmt(p) for p in row], _fmt(total), _fmt(maximum)])
         os.replace(tmp, out)
@@ -200,83 +261,144 @@ def _feedback(student: str, ids: list[str], results: dict, executions: dict, rub
         if r is None:
             lines += [f"## Exercise {i}: {ex.title} (not graded yet)", ""]
             continue
+        emulated = " on the CPU emulator" if r.get("emulated") else ""
+        if r.get("status") == NOT_GRADED:
+            lines += [f"## Exercise {i}: {ex.title} (not graded: needs a GPU)", "", r.get("message", ""), ""]
+            continue
         total += r["points"]
-        verdict = "passed" if r["passed"] else f"failed: {r['reason']}"
-        lines.append(f"## Exercise {i}: {ex.title} ({_fmt(r['points'])}/{_fmt(r['max_points'])}, {verdict})")
+        outcome = "passed" if r["passed"] else f"failed: {r['reason']}"
+        lines.append(f"## Exercise {i}: {ex.title} ({_fmt(r['points'])}/{_fmt(r['max_points'])}, {outcome}{emulated})")
         lines.append("")
         if r.get("message"):
             lines += [r["message"], ""]
         lines += [f"- {d}" for d in r.get("details", [])]
         lines.append("")
-    errors = []
+    errors, sandboxes = [], set()
     for key, record in sorted(executions.items()):
         if key.startswith(f"{student}/"):
             errors += [f"- {key.split('/', 1)[1]}: {e}" for e in record.get("errors", [])]
-    if errors:
+            if record.get("sandbox"):
+                sandboxes.add(record["sandbox"])
+    if errors or sandboxes:
         lines += ["## When your notebooks ran", "", "(for your information; grades come from the checks above)", ""]
+        lines += [f"Sandbox: {s}" for s in sorted(sandboxes)] + [""] if sandboxes else []
         lines += errors + [""]
     lines.insert(1, f"\nTotal: {_fmt(total)} / {_fmt(maximum)}\n")
     return "\n".join(lines)
 
 
 def execute_notebook(path: Path, settings: Settings, gpu: str | None) -> dict:
-    """Run a submitted notebook end to end (for the feedback); a hang costs at most its budget."""
+    """Run a submitted notebook end to end on a private copy of its folder, in the sandbox (for the
+    feedback only); a hang costs at most its budget, and nothing it starts outlives it."""
     budget = max(60.0, settings.cell_timeout * 4)
     with tempfile.TemporaryDirectory(prefix="grade-exec-") as tmp:
-        result = Path(tmp, "exec.json")
-        code, tail = run_isolated(["execute", str(path), str(result), str(settings.cell_timeout)], budget, gpu, tmp)
+        copy = sandbox.private_copy(path.parent, Path(tmp, "work"))
+        result = Path(tmp, "work", ".grade-exec.json")
+        argv = [sys.executable, "-m", "minitorch_cuda.grade.worker", "execute", str(copy / path.name)]
+        argv += [str(result), str(settings.cell_timeout)]
+        env = sandbox.environment(copy, gpu=gpu)
+        env.update(_emulation_env(settings))
+        wrapped = sandbox.command(argv, copy, gpu=True, hide=[settings.submissions, settings.out.parent])
+        code, _ = _run(wrapped, budget, tmp, env)
         if not result.exists():
             why = f"stopped after {budget:g} s" if code is None else f"the runner exited with code {code}"
-            return {"errors": [f"the notebook could not be executed to the end ({why})"]}
+            return {"errors": [f"the notebook could not be executed to the end ({why})"], "sandbox": sandbox.kind()}
         data = json.loads(result.read_text())
     errors = [
         f"cell {c['index']}"
         + (f" (exercise {c['exercise']})" if c.get("exercise") else "")
         + f" raised {c['error']['ename']}: {c['error']['evalue'][:200]}"
-        for c in data["cells"]
-        if "error" in c
+        for c in data.get("cells", [])
+        if isinstance(c, dict) and "error" in c
     ]
-    return {"errors": errors, "cells": len(data["cells"]), "skipped_gpu_cells": data["skipped_gpu_cells"]}
+    return {
+        "errors": errors,
+        "cells": len(data.get("cells", [])),
+        "skipped_gpu_cells": bool(data.get("skipped_gpu_cells")),
+        "sandbox": sandbox.kind(),
+    }
 
 
-def grade_notebook(student: str, stem: str, ids: list[str], settings: Settings, ledger: Ledger, gpu) -> None:
+def payload_for(ex: exercises.Exercise, cell: str, folder: Path) -> dict:
+    """What the checker gets: a kernel's CUDA source (read statically here) or the cell's Python."""
+    if ex.kind == "cuda":
+        from .source import kernel_source
+
+        return {"source": kernel_source(cell, ex, folder)}
+    return {"source": cell}
+
+
+def grade_notebook(student: str, stem: str, ids: list[str], settings: Settings, ledger: Ledger, gpu, tick) -> None:
     todo = [exercises.get(i) for i in ids if not ledger.done(student, i)]
     if not todo:
         return
-    path = notebook.find(settings.submissions / student, stem)
+    folder = settings.submissions / student
+    path = notebook.find(folder, stem)
+
+    def add(result: dict) -> None:
+        ex = exercises.get(result["exercise"])
+        if settings.emulate and ex.gpu and result.get("reason") != verdict.NO_GPU:
+            result = dict(result, emulated=True)
+        ledger.add(student, result)
+        tick()
+
     if path is None:
-        found = sorted(p.name for p in (settings.submissions / student).iterdir() if p.is_file())
+        found = sorted(p.name for p in folder.iterdir() if p.is_file())
         for ex in todo:
             message = f"no {stem}.ipynb or {stem}.md in the submission (found: {', '.join(found) or 'nothing'})"
-            ledger.add(student, verdict.CheckResult(ex.id, False, verdict.MISSING_NOTEBOOK, message).to_dict(), 0.0)
+            add(CheckResult(ex.id, False, verdict.MISSING_NOTEBOOK, message).to_dict())
         return
     try:
         nb = notebook.read(path)
     except Exception as exc:
         for ex in todo:
-            result = verdict.CheckResult(ex.id, False, verdict.MISSING_NOTEBOOK, f"{path.name} cannot be read: {exc}")
-            ledger.add(student, result.to_dict(), 0.0)
+            add(CheckResult(ex.id, False, verdict.MISSING_NOTEBOOK, f"{path.name} cannot be read: {exc}").to_dict())
         return
+    sources = {ex.id: notebook.exercise_source(nb, ex) for ex in todo}  # read before the notebook runs
+    payloads: dict[str, dict | CheckResult] = {}
+    for ex in todo:
+        if sources[ex.id] is None:
+            message = f"no cell with metadata exercise: '{ex.id}' or defining {ex.name!r} in {path.name}"
+            payloads[ex.id] = CheckResult(ex.id, False, verdict.MISSING, message)
+            continue
+        try:
+            payloads[ex.id] = payload_for(ex, sources[ex.id], folder)
+        except CheckFailed as failure:
+            payloads[ex.id] = CheckResult(ex.id, False, failure.reason, failure.message, failure.details)
     if settings.execute:
         ledger.add_execution(student, stem, execute_notebook(path, settings, gpu))
     for ex in todo:
-        source = notebook.exercise_source(nb, ex)
-        if source is None:
-            message = f"no cell with metadata exercise: '{ex.id}' or defining {ex.name!r} in {path.name}"
-            result = verdict.CheckResult(ex.id, False, verdict.MISSING, message).to_dict()
+        payload = payloads[ex.id]
+        if isinstance(payload, CheckResult):
+            add(payload.to_dict())
         else:
-            result = check_exercise(ex, source, settings, gpu)
-        points = settings.rubric["points"][ex.id] if result["passed"] else 0.0
-        ledger.add(student, result, points)
+            add(check_exercise(ex, payload, settings, gpu))
 
 
-def grade(settings: Settings) -> Ledger:
+def _progress(total: int, enabled: bool):
+    if not enabled or total == 0:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="exercise", desc="grading", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+
+
+def grade(settings: Settings, warn=print) -> Ledger:
     ids = [e.id for e in exercises.ordered() if e.id in settings.rubric["points"]]
     if settings.only:
         ids = [i for i in ids if i in settings.only]
-    students = sorted(p.name for p in settings.submissions.iterdir() if p.is_dir() and not p.name.startswith("."))
+    everyone, _ = find_students(settings.submissions)
+    students = shard_of(everyone, settings.shard)
     settings.out.parent.mkdir(parents=True, exist_ok=True)
     ledger = Ledger(settings.out.with_suffix(".json"), settings.rubric)
+    ledger.students = students
+    ledger.meta = {
+        "shard": list(settings.shard) if settings.shard else None,
+        "sandbox": sandbox.kind(),
+        "emulated": settings.emulate,
+    }
+    ledger.save()
+    sandbox.become_subreaper()
     by_notebook: dict[str, list[str]] = {}
     for i in ids:
         by_notebook.setdefault(exercises.get(i).notebook, []).append(i)
@@ -286,18 +408,82 @@ def grade(settings: Settings) -> Ledger:
     slots: queue.Queue = queue.Queue()
     for j in range(jobs):
         slots.put(gpus[j % len(gpus)] if gpus else None)
+    todo = sum(1 for s, _, nb_ids in units for i in nb_ids if not ledger.done(s, i))
+    bar = _progress(todo, settings.progress)
+    bar_lock = threading.Lock()
+
+    def tick() -> None:
+        if bar is not None:
+            with bar_lock:
+                bar.update(1)
 
     def work(unit):
         gpu = slots.get()
         try:
-            grade_notebook(*unit, settings, ledger, gpu)
+            grade_notebook(*unit, settings, ledger, gpu, tick)
         finally:
             slots.put(gpu)
         write_outputs(ledger, students, ids, settings.out)
 
     write_outputs(ledger, students, ids, settings.out)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        for future in [pool.submit(work, u) for u in units]:
-            future.result()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            for future in [pool.submit(work, u) for u in units]:
+                future.result()
+    finally:
+        if bar is not None:
+            bar.close()
+        sandbox.sweep()
     write_outputs(ledger, students, ids, settings.out)
     return ledger
+
+
+def summary(ledger: Ledger, students: list[str], ids: list[str]) -> dict:
+    rows = [ledger.results.get((s, i)) for s in students for i in ids]
+    rows = [r for r in rows if r is not None]
+    return {
+        "passed": sum(1 for r in rows if r.get("status") != NOT_GRADED and r["passed"]),
+        "failed": sum(1 for r in rows if r.get("status") != NOT_GRADED and not r["passed"]),
+        "not_graded": sum(1 for r in rows if r.get("status") == NOT_GRADED),
+        "emulated": sum(1 for r in rows if r.get("emulated")),
+    }
+
+
+# --- merging shards ---------------------------------------------------------------------------
+
+
+def merge(shard_outs: list[Path], out: Path, rubric: dict) -> tuple[Ledger, list[str]]:
+    """Merge the shards' grades.json (and the merged output's own, if any: merging again after more
+    shards finish adds them) into ``out``; a result graded beats one not graded, then the later one
+    wins. Returns the ledger and the shards that had no grades.json yet."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    ledger = Ledger(out.with_suffix(".json"), rubric)
+    missing = []
+    students = set(ledger.students)
+    for shard in shard_outs:
+        path = shard.with_suffix(".json")
+        if not path.exists():
+            missing.append(str(shard))
+            continue
+        data = json.loads(path.read_text())
+        students.update(data.get("students", []))
+        for r in data.get("results", []):
+            key = (r["student"], r["exercise"])
+            old = ledger.results.get(key)
+            if old is None or _better(r, old):
+                ledger.results[key] = r
+            students.add(r["student"])
+        ledger.executions.update(data.get("executions", {}))
+    ledger.students = sorted(students)
+    ledger.meta = {"merged_from": [str(s) for s in shard_outs], "missing": missing}
+    ledger.save()
+    ids = [e.id for e in exercises.ordered() if e.id in rubric["points"]]
+    write_outputs(ledger, ledger.students, ids, out)
+    return ledger, missing
+
+
+def _better(new: dict, old: dict) -> bool:
+    new_final, old_final = new.get("status") != NOT_GRADED, old.get("status") != NOT_GRADED
+    if new_final != old_final:
+        return new_final
+    return str(new.get("graded_at", "")) >= str(old.get("graded_at", ""))

@@ -38,8 +38,13 @@ TIMEOUT = "timeout"
 CRASHED = "crashed"  # the checking process died without a result
 SYNCS = "device_syncs"  # the training step synchronizes the device
 NO_GPU = "no_gpu"  # the grading machine has none: not the student's fault, regraded on rerun
+SANITIZER = "sanitizer"  # compute-sanitizer (memcheck, racecheck, synccheck) reported an error
 
 ENVIRONMENT_REASONS = {NO_GPU}
+
+# The status of a result in grades.json: graded (passed or failed), or not graded where the
+# machine lacked what the exercise needs (blank in the CSV, never final).
+GRADED, NOT_GRADED = "graded", "not_graded"
 
 
 @dataclasses.dataclass

@@ -1,24 +1,44 @@
-"""One isolated job of the grader, run in its own process (so that a hang, a
-crash or a broken CUDA context costs only that job):
+"""One isolated job of the grader, in its own process (a hang, a crash or a broken CUDA
+context costs only that job):
 
-    python -m minitorch_cuda.grade.worker check EXERCISE_ID CELL_FILE RESULT_JSON
+    python -m minitorch_cuda.grade.worker check EXERCISE_ID PAYLOAD_JSON RESULT_JSON
     python -m minitorch_cuda.grade.worker execute NOTEBOOK RESULT_JSON CELL_TIMEOUT
+    python -m minitorch_cuda.grade.worker launch EXERCISE_ID KERNEL_CU
 
-``check`` executes the exercise cell's source in a fresh namespace, takes the
-exercise's variable from it and runs the hidden checks on it. It refuses a
-cell that changes the framework (monkey-patching the backend to compute on the
-host, for example). ``execute`` runs a whole notebook with nbclient, for the
-feedback only: nothing it prints is trusted.
+``check`` is the checker: it decides the verdict and never runs student Python.
+A kernel exercise's CUDA source (read from the notebook by ``source``) is
+compiled and launched here through the framework's launchers, then run under
+compute-sanitizer; a Python exercise's cell runs in a subject process
+(``subject``, sandboxed, without a GPU) that this process drives over
+``channel``, holding the references, the fakes and the comparisons.
+``execute`` runs a whole notebook with nbclient, inside the sandbox, for the
+feedback only: nothing it prints is trusted. ``launch`` is the small launch that
+compute-sanitizer watches.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import subprocess
 import sys
 import tempfile
-import traceback
+import time
+import types
 from pathlib import Path
+
+# instances of these modules' classes (and their bound methods) may be shared with a subject
+SHAREABLE_MODULES = {
+    "minitorch_cuda.grade.fakes",
+    "minitorch_cuda.tensor",
+    "minitorch_cuda.nn",
+    "minitorch_cuda.optim",
+    "minitorch_cuda.autograd",
+    "minitorch_cuda.functions",
+    "minitorch_cuda.cuda.memory",
+    "minitorch_cuda.device",
+}
 
 
 def _write(path: str, data: dict) -> None:
@@ -27,80 +47,149 @@ def _write(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def _framework_snapshot() -> dict:
-    """Every attribute of every loaded minitorch_cuda module (and its classes), by identity."""
-    snapshot = {}
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("minitorch_cuda") or module is None or name.startswith("minitorch_cuda.exercise"):
-            continue
-        for attr, value in list(vars(module).items()):
-            snapshot[(name, attr)] = id(value)
-            if isinstance(value, type) and value.__module__ == name:
-                for cattr, cvalue in list(vars(value).items()):
-                    snapshot[(name, f"{attr}.{cattr}")] = id(cvalue)
-    return snapshot
+def shareable(obj) -> bool:
+    """What the checker may hand a subject: the fakes' and the framework's objects, their bound
+    methods, the checks' lambdas, a fake's context manager; never a module, a class or a function
+    with its globals."""
+    if isinstance(obj, (types.ModuleType, type)):
+        return False
+    if isinstance(obj, types.MethodType):
+        return shareable(obj.__self__)
+    if isinstance(obj, types.FunctionType):
+        return obj.__name__ == "<lambda>" and obj.__module__.startswith("minitorch_cuda.grade.")
+    if isinstance(obj, contextlib._GeneratorContextManager):
+        return obj.func.__module__ in SHAREABLE_MODULES
+    return type(obj).__module__ in SHAREABLE_MODULES
 
 
-def _tampered(before: dict, after: dict) -> list[str]:
-    changed = [f"{m}.{a}" for (m, a), i in before.items() if after.get((m, a)) != i]
-    return [c for c in changed if not c.endswith(("._overrides", "._builtin", ".counters", "._current", "._active"))]
+class Subject:
+    """The student's Python in its own process (sandboxed, no GPU), behind the channel."""
+
+    def __init__(self, deadline: float, hide: list[str]):
+        from . import channel, fakes, sandbox
+        from .verdict import CheckFailed
+
+        self.workdir = tempfile.mkdtemp(prefix="grade-subject-")
+        to_subject, from_checker = os.pipe()
+        to_checker, from_subject = os.pipe()
+        argv = [sys.executable, "-m", "minitorch_cuda.grade.subject", str(to_subject), str(from_subject)]
+        self.log = open(Path(self.workdir, "subject.log"), "wb")  # noqa: SIM115 -- closed in close()
+        self.proc = sandbox.popen(
+            sandbox.command(argv, Path(self.workdir), gpu=False, hide=[Path(p) for p in hide]),
+            pass_fds=(to_subject, from_subject),
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            cwd=self.workdir,
+            env=sandbox.environment(Path(self.workdir), no_gpu=True),
+        )
+        os.close(to_subject)
+        os.close(from_subject)
+        self.peer = channel.Peer(
+            to_checker,
+            from_checker,
+            shareable=shareable,
+            known={"CaptureError": fakes.CaptureError},
+            fatal=(CheckFailed,),
+        )
+        self.peer.deadline = deadline
+
+    def load(self, exercise_id: str, cell: str) -> dict:
+        return self.peer.request({"op": "load", "exercise": exercise_id, "source": cell})
+
+    def log_tail(self) -> list[str]:
+        self.log.flush()
+        text = Path(self.workdir, "subject.log").read_text(errors="replace")
+        return [line[:200] for line in text.strip().splitlines()[-3:] if line.strip()]
+
+    def close(self) -> None:
+        import shutil
+
+        from . import sandbox
+
+        for fd in (self.peer.rfd, self.peer.wfd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        sandbox.finish(self.proc)
+        self.log.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def check(exercise_id: str, cell_file: str, result_file: str) -> int:
-    from . import checks, exercises, verdict
-    from .notebook import python_source
+def check_python(ex, cell: str, deadline: float, hide: list[str]):
+    """The verdict on a Python exercise whose code runs in a subject process."""
+    from . import channel, checks, verdict
+    from .verdict import CheckResult
 
+    subject = Subject(deadline, hide)
+    try:
+        outcome = subject.load(ex.id, cell)
+        status = outcome.get("status") if isinstance(outcome, dict) else None
+        if status == "not_implemented":
+            return CheckResult(ex.id, False, verdict.NOT_IMPLEMENTED, f"Exercise {ex.id} is still the stub")
+        if status == "raised":
+            return CheckResult(ex.id, False, verdict.EXCEPTION, f"the exercise cell raised {outcome.get('message')}")
+        if status == "tampered":
+            changed = ", ".join(str(c) for c in outcome.get("changed", []))
+            message = f"the exercise cell modifies the framework instead of implementing the exercise: {changed}"
+            return CheckResult(ex.id, False, verdict.HOST_SIDE, message)
+        if status == "missing":
+            return CheckResult(ex.id, False, verdict.MISSING, f"the exercise cell does not define {ex.name!r}")
+        if status != "ready" or not isinstance(outcome.get("artifact"), channel.Proxy):
+            return CheckResult(ex.id, False, verdict.CRASHED, "the subject process answered out of protocol")
+        try:
+            return checks.run_check(ex.id, outcome["artifact"], cell)
+        except NotImplementedError:
+            return CheckResult(ex.id, False, verdict.NOT_IMPLEMENTED, f"Exercise {ex.id} is still the stub")
+    except channel.SubjectGone as gone:
+        if gone.why == "timeout":
+            left = "an endless loop or a hang?"
+            return CheckResult(ex.id, False, verdict.TIMEOUT, f"your code gave no answer in time ({left})")
+        message = f"the process running your code ended without an answer: {gone.message}"
+        return CheckResult(ex.id, False, verdict.CRASHED, message, subject.log_tail())
+    finally:
+        subject.close()
+
+
+def check_kernel(ex, kernel_source: str, sanitize: bool, sanitize_timeout: float):
+    """The verdict on a kernel exercise: launched here, then under compute-sanitizer."""
+    import minitorch_cuda as mt
+
+    from . import checks, sanitizer, verdict
+    from .verdict import CheckResult
+
+    try:
+        result = checks.run_check(ex.id, kernel_source)
+    except NotImplementedError:
+        return CheckResult(ex.id, False, verdict.NOT_IMPLEMENTED, f"Exercise {ex.id} is still the stub")
+    if not result.passed or not sanitize or os.environ.get("MINITORCH_CUDA_EMULATE") == "1" or not mt.cuda_available():
+        return result
+    failure, notes = sanitizer.run(ex, kernel_source, sanitize_timeout)
+    if failure is not None:
+        return CheckResult(ex.id, False, verdict.SANITIZER, failure, notes)
+    result.details += notes
+    return result
+
+
+def check(exercise_id: str, payload_file: str, result_file: str) -> int:
+    from . import exercises, sandbox, verdict
+
+    sandbox.become_subreaper()  # what a subject leaves behind is re-parented here and swept
     ex = exercises.get(exercise_id)
-    source = Path(cell_file).read_text()
-
-    def done(result: verdict.CheckResult) -> int:
-        _write(result_file, result.to_dict())
-        return 0
-
+    payload = json.loads(Path(payload_file).read_text())
+    deadline = time.monotonic() + float(payload.get("timeout", 120)) - 3
     import minitorch_cuda as mt
 
     if ex.gpu and not mt.cuda_available():
-        return done(verdict.CheckResult(ex.id, False, verdict.NO_GPU, mt.cuda_unavailable_reason()))
-    if ex.gpu:  # load what the checks use before the student's code runs, to see what it changes
-        from minitorch_cuda.cuda import backend, registry, runtime  # noqa: F401
-
-        from . import kernel_checks  # noqa: F401
-    before = _framework_snapshot()
-    import numpy as np
-
-    from ..exercise import cuda_exercise
-
-    # What the notebook's setup cell provides; everything else must be in the cell.
-    namespace: dict = {"__name__": "__exercise__", "np": np, "mt": mt, "cuda_exercise": cuda_exercise}
-    try:
-        exec(compile(python_source(source), f"<exercise {ex.id} cell>", "exec"), namespace)
-    except NotImplementedError:
-        return done(verdict.CheckResult(ex.id, False, verdict.NOT_IMPLEMENTED, f"Exercise {ex.id} is still the stub"))
-    except Exception as exc:
-        tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
-        reason = checks.classify_exception(exc)
-        if reason == verdict.EXCEPTION and isinstance(exc, (TypeError, ValueError)) and ex.kind == "cuda":
-            reason = verdict.SIGNATURE if isinstance(exc, TypeError) else verdict.NOT_A_KERNEL
-        return done(verdict.CheckResult(ex.id, False, reason, f"the exercise cell raised {tb}"))
-    changed = _tampered(before, _framework_snapshot())
-    if changed:
-        return done(
-            verdict.CheckResult(
-                ex.id,
-                False,
-                verdict.HOST_SIDE,
-                "the exercise cell modifies the framework instead of implementing the exercise: "
-                + ", ".join(changed[:5]),
-            )
+        result = verdict.CheckResult(ex.id, False, verdict.NO_GPU, mt.cuda_unavailable_reason())
+    elif ex.kind == "cuda":
+        result = check_kernel(
+            ex, payload["source"], bool(payload.get("sanitize")), float(payload.get("sanitize_timeout", 90))
         )
-    if ex.name not in namespace:
-        missing = f"the exercise cell does not define {ex.name!r}"
-        return done(verdict.CheckResult(ex.id, False, verdict.MISSING, missing))
-    try:
-        result = checks.run_check(ex.id, namespace[ex.name], source)
-    except NotImplementedError:
-        result = verdict.CheckResult(ex.id, False, verdict.NOT_IMPLEMENTED, f"Exercise {ex.id} is still the stub")
-    return done(result)
+    else:
+        result = check_python(ex, payload["source"], deadline, payload.get("hide", []))
+    _write(result_file, result.to_dict())
+    sandbox.sweep()
+    return 0
 
 
 def execute(notebook: str, result_file: str, cell_timeout: str) -> int:
@@ -112,14 +201,20 @@ def execute(notebook: str, result_file: str, cell_timeout: str) -> int:
     skipped_gpu = not mt.cuda_available()
     if skipped_gpu:
         nb = nbtools.without_gpu_cells(nb)
-    with tempfile.TemporaryDirectory(prefix="grade-run-") as cwd:
-        records = nbtools.execute(nb, cwd, float(cell_timeout))
+    records = nbtools.execute(nb, Path(notebook).parent, float(cell_timeout))
     _write(result_file, {"cells": records, "skipped_gpu_cells": skipped_gpu})
     return 0
 
 
+def launch(exercise_id: str, kernel_file: str) -> int:
+    from . import exercises, kernel_checks
+
+    kernel_checks.small_launch(exercises.get(exercise_id), Path(kernel_file).read_text())
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    commands = {"check": check, "execute": execute}
+    commands = {"check": check, "execute": execute, "launch": launch}
     if not argv or argv[0] not in commands:
         print(__doc__, file=sys.stderr)
         return 2

@@ -1,0 +1,204 @@
+"""Where student code runs: a private folder, and bubblewrap's namespaces where bwrap exists.
+
+``command(argv, workdir, gpu=...)`` wraps a command for the sandbox. With
+bubblewrap (``bwrap``, a Debian package) the process gets its own mount, PID,
+network, IPC and UTS namespaces and a new session; it sees only ``workdir``
+(read-write), a fresh ``/tmp``, the Python environment and the system read-only,
+the GPU's device nodes when ``gpu`` is set, and nothing of the submissions or
+the grader's outputs; ``--die-with-parent`` ends everything it started when the
+grader's process for it ends. Without bwrap, the process runs in ``workdir``
+(a private copy) in its own session, and ``sweep`` kills every process it left
+behind: this process is a child subreaper (Linux), so orphans are re-parented
+to it and found by process id. That isolation is partial (the student's code
+can still reach the file system by absolute paths), and ``describe()`` says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+_lock = threading.Lock()
+_ours: set[int] = set()  # processes this process started and still waits for
+PR_SET_CHILD_SUBREAPER = 36
+
+
+@functools.cache
+def bwrap() -> str | None:
+    """The bwrap binary if it exists and can create namespaces here, else None."""
+    path = shutil.which("bwrap")
+    if path is None or os.environ.get("MINITORCH_CUDA_NO_BWRAP") == "1":
+        return None
+    try:
+        probe = [path, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--die-with-parent", "true"]
+        ok = subprocess.run(probe, capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    return path if ok else None
+
+
+def describe() -> str:
+    if bwrap():
+        return "bubblewrap (own mount, PID and network namespaces; only a private copy of the folder is writable)"
+    return (
+        "private copy and process sweep only (bubblewrap is not available: isolation is partial, "
+        "the code could still reach other files by absolute path)"
+    )
+
+
+def kind() -> str:
+    return "bwrap" if bwrap() else "partial"
+
+
+def _read_only_paths() -> list[str]:
+    paths = ["/usr", "/etc", "/opt", sys.prefix, sys.base_prefix, str(PACKAGE_ROOT)]
+    paths += [p for p in sys.path if p and os.path.isdir(p)]
+    cuda = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if cuda:
+        paths.append(cuda)
+    out: list[str] = []
+    for p in sorted({os.path.realpath(p) for p in paths if os.path.exists(p)}):
+        if not any(p == q or p.startswith(q.rstrip("/") + "/") for q in out):
+            out.append(p)
+    return out
+
+
+def command(argv: list[str], workdir: Path, *, gpu: bool = False, hide: list[Path] = ()) -> list[str]:
+    """``argv`` wrapped in bwrap (when usable); ``workdir`` is the only writable folder; ``hide``
+    (the submissions, the outputs) is covered by an empty tmpfs should a read-only path hold it."""
+    binary = bwrap()
+    if binary is None:
+        return list(argv)
+    workdir = Path(workdir).resolve()
+    args = [binary, "--die-with-parent", "--new-session"]
+    args += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"]
+    for link in ("/bin", "/lib", "/lib64", "/sbin"):
+        if os.path.islink(link):
+            args += ["--symlink", os.readlink(link), link]
+        elif os.path.isdir(link):
+            args += ["--ro-bind", link, link]
+    ro = _read_only_paths()
+    for path in ro:
+        args += ["--ro-bind", path, path]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    if gpu:
+        for node in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri/*")):
+            args += ["--dev-bind", node, node]
+        if os.path.isdir("/sys"):
+            args += ["--ro-bind", "/sys", "/sys"]
+    for path in hide:
+        path = Path(path).resolve()
+        if any(str(path).startswith(q.rstrip("/") + "/") or str(path) == q for q in ro) and path.is_dir():
+            if not str(workdir).startswith(str(path) + "/"):
+                args += ["--tmpfs", str(path)]
+    args += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir)]
+    return args + ["--", *argv]
+
+
+def environment(workdir: Path, gpu: str | None = None, *, no_gpu: bool = False) -> dict:
+    """The environment of sandboxed code: HOME and the caches in its folder; only its own GPU
+    (``gpu``), or none at all (``no_gpu``)."""
+    env = dict(os.environ)
+    for key in list(env):
+        if key.startswith(("JPY_", "JUPYTER_")):
+            del env[key]
+    home = str(Path(workdir).resolve())
+    env.update(HOME=home, JUPYTER_RUNTIME_DIR=f"{home}/.jupyter", IPYTHONDIR=f"{home}/.ipython")
+    env.update(MPLCONFIGDIR=f"{home}/.matplotlib", XDG_CACHE_HOME=f"{home}/.cache", TMPDIR="/tmp" if bwrap() else home)
+    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if no_gpu:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    elif gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    return env
+
+
+# --- the processes we start and the ones they leave behind --------------------------------
+
+
+def become_subreaper() -> bool:
+    """Make orphans of our descendants our children (Linux), so that ``sweep`` can find them."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def popen(argv: list[str], **kwargs) -> subprocess.Popen:
+    """``subprocess.Popen`` in a new session, remembered as ours until ``finish``."""
+    with _lock:
+        proc = subprocess.Popen(argv, start_new_session=True, **kwargs)
+        _ours.add(proc.pid)
+    return proc
+
+
+def finish(proc: subprocess.Popen) -> None:
+    """Kill the process's whole session (it made one), reap it, then sweep what it left."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        proc.wait(timeout=10)
+    with _lock:
+        _ours.discard(proc.pid)
+    sweep()
+
+
+def _children() -> list[int]:
+    me, out = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 1 and int(fields[1]) == me:
+            out.append(int(entry))
+    return out
+
+
+def sweep() -> list[int]:
+    """Kill (and reap) every child of this process that it did not start itself: orphans of the
+    student's code, re-parented here. Returns their process ids."""
+    if not sys.platform.startswith("linux"):
+        return []
+    killed = []
+    with _lock:
+        for pid in _children():
+            if pid in _ours:
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        for pid in killed:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, 0)
+    return killed
+
+
+def private_copy(folder: Path, dest: Path) -> Path:
+    """A copy of a student's folder (regular files and folders only, no links followed)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in sorted(Path(folder).rglob("*")):
+        if path.is_symlink():
+            continue
+        target = dest / path.relative_to(folder)
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        elif path.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+    return dest

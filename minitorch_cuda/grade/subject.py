@@ -1,0 +1,93 @@
+"""The subject process: the one place where the grader runs a student's Python.
+
+    python -m minitorch_cuda.grade.subject READ_FD WRITE_FD
+
+The checker (``worker check``) starts it, sandboxed and without a GPU, and
+talks to it over ``channel``: the first message carries the exercise cell's
+source; the subject runs it in a fresh namespace (``np``, ``mt`` and
+``cuda_exercise``, as the notebook's setup cell provides), answers with the
+outcome and a handle on the exercise's variable, then serves the checker's
+calls on it until the checker hangs up. Whatever the cell does to this process
+(patching numpy, the framework or the checks' own code, forking, exiting) stays
+here: the checker only reads the data this process sends back.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+
+def framework_snapshot() -> dict:
+    """Every attribute of every loaded minitorch_cuda module (and its classes), by identity."""
+    snapshot = {}
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("minitorch_cuda") or module is None or name.startswith("minitorch_cuda.exercise"):
+            continue
+        for attr, value in list(vars(module).items()):
+            snapshot[(name, attr)] = id(value)
+            if isinstance(value, type) and value.__module__ == name:
+                for cattr, cvalue in list(vars(value).items()):
+                    snapshot[(name, f"{attr}.{cattr}")] = id(cvalue)
+    return snapshot
+
+
+def tampered(before: dict, after: dict) -> list[str]:
+    changed = [f"{m}.{a}" for (m, a), i in before.items() if after.get((m, a)) != i]
+    return [c for c in changed if not c.endswith(("._overrides", "._builtin", ".counters", "._current", "._active"))]
+
+
+def load(exercise_id: str, source: str) -> tuple[dict, object]:
+    """Run the exercise cell; (the outcome, the exercise's object or None)."""
+    import numpy as np
+
+    import minitorch_cuda as mt
+
+    from ..exercise import cuda_exercise
+    from . import exercises
+    from .notebook import python_source
+
+    ex = exercises.get(exercise_id)
+    before = framework_snapshot()
+    namespace: dict = {"__name__": "__exercise__", "np": np, "mt": mt, "cuda_exercise": cuda_exercise}
+    try:
+        exec(compile(python_source(source), f"<exercise {ex.id} cell>", "exec"), namespace)
+    except NotImplementedError:
+        return {"status": "not_implemented"}, None
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt from a cell are its outcome too
+        return {
+            "status": "raised",
+            "type": type(exc).__name__,
+            "message": traceback.format_exception_only(exc)[-1],
+        }, None
+    changed = tampered(before, framework_snapshot())
+    if changed:
+        return {"status": "tampered", "changed": changed[:5]}, None
+    if ex.name not in namespace:
+        return {"status": "missing"}, None
+    return {"status": "ready"}, namespace[ex.name]
+
+
+def main(argv: list[str]) -> int:
+    from .. import profiler
+    from . import channel, fakes
+
+    peer = channel.Peer(int(argv[0]), int(argv[1]), known={"CaptureError": fakes.CaptureError}, private=False)
+    peer.services["pool_counters"] = lambda: (profiler.counters.pool_hits, profiler.counters.pool_misses)
+    first = peer.receive()
+    outcome, artifact = load(str(first.get("exercise")), str(first.get("source", "")))
+    if artifact is not None:
+        outcome["artifact"] = artifact
+    peer.send({"reply": first.get("id"), "value": peer.encode(outcome)})
+    try:
+        while True:
+            peer.serve_one(peer.receive())
+    except channel.SubjectGone:  # the checker hung up: done
+        return 0
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    os._exit(code)
