@@ -237,7 +237,7 @@ var FPX = (function () {
     el.innerHTML =
       "<style>" + CSS + "</style>" +
       "<label>value <input class='fpx-value' size='24' value='" + model.get("value") + "'></label>" +
-      "<span class='fpx-note'>try 65504 and 65520, 448 and 464, 1e-40, 3.0e38, 1.5, nan, -0</span>" +
+      "<span class='fpx-note'>try 65504 and 65520, 448, 464 and 465, 1e-40, 3.0e38, 1.5, nan, -0</span>" +
       "<div class='fpx-formats'></div>" +
       "<h4>MX block scaling: 32 values share one power-of-two scale</h4>" +
       "<label>element format <select class='fpx-element'>" + options.join("") + "</select></label>" +
