@@ -474,3 +474,34 @@ def test_gpu_kernel_cheats_fail(tmp_path, name) -> None:
     assert not result["passed"] and result["reason"] in {verdict.SANITIZER, verdict.CUDA_ERROR, verdict.WRONG_RESULT}, (
         result
     )
+
+
+def _emulator_usable() -> bool:
+    try:
+        import minitorch_cuda.emulator  # noqa: F401
+    except ImportError:
+        return False
+    return shutil.which("c++") is not None or shutil.which("g++") is not None
+
+
+@pytest.mark.skipif(
+    not _emulator_usable(), reason="the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing"
+)
+def test_kernel_cheats_fail_on_the_emulator(tmp_path) -> None:
+    """`grade --emulate`: the kernel cheats fail on the CPU (the emulator names the lane or the index),
+    the honest kernels pass, and every result says it was emulated."""
+    subs = tmp_path / "subs"
+    for name, (stem, find, replace, _) in GPU_CHEATS.items():
+        (subs / name).mkdir(parents=True)
+        (subs / name / f"{stem}.md").write_text((SOLUTIONS / f"{stem}.md").read_text().replace(find, replace))
+        (subs / "honest").mkdir(exist_ok=True)
+        shutil.copy(SOLUTIONS / f"{stem}.md", subs / "honest")
+    before = tree_bytes(subs)
+    ids = [exercise_id for *_, exercise_id in GPU_CHEATS.values()]
+    results = run_grader(subs, tmp_path / "g.csv", ids, "--emulate", "--timeout", "300")
+    for name, (*_, exercise_id) in GPU_CHEATS.items():
+        result = results[(name, exercise_id)]
+        assert result["reason"] == verdict.CUDA_ERROR and "emulated on the CPU" in result["message"], result
+        assert results[("honest", exercise_id)]["passed"], results[("honest", exercise_id)]
+    assert all(r.get("emulated") for k, r in results.items() if r["reason"] != verdict.MISSING_NOTEBOOK)
+    assert tree_bytes(subs) == before
