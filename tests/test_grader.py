@@ -505,3 +505,21 @@ def test_kernel_cheats_fail_on_the_emulator(tmp_path) -> None:
         assert results[("honest", exercise_id)]["passed"], results[("honest", exercise_id)]
     assert all(r.get("emulated") for k, r in results.items() if r["reason"] != verdict.MISSING_NOTEBOOK)
     assert tree_bytes(subs) == before
+
+
+@pytest.mark.skipif(
+    not _emulator_usable(), reason="the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing"
+)
+def test_a_training_step_is_counted_in_the_checker_on_the_emulator(tmp_path) -> None:
+    """12.1 runs in the subject, but every tensor operation it asks for runs (and is counted) in the
+    checker: reading the gradients back to clip them on the host is seen there."""
+    subs = build(tmp_path / "subs", {s: STUDENTS[s] for s in ("full_solutions", "host_cheat", "empty_kernels")})
+    for folder in subs.iterdir():
+        for p in folder.iterdir():
+            if not p.name.startswith("12_"):
+                p.unlink()
+    results = run_grader(subs, tmp_path / "g.csv", ["12.1"], "--emulate", "--timeout", "300")
+    assert results[("full_solutions", "12.1")]["passed"], results[("full_solutions", "12.1")]
+    assert results[("host_cheat", "12.1")]["reason"] == verdict.HOST_SIDE
+    assert "device-to-host" in results[("host_cheat", "12.1")]["message"]
+    assert results[("empty_kernels", "12.1")]["reason"] == verdict.NOT_IMPLEMENTED

@@ -35,12 +35,12 @@ def _shard(text: str) -> tuple[int, int]:
     return k, n
 
 
-def _parser() -> _Parser:
+def _parser(prog: str) -> _Parser:
     parser = _Parser(
-        prog="minitorch-cuda grade",
+        prog=prog,
         description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        epilog="minitorch-cuda grade merge SHARD_OUT... --out OUT merges the outputs of --shard runs.",
+        epilog=f"{prog} merge SHARD_OUT... --out OUT merges the outputs of --shard runs.",
     )
     parser.add_argument("submissions", type=Path, help="folder with one subfolder of notebooks per student")
     parser.add_argument(
@@ -79,11 +79,11 @@ def _parser() -> _Parser:
     return parser
 
 
-def merge_main(argv: list[str]) -> int:
+def merge_main(argv: list[str], prog: str = "minitorch-cuda grade merge") -> int:
     from . import runner
 
     parser = _Parser(
-        prog="minitorch-cuda grade merge",
+        prog=prog,
         description="Merge the outputs of `minitorch-cuda grade --shard K/N` runs (again as shards finish).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -114,13 +114,13 @@ def merge_main(argv: list[str]) -> int:
     return 1 if missing else 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "minitorch-cuda grade") -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "merge":
-        return merge_main(argv[1:])
+        return merge_main(argv[1:], f"{prog} merge")
     from . import exercises, runner, sandbox
 
-    parser = _parser()
+    parser = _parser(prog)
     args = parser.parse_args(argv)
     submissions = args.submissions.resolve()  # before anything changes directory
     out = args.out.resolve()

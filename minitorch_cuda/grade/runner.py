@@ -181,8 +181,8 @@ class Ledger:
             self.meta = data.get("meta", {})
 
     def done(self, student: str, exercise_id: str) -> bool:
-        r = self.results.get((student, exercise_id))
-        return r is not None and r.get("status", GRADED) != NOT_GRADED
+        r = self.results.get((student, exercise_id))  # (a grades.json of an older grader has no status)
+        return r is not None and r.get("status") != NOT_GRADED and r.get("reason") not in verdict.ENVIRONMENT_REASONS
 
     def add(self, student: str, result: dict, points: float | None = None) -> dict:
         graded = result.get("reason") not in verdict.ENVIRONMENT_REASONS
