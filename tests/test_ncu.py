@@ -256,3 +256,16 @@ def test_chapter_views_show_a_record_or_say_it_is_pending(machine, tmp_path) -> 
     assert ncu.shown("ch11", []).startswith("Nsight Compute measurement pending: book/results/ncu_ch11.json")
     assert ncu.shown_sass().startswith("SASS comparison pending")
     assert len(ncu.shown("ch11", []).splitlines()) == 1
+
+
+def test_a_kernel_profiled_at_two_shapes_is_kept_once_per_grid() -> None:
+    text = "\n".join(
+        [
+            HEAD,
+            long_row(0, "matmul_tiled", "gpu__time_duration.sum", "ns", "5,000", grid="(2, 2, 1)"),
+            long_row(1, "matmul_tiled", "gpu__time_duration.sum", "ns", "9,000", grid="(8, 2, 1)"),
+        ]
+    )
+    kernels = ncu.by_kernel(ncu.parse_csv(text))
+    assert sorted(kernels) == ["matmul_tiled", "matmul_tiled @ (8, 2, 1)"]
+    assert kernels["matmul_tiled @ (8, 2, 1)"]["metrics"]["gpu__time_duration.sum"] == 9000

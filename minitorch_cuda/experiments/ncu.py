@@ -213,6 +213,15 @@ TOPICS: dict[str, Topic] = {
         ),
         notes=("wgmma is issued to the GMMA pipe on Hopper and mma.sync to the HMMA pipe: both candidates are kept.",),
     ),
+    "ch14_small": Topic(  # last: the first to be skipped should the budget run out
+        "The GPU's own time for the smallest products, ours and cuBLAS's: 64^3 and the MNIST "
+        "first layer's 64 x 256 x 784, where matmul.json's event timing may include host gaps",
+        (
+            Run("ours, small", "ch14_small_ours", "regex:^matmul_(transposed|tiled)$", 4, 4, TIME),
+            Run("cuBLAS FP32, small", "cublas_small", f"regex:{CUBLAS}", 4, 4, TIME, "demangled"),
+        ),
+        notes=("A kernel profiled at two shapes appears once per grid ('name @ grid').",),
+    ),
 }
 
 DERIVED = {  # name: (numerator, denominator metric or constant, scale)
@@ -321,12 +330,15 @@ def derive(metrics: dict, names: tuple[str, ...]) -> dict:
 
 def by_kernel(launches: list[dict], derived: tuple[str, ...] = ()) -> dict:
     """The last profiled launch of each kernel (the warm-ups were skipped), with derived ratios."""
-    out = {}
+    out: dict[str, dict] = {}
     for entry in launches:
         kept = {k: entry[k] for k in ("id", "block", "grid", "metrics", "units")}
         kept["derived"] = derive(entry["metrics"], derived)
-        kept["launches_profiled"] = out.get(entry["kernel"], {}).get("launches_profiled", 0) + 1
-        out[entry["kernel"]] = kept
+        name = entry["kernel"]
+        if name in out and out[name]["grid"] != entry["grid"]:  # the same kernel at another shape
+            name = f"{name} @ {entry['grid']}"
+        kept["launches_profiled"] = out.get(name, {}).get("launches_profiled", 0) + 1
+        out[name] = kept
     return out
 
 
@@ -794,14 +806,31 @@ def workload_ch19_ours() -> None:
     runtime.synchronize()
 
 
-def cublas(n: int, tf32: bool, repeats: int) -> None:
+SMALL = ((64, 64, 64), (64, 256, 784))  # M, N, K: the smallest cube and the MNIST first layer
+
+
+def workload_ch14_small_ours() -> None:
+    launchers, ops, runtime, DeviceArray = _device()
+    launches = []
+    for M, N, K in SMALL:
+        c, a, b = DeviceArray.empty((M, N)), _random(ops, M, K), _random(ops, K, N, seed=1)
+        g = launchers.Gemm(M, N, K)
+        launches += [
+            lambda f=f, c=c, a=a, b=b, g=g: f(c, a, b, g) for f in (launchers.matmul_transposed, launchers.matmul_tiled)
+        ]
+    _twice(launches)
+    runtime.synchronize()
+
+
+def cublas(n: int, tf32: bool, repeats: int, shapes: tuple = ()) -> None:
+    """torch.matmul, ``repeats`` times per shape (n x n x n unless ``shapes`` are given): warm-ups first."""
     import torch
 
     torch.backends.cuda.matmul.allow_tf32 = tf32
-    a = torch.randn(n, n, device="cuda")
-    b = torch.randn(n, n, device="cuda")
+    pairs = [(torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")) for M, N, K in shapes or [(n, n, n)]]
     for _ in range(repeats):
-        torch.matmul(a, b)
+        for a, b in pairs:
+            torch.matmul(a, b)
     torch.cuda.synchronize()
 
 
@@ -815,6 +844,8 @@ WORKLOADS = {
     "cublas_fp32_1024": lambda: cublas(1024, False, 4),
     "cublas_fp32_4096": lambda: cublas(4096, False, 2),
     "cublas_tf32_4096": lambda: cublas(4096, True, 2),
+    "ch14_small_ours": workload_ch14_small_ours,
+    "cublas_small": lambda: cublas(0, False, 3, SMALL),  # two warm-ups per shape, then one each
 }
 
 
