@@ -34,8 +34,9 @@ book-results: ## on a GPU machine: re-measure everything the book shows into boo
 tile-eval: ## on a GPU machine: chapter 20's tile evaluation (several minutes) into book/results/tile_eval.json
 	$(PYTHON) -m minitorch_cuda.tile_eval --record
 
-exercises: ## regenerate exercises/ from solutions/
+exercises: ## regenerate exercises/ from solutions/, and the .ipynb copies in book/notebooks/ (Colab, downloads)
 	$(PYTHON) -m minitorch_cuda.grade.generate
+	$(PYTHON) -m minitorch_cuda.book.notebooks
 
 sanitize: ## compute-sanitizer (memcheck, racecheck, synccheck) over every kernel at every stage
 	$(PYTHON) -m minitorch_cuda.sanitize

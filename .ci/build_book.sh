@@ -17,6 +17,12 @@ trap 'rm -rf "$IPYTHONDIR"' EXIT
 mkdir -p "$IPYTHONDIR/profile_default"
 cp book/ipython_kernel_config.py "$IPYTHONDIR/profile_default/"
 
+# The pages are for readers: cells report the recorded H200 runs, never the
+# state of this (GPU-less) machine (minitorch_cuda/book/notes.py).
+export MINITORCH_CUDA_BOOK=1
+# The .ipynb copies the book links for download and Colab follow the sources.
+python -m minitorch_cuda.book.notebooks
+
 # -W: warnings are errors; -n: nitpicky, so broken references are warnings
 # too; --keep-going: report every warning before failing, not just the first.
 jupyter-book build . --builder html --path-output "$out" -W -n --keep-going

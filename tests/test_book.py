@@ -13,6 +13,7 @@ Environment:
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -118,10 +119,49 @@ def browser():
 _IMAGES_JS = """() => Array.from(document.images).map(img => ({
     src: img.getAttribute('src'), complete: img.complete, width: img.naturalWidth}))"""
 _ERRORS_JS = """() => document.querySelectorAll('.output.traceback, .output.error').length"""
+# What a reader must never meet, read from the rendered page (see the test's docstring).
+_PAGE_JS = r"""() => {
+  const article = document.querySelector('article') || document.body;
+  // prose and outputs, without code (which may well spell LaTeX or messages)
+  const walker = document.createTreeWalker(article, NodeFilter.SHOW_TEXT, {acceptNode: n =>
+    n.parentElement.closest('pre, code, .cell_input, script, style, math') ? NodeFilter.FILTER_REJECT
+                                                                          : NodeFilter.FILTER_ACCEPT});
+  let prose = '';
+  while (walker.nextNode()) prose += walker.currentNode.textContent + ' ';
+  // what cells printed; listings of source code and the one cell that demonstrates
+  // the no-CUDA error on purpose (tag shows-no-cuda, chapter 1) are not the build's state
+  const outputs = Array.from(article.querySelectorAll('.cell_output div.output'))
+    .filter(o => !o.closest('.tag_shows-no-cuda'))
+    .filter(o => !o.querySelector('div[class*="highlight-"]:not(.highlight-myst-ansi)'))
+    .map(o => o.innerText).join('\n');
+  const figures = Array.from(article.querySelectorAll('figure')).filter(f =>
+    !f.querySelector('img, svg, object, embed, canvas, table')).map(f => f.innerText.slice(0, 80));
+  const widgets = Array.from(article.querySelectorAll(
+      '.fpx-root, .jupyter-widgets, .widget-area, .jupyter-widgets-view, script[type*="widget-view"]'))
+    .filter(w => w.tagName === 'SCRIPT' || !w.querySelector('input, select, table, canvas, svg'))
+    .map(w => (w.className || w.type) + ': ' + (w.innerText || '').slice(0, 60));
+  const wide = Array.from(article.querySelectorAll('.cell_output div.output'))
+    .filter(o => o.scrollWidth > o.clientWidth + 2)
+    .map(o => o.scrollWidth + 'px > ' + o.clientWidth + 'px: ' + (o.innerText || '').split('\n')[0].slice(0, 70));
+  return {prose, outputs, figures, widgets, wide,
+          katexErrors: article.querySelectorAll('.katex-error').length,
+          math: article.querySelectorAll('math').length};
+}"""
+# TeX that only shows when the math did not render
+_RAW_LATEX = re.compile(r"\\[()\[\]]|\$\$|\\(frac|times|text|mathrm|sum|sqrt|lfloor|lVert|begin|cdot|le|ge)\b")
+# the state of the machine that built the page
+_BUILD_STATE = re.compile(
+    r"GPU available|No GPU here|PyCUDA is not installed|No module named|ModuleNotFoundError|"
+    r"install the 'cuda' extra|Traceback \(most recent call last\)|is not installed here"
+)
 
 
 @pytest.mark.parametrize("page", toc_files())
-def test_page_renders_figures(page: str, book_html: Path, browser, tmp_path: Path) -> None:
+def test_page_reads_well(page: str, book_html: Path, browser, tmp_path: Path) -> None:
+    """Each page, opened offline in headless Chromium: every image loads, no error
+    output, no raw LaTeX (math renders without a network), no message about the
+    build machine, no widget area left empty, no figure without its picture, and
+    no output wider than the column."""
     path = book_html / f"{page}.html"
     assert path.exists(), f"{path} was not built"
     ctx = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -131,8 +171,10 @@ def test_page_renders_figures(page: str, book_html: Path, browser, tmp_path: Pat
     try:
         pg = ctx.new_page()
         pg.goto(path.as_uri(), wait_until="load", timeout=60_000)
+        pg.wait_for_timeout(300)  # the page's own scripts (chapter 2's explorer) run after load
         images = pg.evaluate(_IMAGES_JS)
         n_errors = pg.evaluate(_ERRORS_JS)
+        seen = pg.evaluate(_PAGE_JS)
         shot = tmp_path / (page.replace("/", "__") + ".png")
         pg.screenshot(path=str(shot), full_page=True)
     finally:
@@ -140,6 +182,13 @@ def test_page_renders_figures(page: str, book_html: Path, browser, tmp_path: Pat
     broken = [img for img in images if not img["complete"] or img["width"] == 0]
     assert not broken, f"{page}: images that did not load (screenshot {shot}): {broken}"
     assert n_errors == 0, f"{page}: {n_errors} error outputs rendered (screenshot {shot})"
+    latex = [m.group(0) for m in _RAW_LATEX.finditer(seen["prose"] + seen["outputs"])]
+    assert not latex and seen["katexErrors"] == 0, f"{page}: math not rendered: {latex[:5]} (screenshot {shot})"
+    state = sorted({m.group(0) for m in _BUILD_STATE.finditer(seen["outputs"])})
+    assert not state, f"{page}: outputs report the build machine's state: {state} (screenshot {shot})"
+    assert not seen["widgets"], f"{page}: widget areas left empty: {seen['widgets']} (screenshot {shot})"
+    assert not seen["figures"], f"{page}: figures without a picture: {seen['figures']} (screenshot {shot})"
+    assert not seen["wide"], f"{page}: outputs wider than the column: {seen['wide'][:3]} (screenshot {shot})"
 
 
 # ---------------------------------------------------------------------------

@@ -1,10 +1,54 @@
-"""Recorded results as text tables, and the names the tables and figures give the kernels.
+"""Recorded results as tables, and the names the tables and figures give the kernels.
 
 Every function takes dicts as loaded by ``minitorch_cuda.results.load``
-(``bench_stages``, ``profiles``, ``matmul``) and returns a string to print.
+(``bench_stages``, ``profiles``, ``matmul``). ``rows``, ``stats`` and ``counters``
+return a ``Table``: displayed, it is an HTML table that fits the book's column
+(and Jupyter's); printed, the same table as aligned text. The ``*_text`` functions
+return that text.
 """
 
 from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+
+class Table:
+    """A table shown as HTML where the front end renders it and as aligned text elsewhere.
+
+    ``align`` holds one letter per column: ``l`` (text) or ``r`` (numbers)."""
+
+    def __init__(self, header: Sequence[str], rows: Sequence[Sequence], align: str | None = None, caption: str = ""):
+        self.header = [str(h) for h in header]
+        self.rows = [[str(c) for c in row] for row in rows]
+        self.align = align or "l" + "r" * (len(self.header) - 1)
+        self.caption = caption
+
+    def __str__(self) -> str:
+        widths = [max(len(r[i]) for r in [self.header, *self.rows]) for i in range(len(self.header))]
+
+        def line(cells):
+            return "  ".join(c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(cells, widths, self.align))
+
+        text = [line(self.header), "-" * (sum(widths) + 2 * (len(widths) - 1)), *map(line, self.rows)]
+        return "\n".join(([self.caption] if self.caption else []) + [t.rstrip() for t in text])
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        def cells(tag, row):
+            return "".join(
+                f"<{tag} style='text-align:{'right' if a == 'r' else 'left'}'>{html.escape(c)}</{tag}>"
+                for c, a in zip(row, self.align)
+            )
+
+        caption = f"<caption>{html.escape(self.caption)}</caption>" if self.caption else ""
+        body = "".join(f"<tr>{cells('td', r)}</tr>" for r in self.rows)
+        return (
+            f"<table class='mt-table'>{caption}<thead><tr>{cells('th', self.header)}</tr></thead>"
+            f"<tbody>{body}</tbody></table>"
+        )
+
 
 MATMUL_LABELS = {
     "matmul_naive": "naive (stage 0)",
@@ -22,34 +66,62 @@ MATMUL_LABELS = {
 LADDER_MATMULS = ["matmul_naive", "matmul_transposed", "matmul_batched", "matmul_tiled", "cublas"]
 
 
-def rows_text(rows: list[dict]) -> str:
+def rows(rows: list[dict]) -> Table:
     """Benchmark rows (from ``bench.run_stage``) as a table, each against the first."""
-    head = f"{'stage':>5} {'batches':>8} {'median s':>9} {'ms/step':>9} {'speed-up':>9}  what changed"
-    lines = [head, "-" * (len(head) + 20)]
-    for r in rows:
-        lines.append(
-            f"{r['stage']:>5} {r['batches_per_epoch']:>8} {r['median_s']:9.3f} {r['s_per_step'] * 1e3:9.3f} "
-            f"{rows[0]['s_per_step'] / r['s_per_step']:8.2f}x  {r['description']}"
-        )
-    return "\n".join(lines)
+    return Table(
+        ["stage", "batches", "median s", "ms/step", "speed-up", "what changed"],
+        [
+            [
+                r["stage"],
+                r["batches_per_epoch"],
+                f"{r['median_s']:.3f}",
+                f"{r['s_per_step'] * 1e3:.3f}",
+                f"{rows[0]['s_per_step'] / r['s_per_step']:.2f}x",
+                r["description"],
+            ]
+            for r in rows
+        ],
+        align="rrrrrl",
+    )
+
+
+def stats(entry: dict, top: int | None = None) -> Table:
+    """A recorded profile as a table in the form of ``nsys stats`` (microseconds)."""
+    return Table(
+        ["Time (%)", "Total (us)", "Inst", "Avg", "Med", "Min", "Max", "Name"],
+        [
+            [
+                f"{r['time_pct']:.1f}",
+                f"{r['total_us']:.1f}",
+                r["instances"],
+                f"{r['avg_us']:.2f}",
+                f"{r['med_us']:.2f}",
+                f"{r['min_us']:.2f}",
+                f"{r['max_us']:.2f}",
+                r["name"],
+            ]
+            for r in entry["stats"][:top]
+        ],
+        align="rrrrrrrl",
+    )
+
+
+def counters(*entries: tuple[str, dict]) -> Table:
+    """Counter dicts side by side: ``counters(("stage 0", c0), ("stage 1", c1))``."""
+    names = list(entries[0][1])
+    return Table(
+        ["per step", *(label for label, _ in entries)],
+        [[name, *(f"{c.get(name, 0):,.2f}" for _, c in entries)] for name in names],
+    )
+
+
+def rows_text(rows_: list[dict]) -> str:
+    return str(rows(rows_))
 
 
 def stats_text(entry: dict, top: int | None = None) -> str:
-    """A recorded profile as a table in the form of ``nsys stats`` (microseconds)."""
-    head = f"{'Time (%)':>8} {'Total (us)':>10} {'Inst':>5} {'Avg':>7} {'Med':>7} {'Min':>7} {'Max':>7}  Name"
-    lines = [head, "-" * (len(head) + 14)]
-    for r in entry["stats"][:top]:
-        lines.append(
-            f"{r['time_pct']:8.1f} {r['total_us']:10.1f} {r['instances']:5d} {r['avg_us']:7.2f} "
-            f"{r['med_us']:7.2f} {r['min_us']:7.2f} {r['max_us']:7.2f}  {r['name']}"
-        )
-    return "\n".join(lines)
+    return str(stats(entry, top))
 
 
 def counters_text(*entries: tuple[str, dict]) -> str:
-    """Counter dicts side by side: ``counters_text(("stage 0", c0), ("stage 1", c1))``."""
-    names = list(entries[0][1])
-    lines = [f"{'per step':>14}" + "".join(f"{label:>14}" for label, _ in entries)]
-    for name in names:
-        lines.append(f"{name:>14}" + "".join(f"{c.get(name, 0):14,.2f}" for _, c in entries))
-    return "\n".join(lines)
+    return str(counters(*entries))
