@@ -199,8 +199,8 @@ class Peer:
             raise SubjectGone("crashed", f"a message of {size} bytes: over the channel's limit")
         try:
             message = json.loads(self._read(size))
-        except ValueError as exc:
-            raise SubjectGone("crashed", f"a message that is not JSON ({exc})") from None
+        except (ValueError, RecursionError) as exc:
+            raise SubjectGone("crashed", f"a message that is not JSON ({type(exc).__name__})") from None
         if not isinstance(message, dict):
             raise SubjectGone("crashed", "a message that is not a JSON object")
         return message
@@ -284,15 +284,22 @@ class Peer:
                 continue
             if incoming.get("reply") != number:
                 raise SubjectGone("crashed", "a reply to a request that was not made")
-            for index, array in incoming.get("mutated", []):
+            for index, array in incoming.get("mutated", []) if isinstance(incoming.get("mutated"), list) else []:
                 if isinstance(index, int) and 0 <= index < len(mutable) and isinstance(mutable[index], np.ndarray):
-                    new = self.decode(array)
+                    new = self.decode_value(array)
                     if isinstance(new, np.ndarray) and new.shape == mutable[index].shape:
                         np.copyto(mutable[index], new, casting="unsafe")
             if "error" in incoming:
-                name, text = incoming["error"] if len(incoming["error"]) == 2 else ("RemoteError", "")
+                error = incoming["error"]
+                name, text = error if isinstance(error, list) and len(error) == 2 else ("RemoteError", "")
                 raise exception_for(str(name), str(text), self.known)
-            return self.decode(incoming.get("value"))
+            return self.decode_value(incoming.get("value"))
+
+    def decode_value(self, value):
+        try:
+            return self.decode(value)
+        except RecursionError:
+            raise SubjectGone("crashed", "a value nested too deeply") from None
 
     def serve_one(self, message: dict) -> None:
         number = message.get("id")

@@ -189,6 +189,20 @@ def sweep() -> list[int]:
     return killed
 
 
+def limit_resources(*, memory_bytes: int | None = None, file_bytes: int = 256 << 20) -> None:
+    """Cap what this process (and what it starts) may write to one file and, without a GPU to map,
+    its address space: a print loop or a memory bomb then ends the student's process, not the
+    grading machine. Called by the sandboxed process itself, before any student code runs."""
+    import resource
+
+    limits = [(resource.RLIMIT_FSIZE, file_bytes)]
+    if memory_bytes is not None:
+        limits.append((resource.RLIMIT_AS, memory_bytes))
+    for which, value in limits:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(which, (value, value))
+
+
 def private_copy(folder: Path, dest: Path) -> Path:
     """A copy of a student's folder (regular files and folders only, no links followed)."""
     dest.mkdir(parents=True, exist_ok=True)

@@ -71,7 +71,9 @@ def load(exercise_id: str, source: str) -> tuple[dict, object]:
 
 def main(argv: list[str]) -> int:
     from .. import profiler
-    from . import channel, fakes
+    from . import channel, fakes, sandbox
+
+    sandbox.limit_resources(memory_bytes=16 << 30)
 
     peer = channel.Peer(int(argv[0]), int(argv[1]), known={"CaptureError": fakes.CaptureError}, private=False)
     peer.services["pool_counters"] = lambda: (profiler.counters.pool_hits, profiler.counters.pool_misses)

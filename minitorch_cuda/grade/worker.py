@@ -196,7 +196,9 @@ def execute(notebook: str, result_file: str, cell_timeout: str) -> int:
     import minitorch_cuda as mt
 
     from . import notebook as nbtools
+    from . import sandbox
 
+    sandbox.limit_resources()  # the kernel inherits the cap on file sizes
     nb = nbtools.read(notebook)
     skipped_gpu = not mt.cuda_available()
     if skipped_gpu:
