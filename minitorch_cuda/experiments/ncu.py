@@ -214,10 +214,10 @@ TOPICS: dict[str, Topic] = {
         notes=("wgmma is issued to the GMMA pipe on Hopper and mma.sync to the HMMA pipe: both candidates are kept.",),
     ),
     "ch14_small": Topic(  # last: the first to be skipped should the budget run out
-        "The GPU's own time for the smallest products, ours and cuBLAS's: 64^3 and the MNIST "
+        "The GPU's own time for the smallest products (transposed, batched and tiled, and cuBLAS): 64^3 and the MNIST "
         "first layer's 64 x 256 x 784, where matmul.json's event timing may include host gaps",
         (
-            Run("ours, small", "ch14_small_ours", "regex:^matmul_(transposed|tiled)$", 4, 4, TIME),
+            Run("ours, small", "ch14_small_ours", "regex:^matmul_(transposed|batched|tiled)$", 6, 6, TIME),
             Run("cuBLAS FP32, small", "cublas_small", f"regex:{CUBLAS}", 4, 4, TIME, "demangled"),
         ),
         notes=("A kernel profiled at two shapes appears once per grid ('name @ grid').",),
@@ -816,7 +816,8 @@ def workload_ch14_small_ours() -> None:
         c, a, b = DeviceArray.empty((M, N)), _random(ops, M, K), _random(ops, K, N, seed=1)
         g = launchers.Gemm(M, N, K)
         launches += [
-            lambda f=f, c=c, a=a, b=b, g=g: f(c, a, b, g) for f in (launchers.matmul_transposed, launchers.matmul_tiled)
+            lambda f=f, c=c, a=a, b=b, g=g: f(c, a, b, g)
+            for f in (launchers.matmul_transposed, launchers.matmul_batched, launchers.matmul_tiled)
         ]
     _twice(launches)
     runtime.synchronize()
