@@ -28,15 +28,36 @@ from .grade.fakes import FakeArray, FakeDevice, GraphDevice, QueueingDevice, Tin
 __all__ = ["FakeArray", "FakeDevice", "GraphDevice", "QueueingDevice", "TinyStep", "cuda_exercise", "report"]
 
 
-def report(exercise_id: str, artifact):
+class Outcome:
+    """What ``report`` returns: the check's result, which the report already printed,
+    so a notebook cell that ends with ``report(...)`` shows it once, not again as a repr."""
+
+    def __init__(self, result):
+        self.result = result
+
+    def __getattr__(self, name):  # .passed, .reason, .message, ... of the CheckResult
+        return getattr(self.result, name)
+
+    def __bool__(self) -> bool:
+        return bool(self.result.passed)
+
+    def __repr__(self) -> str:
+        return f"Outcome({self.result!r})"
+
+    def _ipython_display_(self) -> None:
+        """Printed by the report already: IPython shows nothing more."""
+
+
+def report(exercise_id: str, artifact) -> Outcome:
     """Run the grader's checks of an exercise here and print what passed and what failed."""
     from .grade.checks import report as run
 
-    return run(exercise_id, artifact)
+    return Outcome(run(exercise_id, artifact))
 
 
-def cuda_exercise(exercise_id: str, source: str) -> str:
-    """Validate a kernel exercise's source early; returns it unchanged."""
+def cuda_exercise(exercise_id: str, source: str) -> None:
+    """Validate a kernel exercise's source early. Returns nothing, so that the cell
+    that ends with it does not echo the kernel's source back."""
     ex = exercises.get(exercise_id)
     if "TODO: Exercise" in source:
         raise NotImplementedError(f"Exercise {ex.id}")
@@ -47,4 +68,3 @@ def cuda_exercise(exercise_id: str, source: str) -> str:
         from .cuda.runtime import compile_module
 
         compile_module(source, f"your kernel {ex.kernel!r} (exercise {ex.id})")
-    return source

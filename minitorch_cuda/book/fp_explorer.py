@@ -17,41 +17,46 @@ import uuid
 from pathlib import Path
 
 JS = Path(__file__).with_name("fp_explorer.js")
-# A block of 32 values spanning three binades, with one outlier: the MX scale
-# follows the outlier, and the smallest values lose their digits first.
+# A block of 32 gradient-sized values spanning three binades, with one outlier
+# (0.0125): cast to FP4 without a scale they are all zero; with the block's
+# scale the largest lands at the top of FP4's range and the small ones lose
+# their digits first.
 DEFAULT_BLOCK = [
-    0.82,
-    -1.37,
-    0.05,
-    2.4,
-    -0.61,
-    0.013,
-    1.05,
-    -0.27,
-    0.44,
-    -3.1,
-    0.0071,
-    1.9,
-    -0.09,
-    0.33,
-    12.5,
-    -0.76,
-    0.58,
-    -2.2,
-    0.021,
-    0.97,
-    -1.6,
-    0.15,
-    -0.048,
-    2.9,
-    0.71,
-    -0.38,
-    1.24,
-    -0.0033,
-    0.26,
-    -1.11,
-    0.64,
-    -4.7,
+    round(v * 1e-3, 7)
+    for v in (
+        0.82,
+        -1.37,
+        0.05,
+        2.4,
+        -0.61,
+        0.013,
+        1.05,
+        -0.27,
+        0.44,
+        -3.1,
+        0.0071,
+        1.9,
+        -0.09,
+        0.33,
+        12.5,
+        -0.76,
+        0.58,
+        -2.2,
+        0.021,
+        0.97,
+        -1.6,
+        0.15,
+        -0.048,
+        2.9,
+        0.71,
+        -0.38,
+        1.24,
+        -0.0033,
+        0.26,
+        -1.11,
+        0.64,
+        -4.7,
+    )
 ]
 
 
