@@ -147,7 +147,10 @@ def check_exercise(ex: exercises.Exercise, payload: dict, settings: Settings, gp
         payload_file, result = Path(tmp, "payload.json"), Path(tmp, "result.json")
         payload_file.write_text(json.dumps(payload))
         args = ["check", ex.id, str(payload_file), str(result)]
-        code, tail = run_isolated(args, settings.check_timeout + 10, gpu, tmp, _emulation_env(settings))
+        budget = (
+            settings.check_timeout + 10 + (settings.sanitize_timeout if settings.sanitize and ex.kind == "cuda" else 0)
+        )
+        code, tail = run_isolated(args, budget, gpu, tmp, _emulation_env(settings))
         if result.exists():
             return json.loads(result.read_text())
     if code is None:

@@ -150,17 +150,22 @@ def check_python(ex, cell: str, deadline: float, hide: list[str]):
         subject.close()
 
 
-def check_kernel(ex, kernel_source: str, sanitize: bool, sanitize_timeout: float):
-    """The verdict on a kernel exercise: launched here, then under compute-sanitizer."""
+def check_kernel(ex, kernel_source: str, sanitize: bool, sanitize_timeout: float, check_timeout: float):
+    """The verdict on a kernel exercise: launched here (within ``check_timeout``), then under
+    compute-sanitizer (the runner allows for ``sanitize_timeout`` more)."""
     import minitorch_cuda as mt
 
     from . import checks, sanitizer, verdict
     from .verdict import CheckResult
 
+    start = time.monotonic()
     try:
         result = checks.run_check(ex.id, kernel_source)
     except NotImplementedError:
         return CheckResult(ex.id, False, verdict.NOT_IMPLEMENTED, f"Exercise {ex.id} is still the stub")
+    if time.monotonic() - start > check_timeout:
+        message = f"the checks took more than {check_timeout:g} s (an endless loop or a very slow kernel?)"
+        return CheckResult(ex.id, False, verdict.TIMEOUT, message)
     if not result.passed or not sanitize or os.environ.get("MINITORCH_CUDA_EMULATE") == "1" or not mt.cuda_available():
         return result
     failure, notes = sanitizer.run(ex, kernel_source, sanitize_timeout)
@@ -182,9 +187,8 @@ def check(exercise_id: str, payload_file: str, result_file: str) -> int:
     if ex.gpu and not mt.cuda_available():
         result = verdict.CheckResult(ex.id, False, verdict.NO_GPU, mt.cuda_unavailable_reason())
     elif ex.kind == "cuda":
-        result = check_kernel(
-            ex, payload["source"], bool(payload.get("sanitize")), float(payload.get("sanitize_timeout", 90))
-        )
+        timeouts = float(payload.get("sanitize_timeout", 90)), float(payload.get("timeout", 120))
+        result = check_kernel(ex, payload["source"], bool(payload.get("sanitize")), *timeouts)
     else:
         result = check_python(ex, payload["source"], deadline, payload.get("hide", []))
     _write(result_file, result.to_dict())
