@@ -303,3 +303,85 @@ def test_gpu_solution_passes_in_process(exercise_id) -> None:
     artifact, source = solution(exercise_id)
     result = checks.run_check(exercise_id, artifact, source)
     assert result.passed, str(result)
+
+
+# --- reading a kernel without running its cell (grade/source.py) -------------------------------
+
+RELU = 'extern "C" __global__ void ew_relu(float* out, const float* a, int n) { }'
+
+
+@pytest.mark.parametrize(
+    ("cell", "reason", "message"),
+    [
+        (f"ew_relu_source = r'''{RELU}'''\ncuda_exercise('3.1', ew_relu_source)", None, ""),
+        (f"ew_relu_source = '// head\\n' + r'''{RELU}'''", None, ""),
+        ("ew_relu_source = open('relu.cu').read()", None, ""),
+        ("from pathlib import Path\new_relu_source = Path('relu.cu').read_text()", None, ""),
+        ("ew_relu_source = open('../outside.cu').read()", verdict.NOT_A_KERNEL, "not a file in your folder"),
+        ("ew_relu_source = make_source()", verdict.NOT_A_KERNEL, "without running your cell"),
+        ("src = 'x'", verdict.MISSING, "does not assign 'ew_relu_source'"),
+        (
+            f"import pycuda.driver as drv\ndrv.Function.prepared_async_call = print\new_relu_source = '''{RELU}'''",
+            verdict.HOST_SIDE,
+            "drv.Function.prepared_async_call",
+        ),
+        (f"setattr(mt, 'tensor', None)\new_relu_source = '''{RELU}'''", verdict.HOST_SIDE, "setattr"),
+        (f"f = print\nf.__code__\new_relu_source = '''{RELU}'''", verdict.HOST_SIDE, "__code__"),
+        (f"ew_relu_source = '#include \"/etc/passwd\"\\n' + '''{RELU}'''", verdict.NOT_A_KERNEL, "include only"),
+        ("ew_relu_source = '''", verdict.EXCEPTION, "SyntaxError"),
+    ],
+)
+def test_kernel_source_is_read_statically(tmp_path, cell, reason, message) -> None:
+    from minitorch_cuda.grade import source
+
+    (tmp_path / "student").mkdir()
+    (tmp_path / "student" / "relu.cu").write_text(RELU)
+    (tmp_path / "outside.cu").write_text(RELU)
+    ex = exercises.get("3.1")
+    if reason is None:
+        assert source.kernel_source(cell, ex, tmp_path / "student").endswith(RELU)
+        return
+    with pytest.raises(verdict.CheckFailed) as failed:
+        source.kernel_source(cell, ex, tmp_path / "student")
+    assert failed.value.reason == reason and message in failed.value.message, failed.value.message
+
+
+def test_every_shipped_kernel_cell_reads_statically() -> None:
+    from minitorch_cuda.grade import source
+
+    for ex in exercises.ordered():
+        if ex.kind == "cuda":
+            for folder in ("solutions", "exercises"):
+                nb = jupytext.read(ROOT / folder / f"{ex.notebook}.md")
+                assert f"{ex.kernel}(" in source.kernel_source(notebook.exercise_source(nb, ex), ex)
+
+
+# --- the channel between checker and subject (grade/channel.py) --------------------------------
+
+
+def test_the_checkers_side_of_the_channel_shares_only_what_its_policy_allows() -> None:
+    import os
+
+    from minitorch_cuda.grade import channel, fakes, worker
+
+    r, w = os.pipe()
+    peer = channel.Peer(r, w, shareable=worker.shareable)
+    device = fakes.FakeDevice(4096)
+    handle = peer.encode(device)["H"]
+    assert peer.encode(device) == {"H": handle}  # one handle per object
+    for name in ("__class__", "_private", "__init__"):
+        with pytest.raises(channel.ChannelRefused):
+            peer._perform({"op": "getattr", "obj": handle, "name": name})
+    with pytest.raises(channel.ChannelRefused):
+        peer._perform({"op": "method", "obj": handle, "name": "__init__", "args": {"T": []}})
+    with pytest.raises(channel.ChannelRefused):
+        peer.encode(os)
+    with pytest.raises(channel.ChannelRefused):
+        peer._perform({"op": "getattr", "obj": 999, "name": "used"})
+    value, _ = peer._perform({"op": "method", "obj": handle, "name": "allocate", "args": {"T": [1024]}})
+    assert value.nbytes == 1024 and device.used == 1024
+    assert peer.decode(peer.encode((np.float32([1, 2]), {"k": (1, "x")}, np.int64(3))))[1] == {"k": (1, "x")}
+    with pytest.raises(channel.SubjectGone):
+        peer.decode({"A": ["object", [1], ""]})  # no dtype outside the fixed set
+    os.close(r)
+    os.close(w)
