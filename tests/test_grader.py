@@ -192,6 +192,13 @@ def test_rubric_covers_every_exercise() -> None:
     assert set(runner.load_rubric(None)["points"]) == set(exercises.EXERCISES)
 
 
+def test_one_table_maps_every_exercise_to_its_check() -> None:
+    from minitorch_cuda.grade import checks
+
+    assert set(checks.CHECKS) == set(exercises.EXERCISES)
+    assert all(checks.CHECKS[i] is checks.PYTHON_CHECKS[i] for i in checks.PYTHON_CHECKS)
+
+
 @pytest.mark.parametrize(("gpus", "cores", "jobs"), [(1, 32, 4), (2, 32, 8), (2, 6, 6), (0, 2, 2), (0, 1, 1)])
 def test_default_jobs_is_four_per_gpu_at_most_one_per_core(monkeypatch, gpus, cores, jobs) -> None:
     monkeypatch.setattr(runner.os, "cpu_count", lambda: cores)

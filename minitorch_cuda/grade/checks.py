@@ -19,7 +19,7 @@ counted launches), ``kernel_checks`` (the kernel exercises and 12.1),
 
 from __future__ import annotations
 
-from . import exercises, host_checks
+from . import exercises, host_checks, kernel_checks
 from .verdict import COMPILE_ERROR, CUDA_ERROR, EXCEPTION, NO_GPU, PASSED, CheckFailed, CheckResult
 
 
@@ -27,6 +27,16 @@ def _fib_tile(fib_tile, source: str = "") -> list[str]:
     from ..tile_eval.exercise import check_fib_tile  # chapter 20's check lives with its code
 
     return check_fib_tile(fib_tile, source)
+
+
+def _on_gpu(exercise_id: str):
+    """The check of a kernel exercise (or 12.1): ``kernel_checks.run`` for that exercise."""
+
+    def check(artifact, source: str = "") -> list[str]:
+        return kernel_checks.run(exercises.get(exercise_id), artifact, source)
+
+    check.__name__ = f"check_{exercise_id.replace('.', '_')}"
+    return check
 
 
 PYTHON_CHECKS = {
@@ -40,6 +50,9 @@ PYTHON_CHECKS = {
     "20.1": _fib_tile,
 }
 
+# exercise id -> check(artifact, cell source) -> what passed; every exercise has exactly one
+CHECKS = {e.id: PYTHON_CHECKS.get(e.id) or _on_gpu(e.id) for e in exercises.ordered()}
+
 
 def run_check(exercise_id: str, artifact, source: str = "") -> CheckResult:
     """Run the hidden checks of one exercise on ``artifact`` (a kernel source or a Python object).
@@ -49,12 +62,7 @@ def run_check(exercise_id: str, artifact, source: str = "") -> CheckResult:
     """
     ex = exercises.get(exercise_id)
     try:
-        if ex.id in PYTHON_CHECKS:
-            done = PYTHON_CHECKS[ex.id](artifact, source)
-        else:
-            from . import kernel_checks
-
-            done = kernel_checks.run(ex, artifact, source)
+        done = CHECKS[ex.id](artifact, source)
     except CheckFailed as failure:
         return CheckResult(ex.id, False, failure.reason, failure.message, failure.details)
     except NotImplementedError:
