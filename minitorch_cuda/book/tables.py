@@ -10,6 +10,7 @@ return that text.
 from __future__ import annotations
 
 import html
+import textwrap
 from collections.abc import Sequence
 
 
@@ -24,14 +25,25 @@ class Table:
         self.align = align or "l" + "r" * (len(self.header) - 1)
         self.caption = caption
 
+    WIDTH = 96  # the text form's line length: a book column, or a terminal
+
     def __str__(self) -> str:
         widths = [max(len(r[i]) for r in [self.header, *self.rows]) for i in range(len(self.header))]
+        # a long last column of text (a description, a kernel name) wraps under itself
+        lead = sum(widths[:-1]) + 2 * (len(widths) - 1)
+        if self.align[-1] == "l" and lead + widths[-1] > self.WIDTH and self.WIDTH - lead >= 20:
+            widths[-1] = max(self.WIDTH - lead, len(self.header[-1]))
 
-        def line(cells):
-            return "  ".join(c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(cells, widths, self.align))
+        def lines(cells):
+            last = textwrap.wrap(cells[-1], widths[-1]) or [""]
+            first = "  ".join(c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(cells, widths, self.align))
+            first = first[:lead] + last[0]
+            return [first.rstrip(), *(" " * lead + more for more in last[1:])]
 
-        text = [line(self.header), "-" * (sum(widths) + 2 * (len(widths) - 1)), *map(line, self.rows)]
-        return "\n".join(([self.caption] if self.caption else []) + [t.rstrip() for t in text])
+        text = [*lines(self.header), "-" * (lead + widths[-1])]
+        for row in self.rows:
+            text += lines(row)
+        return "\n".join(([self.caption] if self.caption else []) + text)
 
     __repr__ = __str__
 

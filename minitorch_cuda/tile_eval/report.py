@@ -73,16 +73,21 @@ def scaling_table(data: dict, case: str) -> str:
     for r in _rows(data, case=case):
         by[r["log2"]][r["model"]] = r
     models = [m for m in MODELS if any(m in v for v in by.values())]
-    lines = [f"{'size':6s}" + "".join(f" {m + ' GElem/s':>22s}" for m in models)]
+    rows = [["size", *models]]
     for log2, per in sorted(by.items()):
         cells = []
         for m in models:
             r = per.get(m, {})
             if "gelems" not in r:
-                cells.append(f" {r.get('error', '-')[:22]:>22s}")
+                cells.append(r.get("error", "-")[:22])
             else:
-                cells.append(f" {r['gelems']:12.1f} ({r.get('ratio_to_cuda_c', 1):.2f}x)")
-        lines.append(f"2^{log2:<4d}" + "".join(cells))
+                cells.append(f"{r['gelems']:.1f} ({r.get('ratio_to_cuda_c', 1):.2f}x)")
+        rows.append([f"2^{log2}", *cells])
+    # columns as wide as their content, so the table fits a book's column
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["GElem/s (ratio to CUDA C) per size"]
+    for row in rows:
+        lines.append(row[0].ljust(widths[0]) + "".join(f"  {c:>{w}s}" for c, w in zip(row[1:], widths[1:])))
     return "\n".join(lines)
 
 
