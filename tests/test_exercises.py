@@ -385,3 +385,52 @@ def test_the_checkers_side_of_the_channel_shares_only_what_its_policy_allows() -
         peer.decode({"A": ["object", [1], ""]})  # no dtype outside the fixed set
     os.close(r)
     os.close(w)
+
+
+# --- compute-sanitizer on a kernel that passed (grade/sanitizer.py) -----------------------------
+
+MEMCHECK_OUTPUT = """\
+========= COMPUTE-SANITIZER
+========= Invalid __shared__ write of size 4 bytes
+=========     at softmax_rows_volatile+0x2a0 in kernel.cu:12
+=========     by thread (63,0,0) in block (0,0,0)
+=========     Address 0x10fc is out of bounds
+=========
+========= ERROR SUMMARY: 1 error
+"""
+
+
+def test_the_sanitizers_first_message_is_the_reason(tmp_path, monkeypatch) -> None:
+    from minitorch_cuda.grade import sanitizer
+
+    assert sanitizer.first_error(MEMCHECK_OUTPUT) == (
+        "Invalid __shared__ write of size 4 bytes",
+        [
+            "at softmax_rows_volatile+0x2a0 in kernel.cu:12",
+            "by thread (63,0,0) in block (0,0,0)",
+            "Address 0x10fc is out of bounds",
+        ],
+    )
+    race = "========= COMPUTE-SANITIZER\n========= Error: Race reported between Write access at k+0x1f0\n"
+    assert sanitizer.first_error(race)[0] == "Error: Race reported between Write access at k+0x1f0"
+    assert sanitizer.tools_for("__global__ void k() { }") == ["memcheck"]
+    assert sanitizer.tools_for("__shared__ float s[8]; __syncthreads();") == ["memcheck", "racecheck", "synccheck"]
+    assert sanitizer.tools_for("v += __shfl_down_sync(0xffffffffu, v, 1);") == ["memcheck", "synccheck"]
+    ex = exercises.get("3.3")
+    monkeypatch.setattr(sanitizer, "binary", lambda: None)
+    assert sanitizer.run(ex, "__shared__", 10) == (None, ["compute-sanitizer not found: not run"])
+    fake = tmp_path / "compute-sanitizer"  # a stand-in: memcheck reports an error, the others are clean
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$2" = memcheck ]; then cat <<"EOF"\n{MEMCHECK_OUTPUT}EOF\nexit 99; fi\n'
+        'if [ "$2" = racecheck ]; then sleep 30; fi\nexit 0\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setattr(sanitizer, "binary", lambda: str(fake))
+    message, details = sanitizer.run(ex, "__shared__ float s[8]; __syncthreads();", 3)
+    assert message == "compute-sanitizer memcheck: Invalid __shared__ write of size 4 bytes" and details
+    fake.write_text('#!/bin/sh\nif [ "$2" = memcheck ]; then exit 0; fi\nsleep 30\n')
+    clean = "__global__ void k() { }"
+    assert sanitizer.run(ex, clean, 10) == (None, ["compute-sanitizer (memcheck) on a small launch: no errors"])
+    message, notes = sanitizer.run(ex, "__shared__ float s[8];", 2)
+    assert message is None and "racecheck did not finish within 2 s (not counted)" in notes[1]
