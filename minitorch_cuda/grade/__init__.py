@@ -169,6 +169,14 @@ def main(argv: list[str] | None = None, prog: str = "minitorch-cuda grade") -> i
         )
     if settings.execute and sandbox.kind() != "bwrap":
         print(f"warning: notebooks run with {sandbox.describe()}", file=sys.stderr)
+    elif settings.execute and needs_gpu and runner.visible_gpus() and not args.emulate:
+        why = sandbox.gpu_reachable(runner.visible_gpus()[0])
+        if why:
+            print(
+                f"warning: CUDA does not start inside the sandbox ({why}): notebooks' GPU cells will fail "
+                "there (the feedback says so; grades come from the checks)",
+                file=sys.stderr,
+            )
     ledger = runner.grade(settings)
     graded = runner.shard_of(students, args.shard)
     counts = runner.summary(ledger, graded, ids)

@@ -124,6 +124,27 @@ def environment(workdir: Path, gpu: str | None = None, *, no_gpu: bool = False) 
     return env
 
 
+def gpu_reachable(gpu: str | None) -> str | None:
+    """None if CUDA starts inside the sandbox (notebooks' GPU cells need it), else why not."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="grade-probe-") as tmp:
+        probe = [sys.executable, "-c", "import minitorch_cuda as mt; print(mt.cuda_unavailable_reason() or 'ok')"]
+        try:
+            out = subprocess.run(
+                command(probe, Path(tmp), gpu=True),
+                capture_output=True,
+                text=True,
+                timeout=120,
+                cwd=tmp,
+                env=environment(Path(tmp), gpu=gpu),
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return str(exc)
+    lines = (out.stdout + out.stderr).strip().splitlines()
+    return None if lines and lines[-1] == "ok" else (lines[-1] if lines else f"exit code {out.returncode}")
+
+
 # --- the processes we start and the ones they leave behind --------------------------------
 
 
