@@ -1,0 +1,64 @@
+"""The book's helpers that readers never see directly: the .ipynb copies for
+Colab and download, the notes a chapter prints about its machine, and the
+tables that fit a column."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from minitorch_cuda.book import notebooks, notes, tables
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_chapter_and_exercise_has_an_ipynb_target():
+    stems = {(p.parent.name, p.stem) for p in notebooks.targets()}
+    for folder in notebooks.FOLDERS:
+        for source in (ROOT / folder).glob("[0-9][0-9]_*.md"):
+            assert (folder, source.stem) in stems
+
+
+def test_the_ipynb_copy_installs_first_and_carries_no_outputs():
+    source = ROOT / "exercises" / "01_cuda_setup.md"
+    nb = notebooks.notebook(source)
+    first = nb.cells[0]
+    assert first.cell_type == "code" and "remove-cell" in first.metadata["tags"]
+    assert first.metadata["jupyter"]["source_hidden"] and first.metadata["cellView"] == "form"
+    assert 'find_spec("minitorch_cuda") is None' in first.source and '"exercises"' in first.source
+    assert notebooks.REPOSITORY in first.source
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
+    assert notebooks.render(source) == notebooks.render(source)  # stable cell ids: regenerating changes nothing
+
+
+def test_the_install_cell_does_nothing_where_the_course_is_installed():
+    source = notebooks.notebook(ROOT / "chapters" / "02_floating_point.md").cells[0].source
+    before = Path.cwd()
+    exec(compile(source, "install-cell", "exec"), {})  # our own generated cell
+    assert Path.cwd() == before  # it neither cloned nor changed directory: the package imports here
+
+
+def test_notes_hide_the_build_machine_in_the_book(monkeypatch, capsys):
+    monkeypatch.setenv(notes.BOOK_ENV, "1")
+    notes.gpu_status(False)
+    assert capsys.readouterr().out == ""
+    note = notes.no_gpu()
+    assert "recorded on an NVIDIA H200" in repr(note) and "PyCUDA" not in repr(note)
+    assert "class='mt-note'" in note._repr_html_()
+    monkeypatch.setenv(notes.BOOK_ENV, "")
+    notes.gpu_status(True)
+    assert capsys.readouterr().out == "GPU available: yes\n"
+
+
+@pytest.mark.parametrize("width", [60, 96])
+def test_a_table_fits_its_width_as_text_and_renders_as_html(width, monkeypatch):
+    monkeypatch.setattr(tables.Table, "WIDTH", width)
+    table = tables.Table(
+        ["stage", "ms", "what changed"], [[0, "1.0", "a description " * 8], [1, "2.0", "short"]], align="rrl"
+    )
+    text = str(table)
+    assert max(map(len, text.splitlines())) <= width
+    assert "short" in text and text.count("description") == 8
+    html = table._repr_html_()
+    assert html.count("<tr>") == 3 and "text-align:right" in html
