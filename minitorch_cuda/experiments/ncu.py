@@ -11,7 +11,7 @@ per kernel its metrics in base units). Chapter 10's topic reads no counters: it 
 matmul.cu's cubin (``cuobjdump -sass``) and compares the two kernels' inner loops. Metric names
 are checked against ``ncu --query-metrics`` first; a name this ncu does not offer is dropped and
 listed, so one unknown name never costs a topic. A topic that fails records its error, and the
-others still run. The workloads run in about a second each; the whole run takes 2-3 minutes.
+others still run. The workloads run in about a second each; the whole run took 53 s on the H200.
 """
 
 from __future__ import annotations
