@@ -256,7 +256,7 @@ def _fmt(value) -> str:
 
 def _feedback(student: str, ids: list[str], results: dict, executions: dict, rubric: dict) -> str:
     lines = [f"# Feedback for {student}", ""]
-    total = maximum = 0.0
+    total = maximum = pending = 0.0
     for i in ids:
         ex = exercises.get(i)
         r = results.get((student, i))
@@ -266,6 +266,7 @@ def _feedback(student: str, ids: list[str], results: dict, executions: dict, rub
             continue
         emulated = " on the CPU emulator" if r.get("emulated") else ""
         if r.get("status") == NOT_GRADED:
+            pending += rubric["points"][i]
             lines += [f"## Exercise {i}: {ex.title} (not graded: needs a GPU)", "", r.get("message", ""), ""]
             continue
         total += r["points"]
@@ -286,7 +287,8 @@ def _feedback(student: str, ids: list[str], results: dict, executions: dict, rub
         lines += ["## When your notebooks ran", "", "(for your information; grades come from the checks above)", ""]
         lines += [f"Sandbox: {s}" for s in sorted(sandboxes)] + [""] if sandboxes else []
         lines += errors + [""]
-    lines.insert(1, f"\nTotal: {_fmt(total)} / {_fmt(maximum)}\n")
+    later = f" ({_fmt(pending)} of them not graded yet: those exercises need a GPU)" if pending else ""
+    lines.insert(1, f"\nTotal: {_fmt(total)} / {_fmt(maximum)}{later}\n")
     return "\n".join(lines)
 
 
