@@ -374,6 +374,22 @@ def test_without_bwrap_the_processes_are_swept_and_the_isolation_called_partial(
     assert "Sandbox: partial" in (tmp_path / "feedback" / "leaves_processes.md").read_text()
 
 
+def test_printed_outputs_never_grade(tmp_path) -> None:
+    """A notebook handed in with outputs that claim PASSED, over a wrong answer, fails."""
+    import jupytext
+    import nbformat
+
+    nb = jupytext.read(SOLUTIONS / "01_cuda_setup.md")
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.source = cell.source.replace("    if n <= 0:\n", "    return (1, 1, 1), (1, 1, 1)\n    if n <= 0:\n")
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="Exercise 1.2: PASSED\n")]
+    (tmp_path / "subs" / "forger").mkdir(parents=True)
+    nbformat.write(nb, tmp_path / "subs" / "forger" / "01_cuda_setup.ipynb")
+    result = run_grader(tmp_path / "subs", tmp_path / "g.csv", ["1.2"])[("forger", "1.2")]
+    assert result["reason"] == verdict.WRONG_RESULT and result["points"] == 0
+
+
 def test_a_subject_cannot_reach_the_checkers_internals() -> None:
     """The checker's policy: no private attributes, no modules or classes, nothing set."""
     from minitorch_cuda.grade import fakes, worker
