@@ -140,7 +140,7 @@ _PAGE_JS = r"""() => {
       '.fpx-root, .jupyter-widgets, .widget-area, .jupyter-widgets-view, script[type*="widget-view"]'))
     .filter(w => w.tagName === 'SCRIPT' || !w.querySelector('input, select, table, canvas, svg'))
     .map(w => (w.className || w.type) + ': ' + (w.innerText || '').slice(0, 60));
-  const wide = Array.from(article.querySelectorAll('.cell_output div.output'))
+  const wide = Array.from(article.querySelectorAll('.cell_output div.output, .cell_output div.output pre'))
     .filter(o => o.scrollWidth > o.clientWidth + 2)
     .map(o => o.scrollWidth + 'px > ' + o.clientWidth + 'px: ' + (o.innerText || '').split('\n')[0].slice(0, 70));
   return {prose, outputs, figures, widgets, wide,
