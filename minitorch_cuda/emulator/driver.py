@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import mmap
 import os
 import re
 import shutil
@@ -38,9 +39,9 @@ def _workers() -> int:
 def _runtime() -> ctypes.CDLL:
     lib = compiler.runtime_library()
     if not hasattr(lib, "_prototyped"):
-        lib.emu_alloc.restype = ctypes.c_size_t
-        lib.emu_alloc.argtypes = [ctypes.c_size_t]
-        lib.emu_free.argtypes = [ctypes.c_size_t]
+        lib.emu_register.restype = ctypes.c_size_t
+        lib.emu_register.argtypes = [ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t]
+        lib.emu_unregister.argtypes = [ctypes.c_size_t]
         lib.emu_check_range.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
         c = ctypes
         lib.emu_launch.argtypes = [c.c_void_p, c.c_void_p, c.c_char_p, c.c_void_p, c.c_void_p, c.c_size_t, c.c_int,
@@ -134,13 +135,21 @@ def get_driver_version() -> int:
 
 
 class DeviceAllocation:
-    """``nbytes`` of emulated device memory; freed by ``free()`` or when collected."""
+    """``nbytes`` of emulated device memory between guard pages; the mapping is a Python ``mmap``,
+    unmapped by ``free()`` or when the object is gone (never earlier: a reference cycle's other
+    finalizers may hand it back to a pool, as they may a PyCUDA allocation)."""
 
     def __init__(self, nbytes: int):
         self.nbytes = nbytes
-        self.ptr = _runtime().emu_alloc(nbytes)
-        if not self.ptr:
-            raise MemoryError(f"cuMemAlloc failed: out of memory ({nbytes} bytes)")
+        data = -(-max(nbytes, 1) // 16) * 16
+        try:
+            self._map = mmap.mmap(-1, -(-data // mmap.PAGESIZE) * mmap.PAGESIZE + 2 * mmap.PAGESIZE, mmap.MAP_PRIVATE)
+        except OSError as exc:
+            raise MemoryError(f"cuMemAlloc failed: out of memory ({nbytes} bytes: {exc})") from None
+        view = ctypes.c_char.from_buffer(self._map)
+        base = ctypes.addressof(view)
+        del view  # the mapping may be closed only once nothing exports it
+        self.ptr = _runtime().emu_register(base, len(self._map), nbytes)
 
     def __int__(self) -> int:
         return self.ptr
@@ -149,11 +158,9 @@ class DeviceAllocation:
 
     def free(self) -> None:
         if self.ptr:
-            _runtime().emu_free(self.ptr)
+            _runtime().emu_unregister(self.ptr)
+            self._map.close()
             self.ptr = 0
-
-    def __del__(self) -> None:
-        self.free()
 
 
 def mem_alloc(nbytes: int) -> DeviceAllocation:

@@ -625,27 +625,29 @@ extern "C" void __ubsan_handle_type_mismatch_v1_abort(TypeMismatchData* data, ui
 
 // --- what the Python driver calls ------------------------------------------------------------
 
-extern "C" uintptr_t emu_alloc(size_t bytes) {
+// The driver maps device memory itself (a Python mmap object owns each mapping, so that it
+// is unmapped exactly when the allocation object is gone); here its first and last pages
+// become guards and the buffer is placed to end at the last guard. Returns the buffer.
+extern "C" uintptr_t emu_register(uintptr_t map, size_t map_bytes, size_t bytes) {
     const size_t data = round_up(std::max<size_t>(bytes, 1), 16);
-    const size_t map_bytes = round_up(data, kPage) + 2 * kPage;
-    auto* map = static_cast<unsigned char*>(
-        mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
-    if (map == MAP_FAILED) return 0;
-    mprotect(map, kPage, PROT_NONE);
-    mprotect(map + map_bytes - kPage, kPage, PROT_NONE);
-    const uintptr_t start = reinterpret_cast<uintptr_t>(map + map_bytes - kPage - data);
+    if (map_bytes < data + 2 * kPage) return 0;
+    mprotect(reinterpret_cast<void*>(map), kPage, PROT_NONE);
+    mprotect(reinterpret_cast<void*>(map + map_bytes - kPage), kPage, PROT_NONE);
+    const uintptr_t start = map + map_bytes - kPage - data;
     std::lock_guard<std::mutex> lock(g_alloc_lock);
-    g_allocations[start] = {reinterpret_cast<uintptr_t>(map), map_bytes, start, bytes};
+    // Entries of mappings that were unmapped without an explicit free overlap this one: drop them.
+    for (auto it = g_allocations.lower_bound(map > (1 << 30) ? map - (1 << 30) : 0); it != g_allocations.end();) {
+        const Allocation& old = it->second;
+        if (old.map >= map + map_bytes) break;
+        it = old.map + old.map_bytes > map ? g_allocations.erase(it) : std::next(it);
+    }
+    g_allocations[start] = {map, map_bytes, start, bytes};
     return start;
 }
 
-extern "C" int emu_free(uintptr_t start) {
+extern "C" void emu_unregister(uintptr_t start) {
     std::lock_guard<std::mutex> lock(g_alloc_lock);
-    auto it = g_allocations.find(start);
-    if (it == g_allocations.end()) return -1;
-    munmap(reinterpret_cast<void*>(it->second.map), it->second.map_bytes);
-    g_allocations.erase(it);
-    return 0;
+    g_allocations.erase(start);
 }
 
 // 0 when [address, address + bytes) lies inside one allocation, else -1.
