@@ -547,3 +547,34 @@ def test_a_training_step_is_counted_in_the_checker_on_the_emulator(tmp_path) -> 
     assert results[("host_cheat", "12.1")]["reason"] == verdict.HOST_SIDE
     assert "device-to-host" in results[("host_cheat", "12.1")]["message"]
     assert results[("empty_kernels", "12.1")]["reason"] == verdict.NOT_IMPLEMENTED
+
+
+@pytest.fixture(scope="module")
+def emulated_grades(tmp_path_factory) -> dict:
+    """Every kernel exercise of every known-wrong student but the endless loops, on the emulator."""
+    names = ["full_solutions", *(s for s in FIRST_EXPECTED if s != "infinite_loop")]
+    subs = build(tmp_path_factory.mktemp("emulated"), {s: STUDENTS[s] for s in names})
+    out = tmp_path_factory.mktemp("emulated_grades") / "grades.csv"
+    return run_grader(subs, out, KERNEL_IDS, "--emulate", "--timeout", "300", "--jobs", "2")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not _emulator_usable(), reason="the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing"
+)
+@pytest.mark.parametrize(
+    "student,exercise_id",
+    [("full_solutions", i) for i in KERNEL_IDS]
+    + [(s, i) for s, expected in FIRST_EXPECTED.items() if s != "infinite_loop" for i in expected],
+)
+def test_emulated_kernel_grades(emulated_grades, student, exercise_id) -> None:
+    """`grade --emulate` on the CPU: the solutions pass and the known-wrong kernels fail with the
+    reasons they get on a GPU (the sanitizer's runs are the GPU's part)."""
+    result = emulated_grades.get((student, exercise_id))
+    if result is None:
+        pytest.skip(f"{student} has no notebook for {exercise_id}")
+    assert result.get("emulated"), result
+    if student == "full_solutions":
+        assert result["passed"], result
+    else:
+        assert result["reason"] in FIRST_EXPECTED[student][exercise_id], result
