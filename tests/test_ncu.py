@@ -4,6 +4,10 @@ fed recorded-looking ncu output through a fake command runner."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -269,3 +273,27 @@ def test_a_kernel_profiled_at_two_shapes_is_kept_once_per_grid() -> None:
     kernels = ncu.by_kernel(ncu.parse_csv(text))
     assert sorted(kernels) == ["matmul_tiled", "matmul_tiled @ (8, 2, 1)"]
     assert kernels["matmul_tiled @ (8, 2, 1)"]["metrics"]["gpu__time_duration.sum"] == 9000
+
+
+WORKLOAD_CHECK = """
+import numpy as np
+from minitorch_cuda.experiments import ncu
+ncu.SIZES.update(gather=(40, 37), sumsq=3000, sum_rows=(7, 64), matmul=128, softmax=96)
+for name in ("ch07", "ch11", "ch13", "ch14_ours", "ch15", "ch14_small_ours"):
+    ncu.WORKLOADS[name]()
+launchers, ops, runtime, DeviceArray = ncu._device()
+h = np.random.default_rng(0).standard_normal((40, 37)).astype(np.float32)
+x, out_t = ops.from_numpy(h), DeviceArray.empty((37, 40))
+launchers.elementwise("strided_copy", 40 * 37, out_t, x, 40 * 37, 1, 37, 40, 0, 0, 1, 37)  # as workload_ch07
+assert np.array_equal(ops.to_numpy(out_t), h.T)
+print("workloads ok")
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator builds kernels with g++")
+def test_the_workloads_launch_on_the_emulator() -> None:
+    """Every SIMT workload at small sizes on the CPU emulator (tensor-core ones need a GPU):
+    the launch arguments are right, and strided_copy's make the transpose ch07 claims."""
+    env = {**os.environ, "MINITORCH_CUDA_EMULATE": "1"}
+    done = subprocess.run([sys.executable, "-c", WORKLOAD_CHECK], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0 and "workloads ok" in done.stdout, done.stderr[-3000:]
