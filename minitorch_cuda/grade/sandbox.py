@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
@@ -87,10 +88,11 @@ def command(argv: list[str], workdir: Path, *, gpu: bool = False, hide: list[Pat
             args += ["--symlink", os.readlink(link), link]
         elif os.path.isdir(link):
             args += ["--ro-bind", link, link]
+    # an empty /tmp first: a read-only path below it (a virtual environment in /tmp) is bound on top
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     ro = _read_only_paths()
     for path in ro:
         args += ["--ro-bind", path, path]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     if gpu:
         for node in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri/*")):
             args += ["--dev-bind", node, node]
@@ -204,9 +206,11 @@ def sweep() -> list[int]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
+        deadline = time.monotonic() + 2  # reap them; one stuck in the kernel is left to a later sweep
         for pid in killed:
             with contextlib.suppress(ChildProcessError, OSError):
-                os.waitpid(pid, 0)
+                while os.waitpid(pid, os.WNOHANG) == (0, 0) and time.monotonic() < deadline:
+                    time.sleep(0.01)
     return killed
 
 
