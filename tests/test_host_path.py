@@ -205,3 +205,36 @@ def test_stage_12_takes_wgmma_for_large_products_on_hopper():
         ["matmul_tf32_async"],
         ["matmul_tf32"],  # N = 10
     ]
+
+
+STAGE_12_ON_A_T4 = f"""
+import sys
+sys.path.insert(0, {str(TESTS)!r})
+import standin_pycuda  # noqa: F401  (before anything imports pycuda)
+standin_pycuda._Device.compute_capability = lambda self: (7, 5)  # a T4: FP16 tensor cores only
+standin_pycuda._Device.name = lambda self: "Tesla T4"
+from minitorch_cuda import stages
+from minitorch_cuda.cuda import launchers, ops_matmul
+from minitorch_cuda.cuda.array import DeviceArray
+
+launched = []
+launchers.launch = lambda kernel, *args, shapes=(): launched.append(kernel.name)
+with stages.use_stage(11):
+    ops_matmul.matmul(DeviceArray.empty((64, 784)), DeviceArray.empty((784, 256)))
+try:
+    with stages.use_stage(12):
+        ops_matmul.matmul(DeviceArray.empty((64, 784)), DeviceArray.empty((784, 256)))
+except ValueError as exc:
+    print(launched, exc)
+"""
+
+
+def test_stage_12_on_a_gpu_without_tf32_tensor_cores_says_so_before_compiling():
+    """A T4 (sm_75) has no TF32 tensor cores: stage 12 is refused with what to do, before
+    mma.cu is compiled (its TF32 instructions would not assemble for sm_75); stage 11 runs."""
+    done = subprocess.run([sys.executable, "-c", STAGE_12_ON_A_T4], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout.strip()
+    assert out.startswith("['matmul_regtiled_"), out  # stage 11's product launched, stage 12's did not
+    assert "needs TF32 tensor cores (compute capability 8.0 or newer); Tesla T4 is sm_75" in out
+    assert "use stage 11 or below" in out

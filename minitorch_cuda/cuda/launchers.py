@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 from . import registry
 from .array import ITEMSIZE
@@ -314,14 +315,33 @@ def matmul_bias_act(c, a, b, bias, g: Gemm, relu: bool, *, tile: str | None = No
     return _go(f"matmul_bias_act_{tile}", g.grid(bm, bn), (threads, 1, 1), args, timed, (g,))
 
 
+def tensor_cores_fit(arch: str) -> bool:
+    """Whether a GPU of this architecture (``sm_75``, ``sm_90a``) has TF32 and BF16 tensor
+    cores: compute capability 8.0 (Ampere) or newer. A T4 (sm_75) has FP16 ones only."""
+    return int(re.sub(r"\D", "", arch)) >= 80
+
+
+def require_tensor_cores(what: str) -> None:
+    """Refuse, before anything compiles, a tensor-core kernel this GPU cannot run."""
+    from .runtime import arch, device_name
+
+    if not tensor_cores_fit(arch()):
+        raise ValueError(
+            f"{what} needs TF32 tensor cores (compute capability 8.0 or newer); {device_name()} is {arch()}: "
+            "use stage 11 or below here"
+        )
+
+
 def matmul_tf32(c, a, b, g: Gemm, *, timed: int = 0):
     """Stage 12's fallback: WMMA fragments of TF32, 128 x 128 tiles of C."""
+    require_tensor_cores("matmul_tf32")
     bm, bn, threads = MMA_TILE
     return _go("matmul_tf32", g.grid(bm, bn), (threads, 1, 1), (c, a, b, *g.args), timed, (g,))
 
 
 def matmul_bf16(c, a, b, g: Gemm, *, timed: int = 0):
     """matmul_tf32's geometry with BF16 operands rounded on load (chapter 19's comparison)."""
+    require_tensor_cores("matmul_bf16")
     bm, bn, threads = MMA_TILE
     return _go("matmul_bf16", g.grid(bm, bn), (threads, 1, 1), (c, a, b, *g.args), timed, (g,))
 
@@ -335,6 +355,7 @@ def matmul_tf32_async(c, a, b, g: Gemm, *, kernel: str | Kernel = "matmul_tf32_a
                       tile: tuple[int, int, int] = ASYNC_TILE, timed: int = 0):  # fmt: skip
     """Stage 12: mma.sync on TF32 fed by a cp.async pipeline. ``kernel`` and ``tile`` (BM, BN,
     threads) name a variant compiled with other ASYNC_ shapes (experiments.tf32_variants)."""
+    require_tensor_cores("matmul_tf32_async")
     if not tf32_async_fits(a, b, g):
         raise ValueError(f"matmul_tf32_async copies whole aligned quads: {g} or its operands' alignment does not fit")
     bm, bn, threads = tile

@@ -54,7 +54,9 @@ WGMMA_MIN_PRODUCT = 1024**3
 
 def tensor_core_matmul(out: DeviceArray, a: DeviceArray, b: DeviceArray, g: Gemm) -> None:
     """Stage 12's TF32 route: warpgroup MMA for large products on Hopper, mma.sync fed by
-    cp.async where the operands are whole aligned quads, else WMMA."""
+    cp.async where the operands are whole aligned quads, else WMMA. A GPU without TF32 tensor
+    cores (a T4) is refused here, with what to do, before anything compiles."""
+    launchers.require_tensor_cores("stage 12 (TF32 tensor-core matmul)")
     if g.batch * g.M * g.N * g.K >= WGMMA_MIN_PRODUCT and launchers.wgmma_fits(g.K, arch()):
         launchers.matmul_tf32_wgmma(out, a, b, g)
     elif launchers.tf32_async_fits(a, b, g):

@@ -88,6 +88,11 @@ def arch() -> str:
     return f"sm_{major}{minor}"
 
 
+@functools.cache
+def device_name() -> str:
+    return drv.Context.get_device().name()
+
+
 def device_properties() -> dict:
     dev = drv.Context.get_device()
     attrs = dev.get_attributes()
