@@ -245,3 +245,27 @@ def test_chapter_executes(chapter: Path, tmp_path: Path, monkeypatch) -> None:
         executed = tmp_path / f"{chapter.stem}.ipynb"
         nbformat.write(nb, executed)
         pytest.fail(f"{chapter.name} failed (executed notebook: {executed}):\n{err}")
+
+
+def test_the_floating_point_explorer_answers_on_the_static_page(book_html: Path, browser) -> None:
+    """Chapter 2's explorer computes in the page: typing a value updates the table
+    without a kernel behind it, and the MX block view follows the element format."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    ctx.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
+    try:
+        pg = ctx.new_page()
+        pg.goto((book_html / "chapters" / "02_floating_point.html").as_uri(), wait_until="load", timeout=60_000)
+        root = pg.locator(".fpx-root").first
+
+        def stored(fmt: str) -> str:  # the "stored value" column of one format's row
+            return root.locator(f".fpx-formats tr:has(td:first-child:text-is('{fmt}')) td").nth(2).inner_text()
+
+        root.locator("input.fpx-value").fill("65520")
+        assert stored("float16") == "inf" and stored("float32") == "65520"
+        root.locator("input.fpx-value").fill("1.5")
+        assert stored("float4_e2m1fn") == "1.5"
+        assert root.locator(".fpx-formats tr", has_text="float8_e8m0fnu").locator("td").nth(2).inner_text() == "2"
+        root.locator("select.fpx-element").select_option("float8_e4m3fn")
+        assert "Shared scale X = 2" in root.locator(".fpx-mx").inner_text()
+    finally:
+        ctx.close()
