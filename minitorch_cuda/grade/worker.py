@@ -115,12 +115,11 @@ class Subject:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def check_python(ex, cell: str, deadline: float, hide: list[str]):
-    """The verdict on a Python exercise whose code runs in a subject process."""
+def check_python(ex, cell: str, subject: Subject):
+    """The verdict on a Python exercise whose code runs in the subject process."""
     from . import channel, checks, verdict
     from .verdict import CheckResult
 
-    subject = Subject(deadline, hide)
     try:
         outcome = subject.load(ex.id, cell)
         status = outcome.get("status") if isinstance(outcome, dict) else None
@@ -182,15 +181,19 @@ def check(exercise_id: str, payload_file: str, result_file: str) -> int:
     ex = exercises.get(exercise_id)
     payload = json.loads(Path(payload_file).read_text())
     deadline = time.monotonic() + float(payload.get("timeout", 120)) - 3
+    # the subject starts first, so that its imports and this process's overlap
+    subject = Subject(deadline, payload.get("hide", [])) if ex.kind == "python" else None
     import minitorch_cuda as mt
 
     if ex.gpu and not mt.cuda_available():
         result = verdict.CheckResult(ex.id, False, verdict.NO_GPU, mt.cuda_unavailable_reason())
+        if subject is not None:
+            subject.close()
     elif ex.kind == "cuda":
         timeouts = float(payload.get("sanitize_timeout", 90)), float(payload.get("timeout", 120))
         result = check_kernel(ex, payload["source"], bool(payload.get("sanitize")), *timeouts)
     else:
-        result = check_python(ex, payload["source"], deadline, payload.get("hide", []))
+        result = check_python(ex, payload["source"], subject)
     _write(result_file, result.to_dict())
     sandbox.sweep()
     return 0
