@@ -418,7 +418,7 @@ def test_the_sanitizers_first_message_is_the_reason(tmp_path, monkeypatch) -> No
     assert sanitizer.tools_for("v += __shfl_down_sync(0xffffffffu, v, 1);") == ["memcheck", "synccheck"]
     ex = exercises.get("3.3")
     monkeypatch.setattr(sanitizer, "binary", lambda: None)
-    assert sanitizer.run(ex, "__shared__", 10) == (None, ["compute-sanitizer not found: not run"])
+    assert sanitizer.run(ex, "__shared__", 10, emulator=False) == (None, ["compute-sanitizer not found: not run"])
     fake = tmp_path / "compute-sanitizer"  # a stand-in: memcheck reports an error, the others are clean
     fake.write_text(
         "#!/bin/sh\n"
@@ -427,10 +427,30 @@ def test_the_sanitizers_first_message_is_the_reason(tmp_path, monkeypatch) -> No
     )
     fake.chmod(0o755)
     monkeypatch.setattr(sanitizer, "binary", lambda: str(fake))
-    message, details = sanitizer.run(ex, "__shared__ float s[8]; __syncthreads();", 3)
+    message, details = sanitizer.run(ex, "__shared__ float s[8]; __syncthreads();", 3, emulator=False)
     assert message == "compute-sanitizer memcheck: Invalid __shared__ write of size 4 bytes" and details
     fake.write_text('#!/bin/sh\nif [ "$2" = memcheck ]; then exit 0; fi\nsleep 30\n')
     clean = "__global__ void k() { }"
-    assert sanitizer.run(ex, clean, 10) == (None, ["compute-sanitizer (memcheck) on a small launch: no errors"])
-    message, notes = sanitizer.run(ex, "__shared__ float s[8];", 2)
+    assert sanitizer.run(ex, clean, 10, emulator=False) == (
+        None,
+        ["compute-sanitizer (memcheck) on a small launch: no errors"],
+    )
+    message, notes = sanitizer.run(ex, "__shared__ float s[8];", 2, emulator=False)
     assert message is None and "racecheck did not finish within 2 s (not counted)" in notes[1]
+
+
+def test_the_emulator_watches_the_small_launch_too(monkeypatch) -> None:
+    """Beside compute-sanitizer, the small launch runs on the CPU emulator, which names what a GPU
+    leaves undefined: here a shuffle whose mask leaves out lanes that execute it."""
+    from minitorch_cuda.grade import sanitizer, source
+
+    if not sanitizer.emulator_usable():
+        pytest.skip("the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing")
+    monkeypatch.setattr(sanitizer, "binary", lambda: None)
+    ex = exercises.get("13.1")
+    nb = jupytext.read(ROOT / "solutions" / f"{ex.notebook}.md")
+    honest = source.kernel_source(notebook.exercise_source(nb, ex), ex)
+    assert sanitizer.run(ex, honest, 120) == (None, ["the CPU emulator on a small launch: no errors"])
+    masked = honest.replace("__shfl_down_sync(0xffffffffu, v, offset)", "__shfl_down_sync(0x0000ffffu, v, offset)")
+    message, _ = sanitizer.run(ex, masked, 120)
+    assert message.startswith("the CPU emulator: ") and "mask leaves out" in message, message

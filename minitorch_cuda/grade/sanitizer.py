@@ -5,9 +5,12 @@ launches the student's kernel once on small, odd shapes through the backend's
 launcher (``kernel_checks.small_launch``), in its own process with its own
 timeout; the three run side by side. racecheck runs only on kernels that use
 ``__shared__``, synccheck only on kernels with a barrier or a warp intrinsic.
-An error fails the exercise with the reason ``sanitizer`` and the tool's first
-message. Where compute-sanitizer or a GPU is absent this is skipped, and the
-result says so.
+Where the course's CPU emulator is installed, the same launch also runs on it:
+it names, by thread and line, what a GPU leaves undefined and may get right by
+luck (a shuffle whose mask leaves out a lane that executes it, an index past a
+``__shared__`` array). An error fails the exercise with the reason
+``sanitizer`` and the tool's first message. Where compute-sanitizer or a GPU is
+absent this is skipped, and the result says so.
 """
 
 from __future__ import annotations
@@ -61,42 +64,71 @@ def first_error(output: str) -> tuple[str, list[str]]:
     return "the tool reported an error", []
 
 
-def run(ex: Exercise, source: str, timeout: float) -> tuple[str | None, list[str]]:
-    """(the failure message or None, notes). Runs each tool once on a small launch."""
+def emulator_usable() -> bool:
+    """The CPU emulator is there (its package and a C++ compiler)."""
+    import importlib.util
+
+    found = importlib.util.find_spec("minitorch_cuda.emulator") is not None
+    return found and (shutil.which("c++") or shutil.which("g++")) is not None
+
+
+EMULATOR = "the CPU emulator"
+EMULATOR_FAULT = 3  # the launch worker's exit status for a fault the emulator found
+
+
+def run(ex: Exercise, source: str, timeout: float, emulator: bool = True) -> tuple[str | None, list[str]]:
+    """(the failure message or None, notes). Runs each tool once on a small launch, side by side;
+    with ``emulator`` (and the emulator there) the same launch also runs on the CPU emulator, which
+    reports what a GPU leaves undefined (a shuffle whose mask leaves out a lane that executes it,
+    an index past a ``__shared__`` array) by kernel, thread and line."""
     tool_bin = binary()
-    if tool_bin is None:
+    launch = [sys.executable, "-m", "minitorch_cuda.grade.worker", "launch", ex.id]
+    runs: dict[str, tuple[list[str], dict | None]] = {}
+    for tool in tools_for(source) if tool_bin else []:
+        argv = [tool_bin, "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "3"]
+        runs[f"compute-sanitizer {tool}"] = ([*argv, "--report-api-errors", "no", *launch], None)
+    if emulator and emulator_usable():
+        env = dict(os.environ, MINITORCH_CUDA_EMULATE="1", CUDA_VISIBLE_DEVICES="")
+        runs[EMULATOR] = (launch, env)
+    if not runs:
         return None, ["compute-sanitizer not found: not run"]
     notes: list[str] = []
+    failure = None
     with tempfile.TemporaryDirectory(prefix=f"sanitize-{ex.id}-") as tmp:
         path = Path(tmp, "kernel.cu")
         path.write_text(source)
         procs = {}
-        for tool in tools_for(source):
-            argv = [tool_bin, "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "3"]
-            argv += ["--report-api-errors", "no", sys.executable, "-m", "minitorch_cuda.grade.worker"]
-            argv += ["launch", ex.id, str(path)]
-            log = open(Path(tmp, f"{tool}.log"), "wb")  # noqa: SIM115 -- closed below
-            procs[tool] = (sandbox.popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=tmp), log)
+        for name, (argv, env) in runs.items():
+            log = open(Path(tmp, f"{len(procs)}.log"), "wb")  # noqa: SIM115 -- closed below
+            proc = sandbox.popen([*argv, str(path)], stdout=log, stderr=subprocess.STDOUT, cwd=tmp, env=env)
+            procs[name] = (proc, log, Path(tmp, f"{len(procs)}.log"))
         deadline = time.monotonic() + timeout
-        failure = None
-        for tool, (proc, log) in procs.items():
+        for name, (proc, log, log_path) in procs.items():
             try:
                 code = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 code = None
             sandbox.finish(proc)
             log.close()
-            output = Path(tmp, f"{tool}.log").read_text(errors="replace")
+            output = log_path.read_text(errors="replace")
+            fault = ERROR_EXIT if name != EMULATOR else EMULATOR_FAULT
             if code is None:
-                notes.append(f"compute-sanitizer {tool} did not finish within {timeout:g} s (not counted)")
-            elif code == ERROR_EXIT and failure is None:
-                message, under = first_error(output)
-                failure = f"compute-sanitizer {tool}: {message}", under
-            elif code not in (0, ERROR_EXIT):
+                notes.append(f"{name} did not finish within {timeout:g} s (not counted)")
+            elif code == fault and failure is None:
+                if name == EMULATOR:
+                    faults = [line[len("fault: ") :] for line in output.splitlines() if line.startswith("fault: ")]
+                    failure = f"{EMULATOR}: {faults[-1] if faults else 'the kernel faulted'}", []
+                else:
+                    message, under = first_error(output)
+                    failure = f"{name}: {message}", under
+            elif code not in (0, fault):
                 tail = [line for line in output.strip().splitlines()[-2:] if line.strip()]
-                notes.append(f"compute-sanitizer {tool}: the small launch exited with code {code} (not counted)")
+                notes.append(f"{name}: the small launch exited with code {code} (not counted)")
                 notes += [f"  {line[:200]}" for line in tail]
-        if failure is not None:
-            return failure[0], failure[1]
-    ran = ", ".join(procs)
-    return None, [f"compute-sanitizer ({ran}) on a small launch: no errors", *notes]
+    if failure is not None:
+        return failure
+    tools = [n.removeprefix("compute-sanitizer ") for n in procs if n != EMULATOR]
+    ran = (f"compute-sanitizer ({', '.join(tools)})" if tools else "") + (
+        (" and " if tools else "") + EMULATOR if EMULATOR in procs else ""
+    )
+    return None, [f"{ran} on a small launch: no errors", *notes]

@@ -216,9 +216,15 @@ def execute(notebook: str, result_file: str, cell_timeout: str) -> int:
 
 
 def launch(exercise_id: str, kernel_file: str) -> int:
-    from . import exercises, kernel_checks
+    """The small launch the sanitizer (or the emulator) watches; a fault prints ``fault: ...``."""
+    from . import checks, exercises, kernel_checks, sanitizer, verdict
 
-    kernel_checks.small_launch(exercises.get(exercise_id), Path(kernel_file).read_text())
+    try:
+        kernel_checks.small_launch(exercises.get(exercise_id), Path(kernel_file).read_text())
+    except Exception as exc:
+        faulted = checks.classify_exception(exc) == verdict.CUDA_ERROR
+        print(f"{'fault' if faulted else 'error'}: {type(exc).__name__}: {exc}"[:2000], flush=True)
+        return sanitizer.EMULATOR_FAULT if faulted else 4
     return 0
 
 
