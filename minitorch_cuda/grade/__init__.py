@@ -75,7 +75,7 @@ def _parser(prog: str) -> _Parser:
     parser.add_argument(
         "--allow-partial", action="store_true", help="exit 0 even if exercises were not graded (no GPU on this machine)"
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: a bar on a terminal)")
     return parser
 
 

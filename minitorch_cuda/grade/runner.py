@@ -385,7 +385,10 @@ def _progress(total: int, enabled: bool):
         return None
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="exercise", desc="grading", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+    # disable=None: a bar on a terminal, none in a log file (as `minitorch-cuda train` does)
+    return tqdm(
+        total=total, unit="exercise", desc="grading", file=sys.stderr, dynamic_ncols=True, smoothing=0.1, disable=None
+    )
 
 
 def grade(settings: Settings, warn=print) -> Ledger:
