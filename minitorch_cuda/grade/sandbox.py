@@ -107,13 +107,17 @@ def command(argv: list[str], workdir: Path, *, gpu: bool = False, hide: list[Pat
     return args + ["--", *argv]
 
 
+# what sandboxed code sees of the grader's environment (nothing else: no tokens, no credentials,
+# nothing a student's error message could carry back into the feedback)
+_PASSED_ON = {"PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHASHSEED", "VIRTUAL_ENV"}
+_PASSED_ON |= {"OMP_NUM_THREADS", "CONDA_PREFIX", "SSL_CERT_FILE", "SSL_CERT_DIR"}
+_PASSED_ON_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "MINITORCH_CUDA_", "OPENBLAS_", "MKL_")
+
+
 def environment(workdir: Path, gpu: str | None = None, *, no_gpu: bool = False) -> dict:
     """The environment of sandboxed code: HOME and the caches in its folder; only its own GPU
     (``gpu``), or none at all (``no_gpu``)."""
-    env = dict(os.environ)
-    for key in list(env):
-        if key.startswith(("JPY_", "JUPYTER_")):
-            del env[key]
+    env = {k: v for k, v in os.environ.items() if k in _PASSED_ON or k.startswith(_PASSED_ON_PREFIXES)}
     home = str(Path(workdir).resolve())
     env.update(HOME=home, JUPYTER_RUNTIME_DIR=f"{home}/.jupyter", IPYTHONDIR=f"{home}/.ipython")
     env.update(MPLCONFIGDIR=f"{home}/.matplotlib", XDG_CACHE_HOME=f"{home}/.cache", TMPDIR="/tmp" if bwrap() else home)
