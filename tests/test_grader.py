@@ -578,3 +578,26 @@ def test_emulated_kernel_grades(emulated_grades, student, exercise_id) -> None:
         assert result["passed"], result
     else:
         assert result["reason"] in FIRST_EXPECTED[student][exercise_id], result
+
+
+@pytest.mark.skipif(
+    not _emulator_usable(), reason="the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing"
+)
+def test_a_kernel_calling_the_host_changes_nothing_on_the_emulator(tmp_path) -> None:
+    """The emulator runs a kernel as native code: one that calls system() to delete the submissions
+    runs (in the emulated checker's sandbox) without touching them, and where nvcc exists it fails
+    as it would on a GPU, where it does not compile."""
+    subs = tmp_path / "subs"
+    (subs / "native").mkdir(parents=True)
+    attack = f'system("touch {tmp_path}/PWNED; rm -rf {subs}");'
+    entry = 'extern "C" __global__ void ew_relu(float* out, const float* a, int n) {\n'
+    text = (SOLUTIONS / "03_building_the_backend.md").read_text()
+    assert entry in text
+    text = text.replace(entry, f'extern "C" int system(const char*);\n{entry}    if (threadIdx.x == 0) {attack}\n')
+    (subs / "native" / "03_building_the_backend.md").write_text(text)
+    before = tree_bytes(subs)
+    result = run_grader(subs, tmp_path / "g.csv", ["3.1"], "--emulate", "--timeout", "300")[("native", "3.1")]
+    if shutil.which("nvcc"):
+        assert result["reason"] == verdict.COMPILE_ERROR and "__host__ function" in " ".join(result["details"]), result
+    if sandbox.bwrap():
+        assert tree_bytes(subs) == before and not (tmp_path / "PWNED").exists()

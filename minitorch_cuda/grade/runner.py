@@ -135,6 +135,10 @@ def _emulation_env(settings: Settings) -> dict:
     return {"MINITORCH_CUDA_EMULATE": "1"} if settings.emulate else {}
 
 
+def _hidden(settings: Settings) -> list[Path]:
+    return [settings.submissions, settings.out.parent]
+
+
 def check_exercise(ex: exercises.Exercise, payload: dict, settings: Settings, gpu: str | None) -> dict:
     payload = dict(
         payload,
@@ -150,7 +154,14 @@ def check_exercise(ex: exercises.Exercise, payload: dict, settings: Settings, gp
         budget = (
             settings.check_timeout + 10 + (settings.sanitize_timeout if settings.sanitize and ex.kind == "cuda" else 0)
         )
-        code, tail = run_isolated(args, budget, gpu, tmp, _emulation_env(settings))
+        if settings.emulate and ex.kind == "cuda":
+            # the emulator runs the student's kernel as native code in the checking process: sandbox it
+            sandbox.seed_emulator_cache(Path(tmp))
+            env = sandbox.environment(Path(tmp), no_gpu=True) | _emulation_env(settings)
+            argv = [sys.executable, "-m", "minitorch_cuda.grade.worker", *args]
+            code, tail = _run(sandbox.command(argv, Path(tmp), hide=_hidden(settings)), budget, tmp, env)
+        else:
+            code, tail = run_isolated(args, budget, gpu, tmp, _emulation_env(settings))
         if result.exists():
             return json.loads(result.read_text())
     if code is None:
@@ -407,6 +418,8 @@ def grade(settings: Settings, warn=print) -> Ledger:
     }
     ledger.save()
     sandbox.become_subreaper()
+    if settings.emulate:
+        sandbox.build_emulator_runtime()
     by_notebook: dict[str, list[str]] = {}
     for i in ids:
         by_notebook.setdefault(exercises.get(i).notebook, []).append(i)

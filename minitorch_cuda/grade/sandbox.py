@@ -121,6 +121,7 @@ def environment(workdir: Path, gpu: str | None = None, *, no_gpu: bool = False) 
     home = str(Path(workdir).resolve())
     env.update(HOME=home, JUPYTER_RUNTIME_DIR=f"{home}/.jupyter", IPYTHONDIR=f"{home}/.ipython")
     env.update(MPLCONFIGDIR=f"{home}/.matplotlib", XDG_CACHE_HOME=f"{home}/.cache", TMPDIR="/tmp" if bwrap() else home)
+    env["MINITORCH_CUDA_CACHE"] = f"{home}/.cache/minitorch_cuda"  # its own: nothing it compiles reaches others
     env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     if no_gpu:
@@ -149,6 +150,24 @@ def gpu_reachable(gpu: str | None) -> str | None:
             return str(exc)
     lines = (out.stdout + out.stderr).strip().splitlines()
     return None if lines and lines[-1] == "ok" else (lines[-1] if lines else f"exit code {out.returncode}")
+
+
+def seed_emulator_cache(workdir: Path) -> None:
+    """Copy the grader's own emulator cache (the emulator's runtime and the kernels trusted processes
+    built, a few hundred KB) into a sandbox's private cache, so that it need not rebuild them; what
+    the sandbox compiles stays in its copy."""
+    outer = Path(os.environ.get("MINITORCH_CUDA_CACHE", Path.home() / ".cache" / "minitorch_cuda")) / "emulator"
+    if outer.is_dir():
+        shutil.copytree(outer, Path(workdir) / ".cache" / "minitorch_cuda" / "emulator", dirs_exist_ok=True)
+
+
+def build_emulator_runtime() -> None:
+    """Build the emulator's runtime once in the grader's cache (trusted code), for the sandboxes to copy."""
+    code = "from minitorch_cuda.emulator import compiler; compiler.runtime_library()"
+    env = dict(os.environ, MINITORCH_CUDA_EMULATE="1", CUDA_VISIBLE_DEVICES="")
+    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=300)
 
 
 # --- the processes we start and the ones they leave behind --------------------------------

@@ -88,8 +88,7 @@ def run(ex: Exercise, source: str, timeout: float, emulator: bool = True) -> tup
         argv = [tool_bin, "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "3"]
         runs[f"compute-sanitizer {tool}"] = ([*argv, "--report-api-errors", "no", *launch], None)
     if emulator and emulator_usable():
-        env = dict(os.environ, MINITORCH_CUDA_EMULATE="1", CUDA_VISIBLE_DEVICES="")
-        runs[EMULATOR] = (launch, env)
+        runs[EMULATOR] = (launch, None)  # sandboxed below: the emulator runs the kernel as native code
     if not runs:
         return None, ["compute-sanitizer not found: not run"]
     notes: list[str] = []
@@ -99,8 +98,13 @@ def run(ex: Exercise, source: str, timeout: float, emulator: bool = True) -> tup
         path.write_text(source)
         procs = {}
         for name, (argv, env) in runs.items():
+            argv = [*argv, str(path)]
+            if name == EMULATOR:
+                sandbox.seed_emulator_cache(Path(tmp))
+                env = sandbox.environment(Path(tmp), no_gpu=True) | {"MINITORCH_CUDA_EMULATE": "1"}
+                argv = sandbox.command(argv, Path(tmp))
             log = open(Path(tmp, f"{len(procs)}.log"), "wb")  # noqa: SIM115 -- closed below
-            proc = sandbox.popen([*argv, str(path)], stdout=log, stderr=subprocess.STDOUT, cwd=tmp, env=env)
+            proc = sandbox.popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=tmp, env=env)
             procs[name] = (proc, log, Path(tmp, f"{len(procs)}.log"))
         deadline = time.monotonic() + timeout
         for name, (proc, log, log_path) in procs.items():

@@ -149,6 +149,27 @@ def check_python(ex, cell: str, subject: Subject):
         subject.close()
 
 
+def compiles_for_a_gpu(source: str) -> list[str]:
+    """nvcc's first errors compiling ``source`` for sm_90, or [] (also where nvcc is absent)."""
+    import shutil
+
+    from ..cuda.kernel_table import KERNEL_DIR
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return []
+    with tempfile.TemporaryDirectory(prefix="grade-nvcc-") as tmp:
+        Path(tmp, "kernel.cu").write_text(source)
+        cmd = [nvcc, "-arch=sm_90", "-cubin", "-I", str(KERNEL_DIR), "-o", "kernel.cubin", "kernel.cu"]
+        try:
+            out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.SubprocessError):
+            return []
+    if out.returncode == 0:
+        return []
+    return [line[:200] for line in (out.stderr or out.stdout).splitlines() if "error" in line][:3] or ["(no message)"]
+
+
 def check_kernel(ex, kernel_source: str, sanitize: bool, sanitize_timeout: float, check_timeout: float):
     """The verdict on a kernel exercise: launched here (within ``check_timeout``), then under
     compute-sanitizer (the runner allows for ``sanitize_timeout`` more)."""
@@ -158,6 +179,10 @@ def check_kernel(ex, kernel_source: str, sanitize: bool, sanitize_timeout: float
     from .verdict import CheckResult
 
     start = time.monotonic()
+    if os.environ.get("MINITORCH_CUDA_EMULATE") == "1":
+        refused = compiles_for_a_gpu(kernel_source)
+        if refused:  # the emulator would run, as C++, what nvcc refuses (a call to a host function)
+            return CheckResult(ex.id, False, verdict.COMPILE_ERROR, "nvcc refuses the kernel for the GPU", refused)
     try:
         result = checks.run_check(ex.id, kernel_source)
     except NotImplementedError:
