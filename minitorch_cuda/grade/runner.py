@@ -39,6 +39,7 @@ except ImportError:  # Python 3.10
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding minitorch_cuda/
 DEFAULT_RUBRIC = Path(__file__).with_name("rubric.toml")
 NOTEBOOK_SUFFIXES = (".ipynb", ".md")
+MAX_NOTEBOOK = 64 << 20  # bytes: a larger file is not read (outputs never count, so none needs more)
 
 
 @dataclasses.dataclass
@@ -365,6 +366,8 @@ def grade_notebook(student: str, stem: str, ids: list[str], settings: Settings, 
             add(CheckResult(ex.id, False, verdict.MISSING_NOTEBOOK, message).to_dict())
         return
     try:
+        if path.stat().st_size > MAX_NOTEBOOK:
+            raise ValueError(f"it is larger than {MAX_NOTEBOOK >> 20} MB")
         nb = notebook.read(path)
     except Exception as exc:
         for ex in todo:
