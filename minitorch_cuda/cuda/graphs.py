@@ -42,12 +42,16 @@ from .. import profiler
 from . import memory, runtime
 from .array import ITEMSIZE, DeviceArray
 from .autotune import tuner
-from .driver import drv
+from .driver import EMULATED, drv
 from .ops_tensor import contiguous, item
 
 
 def driver():
-    """``cuda.bindings.driver``, imported on first use."""
+    """``cuda.bindings.driver`` (on the CPU emulator, its stand-in), imported on first use."""
+    if EMULATED:
+        from ..emulator import graphs
+
+        return graphs
     try:
         from cuda.bindings import driver as cu
     except ImportError as exc:

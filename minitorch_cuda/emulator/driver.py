@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import functools
 import mmap
 import os
 import re
 import shutil
 import struct
 import time
+import weakref
 
 import numpy as np
 
@@ -197,8 +199,8 @@ def memcpy_dtod(dest, src, size: int) -> None:
     ctypes.memmove(_check(dest, size, "cuMemcpyDtoD"), _check(src, size, "cuMemcpyDtoD"), size)
 
 
-def memcpy_dtod_async(dest, src, size: int, stream=None) -> None:
-    memcpy_dtod(dest, src, size)
+def memcpy_dtod_async(dest, src, size: int, stream: Stream | None = None) -> None:
+    _issue(stream, functools.partial(memcpy_dtod, int(dest), int(src), size))
 
 
 def to_device(array) -> DeviceAllocation:
@@ -212,18 +214,34 @@ def to_device(array) -> DeviceAllocation:
 
 
 class Stream:
-    """Work is done when it is issued, so a stream is only a name for an order."""
+    """Work is done when it is issued, so a stream is only a name for an order, except while it
+    is captured into a graph (emulator/graphs.py): then its work is recorded in ``captured``."""
 
     _handles = iter(range(1, 2**62))
+    _live: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
     def __init__(self, flags: int = 0):
         self.handle = next(self._handles)
+        self.captured: list | None = None
+        Stream._live[self.handle] = self
+
+    @classmethod
+    def by_handle(cls, handle: int) -> Stream | None:
+        return cls._live.get(handle)
 
     def synchronize(self) -> None:
         pass
 
     def is_done(self) -> bool:
         return True
+
+
+def _issue(stream: Stream | None, work) -> None:
+    """Run ``work`` now, or record it when ``stream`` is being captured."""
+    if stream is not None and stream.captured is not None:
+        stream.captured.append(work)
+    else:
+        work()
 
 
 class Event:
@@ -300,7 +318,7 @@ class Function:
         self._launch(grid, block, args, shared_size)
 
     def prepared_async_call(self, grid, block, stream, *args, shared_size: int = 0) -> None:
-        self._launch(grid, block, args, shared_size)
+        _issue(stream, functools.partial(self._launch, grid, block, args, shared_size))
 
     def _launch(self, grid, block, args, shared_size: int) -> None:
         if self._format is None:
