@@ -2,10 +2,12 @@
 
 CPU tests grade the Python exercises (launch configuration 1.2, BF16 2.1,
 memory pool 4.1, timing 5.1, roofline bound 14.1, graphed step 18.1, TF32 19.1,
-fibonacci tile 20.1)
-of the known-wrong students that tests/submissions.py builds; the GPU
-tests grade every kernel exercise and need a GPU:
-    bash .gpu/run.sh python3 -m pytest -m gpu tests/test_grader.py
+fibonacci tile 20.1) of the known-wrong students and the known cheats that
+tests/submissions.py builds, run the sandbox (bubblewrap where it is installed,
+the partial fallback otherwise), the command line, shards and merge, and, on
+the CPU emulator, every kernel exercise and the kernel cheats. The GPU tests
+grade every kernel exercise on the GPU, compute-sanitizer included:
+    bash .ci/gpu_run.sh python3 -m pytest -m gpu tests/test_grader.py
 """
 
 from __future__ import annotations

@@ -61,9 +61,20 @@ def kind() -> str:
     return "bwrap" if bwrap() else "partial"
 
 
+def _library_path(path: str) -> bool:
+    """A sys.path entry that holds installed packages (never the working directory that ``python -m``
+    puts first: that may be /tmp or the folder holding the submissions)."""
+    real = os.path.realpath(path)
+    if real in ("/", "/tmp", os.path.realpath(os.getcwd())) or not os.path.isdir(real):
+        return False
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    inside = any(real == q or real.startswith(q + "/") for q in prefixes)
+    return inside or "site-packages" in real or "dist-packages" in real
+
+
 def _read_only_paths() -> list[str]:
     paths = ["/usr", "/etc", "/opt", sys.prefix, sys.base_prefix, str(PACKAGE_ROOT)]
-    paths += [p for p in sys.path if p and os.path.isdir(p)]
+    paths += [p for p in sys.path if p and _library_path(p)]
     cuda = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     if cuda:
         paths.append(cuda)
@@ -120,7 +131,9 @@ def environment(workdir: Path, gpu: str | None = None, *, no_gpu: bool = False) 
     env = {k: v for k, v in os.environ.items() if k in _PASSED_ON or k.startswith(_PASSED_ON_PREFIXES)}
     home = str(Path(workdir).resolve())
     env.update(HOME=home, JUPYTER_RUNTIME_DIR=f"{home}/.jupyter", IPYTHONDIR=f"{home}/.ipython")
-    env.update(MPLCONFIGDIR=f"{home}/.matplotlib", XDG_CACHE_HOME=f"{home}/.cache", TMPDIR="/tmp" if bwrap() else home)
+    # temporary files on the same file system as the caches (a compiler's os.replace into them works)
+    Path(home, ".tmp").mkdir(exist_ok=True)
+    env.update(MPLCONFIGDIR=f"{home}/.matplotlib", XDG_CACHE_HOME=f"{home}/.cache", TMPDIR=f"{home}/.tmp")
     env["MINITORCH_CUDA_CACHE"] = f"{home}/.cache/minitorch_cuda"  # its own: nothing it compiles reaches others
     env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PYTHONDONTWRITEBYTECODE"] = "1"

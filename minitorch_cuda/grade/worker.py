@@ -167,7 +167,9 @@ def compiles_for_a_gpu(source: str) -> list[str]:
             return []
     if out.returncode == 0:
         return []
-    return [line[:200] for line in (out.stderr or out.stdout).splitlines() if "error" in line][:3] or ["(no message)"]
+    lines = (out.stderr + out.stdout).strip().splitlines()
+    errors = [line[:200] for line in lines if "error" in line or "fatal" in line][:3]
+    return errors or [line[:200] for line in lines[-3:]] or [f"nvcc exited with code {out.returncode}"]
 
 
 def check_kernel(ex, kernel_source: str, sanitize: bool, sanitize_timeout: float, check_timeout: float):
