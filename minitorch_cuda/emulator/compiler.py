@@ -20,6 +20,7 @@ import functools
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -97,6 +98,14 @@ def compiler_version() -> str:
     return subprocess.run([CXX, "--version"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
 
 
+def _install(built: Path, path: Path) -> None:
+    """Put a built library into the cache atomically: copied beside its final name first, since
+    the cache may lie on another filesystem than the build's temporary folder."""
+    staging = path.with_name(f".{path.name}.{os.getpid()}")
+    shutil.copyfile(built, staging)
+    os.replace(staging, path)
+
+
 @functools.cache
 def runtime_library() -> ctypes.CDLL:
     """runtime.cpp, built once per machine and loaded for every kernel library to link against
@@ -109,7 +118,7 @@ def runtime_library() -> ctypes.CDLL:
             out = Path(tmp) / "runtime.so"
             args = [CXX, *CXXFLAGS, "-U_FORTIFY_SOURCE", "-shared", "-I", str(HERE), str(HERE / "runtime.cpp")]
             _run([*args, "-o", str(out), "-lpthread"], tmp, "building the emulator's runtime")
-            os.replace(out, path)
+            _install(out, path)
     return ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
 
 
@@ -228,7 +237,7 @@ def build(
         if not path.exists():
             Path(tmp, "unit.cpp").write_text(unit)
             _run([CXX, *compile_flags, "-x", "c++", "unit.cpp", "-o", "unit.so"], tmp, "g++ (the CPU emulator)")
-            os.replace(Path(tmp, "unit.so"), path)
+            _install(Path(tmp, "unit.so"), path)
     return Library(path, found)
 
 
