@@ -2,13 +2,16 @@
 
 GPU tests carry ``@pytest.mark.gpu``; where ``minitorch_cuda.cuda_available()``
 is False they are skipped here, once, with the reason CUDA cannot be used.
-Run them on a GPU machine with ``python3 -m pytest -m gpu -q``.
+Run them on a GPU machine with ``python3 -m pytest -m gpu -q``. The part of them
+marked ``emulated`` here also runs on the CPU emulator (no GPU needed):
+``MINITORCH_CUDA_EMULATE=1 python3 -m pytest -m emulated -q``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 
 # MINITORCH_CUDA_TEST_GPUS=N spreads pytest-xdist's workers over GPUs 0..N-1 (gw0 on 0,
 # gw1 on 1, ...); set here, before anything can initialize CUDA in this worker.
@@ -33,9 +36,34 @@ DEVICE_STAGES = [pytest.param("cpu", None, id="cpu")] + [
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
+# The GPU tests of the framework's SIMT stages (0-11), which the CPU emulator runs too; what
+# needs a GPU (stage 12's tensor cores, vendor tools, long training runs) is left out.
+EMULATED_FILES = {
+    "test_autograd.py", "test_bad_input.py", "test_nn_optim.py", "test_ops.py", "test_registry.py",
+    "test_stages.py", "test_stages_beyond.py", "test_training.py",
+}  # fmt: skip
+NEEDS_A_GPU = re.compile(r"tensor_core|tf32|bf16|wgmma|stage_12|every_builtin_kernel|five_cuda_epochs")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "emulated: a GPU test that the CPU emulator runs too (MINITORCH_CUDA_EMULATE=1)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        stage = getattr(item, "callspec", None) and item.callspec.params.get("stage")
+        if (
+            item.get_closest_marker("gpu") is not None
+            and item.path.name in EMULATED_FILES
+            and (stage is None or mt.stages.full_fp32(stage))  # stage 12 runs on tensor cores
+            and not NEEDS_A_GPU.search(item.name)
+        ):
+            item.add_marker(pytest.mark.emulated)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gpu") is not None and not mt.cuda_available():
-        pytest.skip(f"needs a CUDA GPU: {mt.cuda_unavailable_reason()}")
+        pytest.skip(f"needs a CUDA GPU: {mt.cuda_unavailable_reason()} (or the CPU emulator: MINITORCH_CUDA_EMULATE=1)")
 
 
 @pytest.fixture(autouse=True)

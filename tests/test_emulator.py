@@ -223,6 +223,27 @@ def test_dynamic_shared_memory(emu):
     np.testing.assert_array_equal(got, np.arange(64)[::-1])
 
 
+def test_a_captured_stream_records_its_work_and_a_graph_replays_it(emu):
+    from minitorch_cuda.emulator import graphs
+
+    driver = emu[0]
+    source = 'extern "C" __global__ void bump(float* x) { x[threadIdx.x] += 1.0f; }\n'
+    bump = emu[2](source).get_function("bump").prepare("P")
+    x, y, host = driver.to_device(np.zeros(32, np.float32)), driver.mem_alloc(128), np.empty(32, np.float32)
+    owner = driver.Stream()  # graphs.py holds its stream; the handle names it
+    stream = graphs.CUstream(owner.handle)
+    assert graphs.cuStreamBeginCapture(stream, graphs.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)[0] == 0
+    bump.prepared_async_call((1, 1, 1), (32, 1, 1), stream, x)
+    driver.memcpy_dtod_async(y, x, 128, stream)
+    err, graph = graphs.cuStreamEndCapture(stream)
+    driver.memcpy_dtoh(host, x)
+    assert err == 0 and len(graph) == 2 and not host.any()  # recorded, not run
+    for _ in range(3):
+        graphs.cuGraphLaunch(graphs.cuGraphInstantiate(graph, 0)[1], stream)
+    driver.memcpy_dtoh(host, y)
+    np.testing.assert_array_equal(host, 3.0)
+
+
 # --- the errors a GPU gives ------------------------------------------------------------------
 
 
