@@ -392,6 +392,17 @@ def test_printed_outputs_never_grade(tmp_path) -> None:
     assert result["reason"] == verdict.WRONG_RESULT and result["points"] == 0
 
 
+def test_the_sandbox_binds_no_working_directory(tmp_path, monkeypatch) -> None:
+    """`python -m` puts the working directory on sys.path: it must not be bound into the sandbox
+    (from /tmp or the submissions' parent it would show them, read-only, over the private /tmp)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend("/tmp")
+    bound = sandbox._read_only_paths()
+    assert str(tmp_path) not in bound and "/tmp" not in bound and "/" not in bound
+    assert str(runner.PACKAGE_ROOT) in bound
+
+
 def test_a_subject_cannot_reach_the_checkers_internals() -> None:
     """The checker's policy: no private attributes, no modules or classes, nothing set."""
     from minitorch_cuda.grade import fakes, worker
