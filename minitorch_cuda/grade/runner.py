@@ -421,8 +421,11 @@ def grade(settings: Settings, warn=print) -> Ledger:
     }
     ledger.save()
     sandbox.become_subreaper()
-    if settings.emulate:
-        sandbox.build_emulator_runtime()
+    if settings.emulate or settings.sanitize:  # the emulated checks, or the emulator's sanitizer launch
+        from .sanitizer import emulator_usable
+
+        if emulator_usable():
+            sandbox.build_emulator_runtime()
     by_notebook: dict[str, list[str]] = {}
     for i in ids:
         by_notebook.setdefault(exercises.get(i).notebook, []).append(i)
