@@ -421,16 +421,17 @@ def grade(settings: Settings, warn=print) -> Ledger:
     }
     ledger.save()
     sandbox.become_subreaper()
-    if settings.emulate or settings.sanitize:  # the emulated checks, or the emulator's sanitizer launch
-        from .sanitizer import emulator_usable
 
-        if emulator_usable():
-            sandbox.build_emulator_runtime()
     by_notebook: dict[str, list[str]] = {}
     for i in ids:
         by_notebook.setdefault(exercises.get(i).notebook, []).append(i)
     units = [(s, stem, nb_ids) for s in students for stem, nb_ids in sorted(by_notebook.items())]
     gpus = visible_gpus()
+    if settings.emulate or (settings.sanitize and gpus):  # the emulated checks, or the sanitizer's extra launch
+        from .sanitizer import emulator_usable
+
+        if emulator_usable():
+            sandbox.build_emulator_runtime()
     jobs = default_jobs(len(gpus)) if settings.jobs is None else max(1, settings.jobs)
     slots: queue.Queue = queue.Queue()
     for j in range(jobs):
