@@ -305,6 +305,11 @@ ERRORS = {  # case: (threads in the one block, kernel body, the message)
         r"threads 0-15 wait at __shfl_xor_sync at kernel.cu:3 with mask 0xffffffff, but thread 16 waits at "
         r"__syncthreads at kernel.cu:4; the warp can never complete it",
     ),
+    "a thread's local arrays overflow its stack": (
+        1,
+        "float big[100000];\nfor (int i = 0; i < n; ++i) big[i] = i;\nout[0] = big[n - 1];",
+        r"thread \(0, 0, 0\): stack overflow: the thread's local variables need more than 256 KB",
+    ),
     "a misaligned float4 load": (
         1,
         "out[0] = reinterpret_cast<const float4*>(out + 1)[0].x;",

@@ -47,8 +47,9 @@ def _host_flags() -> list[str]:
 
 CXXFLAGS += _host_flags()
 # The checks a GPU makes in hardware (or compute-sanitizer does): UBSan's handlers for
-# these live in runtime.cpp and turn a violation into a launch error.
-CHECKS = ["-fsanitize=bounds,alignment", "-fno-sanitize-recover=all", "-U_FORTIFY_SOURCE"]
+# these live in runtime.cpp and turn a violation into a launch error. Stack-clash probes
+# touch every page of a large frame, so locals beyond a fiber's stack hit its guard page.
+CHECKS = ["-fsanitize=bounds,alignment", "-fno-sanitize-recover=all", "-fstack-clash-protection", "-U_FORTIFY_SOURCE"]
 DEFINES = {
     "__global__": "",
     "__shared__": "static thread_local",  # every fiber of a block runs on the block's OS thread
