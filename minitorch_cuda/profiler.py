@@ -13,6 +13,8 @@ import dataclasses
 import statistics
 from collections.abc import Iterator
 
+from . import emulator
+
 
 @dataclasses.dataclass
 class Counters:
@@ -123,13 +125,16 @@ class Profile:
                 f"{r['time_pct']:9.1f} {r['total_us']:12.1f} {r['instances']:9d} {r['avg_us']:10.2f} "
                 f"{r['med_us']:10.2f} {r['min_us']:10.2f} {r['max_us']:10.2f} {r['stddev_us']:11.2f}  {r['name']}"
             )
+        if emulator.selected():
+            lines.append("(emulated on the CPU: host times, not GPU times)")
         return "\n".join(lines)
 
     def timeline(self, ax=None, max_records: int | None = None):
         """Draw one bar per recorded launch or copy, a row per name (``draw_timeline``)."""
         records = self.records[:max_records] if max_records else self.records
         ax = draw_timeline([(r.name, r.kind, r.start_ms * 1e3, r.duration_ms * 1e3) for r in records], ax)
-        ax.set_title("GPU timeline (kernels blue, copies red)")
+        where = "CPU-emulator timeline, host times" if emulator.selected() else "GPU timeline"
+        ax.set_title(f"{where} (kernels blue, copies red)")
         return ax
 
 
