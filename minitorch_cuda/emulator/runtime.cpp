@@ -16,6 +16,7 @@
 // worker); no other block starts.
 #include "cuda_emu.h"
 
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -530,6 +531,8 @@ struct Pool {
 
 Pool* g_pool = nullptr;
 std::mutex g_launch_lock;
+// A forked child has none of the parent's worker threads: it starts a pool of its own.
+const int g_forget_pool_in_child = pthread_atfork(nullptr, nullptr, [] { g_pool = nullptr; });
 
 }  // namespace
 }  // namespace emu
