@@ -121,17 +121,21 @@ extern "C" __global__ void warp_ops(int* out) {
     if (lane < 16) o[6] = __shfl_xor_sync(0x0000ffffu, t, 4);  // half a warp, its own mask
     else o[6] = __shfl_xor_sync(0xffff0000u, t, 4);
     o[7] = __shfl_sync(0xffffffffu, 1.5f * t, lane ^ 7) == 1.5f * (t ^ 7);  // floats travel as bits
+    const int count = __syncthreads_count(t % 4 == 0), all = __syncthreads_and(t < 64), any = __syncthreads_or(t == 5);
+    if (t == 0) out[8 * blockDim.x] = count + 100 * all + 1000 * any;
 }
 """
 
 
-def test_warp_operations(emu):
+def test_warp_operations_and_counting_barriers(emu):
     driver = emu[0]
     n = 64
-    out = driver.mem_alloc(4 * 8 * n)
+    out = driver.mem_alloc(4 * (8 * n + 1))
     launch(emu, WARP_OPS, "warp_ops", "P", (1, 1, 1), (n, 1, 1), out)
-    got = np.empty((n, 8), np.int32)
-    driver.memcpy_dtoh(got, out)
+    flat = np.empty(8 * n + 1, np.int32)
+    driver.memcpy_dtoh(flat, out)
+    got = flat[:-1].reshape(n, 8)
+    assert flat[-1] == n // 4 + 100 + 1000  # __syncthreads_count, _and, _or
     t = np.arange(n)
     lane, base = t % 32, t - t % 32
     seg = t - t % 16

@@ -84,7 +84,7 @@ constexpr int launch_bound(int max_threads, int = 0, int = 0) { return max_threa
 }  // namespace emu
 
 extern "C" {
-void __emu_syncthreads(const char* file, int line);
+int __emu_syncthreads(int predicate, const char* file, int line);
 unsigned long long __emu_warp(int op, unsigned mask, unsigned long long value, int arg, int width, const char* name,
                               const char* file, int line);
 unsigned __emu_activemask(void);
@@ -134,7 +134,12 @@ inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) { return uint3{x, y,
 
 // --- synchronization -------------------------------------------------------------------
 
-inline void __syncthreads(EMU_SITE) { __emu_syncthreads(__file, __line); }
+inline void __syncthreads(EMU_SITE) { __emu_syncthreads(0, __file, __line); }
+inline int __syncthreads_count(int pred, EMU_SITE) { return __emu_syncthreads(pred, __file, __line); }
+inline int __syncthreads_or(int pred, EMU_SITE) { return __emu_syncthreads(pred, __file, __line) > 0; }
+inline int __syncthreads_and(int pred, EMU_SITE) {
+    return __emu_syncthreads(pred, __file, __line) == int(blockDim.x * blockDim.y * blockDim.z);
+}
 inline void __syncwarp(unsigned mask = 0xffffffffu, EMU_SITE) {
     __emu_warp(emu::SYNC_WARP, mask, 0, 0, 32, "__syncwarp", __file, __line);
 }

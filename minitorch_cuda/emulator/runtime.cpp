@@ -327,8 +327,13 @@ void open_barrier(Worker& w) {
                  first->linear, first->file, first->line, f->linear, f->file, f->line);
         }
     }
+    unsigned long long count = 0;  // for __syncthreads_count/_and/_or
+    for (int i = 0; i < b.nthreads; ++i) count += b.threads[i]->value;
     b.at_barrier = 0;
-    for (int i = 0; i < b.nthreads; ++i) enqueue(b, b.threads[i]);
+    for (int i = 0; i < b.nthreads; ++i) {
+        b.threads[i]->result = count;
+        enqueue(b, b.threads[i]);
+    }
 }
 
 // No thread can run: name what every waiting thread waits for.
@@ -541,14 +546,17 @@ using namespace emu;
 
 // --- what kernels call ---------------------------------------------------------------------
 
-extern "C" void __emu_syncthreads(const char* file, int line) {
+// Waits until every thread of the block is here; returns how many passed a nonzero predicate.
+extern "C" int __emu_syncthreads(int predicate, const char* file, int line) {
     Fiber* f = static_cast<Fiber*>(self());
     BlockRun& b = *static_cast<BlockRun*>(f->block);
     f->state = BARRIER;
+    f->value = predicate != 0;
     f->file = file;
     f->line = line;
     if (++b.at_barrier == b.nthreads) open_barrier(*b.worker);
     suspend(f);
+    return int(f->result);
 }
 
 extern "C" unsigned long long __emu_warp(int op, unsigned mask, unsigned long long value, int arg, int width,
