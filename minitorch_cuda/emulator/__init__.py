@@ -3,7 +3,22 @@
 ``driver`` and ``compiler`` stand in for ``pycuda.driver`` and ``pycuda.compiler``
 (the part of them the framework uses); kernels are the same ``.cu`` sources, built
 by g++ against ``cuda_emu.h`` and run by ``runtime.cpp``: each GPU thread a fiber,
-blocks spread over the cores, with the errors a GPU would report.
+blocks spread over the cores, with the errors a GPU would report. ``graphs`` stands
+in for the graph calls of cuda-bindings (stage 11).
+
+What it checks, naming the kernel, block and thread: global accesses beyond a
+buffer (guard pages; the last 15 bytes of a buffer's 16-byte rounding are not
+checked), indices out of a shared or local array's bounds (g++'s
+-fsanitize=bounds; not through a pointer the array decayed to), dynamic shared
+memory past its size, misaligned vector accesses, barrier divergence, warp
+operations whose mask leaves out a lane that runs them or reads a lane that does
+not take part or has exited, warp operations that can never complete, stack
+overflow. What it refuses at compile time: tensor cores (wmma, mma.sync, wgmma),
+cp.async, inline PTX, cooperative groups. What it does not model: timing (event
+times are host times), a thread preempted while it spins on another thread of its
+block (the fibers switch only at barriers and warp operations), and
+``__activemask()`` beyond "the lanes that have not exited". x86-64 Linux only
+(its fiber switch is written for it).
 """
 
 from __future__ import annotations
