@@ -685,6 +685,7 @@ extern "C" int emu_launch(void (*entry)(void**), void** args, const char* name, 
     l.block = dim3(block[0], block[1], block[2]);
     l.shared_bytes = shared_bytes;
     g_pool->run(l);
+    fflush(stdout);  // a kernel's printf shows when the launch returns, as after a GPU's sync
     if (!l.failed) return 0;
     snprintf(error, error_bytes, "%s", l.error.c_str());
     return -1;
