@@ -49,7 +49,9 @@ run_part() {
                 flag=\$([ \$jobs = default ] || echo --jobs \$jobs)
                 for run in cold warm; do echo \"jobs \$jobs, \$run\"; time python3 -m minitorch_cuda.grade /tmp/one \$flag \
                 --out $out/results/grade_one_jobs\${jobs}_\$run/grades.csv; done; done" ;;
-    grader) part grader 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rf -n "$workers" --timeout=400 \
+    # --dist loadscope: each module's tests on one worker, so the module fixture that grades every
+    # known-wrong student runs once, not once per worker
+    grader) part grader 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rf -n "$workers" --dist loadscope --timeout=400 \
                tests/test_grader.py tests/test_exercises.py ;;
     sanitize) part sanitize 540 python3 -m minitorch_cuda.sanitize --stages 0-12 --json "$out/results/sanitize.json" ;;
     # Two workers at most: processes sharing one GPU are time-sliced, and the sync-heavy

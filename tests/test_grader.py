@@ -435,11 +435,13 @@ FIRST_EXPECTED = {
 
 @pytest.fixture(scope="module")
 def gpu_grades(tmp_path_factory) -> dict:
-    """Every kernel exercise of every student; the endless loops only where listed (each costs its
-    timeout: three at a time, since every one of them is expected to time out anyway)."""
+    """Every kernel exercise of every student, four workers at a time (the grader's default on
+    one GPU; with one, the sanitizer runs pushed this fixture past the GPU part's 400 s per test);
+    the endless loops only where listed (each costs its timeout: three at a time, since every one
+    of them is expected to time out anyway)."""
     results = {}
     for students, ids, timeout, jobs in [
-        ([s for s in ["full_solutions", *FIRST_EXPECTED] if s != "infinite_loop"], KERNEL_IDS, "60", "1"),
+        ([s for s in ["full_solutions", *FIRST_EXPECTED] if s != "infinite_loop"], KERNEL_IDS, "60", "4"),
         (["infinite_loop"], list(FIRST_EXPECTED["infinite_loop"]), "20", "3"),
     ]:
         subs = build(tmp_path_factory.mktemp("subs"), {s: STUDENTS[s] for s in students})
