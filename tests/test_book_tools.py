@@ -20,6 +20,12 @@ def test_every_chapter_and_exercise_has_an_ipynb_target():
             assert (folder, source.stem) in stems
 
 
+def test_the_committed_ipynb_copies_are_up_to_date():
+    """Colab opens the copies in book/notebooks/ from the repository: a chapter or exercise edited
+    without regenerating them would open stale there."""
+    assert notebooks.main(["--check"]) == 0, "book/notebooks/ is stale: run `python -m minitorch_cuda.book.notebooks`"
+
+
 def test_the_ipynb_copy_installs_first_and_carries_no_outputs():
     source = ROOT / "exercises" / "01_cuda_setup.md"
     nb = notebooks.notebook(source)
