@@ -8,8 +8,9 @@ in for the graph calls of cuda-bindings (stage 11).
 
 What it checks, naming the kernel, block and thread: global accesses past a
 buffer's end (a guard page; the up to 15 bytes that round a buffer to 16 are not
-checked) or far enough before its start to reach the guard page ahead, indices out of a shared or local array's bounds (g++'s
--fsanitize=bounds; not through a pointer the array decayed to), dynamic shared
+checked) or far enough before its start to reach the guard page ahead, indices
+out of a shared or local array's bounds (g++'s -fsanitize=bounds; not through a
+pointer the array decayed to), dynamic shared
 memory past its size, misaligned vector accesses, barrier divergence, warp
 operations whose mask leaves out a lane that runs them or reads a lane that does
 not take part or has exited, warp operations that can never complete, stack
