@@ -74,11 +74,19 @@ def _bits(value: float, dtype) -> str:
     return format(raw & ((1 << n_bits) - 1), f"0{n_bits}b")
 
 
+def _ml_dtypes_before(version: tuple[int, int]) -> bool:
+    return tuple(int(p) for p in ml_dtypes.__version__.split(".")[:2]) < version
+
+
 def test_every_format_stores_what_ml_dtypes_stores():
     values = _values()
     js = _encode_in_js(list(FORMATS), values)
     for name, dtype in FORMATS.items():
-        wrong = [(v, got, _bits(v, dtype)) for v, got in zip(values, js[name]) if got != _bits(v, dtype)]
+        pairs = list(zip(values, js[name]))
+        if name == "float8_e8m0fnu" and _ml_dtypes_before((0, 7)):
+            # before 0.7, ml_dtypes stored a positive value that float32 rounds to 0 as NaN, not the smallest scale
+            pairs = [(v, got) for v, got in pairs if not (v > 0 and np.float32(v) == 0)]
+        wrong = [(v, got, _bits(v, dtype)) for v, got in pairs if got != _bits(v, dtype)]
         # ml_dtypes has no NaN in FP6/FP4 and stores one as -0, as the explorer does; numpy's NaN bits vary
         assert not wrong, f"{name}: {len(wrong)} values stored differently, first (value, js, ml_dtypes): {wrong[:3]}"
 

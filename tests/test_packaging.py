@@ -46,7 +46,20 @@ def installed(tmp_path_factory) -> Path:
     venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
     bin_dir = env_dir / "bin"
     install = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(bin_dir / "python"), "install", "--no-deps", "-q", str(wheel)],
+        # --ignore-installed: the venv sees this environment's editable install of the same version,
+        # which pip would otherwise take as already satisfied and not install the wheel over
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(bin_dir / "python"),
+            "install",
+            "--no-deps",
+            "--ignore-installed",
+            "-q",
+            str(wheel),
+        ],
         capture_output=True,
         text=True,
         timeout=300,

@@ -88,8 +88,8 @@ var FPX = (function () {
     var s = neg ? "1" : "0";
     if (Number.isNaN(x)) return nan("0");
     if (f.kind === "e8m0") {
-      // ml_dtypes reads the value as a float32 first: what rounds to 0 there is NaN here too
-      if (!(Math.fround(x) > 0) || !Number.isFinite(x)) return nan("");
+      // no zero: any positive value below the smallest scale stores as it (ml_dtypes 0.7 on)
+      if (!(x > 0) || !Number.isFinite(x)) return nan("");
       var k = floorLog2(x);
       var lo = pow2(k);
       if (x - lo >= lo / 2) k += 1; // nearer power of two, ties up
