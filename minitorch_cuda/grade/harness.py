@@ -67,7 +67,6 @@ class Override:
         self.handle = mt.override(name, source=source)
         self.counter = CountingFunction(self.handle.kernel.function)
         self.handle.kernel.function = self.counter
-        self.kernel = self.handle.kernel
 
     def __enter__(self) -> Override:
         return self
