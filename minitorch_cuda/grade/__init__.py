@@ -38,13 +38,16 @@ def _shard(text: str) -> tuple[int, int]:
 def _parser(prog: str) -> _Parser:
     parser = _Parser(
         prog=prog,
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Grade a folder of submissions (one subfolder of notebooks per student): a CSV of points, "
+        "grades.json and one feedback file per student.",
         epilog=f"{prog} merge SHARD_OUT... --out OUT merges the outputs of --shard runs.",
     )
     parser.add_argument("submissions", type=Path, help="folder with one subfolder of notebooks per student")
     parser.add_argument(
-        "--out", type=Path, default=Path("grades.csv"), help="the CSV; grades.json and feedback/ go next to it"
+        "--out",
+        type=Path,
+        default=Path("grades.csv"),
+        help="the CSV; grades.json and feedback/ go next to it (default: grades.csv)",
     )
     parser.add_argument(
         "--rubric", type=Path, default=None, help="points per exercise (default: the packaged rubric.toml)"
@@ -62,9 +65,18 @@ def _parser(prog: str) -> _Parser:
         "--cell-timeout", type=float, default=None, help="seconds per notebook cell (default: the rubric's, 120)"
     )
     parser.add_argument("--no-execute", action="store_true", help="skip running the notebooks (checks only)")
-    parser.add_argument("--exercise", action="append", metavar="ID", help="grade only this exercise id (repeatable)")
     parser.add_argument(
-        "--shard", type=_shard, default=None, metavar="K/N", help="grade the K-th of N fixed slices of the students"
+        "--exercise",
+        action="append",
+        metavar="ID",
+        help="grade only this exercise id (repeatable; default: every exercise)",
+    )
+    parser.add_argument(
+        "--shard",
+        type=_shard,
+        default=None,
+        metavar="K/N",
+        help="grade the K-th of N fixed slices of the students (default: all of them)",
     )
     parser.add_argument(
         "--emulate",
@@ -84,12 +96,14 @@ def merge_main(argv: list[str], prog: str = "minitorch-cuda grade merge") -> int
 
     parser = _Parser(
         prog=prog,
-        description="Merge the outputs of `minitorch-cuda grade --shard K/N` runs (again as shards finish).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Merge the outputs of 'minitorch-cuda grade --shard K/N' runs (again as shards finish).",
     )
     parser.add_argument("shards", nargs="+", type=Path, help="each shard's --out (its grades.json sits next to it)")
     parser.add_argument(
-        "--out", type=Path, default=Path("grades.csv"), help="the merged CSV; grades.json and feedback/ next to it"
+        "--out",
+        type=Path,
+        default=Path("grades.csv"),
+        help="the merged CSV; grades.json and feedback/ next to it (default: grades.csv)",
     )
     parser.add_argument(
         "--rubric", type=Path, default=None, help="points per exercise (default: the packaged rubric.toml)"
