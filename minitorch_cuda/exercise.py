@@ -7,7 +7,11 @@ exercise id; the cell ends with ``cuda_exercise("N.k", source)``, which
   the ``// TODO: Exercise N.k`` placeholder,
 - checks that the source defines ``__global__ void <kernel>(...)`` with the
   parameters the framework launches it with, and
-- with a GPU, compiles it, so that nvcc's errors show up in that cell.
+- with a GPU, compiles it, so that nvcc's errors show up in that cell; on the
+  CPU emulator (``MINITORCH_CUDA_EMULATE=1``) it first compiles it with nvcc for
+  a real GPU where nvcc is on PATH (nvcc's and ptxas's messages with line
+  numbers; registers, spills and shared memory per kernel), then for the
+  emulator.
 
 The check cell after it runs ``report(id, artifact)``, the very checks the
 grader runs. (A string, not a ``%%cuda`` cell magic: a string can be passed
@@ -62,9 +66,29 @@ def cuda_exercise(exercise_id: str, source: str) -> None:
     if "TODO: Exercise" in source:
         raise NotImplementedError(f"Exercise {ex.id}")
     exercises.check_entry(ex, source)
-    from .device import cuda_available
+    from .device import cuda_available, cuda_unavailable_reason
 
-    if cuda_available():
-        from .cuda.runtime import compile_module
+    if not cuda_available():
+        print(
+            f"Name and parameters checked, not compiled: no usable GPU ({cuda_unavailable_reason()}). "
+            "To compile and check kernels on the CPU emulator, start Python or Jupyter with MINITORCH_CUDA_EMULATE=1."
+        )
+        return
+    from .cuda.driver import EMULATED
+    from .cuda.runtime import compile_module
 
-        compile_module(source, f"your kernel {ex.kernel!r} (exercise {ex.id})")
+    label = f"your kernel {ex.kernel!r} (exercise {ex.id})"
+    if EMULATED:
+        _nvcc_report(source, label)
+    compile_module(source, label)
+
+
+def _nvcc_report(source: str, label: str) -> None:
+    """Under emulation: what nvcc says about the source for a real GPU, one line per kernel."""
+    from .cuda import nvcc_check
+
+    if not nvcc_check.available():
+        print("nvcc is not on PATH: compiled for the CPU emulator only, without the GPU's register and spill counts.")
+        return
+    for kernel in nvcc_check.compile_cubin(source, label):
+        print(f"nvcc ({nvcc_check.ARCH}) {kernel.line()}")

@@ -19,6 +19,7 @@ counted launches), ``kernel_checks`` (the kernel exercises and 12.1),
 
 from __future__ import annotations
 
+from .. import emulator
 from . import exercises, host_checks, kernel_checks
 from .verdict import COMPILE_ERROR, CUDA_ERROR, EXCEPTION, NO_GPU, PASSED, CheckFailed, CheckResult
 
@@ -103,4 +104,6 @@ def report(exercise_id: str, artifact) -> CheckResult:
         raise NotImplementedError(f"Exercise {exercise_id}")
     result = run_check(exercise_id, artifact)
     print(result)
+    if exercises.get(exercise_id).kind == "cuda" and emulator.selected():
+        print("  (checked on the CPU emulator: correctness only, no speed measured)")
     return result
