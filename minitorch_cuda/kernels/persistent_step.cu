@@ -1,0 +1,227 @@
+// persistent_step.cu: the whole training step of an MLP in one launch (stage 13).
+//   persistent_step   forward, softmax cross-entropy, backward, global-norm clipping and
+//                     the RmsProp or SGD update of every parameter, for a chain of
+//                     FeedForward layers (each with a bias, then ReLU, Sigmoid or nothing)
+//                     described by a device-side table; one block per multiprocessor, all
+//                     resident at once, phases separated by grid barriers (grid_barrier.cuh)
+// Phases, for L layers (2L + 1 grid barriers):
+//   forward l = 1..L     A_l = act_l(A_{l-1} W_l + b_l), A_0 = x          barrier after each
+//   loss                 a warp per row: softmax, the row's cross-entropy, and
+//                        D_L = (softmax - target) / rows                   barrier
+//   backward l = L..1    gW_l = A_{l-1}^T D_l, gb_l = column sums of D_l, and (l > 1)
+//                        D_{l-1} = (D_l W_l^T) * act_{l-1}'(A_{l-1}); the sum of squares
+//                        of each gradient tile into its own slot of partials   barrier after each
+//   update               every block sums the partials in one fixed order: the global norm,
+//                        the clip factor max_norm / (norm + 1e-6) where norm > max_norm (as
+//                        optim.cu's clip_scale); then p, v of every parameter (optim.cu's
+//                        formulas); block 0 writes the mean loss
+// Work is split into jobs of fixed shape (PS_TILE x PS_TILE output tiles, PS_THREADS columns
+// of a bias gradient, a row of the loss) handed to blocks grid-stride, and every value is
+// computed by one thread (or warp) in a fixed order: the results are the same, bit for
+// bit, for every grid size. Sums over k run in order, with fmaf, as matmul_regtiled's do.
+#include "block_reduce.cuh"
+#include "grid_barrier.cuh"
+
+#define PS_THREADS 256  // threads of a block: one per element of a PS_TILE x PS_TILE tile
+#define PS_TILE 16
+
+enum { ACT_NONE = 0, ACT_RELU = 1, ACT_SIGMOID = 2 };
+
+// One layer as cuda/persistent_step.py packs it (80 bytes, the same field order).
+struct PersistentLayer {
+    float* w;       // n_in x n_out
+    float* b;       // n_out
+    float* gw;      // gradients, the same shapes
+    float* gb;
+    float* vw;      // RmsProp state (unused by SGD)
+    float* vb;
+    float* out;     // rows x n_out: act(A W + b), the logits for the last layer
+    float* delta;   // rows x n_out: d loss / d (A W + b)
+    int n_in, n_out;
+    int act;        // ACT_*, applied to this layer's output
+    int partial0;   // this layer's first slot in partials: its gW tiles, then its gb chunks
+};
+
+__device__ __forceinline__ int cdiv(int n, int d) { return (n + d - 1) / d; }
+
+__device__ __forceinline__ float activate(int act, float z) {
+    if (act == ACT_RELU) return fmaxf(z, 0.0f);
+    if (act == ACT_SIGMOID) return z >= 0.0f ? 1.0f / (1.0f + expf(-z)) : expf(z) / (1.0f + expf(z));
+    return z;
+}
+
+// d act / dz times g, from the activation's output y (elementwise.cu's backward kernels).
+__device__ __forceinline__ float activate_backward(int act, float g, float y) {
+    if (act == ACT_RELU) return y > 0.0f ? g : 0.0f;
+    if (act == ACT_SIGMOID) return g * y * (1.0f - y);
+    return g;
+}
+
+// Thread t's element (m0 + t / PS_TILE, n0 + t % PS_TILE) of C = op(A) op(B), C M x N with
+// inner size K; op transposes A (stored K x M) where ta, B (stored N x K) where tb. Operand
+// tiles are staged in shared memory, each read with consecutive threads on consecutive
+// addresses. Every thread of the block calls it (it synchronizes the block).
+__device__ __forceinline__ float tile_product(const float* a, const float* b, int M, int N, int K, bool ta, bool tb, int m0, int n0) {
+    __shared__ float as[PS_TILE][PS_TILE + 1];  // as[m][k]; +1: no bank conflicts when written transposed
+    __shared__ float bs[PS_TILE][PS_TILE + 1];  // bs[k][n]
+    const int tx = threadIdx.x % PS_TILE, ty = threadIdx.x / PS_TILE;
+    float acc = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += PS_TILE) {
+        if (!ta) {
+            const int m = m0 + ty, k = k0 + tx;
+            as[ty][tx] = m < M && k < K ? a[m * K + k] : 0.0f;
+        } else {
+            const int k = k0 + ty, m = m0 + tx;
+            as[tx][ty] = m < M && k < K ? a[k * M + m] : 0.0f;
+        }
+        if (!tb) {
+            const int k = k0 + ty, n = n0 + tx;
+            bs[ty][tx] = k < K && n < N ? b[k * N + n] : 0.0f;
+        } else {
+            const int n = n0 + ty, k = k0 + tx;
+            bs[tx][ty] = k < K && n < N ? b[n * K + k] : 0.0f;
+        }
+        __syncthreads();
+        const int steps = min(PS_TILE, K - k0);  // no products of the zero padding
+        for (int kk = 0; kk < steps; ++kk) acc = fmaf(as[ty][kk], bs[kk][tx], acc);
+        __syncthreads();
+    }
+    return acc;
+}
+
+__device__ __forceinline__ void forward_layer(const PersistentLayer& layer, const float* in, int rows) {
+    const int N = layer.n_out, tiles_n = cdiv(N, PS_TILE), tiles = cdiv(rows, PS_TILE) * tiles_n;
+    for (int job = blockIdx.x; job < tiles; job += gridDim.x) {
+        const int m0 = job / tiles_n * PS_TILE, n0 = job % tiles_n * PS_TILE;
+        const float acc = tile_product(in, layer.w, rows, N, layer.n_in, false, false, m0, n0);
+        const int m = m0 + threadIdx.x / PS_TILE, n = n0 + threadIdx.x % PS_TILE;
+        if (m < rows && n < N) layer.out[m * N + n] = activate(layer.act, acc + layer.b[n]);
+    }
+}
+
+// A warp per row (grid-stride over all warps): the row's loss into row_loss, and
+// D = scale * (softmax - target), as softmax_xent_fused and xent_backward compute them.
+// Not inlined (one call a step): inlined beside backward_layer, ptxas spilled 12 bytes.
+__device__ __noinline__ void loss_rows(const PersistentLayer& last, const float* target, int rows, float* row_loss) {
+    const int lane = threadIdx.x & 31, warps = gridDim.x * (PS_THREADS / 32), cols = last.n_out;
+    const float scale = 1.0f / rows;
+    for (int row = blockIdx.x * (PS_THREADS / 32) + threadIdx.x / 32; row < rows; row += warps) {
+        const float* z = last.out + row * cols;
+        const float* t = target + row * cols;
+        float* d = last.delta + row * cols;
+        // Loops over whole warps of columns: the same trip count in every lane.
+        float m = -CUDART_INF_F;
+        for (int c0 = 0; c0 < cols; c0 += 32) m = fmaxf(m, c0 + lane < cols ? z[c0 + lane] : -CUDART_INF_F);
+        m = warp_allreduce<MaxOp>(m);
+        float s = 0.0f;
+        for (int c0 = 0; c0 < cols; c0 += 32) s += c0 + lane < cols ? expf(z[c0 + lane] - m) : 0.0f;
+        s = warp_allreduce<SumOp>(s);
+        const float log_s = logf(s);
+        float loss = 0.0f;
+        for (int c0 = 0; c0 < cols; c0 += 32) {
+            const int c = c0 + lane;
+            if (c < cols) {
+                const float zc = z[c] - m;
+                d[c] = scale * (expf(zc) / s - t[c]);
+                loss -= t[c] * (zc - log_s);
+            }
+        }
+        loss = warp_allreduce<SumOp>(loss);
+        if (lane == 0) row_loss[row] = loss;
+    }
+}
+
+// Layer l's gradients and the delta of the layer before it (prev null for the first layer),
+// as one list of jobs: gW tiles, gb chunks, then tiles of the previous delta.
+__device__ __forceinline__ void backward_layer(const PersistentLayer& layer, const PersistentLayer* prev, const float* in, int rows,
+                               float* partials) {
+    __shared__ float smem[33];
+    const int n_in = layer.n_in, n_out = layer.n_out, tiles_n = cdiv(n_out, PS_TILE);
+    const int gw_tiles = cdiv(n_in, PS_TILE) * tiles_n, gb_chunks = cdiv(n_out, PS_THREADS);
+    const int in_tiles_n = cdiv(n_in, PS_TILE);
+    const int jobs = gw_tiles + gb_chunks + (prev ? cdiv(rows, PS_TILE) * in_tiles_n : 0);
+    for (int job = blockIdx.x; job < jobs; job += gridDim.x) {
+        if (job < gw_tiles) {  // gW = A^T D: n_in x n_out, summed over the rows
+            const int m0 = job / tiles_n * PS_TILE, n0 = job % tiles_n * PS_TILE;
+            const float g = tile_product(in, layer.delta, n_in, n_out, rows, true, false, m0, n0);
+            const int m = m0 + threadIdx.x / PS_TILE, n = n0 + threadIdx.x % PS_TILE;
+            const bool inside = m < n_in && n < n_out;
+            if (inside) layer.gw[m * n_out + n] = g;
+            const float sumsq = block_reduce_shuffle<SumOp>(inside ? g * g : 0.0f, smem);
+            if (threadIdx.x == 0) partials[layer.partial0 + job] = sumsq;
+        } else if (job < gw_tiles + gb_chunks) {  // gb: a thread per column, the rows in order
+            const int n = (job - gw_tiles) * PS_THREADS + threadIdx.x;
+            float g = 0.0f;
+            if (n < n_out) {
+                for (int r = 0; r < rows; ++r) g += layer.delta[r * n_out + n];
+                layer.gb[n] = g;
+            }
+            const float sumsq = block_reduce_shuffle<SumOp>(g * g, smem);
+            if (threadIdx.x == 0) partials[layer.partial0 + job] = sumsq;
+        } else {  // D_prev = (D W^T) * act'(A): rows x n_in
+            const int tile = job - gw_tiles - gb_chunks;
+            const int m0 = tile / in_tiles_n * PS_TILE, n0 = tile % in_tiles_n * PS_TILE;
+            const float g = tile_product(layer.delta, layer.w, rows, n_in, n_out, false, true, m0, n0);
+            const int m = m0 + threadIdx.x / PS_TILE, n = n0 + threadIdx.x % PS_TILE;
+            if (m < rows && n < n_in) {
+                const int i = m * n_in + n;
+                prev->delta[i] = activate_backward(prev->act, g, prev->out[i]);
+            }
+        }
+    }
+}
+
+// The clip factor from every gradient tile's sum of squares, summed by each block in the
+// same order (so every block gets the same factor without another barrier).
+__device__ __forceinline__ float clip_factor(const float* partials, int n_partials, float max_norm) {
+    __shared__ float smem[33];
+    float acc = 0.0f;
+    for (int i = threadIdx.x; i < n_partials; i += PS_THREADS) acc += partials[i];
+    const float norm = sqrtf(block_reduce_shuffle<SumOp>(acc, smem));
+    return norm > max_norm ? max_norm / (norm + 1e-6f) : 1.0f;
+}
+
+__device__ __forceinline__ void update(float* p, const float* g, float* v, int n, float factor, int rmsprop, float lr, float decay,
+                       float eps) {
+    for (int i = blockIdx.x * PS_THREADS + threadIdx.x; i < n; i += gridDim.x * PS_THREADS) {
+        float gi = g[i];
+        if (factor != 1.0f) gi *= factor;
+        if (rmsprop) {
+            const float vi = decay * v[i] + (1.0f - decay) * gi * gi;
+            v[i] = vi;
+            p[i] -= lr * gi / (sqrtf(vi) + eps);
+        } else {
+            p[i] -= lr * gi;
+        }
+    }
+}
+
+// Grid: one block per multiprocessor at most (every block must be resident: the grid
+// barriers wait for all of them); block: PS_THREADS. rows <= the rows the out/delta buffers
+// hold; partials: every layer's gW tiles and gb chunks (n_partials slots); row_loss: rows.
+extern "C" __global__ void __launch_bounds__(PS_THREADS) persistent_step(
+    const PersistentLayer* layers, int n_layers, const float* x, const float* target, int rows, float* row_loss,
+    float* partials, int n_partials, float* loss, GridBarrier* barrier, int rmsprop, float lr, float decay, float eps,
+    float max_norm) {
+    for (int l = 0; l < n_layers; ++l) {
+        forward_layer(layers[l], l == 0 ? x : layers[l - 1].out, rows);
+        grid_barrier(barrier);
+    }
+    loss_rows(layers[n_layers - 1], target, rows, row_loss);
+    grid_barrier(barrier);
+    for (int l = n_layers - 1; l >= 0; --l) {
+        backward_layer(layers[l], l == 0 ? nullptr : &layers[l - 1], l == 0 ? x : layers[l - 1].out, rows, partials);
+        grid_barrier(barrier);
+    }
+    const float factor = clip_factor(partials, n_partials, max_norm);
+    for (int l = 0; l < n_layers; ++l) {
+        const PersistentLayer& layer = layers[l];
+        update(layer.w, layer.gw, layer.vw, layer.n_in * layer.n_out, factor, rmsprop, lr, decay, eps);
+        update(layer.b, layer.gb, layer.vb, layer.n_out, factor, rmsprop, lr, decay, eps);
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        float total = 0.0f;
+        for (int r = 0; r < rows; ++r) total += row_loss[r];
+        loss[0] = (1.0f / rows) * total;  // softmax_xent_fused: scale * sum
+    }
+}
