@@ -10,6 +10,9 @@ Every check does two things with the student's source:
    a guard zone or leaves the tail unwritten;
 2. runs the framework op under ``mt.override`` and checks both the result and
    that the overriding kernel was really launched.
+
+On a GPU a passed check ends with the student's GB/s or GFLOP/s beside the built-in
+kernel's (``speed``: feedback, never part of the verdict).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import math
 
 import numpy as np
 
+from .. import emulator
 from ..cuda.kernel_table import prepare_signature
 from .exercises import Exercise, check_entry
 from .harness import GUARD, POISON, Buffer, CountingFunction, Override  # noqa: F401
@@ -659,7 +663,12 @@ def run(ex: Exercise, artifact, cell_source: str = "") -> list[str]:
         raise NotImplementedError(f"Exercise {ex.id}")
     static_checks(ex, artifact)
     require_cuda()
-    return CHECKS[ex.kernel](ex, artifact)
+    done = CHECKS[ex.kernel](ex, artifact)
+    if emulator.selected():  # the emulator's times are host times: no speed is shown there
+        return done
+    from . import speed
+
+    return done + speed.feedback(ex, artifact)
 
 
 # --- one small launch per kernel, for compute-sanitizer ----------------------------------------

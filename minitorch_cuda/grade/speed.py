@@ -1,0 +1,137 @@
+"""Speed feedback of the kernel exercises, on a GPU: the student's kernel beside the built-in one.
+
+After a kernel exercise's checks pass, ``feedback`` times the built-in kernel of the same
+name and then the student's (under ``mt.override``) on one larger problem, through the
+backend's launchers and the benchmark's timer (``bench.kernel_seconds``: a warm-up, then
+TIMED samples of ``bench.INNER`` back-to-back launches), and returns one line with both:
+GB/s for the memory-bound kernels, GFLOP/s for the matmuls. It is feedback, never part of a
+verdict, and is never called under the CPU emulator, whose times are host times.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+
+import numpy as np
+
+from .. import bench
+from .exercises import Exercise
+
+TIMED = 2  # samples of bench.INNER launches each: 20 timed launches per kernel
+N = 1 << 24  # floats of an array (64 MiB) in the memory-bound problems
+MATMUL = 1024  # the matmuls' M = N = K
+
+
+def _floats(rng, n: int):
+    from ..cuda.backend import from_numpy
+
+    return from_numpy(rng.standard_normal(n, dtype=np.float32))
+
+
+def _empty(n: int):
+    from ..cuda.array import DeviceArray
+
+    return DeviceArray.empty((n,))
+
+
+@dataclasses.dataclass
+class Problem:
+    """One problem both kernels are timed on; each launch takes ``timed=`` as the launchers do."""
+
+    what: str  # shown in the line
+    unit: str  # "GB/s" or "GFLOP/s"
+    amount: float  # bytes moved or flops done per launch
+    builtin_name: str
+    builtin: Callable
+    yours: Callable  # launches by name (the student's runs under the override), but for 1.1
+
+
+def _same(what: str, unit: str, amount: float, name: str, launch: Callable) -> Problem:
+    return Problem(what, unit, amount, name, launch, launch)
+
+
+def problem(ex: Exercise, source: str, rng) -> Problem:
+    """The exercise kernel's problem: arrays of N floats, or a MATMUL^3 matmul."""
+    from ..cuda import launchers
+    from ..cuda.backend import from_numpy
+    from .harness import Buffer
+
+    name, part = ex.kernel, functools.partial
+    floats = f"{N:,} floats"
+    if name == "scale":  # standalone: the built-in with its traffic is ew_affine with beta 0
+        from ..cuda.kernel_table import prepare_signature
+        from ..cuda.runtime import Kernel, compile_module
+
+        kernel = Kernel("scale", compile_module(source, "your kernel 'scale'"), "scale", prepare_signature(ex.params))
+        out, x = _empty(N), _floats(rng, N)
+        builtin = part(launchers.elementwise, "ew_affine", N, out, x, 1.5, 0.0, N)
+        yours = part(launchers.elementwise, kernel, N, out, x, 1.5, N)
+        return Problem(floats, "GB/s", 8 * N, "ew_affine", builtin, yours)
+    if name in ("ew_relu", "ew_sigmoid", "ew_relu_vec4"):
+        launcher = launchers.elementwise_vec4 if name.endswith("_vec4") else launchers.elementwise
+        return _same(floats, "GB/s", 8 * N, name, part(launcher, name, N, _empty(N), _floats(rng, N), N))
+    if name == "clip_scale":  # in place, the norm just above max_norm: each launch scales by 0.999
+        partials = from_numpy(np.float32([1, 0, 0]))
+        launch = part(launchers.elementwise, name, N, _floats(rng, N), partials, 3, 0.999, N)
+        return _same(floats, "GB/s", 8 * N, name, launch)
+    if name == "init_normal":
+        launch = part(launchers.elementwise, name, N, _empty(N), N, 1.0, 7)
+        return _same(floats + " written", "GB/s", 4 * N, name, launch)
+    if name == "sumsq_volatile":
+        launch = part(launchers.sumsq, name, _empty(1), _floats(rng, N), N)
+        return _same(floats + " read by one block", "GB/s", 4 * N, name, launch)
+    if name == "gather_rows":
+        rows, row_len = N // 1024, 1024
+        idx = Buffer(rows, rng.permutation(rows).astype(np.int32), np.int32)  # from_numpy makes float32
+        out, src = _empty(rows * row_len), _floats(rng, rows * row_len)
+        launch = part(launchers.elementwise, name, rows * row_len, out, src, idx, rows, row_len)
+        return _same(f"{rows} rows of {row_len}", "GB/s", 8 * rows * row_len + 4 * rows, name, launch)
+    if name == "sum_rows_shuffle":
+        rows, cols = N // 4096, 4096
+        launch = part(launchers.sum_rows, name, _empty(rows), _floats(rng, rows * cols), rows, cols, 1.0)
+        return _same(f"{rows} x {cols}", "GB/s", 4 * rows * cols + 4 * rows, name, launch)
+    if name == "softmax_rows_volatile":
+        rows, cols = N // 1024, 1024
+        launch = part(launchers.softmax_rows, name, _empty(rows * cols), _floats(rng, rows * cols), rows, cols)
+        return _same(f"{rows} x {cols}", "GB/s", 8 * rows * cols, name, launch)
+    if name == "softmax_xent_fused":  # one block for the whole batch, as at stage 10
+        rows, cols = 512, 1000
+        target = from_numpy(np.full(rows * cols, 1 / cols, np.float32))
+        probs, logits = _empty(rows * cols), _floats(rng, rows * cols)
+        launch = part(launchers.softmax_xent_fused, probs, _empty(1), logits, target, rows, cols, 1 / rows)
+        return _same(f"{rows} x {cols} in one block", "GB/s", 12 * rows * cols, name, launch)
+    g = launchers.Gemm(MATMUL, MATMUL, MATMUL)
+    a, b, c = _floats(rng, MATMUL * MATMUL), _floats(rng, MATMUL * MATMUL), _empty(MATMUL * MATMUL)
+    if name.startswith("matmul_regtiled_"):
+        launch = part(launchers.matmul_regtiled, c, a, b, g, tile=name.removeprefix("matmul_regtiled_"))
+    else:
+        launch = part(launchers.MATMULS[name], c, a, b, g)
+    return _same(f"{MATMUL}^3", "GFLOP/s", g.flops, name, launch)
+
+
+def line(p: Problem, your_seconds: float, builtin_seconds: float) -> str:
+    yours, builtin = p.amount / your_seconds / 1e9, p.amount / builtin_seconds / 1e9
+    return (
+        f"speed (feedback, not graded): yours {yours:,.0f} {p.unit}, the built-in {p.builtin_name} "
+        f"{builtin:,.0f} {p.unit} ({yours / builtin:.2f}x) on {p.what}, {TIMED * bench.INNER} launches each"
+    )
+
+
+def feedback(ex: Exercise, source: str) -> list[str]:
+    """One line: the student's speed beside the built-in kernel's, measured now; or why it
+    could not be measured (the verdict stands either way)."""
+    from .harness import Override
+
+    try:
+        p = problem(ex, source, np.random.default_rng(0))
+        builtin_seconds = bench.kernel_seconds(p.builtin, TIMED)
+        if p.yours is p.builtin:
+            with Override(ex.kernel, source):
+                your_seconds = bench.kernel_seconds(p.yours, TIMED)
+        else:
+            your_seconds = bench.kernel_seconds(p.yours, TIMED)
+    except Exception as exc:  # feedback only: a failure here must not change the verdict
+        return [f"speed not measured: {type(exc).__name__}: {exc}"]
+    return [line(p, your_seconds, builtin_seconds)]
