@@ -30,6 +30,7 @@ import numpy as np
 
 from . import profiler, stages, train
 from .device import cuda_available, cuda_unavailable_reason
+from .needs_gpu import TIMINGS, refuse_emulated
 
 BATCHES = {0: 10, 1: 50}  # per timed epoch; None = full epoch
 MATMUL_SIZES = [
@@ -434,6 +435,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m minitorch_cuda.be
         "matmul.json alone",
     )
     args = parser.parse_args(argv)
+    refuse_emulated(prog, TIMINGS + ("; --record would store them as GPU results" if args.record else ""))
     if not cuda_available():
         print(
             f"The benchmark needs a CUDA GPU: {cuda_unavailable_reason()}\n"

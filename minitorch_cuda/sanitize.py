@@ -228,9 +228,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.stages is None:
         args.stages = list(range(stages.MIN_STAGE, stages.MAX_STAGE + 1))
 
-    if args.workload is not None:
+    if args.workload is not None:  # the child under compute-sanitizer; on the emulator, its own checks
         workload(args.workload)
         return 0
+    from .needs_gpu import refuse_emulated
+
+    refuse_emulated("python -m minitorch_cuda.sanitize", "compute-sanitizer would find no GPU work to check")
 
     sanitizer = shutil.which("compute-sanitizer") or (
         "/usr/local/cuda/bin/compute-sanitizer" if os.path.exists("/usr/local/cuda/bin/compute-sanitizer") else None

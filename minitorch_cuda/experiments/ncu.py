@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from minitorch_cuda import results
+from minitorch_cuda.needs_gpu import refuse_emulated
 
 # --- what each topic measures ---------------------------------------------------------------
 
@@ -668,6 +669,7 @@ def main(argv: list[str] | None = None, runner=run_command) -> int:
     parser.add_argument("--budget", type=float, default=220.0, help="seconds for the whole run (default 220)")
     parser.add_argument("--workload", help=argparse.SUPPRESS)  # the child that ncu profiles
     args = parser.parse_args(argv)
+    refuse_emulated("python -m minitorch_cuda.experiments.ncu", "Nsight Compute would find no GPU kernels to profile")
     if args.workload:
         WORKLOADS[args.workload]()
         return 0

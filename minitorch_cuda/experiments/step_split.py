@@ -16,6 +16,7 @@ import numpy as np
 from minitorch_cuda import results, stages, train
 from minitorch_cuda.cuda.autotune import tuner
 from minitorch_cuda.cuda.runtime import device_properties
+from minitorch_cuda.needs_gpu import refuse_emulated
 
 VARIANTS = {  # name: (stage, steps switched off, autotune on)
     "stage 8": (8, set(), True),
@@ -92,6 +93,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=8)
     args = parser.parse_args()
+    refuse_emulated("python -m minitorch_cuda.experiments.step_split")
     data = train.load_to("cuda")
     out: dict[str, list] = {name: [] for name in VARIANTS}
     for _ in range(args.rounds):  # interleaved, so drift in the host's speed hits every variant

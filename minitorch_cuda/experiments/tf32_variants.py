@@ -17,14 +17,13 @@ import json
 import re
 
 import numpy as np
-import pycuda.autoprimaryctx  # noqa: F401
-from pycuda.compiler import SourceModule
 
 from minitorch_cuda import bench
 from minitorch_cuda.cuda import backend, launchers
 from minitorch_cuda.cuda.array import DeviceArray
 from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, SPECS, async_launch, kernel_defines
 from minitorch_cuda.cuda.runtime import Kernel
+from minitorch_cuda.needs_gpu import refuse_emulated
 
 # name: BN, WM, WN, STAGES, MIN_BLOCKS, KK_UNROLL, truncate
 SHAPES = {
@@ -45,6 +44,8 @@ SIZES = (1024, 2048, 4096)
 
 def compile_shape(source: str, shape: tuple) -> tuple[Kernel, tuple[int, int, int]]:
     """matmul_tf32_async compiled with this shape's #defines, and its (BM, BN, threads)."""
+    from pycuda.compiler import SourceModule  # imported here: main's refusal on the emulator comes first
+
     *values, truncate = shape
     options = [f"-DASYNC_{k}={v}" for k, v in zip(KEYS, values)]
     source = source.replace(CVT, "r = __float_as_uint(x);") if truncate else source
@@ -77,6 +78,9 @@ def main() -> None:
     parser.add_argument("--json", required=True)
     parser.add_argument("--adopt", action="store_true", help="write the fastest shape into mma_async.cu")
     args = parser.parse_args()
+    refuse_emulated("python -m minitorch_cuda.experiments.tf32_variants")
+    import pycuda.autoprimaryctx  # noqa: F401  (imported here: the refusal above comes first)
+
     path = KERNEL_DIR / "mma_async.cu"
     source = path.read_text()
     rng = np.random.default_rng(0)

@@ -16,12 +16,12 @@ import functools
 import json
 
 import numpy as np
-import pycuda.autoprimaryctx  # noqa: F401
 
 from minitorch_cuda import bench
 from minitorch_cuda.cuda import backend, launchers, registry
 from minitorch_cuda.cuda.array import DeviceArray
 from minitorch_cuda.cuda.kernel_table import SPECS
+from minitorch_cuda.needs_gpu import refuse_emulated
 
 SIZES = (1024, 2048, 4096)
 CASES = {  # row: (launcher, whether B is handed over as B^T, N x K)
@@ -53,6 +53,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", required=True)
     args = parser.parse_args()
+    refuse_emulated("python -m minitorch_cuda.experiments.tf32_wgmma")
+    import pycuda.autoprimaryctx  # noqa: F401  (imported here: the refusal above comes first)
+
     rng = np.random.default_rng(0)
     rows = {}
     for name, (launch, b_transposed) in CASES.items():
