@@ -67,14 +67,27 @@ def _losses_from(device: str, stage: int | None, order: np.ndarray) -> list[floa
     return losses
 
 
+@functools.cache
+def _losses(device: str, stage: int | None) -> np.ndarray:
+    """The first STEPS losses on one fixed order of the batches (computed once per module)."""
+    order = np.random.default_rng(1).permutation(STEPS * Protocol().batch_size)
+    return np.array(_losses_from(device, stage, order))
+
+
+@pytest.mark.gpu
+def test_stage_8_trains_like_the_cpu_within_1e4():
+    """20 steps at stage 8 agree with the CPU backend within 1e-4 relative (on the CPU emulator
+    the largest difference measured was about 5e-6): same weights, same batches."""
+    cpu, top = _losses("cpu", None), _losses("cuda", 8)
+    assert cpu[-1] < cpu[0], f"the CPU reference does not learn: {cpu}"
+    np.testing.assert_allclose(top, cpu, rtol=1e-4, atol=0, err_msg="stage 8 vs the CPU backend")
+
+
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_every_stage_trains_like_stage_8_and_the_cpu():
     order = np.random.default_rng(1).permutation(STEPS * Protocol().batch_size)
-    cpu = np.array(_losses_from("cpu", None, order))
-    top = np.array(_losses_from("cuda", 8, order))
-    assert cpu[-1] < cpu[0], f"the CPU reference does not learn: {cpu}"
-    np.testing.assert_allclose(top, cpu, rtol=1e-3, err_msg="stage 8 vs the CPU backend")
+    cpu, top = _losses("cpu", None), _losses("cuda", 8)
     for stage in range(8):
         losses = np.array(_losses_from("cuda", stage, order))
         np.testing.assert_allclose(losses, top, rtol=1e-3, err_msg=f"stage {stage} vs stage 8")
