@@ -15,7 +15,9 @@ how an experiment measures what a single step buys (book/results/step_split.json
 the blog's ladder. Stages 9-12 run on the H200 (their tests pass) but are asked for
 explicitly: on the MNIST model stage 9 is no faster per step than stage 8, whose step is
 bound by the host (book/results/step_split.json), and stage 12 changes the numerics (TF32,
-like PyTorch's ``allow_tf32``).
+like PyTorch's ``allow_tf32``). Stage 13 runs a ``train.Trainer`` step of the protocol's kind
+of model as one kernel in FP32 (cuda/persistent_step.py); every other op, and the step of a
+model that does not fit (after a warning naming what does not), stays stage 12's.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ STEPS = (
     Step("fused_kernels", 10, "fused epilogue, loss and optimizer"),
     Step("cuda_graphs", 11, "training step in a CUDA graph"),
     Step("tensor_cores", 12, "TF32 tensor-core matmul"),  # 10-bit mantissa: ~1e-3 relative error
+    # The protocol's model only (train.Trainer checks the fit); its kernel computes in FP32.
+    Step("persistent_step", 13, "whole training step in one persistent kernel"),
 )
 BY_NAME = {step.name: step for step in STEPS}
 

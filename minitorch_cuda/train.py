@@ -9,12 +9,13 @@ once and shuffled on the device every epoch.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from . import nn, optim
+from . import nn, optim, stages
 from .autograd import no_grad
 from .data import load_mnist, one_hot, train_val_split
 from .device import Device, as_device
@@ -80,8 +81,12 @@ class Trainer:
         self.optim = optim.RmsProp(self.net.parameters(), protocol.lr, protocol.decay)
         self.rng = np.random.default_rng(protocol.seed)
         self._graphed = None  # stage 11: the step captured in a CUDA graph, per batch shape
+        self._persistent = None  # stage 13: the step as one kernel (False: the model does not fit)
 
     def step(self, xb: Tensor, yb: Tensor) -> float:
+        persistent = self._persistent_step(xb)
+        if persistent is not None:
+            return persistent.step(xb.data, yb.data)
         if xb.backend.graphs_enabled():
             if self._graphed is None:  # the graph sees device arrays; the step wraps them in tensors
                 device = xb.device
@@ -90,6 +95,25 @@ class Trainer:
                 )
             return self._graphed(xb.data, yb.data)  # replays the captured step; reads back the loss
         return self.device_step(xb, yb).item()  # the one read-back per step
+
+    def _persistent_step(self, xb: Tensor):
+        """Stage 13's one-kernel step, built at the first step on CUDA, for the model, loss and
+        optimizer the trainer has then; None where the stage is lower or the model does not fit
+        (said once, in a warning naming the misfit: it trains with stage 12's kernels instead)."""
+        if xb.device.kind != "cuda" or not stages.persistent_step():
+            return None
+        if self._persistent is None:
+            from .cuda.persistent_step import DoesNotFit, PersistentStep
+
+            try:
+                self._persistent = PersistentStep(
+                    self.net, self.loss_fn, self.optim, self.protocol.max_norm, self.protocol.batch_size
+                )
+            except DoesNotFit as exc:
+                warnings.warn(f"stage 13 cannot run this step as one kernel: {exc}; it runs on stage 12's kernels",
+                              stacklevel=3)  # fmt: skip
+                self._persistent = False
+        return self._persistent or None
 
     def device_step(self, xb: Tensor, yb: Tensor) -> Tensor:
         """Everything of a step that stays on the device; returns the loss tensor."""

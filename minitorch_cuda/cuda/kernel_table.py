@@ -132,6 +132,7 @@ def _wgmma_launch(d: dict[str, int]) -> tuple[tuple[int, int, int], int]:
 
 
 ASYNC_TILE, ASYNC_SMEM_BYTES = async_launch(kernel_defines("mma_async.cu", "ASYNC"))
+PERSISTENT = kernel_defines("persistent_step.cu", "PS")  # {"THREADS": ..., "TILE": ...}: its job shapes
 WGMMA_TILE, WGMMA_SMEM_BYTES = _wgmma_launch(kernel_defines("wgmma.cu", "WG"))
 
 
@@ -170,6 +171,12 @@ SPECS.update(
         "matmul_tf32": KernelSpec("mma.cu", _MATMUL),
         "matmul_tf32_async": KernelSpec("mma_async.cu", _MATMUL, shared_bytes=ASYNC_SMEM_BYTES),
         "matmul_bf16": KernelSpec("mma.cu", _MATMUL),
+        "persistent_step": KernelSpec(
+            "persistent_step.cu",
+            "const PersistentLayer* layers, int n_layers, const float* x, const float* target, int rows, "
+            "float* row_loss, float* partials, int n_partials, float* loss, GridBarrier* barrier, int rmsprop, "
+            "float lr, float decay, float eps, float max_norm",
+        ),
         # C = A B^T with both operands K-contiguous: no transpose flags
         "matmul_tf32_wgmma": KernelSpec(
             "wgmma.cu",

@@ -25,7 +25,7 @@ import re
 
 from . import registry
 from .array import ITEMSIZE
-from .kernel_table import ASYNC_TILE, MMA_TILE, MULTI_TENSOR_SLOTS, REGTILED_TILES, SPECS, WGMMA_TILE
+from .kernel_table import ASYNC_TILE, MMA_TILE, MULTI_TENSOR_SLOTS, PERSISTENT, REGTILED_TILES, SPECS, WGMMA_TILE
 from .runtime import Kernel, launch, multiprocessors, time_launch_ms
 
 BLOCK = 256  # threads per block of the one-thread-per-element kernels
@@ -198,6 +198,27 @@ def multi_clip_rmsprop(
     """Clip (``partials`` None: no clipping) and take an RmsProp step for every parameter."""
     head = (partials, n_partials, float(max_norm), float(lr), float(decay), float(eps))
     return _multi("multi_clip_rmsprop", head, [params, grads, states], sizes, chunks, timed)
+
+
+# --- the whole training step: one persistent kernel ------------------------------------------
+
+
+def persistent_step(
+    layers, n_layers: int, x, target, rows: int, row_loss, partials, n_partials: int, loss, barrier,
+    rmsprop: bool, lr: float, decay: float, eps: float, max_norm: float, *, blocks: int = 0, timed: int = 0,
+):  # fmt: skip
+    """Stage 13: the training step of the MLP that the table ``layers`` describes, one block of
+    PS_THREADS per multiprocessor (``blocks``: fewer, at least 1). Its grid barriers wait for
+    every block, so all must be resident at once: never more blocks than multiprocessors."""
+    most = multiprocessors()
+    blocks = blocks or most
+    if not 1 <= blocks <= most:
+        raise ValueError(f"persistent_step needs 1..{most} blocks (one per multiprocessor at most), not {blocks}")
+    args = (
+        layers, n_layers, x, target, rows, row_loss, partials, n_partials, loss, barrier,
+        int(rmsprop), float(lr), float(decay), float(eps), float(max_norm),
+    )  # fmt: skip
+    return _go("persistent_step", (blocks, 1, 1), (PERSISTENT["THREADS"], 1, 1), args, timed, (rows,))
 
 
 # --- matmul ------------------------------------------------------------------------------------

@@ -99,17 +99,20 @@ __device__ __forceinline__ void forward_layer(const PersistentLayer& layer, cons
     }
 }
 
-// A warp per row (grid-stride over all warps): the row's loss into row_loss, and
-// D = scale * (softmax - target), as softmax_xent_fused and xent_backward compute them.
-// Not inlined (one call a step): inlined beside backward_layer, ptxas spilled 12 bytes.
-__device__ __noinline__ void loss_rows(const PersistentLayer& last, const float* target, int rows, float* row_loss) {
-    const int lane = threadIdx.x & 31, warps = gridDim.x * (PS_THREADS / 32), cols = last.n_out;
+// A warp per row: the row's loss into row_loss, and D = scale * (softmax - target), as
+// softmax_xent_fused and xent_backward compute them. The loop runs over the block's groups
+// of PS_THREADS / 32 rows (grid-stride), the same trip count in every warp, and a warp past
+// the last row computes row rows - 1 without storing it: the shuffles never sit in
+// divergent code (which made ptxas spill the convergence-barrier registers).
+__device__ __forceinline__ void loss_rows(const PersistentLayer& last, const float* target, int rows, float* row_loss) {
+    const int lane = threadIdx.x & 31, per_block = PS_THREADS / 32, cols = last.n_out;
     const float scale = 1.0f / rows;
-    for (int row = blockIdx.x * (PS_THREADS / 32) + threadIdx.x / 32; row < rows; row += warps) {
-        const float* z = last.out + row * cols;
-        const float* t = target + row * cols;
-        float* d = last.delta + row * cols;
-        // Loops over whole warps of columns: the same trip count in every lane.
+    for (int first = blockIdx.x * per_block; first < rows; first += gridDim.x * per_block) {
+        const int row = first + threadIdx.x / 32, safe = min(row, rows - 1);
+        const bool mine = row < rows;
+        const float* z = last.out + safe * cols;
+        const float* t = target + safe * cols;
+        float* d = last.delta + safe * cols;
         float m = -CUDART_INF_F;
         for (int c0 = 0; c0 < cols; c0 += 32) m = fmaxf(m, c0 + lane < cols ? z[c0 + lane] : -CUDART_INF_F);
         m = warp_allreduce<MaxOp>(m);
@@ -122,12 +125,12 @@ __device__ __noinline__ void loss_rows(const PersistentLayer& last, const float*
             const int c = c0 + lane;
             if (c < cols) {
                 const float zc = z[c] - m;
-                d[c] = scale * (expf(zc) / s - t[c]);
+                if (mine) d[c] = scale * (expf(zc) / s - t[c]);
                 loss -= t[c] * (zc - log_s);
             }
         }
         loss = warp_allreduce<SumOp>(loss);
-        if (lane == 0) row_loss[row] = loss;
+        if (mine && lane == 0) row_loss[row] = loss;
     }
 }
 

@@ -1,0 +1,144 @@
+"""Stage 13: the protocol's whole training step as one launch of ``persistent_step``.
+
+``PersistentStep(net, loss_fn, optimizer, max_norm, max_rows)`` accepts the models the
+kernel computes (an ``nn.Sequential`` of FeedForward layers with biases, each but the last
+followed by at most one ReLU or Sigmoid; ``CrossEntropyWithSoftmax``; ``RmsProp`` or ``SGD``
+over exactly the model's parameters) and raises ``DoesNotFit``, naming the part that does
+not fit, for any other. It packs, once, a device-side table of the layers: the parameters
+and the RmsProp state are the framework's own tensors (the kernel updates them in place, so
+they read as usual afterwards), and the gradients, activations and deltas are buffers of
+its own for up to ``max_rows`` rows. A step is one launch on the batch's rows as they lie
+(no copy) and a 4-byte read-back of the loss; where CUDA graphs are on (stage 11 up) the
+launch is captured and replayed by ``graphs.GraphedStep`` like stage 11's step. The
+optimizer's ``lr``, ``decay`` and ``eps`` are read at each launch (a captured graph keeps
+those of its capture, as stage 11's does). Gradients never reach ``p.grad``: after a step
+they are gone, as after stage 11's ``zero_grad``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import nn, optim, stages
+from . import graphs, launchers
+from .array import DeviceArray
+from .kernel_table import PERSISTENT
+from .ops_tensor import full, item
+from .runtime import copy_htod
+
+ACTIVATION_CODES = {nn.ReLU: 1, nn.Sigmoid: 2}  # persistent_step.cu's ACT_RELU, ACT_SIGMOID; 0: none
+_POINTERS = ("w", "b", "gw", "gb", "vw", "vb", "out", "delta")
+LAYER = np.dtype([(name, "<u8") for name in _POINTERS] + [(n, "<i4") for n in ("n_in", "n_out", "act", "partial0")])
+
+
+class DoesNotFit(ValueError):
+    """The model, its loss or its optimizer is not of the kind stage 13's kernel computes."""
+
+
+def layer_chain(net: nn.Module) -> list[tuple[nn.FeedForward, int]]:
+    """(layer, activation code) per FeedForward of ``net``; DoesNotFit names the first misfit."""
+    if type(net) is not nn.Sequential:
+        raise DoesNotFit(f"the model is a {type(net).__name__}, not an nn.Sequential of FeedForward layers")
+    chain: list[list] = []
+    for i, module in enumerate(net.layers):
+        kind = type(module)
+        where = f"layer {i} ({kind.__name__})"
+        if kind is nn.FeedForward:
+            if module.bias is None:
+                raise DoesNotFit(f"{where} has no bias")
+            if chain and chain[-1][0].weight.shape[1] != module.weight.shape[0]:
+                raise DoesNotFit(
+                    f"{where} takes {module.weight.shape[0]} features, its input has {chain[-1][0].weight.shape[1]}"
+                )
+            chain.append([module, 0])
+        elif kind in ACTIVATION_CODES and i > 0 and type(net.layers[i - 1]) is nn.FeedForward:
+            chain[-1][1] = ACTIVATION_CODES[kind]
+        else:
+            raise DoesNotFit(f"{where} is not a FeedForward or a ReLU or Sigmoid right after one")
+    if not chain:
+        raise DoesNotFit("the model has no FeedForward layer")
+    if chain[-1][1]:
+        raise DoesNotFit(
+            f"the last layer ({type(net.layers[-1]).__name__}) is not a FeedForward: the loss takes its logits"
+        )
+    return [(layer, act) for layer, act in chain]
+
+
+def _check_loss_and_optimizer(net: nn.Module, loss_fn, optimizer) -> None:
+    if type(loss_fn) is not nn.CrossEntropyWithSoftmax:
+        raise DoesNotFit(f"the loss is a {type(loss_fn).__name__}, not CrossEntropyWithSoftmax")
+    if type(optimizer) not in (optim.RmsProp, optim.SGD):
+        raise DoesNotFit(f"the optimizer is a {type(optimizer).__name__}, not RmsProp or SGD")
+    params = net.parameters()
+    if len(params) != len(optimizer.params) or any(p is not q for p, q in zip(params, optimizer.params)):
+        raise DoesNotFit("the optimizer does not update exactly the model's parameters, in their order")
+    if not all(p.device.kind == "cuda" and p.data.is_contiguous() for p in params):
+        raise DoesNotFit("a parameter is not a contiguous CUDA tensor")
+
+
+def _cdiv(n: int, d: int) -> int:
+    return -(-n // d)
+
+
+class PersistentStep:
+    """One model's step as one kernel: ``step(x, y) -> loss`` on device arrays."""
+
+    def __init__(self, net: nn.Module, loss_fn, optimizer, max_norm: float, max_rows: int, blocks: int = 0):
+        chain = layer_chain(net)
+        _check_loss_and_optimizer(net, loss_fn, optimizer)
+        if not max_norm > 0 or max_rows < 1:
+            raise ValueError(f"max_norm must be positive and max_rows at least 1, got {max_norm!r} and {max_rows!r}")
+        self.optimizer, self.max_norm, self.max_rows, self.blocks = optimizer, float(max_norm), max_rows, blocks
+        self.rmsprop = type(optimizer) is optim.RmsProp
+        state = {id(p): v for p, v in zip(optimizer.params, optimizer.state)} if self.rmsprop else {}
+        table = np.zeros(len(chain), LAYER)
+        self.buffers: list[DeviceArray] = []  # alive as long as the table points at them
+        partial0 = 0
+        for row, (layer, act) in zip(table, chain):
+            n_in, n_out = layer.weight.shape
+            own = [
+                DeviceArray.empty(shape) for shape in ((n_in, n_out), (n_out,), (max_rows, n_out), (max_rows, n_out))
+            ]
+            self.buffers += own
+            gw, gb, out, delta = own
+            vw, vb = (state[id(layer.weight)], state[id(layer.bias)]) if self.rmsprop else (None, None)
+            for name, array in zip(_POINTERS, (layer.weight.data, layer.bias.data, gw, gb, vw, vb, out, delta)):
+                row[name] = 0 if array is None else array.ptr
+            row["n_in"], row["n_out"], row["act"], row["partial0"] = n_in, n_out, act, partial0
+            partial0 += _cdiv(n_in, PERSISTENT["TILE"]) * _cdiv(n_out, PERSISTENT["TILE"])
+            partial0 += _cdiv(n_out, PERSISTENT["THREADS"])
+        self.n_layers, self.n_in, self.n_out = len(chain), chain[0][0].weight.shape[0], chain[-1][0].weight.shape[1]
+        self.n_partials = partial0
+        self.table = DeviceArray.empty((table.nbytes // 4,))
+        copy_htod(self.table.ptr, table.view(np.float32))
+        self.partials = DeviceArray.empty((partial0,))
+        self.row_loss = DeviceArray.empty((max_rows,))
+        self.loss = DeviceArray.empty(())
+        self.barrier = full((2,), 0.0)  # GridBarrier {count, generation}: zero bits, once
+        self._graphed = None
+
+    def launch(self, x: DeviceArray, y: DeviceArray) -> DeviceArray:
+        """Queue one step on the batch (x, y); returns the loss array, nothing read back."""
+        rows = x.shape[0]
+        if x.shape != (rows, self.n_in) or y.shape != (rows, self.n_out) or not 1 <= rows <= self.max_rows:
+            raise ValueError(
+                f"the persistent step takes 1..{self.max_rows} rows of {self.n_in} inputs and {self.n_out} "
+                f"targets, got inputs {x.shape} and targets {y.shape}"
+            )
+        if not (x.is_contiguous() and y.is_contiguous()):
+            raise ValueError("the persistent step reads the batch in place: its rows must be contiguous")
+        opt = self.optimizer
+        decay, eps = (opt.decay, opt.eps) if self.rmsprop else (0.0, 0.0)
+        launchers.persistent_step(
+            self.table, self.n_layers, x, y, rows, self.row_loss, self.partials, self.n_partials, self.loss,
+            self.barrier, self.rmsprop, opt.lr, decay, eps, self.max_norm, blocks=self.blocks,
+        )  # fmt: skip
+        return self.loss
+
+    def step(self, x: DeviceArray, y: DeviceArray) -> float:
+        """One training step and its loss, through a CUDA graph where graphs are on now."""
+        if stages.cuda_graphs() and graphs.usable_now():
+            if self._graphed is None:
+                self._graphed = graphs.GraphedStep(self.launch, graphs.CudaGraphDevice())
+            return self._graphed(x, y)
+        return item(self.launch(x, y), 0)
