@@ -20,7 +20,7 @@ counted launches), ``kernel_checks`` (the kernel exercises and 12.1),
 from __future__ import annotations
 
 from .. import emulator
-from . import exercises, host_checks, kernel_checks
+from . import exercises, host_checks, kernel_checks, mma_fragments
 from .verdict import COMPILE_ERROR, CUDA_ERROR, EXCEPTION, NO_GPU, PASSED, CheckFailed, CheckResult
 
 
@@ -28,6 +28,12 @@ def _fib_tile(fib_tile, source: str = "") -> list[str]:
     from ..tile_eval.exercise import check_fib_tile  # chapter 20's check lives with its code
 
     return check_fib_tile(fib_tile, source)
+
+
+def _bias_relu_triton(bias_relu_triton, source: str = "") -> list[str]:
+    from ..tile_eval.triton_exercise import check_bias_relu_triton  # with chapter 20's code, as 20.1
+
+    return check_bias_relu_triton(bias_relu_triton, source)
 
 
 def _on_gpu(exercise_id: str):
@@ -48,7 +54,9 @@ PYTHON_CHECKS = {
     "14.1": host_checks.check_matmul_roofline,
     "18.1": host_checks.check_graphed_step,
     "19.1": host_checks.check_tf32,
+    "19.2": mma_fragments.check_mma_fragments,
     "20.1": _fib_tile,
+    "20.2": _bias_relu_triton,
 }
 
 # exercise id -> check(artifact, cell source) -> what passed; every exercise has exactly one

@@ -72,6 +72,14 @@ EXERCISES: dict[str, Exercise] = {
         Exercise("12.1", "12_opt7_syncs", "a training step without device syncs", "python", "train_step"),
         _cuda("13.1", "13_opt8_warp_shuffle", "warp-shuffle row sum", "sum_rows_shuffle"),
         Exercise("14.1", "14_cublas", "the roofline bound of a matmul", "python", "matmul_roofline", gpu=False),
+        _cuda(
+            "14.2",
+            "14_cublas",
+            "bias and ReLU after a library GEMM, in one launch",
+            "bias_relu",
+            "bias_relu_source",
+            params="float* out, const float* c, const float* bias, int M, int N",
+        ),
         _cuda("15.1", "15_roofline", "16-byte loads with a grid-stride loop", "ew_relu_vec4"),
         _cuda(
             "16.1", "16_regtiled_matmul", "a register-tiled matmul", "matmul_regtiled_32x32x8", "matmul_regtiled_source"
@@ -79,7 +87,18 @@ EXERCISES: dict[str, Exercise] = {
         _cuda("17.1", "17_fusion", "softmax, cross-entropy and mean in one launch", "softmax_xent_fused"),
         Exercise("18.1", "18_cuda_graphs", "capture once, replay per batch", "python", "GraphedStep", gpu=False),
         Exercise("19.1", "19_tensor_cores", "TF32 rounding by bit manipulation", "python", "round_to_tf32", gpu=False),
+        Exercise(
+            "19.2",
+            "19_tensor_cores",
+            "the fragment layout of an mma.sync TF32 tile",
+            "python",
+            "fragment_coords",
+            gpu=False,
+        ),
         Exercise("20.1", "20_tile_programming", "fibonacci as a tile function", "python", "fib_tile", gpu=False),
+        Exercise(
+            "20.2", "20_tile_programming", "bias and ReLU as a Triton kernel", "python", "bias_relu_triton", gpu=False
+        ),
     ]
 }
 

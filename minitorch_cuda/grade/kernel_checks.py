@@ -90,6 +90,51 @@ def check_scale(ex: Exercise, source: str) -> list[str]:
     return [f"out = alpha * in for n in {sizes}, 256 threads per block, nothing written out of bounds"]
 
 
+# --- 14.2 bias and ReLU after a library GEMM (standalone, one launch) ------------------------
+
+
+def _bias_relu_kernel(ex: Exercise, source: str):
+    from ..cuda.runtime import Kernel, compile_module
+
+    module = compile_module(source, "your kernel 'bias_relu'")
+    return Kernel("bias_relu", module, "bias_relu", prepare_signature(ex.params))
+
+
+def check_bias_relu(ex: Exercise, source: str) -> list[str]:
+    """out = max(c + bias[col], 0) over a row-major M x N matrix, out-of-place and in place (out == c),
+    launched as the backend launches its elementwise kernels: one thread per element, 256 per block."""
+    from ..cuda import launchers
+
+    kernel = _bias_relu_kernel(ex, source)
+    counter = CountingFunction(kernel.function)
+    kernel.function = counter
+    rng = _rng()
+    shapes = [(1, 1), (64, 256), (64, 10), (7, 33), (33, 7), (3, 1000), (257, 129)]
+    in_place = [(65, 31), (1, 300)]
+    for M, N in shapes + in_place:
+        c = (rng.standard_normal((M, N)) * 2).astype(np.float32)
+        bias = rng.standard_normal(N).astype(np.float32)
+        want = np.maximum(c.astype(np.float64) + bias, 0)
+        d_c, d_bias = Buffer(M * N, c), Buffer(N, bias)
+        alias = (M, N) in in_place
+        out = d_c if alias else Buffer(M * N)
+        launchers.elementwise(kernel, M * N, out, d_c, d_bias, M, N)
+        what = f"bias_relu {M} x {N}" + (" in place (out == c)" if alias else "")
+        got = out.read(what).reshape(M, N)
+        tail = _tail(M * N, launchers.BLOCK)
+        compare(got, want, what, atol=1e-7, rtol=1e-6, poison=None if alias else POISON, tail=tail)
+        if not alias and not np.array_equal(d_c.read("c"), c.ravel()):
+            fail(WRONG_RESULT, f"{what}: the kernel modified c (write only out)")
+        if not np.array_equal(d_bias.read("bias"), bias):
+            fail(WRONG_RESULT, f"{what}: the kernel modified bias")
+    if counter.calls != len(shapes) + len(in_place):
+        fail(NOT_LAUNCHED, "the kernel was not launched")
+    return [
+        f"out = max(c + bias[col], 0) for (M, N) in {shapes}, 256 threads per block, nothing written out of bounds",
+        f"in place (out == c) for {in_place}; c and bias left unchanged out-of-place",
+    ]
+
+
 # --- elementwise -------------------------------------------------------------------------
 
 
@@ -628,6 +673,7 @@ PYTHON_GPU_CHECKS = {"12.1": check_train_step}
 
 CHECKS = {
     "scale": check_scale,
+    "bias_relu": check_bias_relu,
     "ew_relu": lambda ex, s: _check_unary(
         ex,
         s,
@@ -691,6 +737,10 @@ def small_launch(ex: Exercise, source: str) -> None:
     if name == "scale":
         kernel = Kernel("scale", compile_module(source, "your kernel 'scale'"), "scale", prepare_signature(ex.params))
         launchers.elementwise(kernel, 257, Buffer(257), floats(257), 1.5, 257)
+        mt.synchronize()
+        return
+    if name == "bias_relu":
+        launchers.elementwise(_bias_relu_kernel(ex, source), 5 * 67, Buffer(5 * 67), floats(5 * 67), floats(67), 5, 67)
         mt.synchronize()
         return
     with Override(name, source):
