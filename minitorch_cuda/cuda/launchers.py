@@ -421,6 +421,70 @@ def matmul_tf32_wgmma(c, a, b, g: Gemm, *, timed: int = 0):
     return _total(times)
 
 
+# wgmma_tma.cu's launch: two tensor maps by value (128 bytes each), then C and six ints.
+WGMMA_TMA_SIGNATURE = "128s128sPiiiiii"
+HOPPER_SHARED_BYTES = 227 * 1024  # the most shared memory a block of an H100/H200 may opt in to
+_wgmma_tma_kernels: dict[tuple, tuple[Kernel, dict[str, int]]] = {}
+
+
+def wgmma_tma_kernel(bn: int, stages: int | None, debug: bool) -> tuple[Kernel, dict[str, int]]:
+    """wgmma_tma.cu built for this Hopper GPU with WT_BN=bn and WT_STAGES=stages (None: the file's
+    own), once per process, and its shape (its WT_ defines: BM, BN, BK, STAGES, THREADS, ...).
+    ``debug`` makes a stuck wait print which barrier it was."""
+    if (bn, stages, debug) in _wgmma_tma_kernels:
+        return _wgmma_tma_kernels[bn, stages, debug]
+    from .kernel_table import KERNEL_DIR, kernel_defines
+    from .runtime import compile_module
+
+    shape = {**kernel_defines("wgmma_tma.cu", "WT"), "BN": bn, **({} if stages is None else {"STAGES": stages})}
+    if bn not in (128, 256) or shape["STAGES"] < 1:
+        raise ValueError(f"wgmma_tma.cu takes WT_BN 128 or 256 and at least one stage, not {bn} and {stages}")
+    smem = shape["STAGES"] * (shape["BM"] + bn) * shape["BK"] * ITEMSIZE + 1024  # its WT_SMEM_BYTES
+    if smem + 16 * shape["STAGES"] > HOPPER_SHARED_BYTES:  # + the static mbarriers
+        raise ValueError(f"{shape['STAGES']} stages of {shape['BM']} x {bn} tiles need {smem} bytes of shared memory")
+    defines = f"#define WT_BN {bn}\n#define WT_STAGES {shape['STAGES']}\n" + ("#define WT_DEBUG\n" if debug else "")
+    source = defines + '#line 1 "wgmma_tma.cu"\n' + (KERNEL_DIR / "wgmma_tma.cu").read_text()
+    module = compile_module(source, "wgmma_tma.cu", arch_specific=True)
+    kernel = Kernel("matmul_tf32_wgmma_tma", module, "matmul_tf32_wgmma_tma", WGMMA_TMA_SIGNATURE, smem)
+    _wgmma_tma_kernels[bn, stages, debug] = kernel, shape
+    return kernel, shape
+
+
+def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, bn: int = 256, stages: int | None = None, blocks: int | None = None,
+                          tiles: int | None = None, debug: bool = False, timed: int = 0):  # fmt: skip
+    """C = A B^T on Hopper (A as M x K, B as N x K: ``g.tb``, as matmul_tf32_wgmma's kernel takes
+    them) by wgmma_tma.cu: TMA copies into a ring of mbarrier-synchronized stages, a producer and
+    two consumer warpgroups, persistent blocks over grouped tiles. Not on stage 12's route (not yet
+    measured), and not in the registry (its tensor-map arguments are not plain C scalars).
+    Debugging: ``stages=1`` builds a single stage, ``blocks=1`` has one block walk every tile,
+    ``tiles=n`` computes only the first n tiles of the raster, ``debug`` names a stuck barrier."""
+    from . import runtime, tensor_map
+
+    if runtime.arch() != "sm_90":
+        raise ValueError(
+            f"matmul_tf32_wgmma_tma needs a Hopper GPU (sm_90: TMA, wgmma, setmaxnreg); "
+            f"{runtime.device_name()} is {runtime.arch()}"
+        )
+    if g.ta or not g.tb:
+        raise ValueError(
+            "matmul_tf32_wgmma_tma computes A B^T from K-contiguous operands: give A as M x K and B as N x K "
+            "(ta=False, tb=True); matmul_tf32_wgmma transposes the other layouts first"
+        )
+    kernel, shape = wgmma_tma_kernel(bn, stages, debug)
+    bm = shape["BM"]
+    maps, batches = [], []
+    for x, rows, stride, box in ((a, g.M, g.stride_a, bm), (b, g.N, g.stride_b, bn)):
+        matrices = g.batch if stride else 1  # stride 0: one matrix for the whole batch
+        tiled = tensor_map.kmajor_stack(_arg(x), rows, g.K, matrices, stride, box, shape["BK"])
+        maps.append(tensor_map.encode(tiled))
+        batches.append(matrices)
+    total = g.batch * _cdiv(g.M, bm) * _cdiv(g.N, bn)
+    count = total if tiles is None else max(1, min(tiles, total))
+    grid = (min(blocks or multiprocessors(), count), 1, 1)
+    args = (*maps, c, g.M, g.N, g.K, *batches, count)
+    return _go(kernel, grid, (shape["THREADS"], 1, 1), args, timed, (g,))
+
+
 # The matmul kernels by name, each launched as (c, a, b, gemm, timed=...): the benchmark's and the
 # grader's table. A launcher that cannot take a problem raises ValueError saying why.
 MATMULS = {

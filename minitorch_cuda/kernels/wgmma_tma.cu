@@ -1,0 +1,298 @@
+// wgmma_tma.cu: wgmma.cu's TF32 product (C = A B^T, both operands K-contiguous), fed by the tensor
+// memory accelerator (TMA) and split into roles (sm_90a), chapter 19's next step. Not on stage 12's
+// route yet: launchers.matmul_tf32_wgmma_tma runs it for experiments.tf32_wgmma and its tests.
+//
+// What changes from wgmma.cu, each a step of the published Hopper GEMM worklogs:
+//   - TMA copies: one thread issues a whole tile's copy (cp.async.bulk.tensor) and the copy engine
+//     writes it in the 128-byte swizzle wgmma's descriptors name; no thread computes an address,
+//     and the copy engine zero-fills what lies outside the matrix;
+//   - mbarriers instead of __syncthreads: stage s has a "full" barrier (the copy's bytes arrived)
+//     and an "empty" one (both consumers' wgmma read it); waits are on a phase's parity;
+//   - warp specialization: warpgroup 0 is the producer (one thread issues the copies) and gives
+//     up registers (setmaxnreg.dec); warpgroups 1 and 2 are consumers, rows 0-63 and 64-127 of a
+//     WT_BM x WT_BN tile of C, and take them (setmaxnreg.inc) for their WT_BN / 2 accumulators;
+//   - persistence: a block per SM walks the tiles blockIdx.x, + gridDim.x, ..., so the producer
+//     fetches the next tile's slices while the consumers store this one; tiles go in groups of
+//     WT_GROUP_M tile rows, column by column within a group, so that blocks running together
+//     share A's rows and B's columns in L2.
+// A stage is one K-slice of 32 floats (a 128-byte row, the swizzle's span): the A tile (WT_BM rows)
+// and the B tile (WT_BN rows of B^T), each 1024-byte aligned, since the swizzle acts on address
+// bits 4-9. Consumers keep one slice's wgmma in flight and release the stage before it.
+//
+// Debugging: -DWT_STAGES=1 runs one stage (copy, multiply, release, strictly in turn), the launch
+// may have one block (every tile in order) or compute only the first `tiles` tiles, and a wait that
+// lasts WT_WATCHDOG_NS prints the barrier it waits on and traps instead of hanging the GPU.
+// Launch (launchers.matmul_tf32_wgmma_tma): block (WT_THREADS, 1, 1), grid (blocks, 1, 1), dynamic
+// shared memory WT_SMEM_BYTES; map_a, map_b are 3-D tensor maps (K, rows, matrices) of A and B^T
+// with box (WT_BK, WT_BM) and (WT_BK, WT_BN), 128-byte swizzle; an operand of one matrix is shared
+// by the batch (batches_x = 1). Needs K % 4 == 0 and 16-byte aligned operands (TMA's rules).
+
+#define WT_BM 128
+#ifndef WT_BN  // 256, or 128 (half the accumulators; -DWT_BN=128)
+#define WT_BN 256
+#endif
+#ifndef WT_STAGES  // 4 x 48 KB with 128 x 256 tiles; 1 for debugging
+#define WT_STAGES 4
+#endif
+#ifndef WT_GROUP_M
+#define WT_GROUP_M 8
+#endif
+#define WT_BK 32
+#define WT_THREADS 384  // a producer warpgroup and two consumer warpgroups
+#define WT_PRODUCER_REGS 40
+#define WT_CONSUMER_REGS 232  // 128 x 40 + 256 x 232 <= 65536 registers
+#define WT_A_BYTES (WT_BM * WT_BK * 4)
+#define WT_STAGE_BYTES ((WT_BM + WT_BN) * WT_BK * 4)
+#define WT_SMEM_BYTES (WT_STAGES * WT_STAGE_BYTES + 1024)  // + room to align to 1024 bytes
+#define WT_IN_FLIGHT (WT_STAGES > 1)  // wgmma groups left running while the next stage is waited for
+#define WT_WATCHDOG_NS 4000000000ull  // 4 s: no wait is legitimately that long
+
+// A CUtensorMap as cuTensorMapEncodeTiled wrote it: 128 opaque bytes, 64-byte aligned.
+struct __align__(64) TensorMap {
+    unsigned long long opaque[16];
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // wgmma and setmaxnreg exist only in sm_90a code
+
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// --- mbarriers ---------------------------------------------------------------------------------
+
+__device__ __forceinline__ void barrier_init(unsigned long long* bar, unsigned arrivals) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(arrivals) : "memory");
+}
+
+__device__ __forceinline__ bool barrier_done(unsigned bar, unsigned parity) {
+    unsigned done;
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    return done != 0;
+}
+
+__device__ __forceinline__ unsigned long long nanoseconds() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+    return t;
+}
+
+// Wait until the phase of `bar` with this parity has completed. A fresh barrier is in phase 0, and
+// the phase "before" it (parity 1) counts as completed: a producer waiting on empty[s] with parity
+// 1 passes at once, as every stage starts empty.
+__device__ __forceinline__ void barrier_wait(unsigned long long* bar, unsigned parity, const char* role, int stage) {
+    const unsigned address = shared_address(bar);
+    if (barrier_done(address, parity)) return;
+    const unsigned long long start = nanoseconds();
+    while (!barrier_done(address, parity)) {
+        if (nanoseconds() - start > WT_WATCHDOG_NS) {
+#ifdef WT_DEBUG  // printf is a call, across which ptxas serializes every wgmma (C7510): debug builds only
+            printf("matmul_tf32_wgmma_tma: block %d thread %d waited 4 s on %s[%d] for parity %u\n", blockIdx.x,
+                   threadIdx.x, role, stage, parity);
+#endif
+            __trap();
+        }
+    }
+}
+
+// One arrival; and the producer's: one arrival that also expects `bytes` from the copy engine.
+__device__ __forceinline__ void barrier_arrive(unsigned long long* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(bar)) : "memory");
+}
+
+__device__ __forceinline__ void barrier_expect_bytes(unsigned long long* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)), "r"(bytes)
+                 : "memory");
+}
+
+// --- TMA -------------------------------------------------------------------------------------------
+
+// Copy the box at (k, row, matrix) of `map` into `tile`; its bytes complete a transaction on `bar`.
+__device__ __forceinline__ void tma_load(void* tile, const TensorMap* map, unsigned long long* bar, int k, int row,
+                                         int matrix) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+        "[%5];\n" ::"r"(shared_address(tile)),
+        "l"(map), "r"(k), "r"(row), "r"(matrix), "r"(shared_address(bar))
+        : "memory");
+}
+
+// --- wgmma (as in wgmma.cu) -------------------------------------------------------------------------
+
+// A shared-memory matrix descriptor for a K-major tile with 128-byte rows, 128-byte swizzle.
+__device__ __forceinline__ unsigned long long tile_descriptor(const void* tile) {
+    const unsigned long long address = shared_address(tile);
+    return ((address & 0x3FFFF) >> 4)  // start address, in 16-byte units
+           | (1ull << 16)              // leading-dimension offset: unused by this layout
+           | ((1024ull >> 4) << 32)    // stride offset: from one 8-row group to the next
+           | (1ull << 62);             // swizzle mode 1: 128 bytes
+}
+
+#define WT_D8(i) \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define WT_D64(i) WT_D8(i), WT_D8(i + 8), WT_D8(i + 16), WT_D8(i + 24), WT_D8(i + 32), WT_D8(i + 40), WT_D8(i + 48), WT_D8(i + 56)
+#define WT_REGS_64                                                                   \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "         \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define WT_REGS_128                                                                                \
+    WT_REGS_64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "  \
+               "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "    \
+               "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, " \
+               "%111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, "   \
+               "%125, %126, %127"
+
+// d (64 x WT_BN, this thread's WT_BN / 2 values) += A (64 x 8) * B^T (8 x WT_BN), from shared memory.
+__device__ __forceinline__ void wgmma_tf32(float (&d)[WT_BN / 2], unsigned long long a, unsigned long long b) {
+#if WT_BN == 256
+    asm volatile("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {" WT_REGS_128 "}, %128, %129, 1, 1, 1;\n"
+                 : WT_D64(0), WT_D64(64)
+                 : "l"(a), "l"(b));  // scale-d 1: accumulate; A and B not negated
+#elif WT_BN == 128
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {" WT_REGS_64 "}, %64, %65, 1, 1, 1;\n"
+                 : WT_D64(0)
+                 : "l"(a), "l"(b));
+#else
+#error "WT_BN is 128 or 256"
+#endif
+}
+
+// Keep the compiler from moving reads or writes of the accumulators across a point where the
+// tensor cores may still be writing them (between a wgmma and the wait for it).
+__device__ __forceinline__ void pin(float (&d)[WT_BN / 2]) {
+#pragma unroll
+    for (int i = 0; i < WT_BN / 2; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// --- the schedule ------------------------------------------------------------------------------
+
+struct Tile {
+    int matrix, m, n;  // which product of the batch, tile row, tile column
+};
+
+// Tile t of the raster: matrix by matrix; within one, groups of WT_GROUP_M tile rows, each group
+// walked column by column, so that consecutive tiles (blocks running at once) share operand tiles.
+__device__ __forceinline__ Tile tile_at(int t, int tiles_m, int tiles_n) {
+    const int matrix = t / (tiles_m * tiles_n);
+    t -= matrix * tiles_m * tiles_n;
+    const int first_m = t / (WT_GROUP_M * tiles_n) * WT_GROUP_M;
+    const int rows = min(tiles_m - first_m, WT_GROUP_M);
+    const int within = t % (WT_GROUP_M * tiles_n);
+    return {matrix, first_m + within % rows, within / rows};
+}
+
+// Rows 64 * consumer .. + 63 of the tile, from this thread's accumulators: warp w of the warpgroup
+// holds rows 16w..16w+15; lane (g, t) holds, for every 8 columns n8, columns n8 + 2t and n8 + 2t + 1
+// of rows g and g + 8: d[4 * (n8 / 8) + 2h + p].
+__device__ __forceinline__ void store_tile(float* c, const float (&d)[WT_BN / 2], int M, int N, int row0, int col0) {
+    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const bool pairs = (N & 1) == 0 && (reinterpret_cast<unsigned long long>(c) & 7ull) == 0;
+#pragma unroll
+    for (int n8 = 0; n8 < WT_BN / 8; ++n8) {
+        const int col = col0 + 8 * n8 + 2 * t;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = row0 + 16 * warp + g + 8 * h;
+            if (r >= M) continue;
+            float* dst = c + (long long)r * N + col;
+            const float x = d[4 * n8 + 2 * h], y = d[4 * n8 + 2 * h + 1];
+            if (pairs && col + 1 < N) {
+                *reinterpret_cast<float2*>(dst) = make_float2(x, y);
+            } else {
+                if (col < N) dst[0] = x;
+                if (col + 1 < N) dst[1] = y;
+            }
+        }
+    }
+}
+
+#endif
+
+extern "C" __global__ void __launch_bounds__(WT_THREADS, 1)
+    matmul_tf32_wgmma_tma(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b, float* c,
+                          int M, int N, int K, int batches_a, int batches_b, int tiles) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(16) unsigned char wt_smem[];
+    __shared__ __align__(8) unsigned long long full[WT_STAGES], empty[WT_STAGES];
+    unsigned char* smem = wt_smem + ((1024 - (__cvta_generic_to_shared(wt_smem) & 1023)) & 1023);
+    auto tile_a = [&](int stage) { return smem + stage * WT_STAGE_BYTES; };
+    auto tile_b = [&](int stage) { return smem + stage * WT_STAGE_BYTES + WT_A_BYTES; };
+    const int tiles_m = (M + WT_BM - 1) / WT_BM, tiles_n = (N + WT_BN - 1) / WT_BN;
+    const int slices = (K + WT_BK - 1) / WT_BK;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < WT_STAGES; ++s) {
+            barrier_init(&full[s], 1);   // the producer's arrival, plus the copy's bytes
+            barrier_init(&empty[s], 2);  // one arrival per consumer warpgroup
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
+    }
+    __syncthreads();
+
+    if (threadIdx.x < 128) {  // the producer warpgroup; one thread issues every copy
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WT_PRODUCER_REGS));
+        if (threadIdx.x == 0) {
+            asm volatile("prefetch.tensormap [%0];\n" ::"l"(&map_a) : "memory");
+            asm volatile("prefetch.tensormap [%0];\n" ::"l"(&map_b) : "memory");
+            int stage = 0;
+            unsigned phase = 0;
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                const Tile tile = tile_at(t, tiles_m, tiles_n);
+                for (int slice = 0; slice < slices; ++slice) {
+                    barrier_wait(&empty[stage], phase ^ 1, "empty", stage);
+                    barrier_expect_bytes(&full[stage], WT_STAGE_BYTES);  // whole boxes, zero-filled ones too
+                    tma_load(tile_a(stage), &map_a, &full[stage], slice * WT_BK, tile.m * WT_BM,
+                             min(tile.matrix, batches_a - 1));
+                    tma_load(tile_b(stage), &map_b, &full[stage], slice * WT_BK, tile.n * WT_BN,
+                             min(tile.matrix, batches_b - 1));
+                    if (++stage == WT_STAGES) stage = 0, phase ^= 1;
+                }
+            }
+        }
+    } else {  // a consumer warpgroup: 64 rows of every tile
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WT_CONSUMER_REGS));
+        const int consumer = threadIdx.x / 128 - 1;
+        const bool signals = threadIdx.x % 128 == 0;  // the thread that arrives for its warpgroup
+        int stage = 0;
+        unsigned phase = 0;
+        float d[WT_BN / 2];
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            const Tile tile = tile_at(t, tiles_m, tiles_n);
+#pragma unroll
+            for (int i = 0; i < WT_BN / 2; ++i) d[i] = 0.0f;
+            int previous = 0;  // the stage whose wgmma may still run
+            for (int slice = 0; slice < slices; ++slice) {
+                barrier_wait(&full[stage], phase, "full", stage);
+                pin(d);
+                asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+                const unsigned char* as = tile_a(stage) + consumer * 64 * 128;  // this warpgroup's 64 rows of A
+                const unsigned char* bs = tile_b(stage);
+#pragma unroll
+                for (int kk = 0; kk < WT_BK / 8; ++kk)  // 8 columns of K = 32 bytes further into each row
+                    wgmma_tf32(d, tile_descriptor(as + 32 * kk), tile_descriptor(bs + 32 * kk));
+                asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+                asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(WT_IN_FLIGHT) : "memory");
+                pin(d);
+                if (!WT_IN_FLIGHT) {
+                    if (signals) barrier_arrive(&empty[stage]);  // read: the producer may refill it
+                } else if (slice > 0 && signals) {
+                    barrier_arrive(&empty[previous]);  // the slice before has been read
+                }
+                previous = stage;
+                if (++stage == WT_STAGES) stage = 0, phase ^= 1;
+            }
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            pin(d);
+            if (WT_IN_FLIGHT && slices > 0 && signals) barrier_arrive(&empty[previous]);
+            float* out = c + (long long)tile.matrix * M * N;
+            store_tile(out, d, M, N, tile.m * WT_BM + 64 * consumer, tile.n * WT_BN);
+        }
+    }
+#else
+    __trap();  // built for a GPU without wgmma: launchers.matmul_tf32_wgmma_tma refuses it first
+#endif
+}
