@@ -6,6 +6,8 @@ The wgmma kernel computes C = A B^T from K-contiguous operands: "matmul_tf32_wgm
 alone, given B^T. mma.sync gets A and B as stored, as stage 12's mma.sync path does for a @ b.
 "matmul_wgmma a @ b" is what stage 12 runs from 1024^3 multiply-adds up on Hopper
 (ops_matmul.WGMMA_MIN_PRODUCT): the same launcher given B as stored, which transposes it first.
+The "matmul_tf32_wgmma_tma" rows are wgmma_tma.cu, with 128 x 256 and 128 x 128 tiles (not on
+stage 12's route until these numbers say it should be).
 Before timing, each result at 264 x 260 x 300 is held to float64 (largest error relative to
 |A| |B|). Every launch goes through cuda/launchers.py, as the backend's does.
 """
@@ -28,6 +30,9 @@ CASES = {  # row: (launcher, whether B is handed over as B^T, N x K)
     "matmul_tf32_wgmma": (launchers.matmul_tf32_wgmma, True),
     "matmul_tf32_async": (launchers.matmul_tf32_async, False),
     "matmul_wgmma a @ b": (launchers.matmul_tf32_wgmma, False),
+    # wgmma_tma.cu (TMA, mbarriers, warp specialization, persistent blocks), given B^T like the first row
+    "matmul_tf32_wgmma_tma": (launchers.matmul_tf32_wgmma_tma, True),
+    "matmul_tf32_wgmma_tma 128x128": (functools.partial(launchers.matmul_tf32_wgmma_tma, bn=128), True),
 }
 
 
