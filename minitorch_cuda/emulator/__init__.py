@@ -11,13 +11,16 @@ buffer's end (a guard page; the up to 15 bytes that round a buffer to 16 are not
 checked) or far enough before its start to reach the guard page ahead, indices
 out of a shared or local array's bounds (g++'s -fsanitize=bounds; not through a
 pointer the array decayed to), dynamic shared
-memory past its size, misaligned vector accesses, barrier divergence, warp
+memory past its size, misaligned vector accesses, barrier divergence (of the
+threads of a block, and of the blocks at a grid barrier), warp
 operations whose mask leaves out a lane that runs them or reads a lane that does
 not take part or has exited, warp operations that can never complete, stack
 overflow. What it refuses at compile time: tensor cores (wmma, mma.sync, wgmma),
 cp.async, inline PTX, cooperative groups. What it does not model: timing (event
 times are host times), a thread preempted while it spins on another thread of its
-block (the fibers switch only at barriers and warp operations), and
+block (the fibers switch only at barriers and warp operations) or on another block
+(a launch of at most MULTIPROCESSOR_COUNT blocks runs them all at once, but in turns
+that pass only at grid_barrier and at a block's exit), and
 ``__activemask()`` beyond "the lanes that have not exited". x86-64 Linux only
 (its fiber switch is written for it).
 """

@@ -85,6 +85,7 @@ constexpr int launch_bound(int max_threads, int = 0, int = 0) { return max_threa
 
 extern "C" {
 int __emu_syncthreads(int predicate, const char* file, int line);
+void __emu_grid_barrier(void* bar, const char* file, int line);  // grid_barrier.cuh's, on the CPU
 unsigned long long __emu_warp(int op, unsigned mask, unsigned long long value, int arg, int width, const char* name,
                               const char* file, int line);
 unsigned __emu_activemask(void);

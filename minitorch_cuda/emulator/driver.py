@@ -31,6 +31,10 @@ __all__ = ["CompileError", "Error", "LaunchError", "LogicError", "MemoryError"]
 NAME = "CPU emulator (emulated on the CPU)"
 WARP_SIZE, MAX_THREADS, DEFAULT_DYNAMIC_SHARED, MAX_DYNAMIC_SHARED = 32, 1024, 48 << 10, 227 << 10
 MAX_BLOCK, MAX_GRID = (1024, 1024, 64), (2**31 - 1, 65535, 65535)
+# The device's multiprocessors, each holding one block at a time: a launch of at most this many
+# blocks runs them all at once (so a grid barrier works), each on its own OS thread. Few, and the
+# same on every machine, so that a kernel sized one block per SM gets the same small grid everywhere.
+MULTIPROCESSORS = 4
 
 
 def _workers() -> int:
@@ -47,7 +51,7 @@ def _runtime() -> ctypes.CDLL:
         lib.emu_check_range.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
         c = ctypes
         lib.emu_launch.argtypes = [c.c_void_p, c.c_void_p, c.c_char_p, c.c_void_p, c.c_void_p, c.c_size_t, c.c_int,
-                                   c.c_char_p, c.c_size_t]  # fmt: skip
+                                   c.c_int, c.c_char_p, c.c_size_t]  # fmt: skip
         lib._prototyped = True
     return lib
 
@@ -82,7 +86,7 @@ class function_attribute(enum.Enum):  # noqa: N801
 
 
 class Device:
-    """The emulated device: one "multiprocessor" per worker thread; no clock or memory bus to report."""
+    """The emulated device: MULTIPROCESSORS "multiprocessors"; no clock or memory bus to report."""
 
     def __init__(self, ordinal: int = 0):
         if ordinal != 0:
@@ -104,7 +108,7 @@ class Device:
     def get_attributes(self) -> dict:
         a = device_attribute
         return {
-            a.MULTIPROCESSOR_COUNT: _workers(),
+            a.MULTIPROCESSOR_COUNT: MULTIPROCESSORS,
             a.CLOCK_RATE: 0,
             a.MEMORY_CLOCK_RATE: 0,
             a.GLOBAL_MEMORY_BUS_WIDTH: 0,
@@ -350,7 +354,7 @@ class Function:
         dims = ctypes.c_uint * 3
         rc = _runtime().emu_launch(
             ctypes.cast(self._entry, ctypes.c_void_p), pointers, self.name.encode(), dims(*grid), dims(*block),
-            shared_size, _workers(), error, len(error),
+            shared_size, _workers(), MULTIPROCESSORS, error, len(error),
         )  # fmt: skip
         if rc != 0:
             message = re.sub(r"/[^\s:'\"]*/([^/\s:'\"]+)", r"\1", error.value.decode(errors="replace"))

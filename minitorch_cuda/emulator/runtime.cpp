@@ -14,6 +14,16 @@
 // barrier divergence, warp operations whose mask leaves out a lane that executes them
 // or that can never complete. The failing block is abandoned (siglongjmp back to its
 // worker); no other block starts.
+//
+// A launch of at most as many blocks as the device has multiprocessors (the driver
+// says how many) is co-resident: every block is started at once on a worker of its
+// own, as on a GPU with nothing else running, so a grid barrier (grid_barrier.cuh) can
+// work. Blocks are bound to OS threads, not gathered as fibers under one scheduler,
+// because a block's state lives with its worker: static __shared__ arrays are
+// thread_local, and its stacks and dynamic shared memory are the worker's. The blocks
+// take turns in block order, each running until it waits at a grid barrier or exits,
+// as the threads of a block do between barriers: so a missing grid barrier, too, shows
+// up the same way every run (block 0 runs ahead through every phase), never by chance.
 #include "cuda_emu.h"
 
 #include <pthread.h>
@@ -110,6 +120,7 @@ struct Fiber : Thread {  // the rest of a thread's state, after what kernels rea
 
 struct BlockRun : Block {
     Worker* worker;
+    long long index;  // in launch order: x fastest
     int nthreads, started, live, at_barrier;
     Fiber* threads[kMaxThreads];  // null before a thread starts and after it exits
     unsigned exited[kMaxThreads / 32], waiting[kMaxThreads / 32], existing[kMaxThreads / 32];
@@ -123,10 +134,24 @@ struct Launch {
     const char* name;
     dim3 grid, block;
     size_t shared_bytes;
+    long long total;     // blocks in the grid
+    long long resident;  // the most blocks the device runs at once (its multiprocessors)
+    bool co_resident;    // total <= resident: every block runs at once, each on its own worker
     std::atomic<long long> next_block{0};
     std::atomic<bool> failed{false};
     std::mutex error_lock;
     std::string error;
+    // The turns and the grid barrier of a co-resident launch, all guarded by grid_lock.
+    std::mutex grid_lock;
+    std::condition_variable grid_open;  // notified when the turn passes or the launch fails
+    long long turn = 0;                 // the block that may run now
+    std::vector<char> exited;           // by block
+    long long grid_arrived = 0, blocks_exited = 0;
+    unsigned long long grid_generation = 0;  // barriers opened so far
+    const void* grid_bar = nullptr;          // what the blocks waiting now passed, and where they wait
+    const char* grid_file = nullptr;
+    int grid_line = 0;
+    uint3 first_exited{};
 };
 
 struct Worker {
@@ -179,7 +204,11 @@ std::string where(Worker& w) {
         std::lock_guard<std::mutex> lock(w.launch->error_lock);
         if (w.launch->error.empty()) w.launch->error = "in " + where(w) + ": " + message;
     }
-    w.launch->failed = true;
+    {
+        std::lock_guard<std::mutex> lock(w.launch->grid_lock);  // under it, so no waiter misses it
+        w.launch->failed = true;
+    }
+    w.launch->grid_open.notify_all();  // blocks waiting at a grid barrier give up
     siglongjmp(w.abort, 1);
 }
 
@@ -249,10 +278,6 @@ Fiber* start_thread(Worker& w, int linear) {
 
 int category(int op) { return op == SYNC_WARP ? 2 : op >= VOTE_BALLOT ? 1 : 0; }
 
-const char* doing(const Fiber* f) {
-    return f->state == BARRIER ? "__syncthreads" : f->what;
-}
-
 // The lane whose value `f` reads in a shuffle (itself where the shuffle leaves the segment).
 int source_lane(const Fiber* f) {
     const int w = f->width, l = f->lane, segment = l & ~(w - 1);
@@ -314,7 +339,78 @@ void complete_warp(Worker& w, int warp) {
 
 // --- barriers ------------------------------------------------------------------------------
 
-void open_barrier(Worker& w) {
+[[noreturn]] void abandon(Worker& w) { siglongjmp(w.abort, 1); }  // another block failed: its error stands
+
+void pass_turn(Launch& l) {  // to the next block that has not exited; with grid_lock held
+    for (long long k = 1; k <= l.total; ++k) {
+        const long long next = (l.turn + k) % l.total;
+        if (!l.exited[next]) {
+            l.turn = next;
+            break;
+        }
+    }
+    l.grid_open.notify_all();
+}
+
+std::string grid_divergence(const Launch& l) {  // with grid_lock held
+    return printf_string(
+        "grid barrier divergence: %lld of %lld blocks wait at grid_barrier at %s:%d, but block (%u, %u, %u) has "
+        "exited; every block must reach every grid barrier (on a GPU the waiting blocks would never return)",
+        l.grid_arrived, l.total, l.grid_file, l.grid_line, l.first_exited.x, l.first_exited.y, l.first_exited.z);
+}
+
+// The block has met at grid_barrier(bar) at file:line: wait for every other block. Never
+// fails or faults while holding grid_lock (fail takes it to wake the waiters).
+void grid_wait(Worker& w, void* bar, const char* file, int line) {
+    Launch& l = *w.launch;
+    w.current = nullptr;  // what goes wrong here is the block's, not one thread's
+    if (!l.co_resident)
+        fail(w,
+             "grid_barrier at %s:%d in a launch of %lld blocks, but the emulated device runs at most %lld at once "
+             "(MULTIPROCESSOR_COUNT, one block each): a grid barrier needs every block running; on a GPU the "
+             "blocks that started would wait forever for the rest",
+             file, line, l.total, l.resident);
+    unsigned* generation = static_cast<unsigned*>(bar) + 1;  // GridBarrier{count, generation}
+    const unsigned seen = __atomic_load_n(generation, __ATOMIC_SEQ_CST);  // a bad pointer faults here, unlocked
+    std::unique_lock<std::mutex> lock(l.grid_lock);
+    std::string problem;
+    if (l.grid_arrived == 0) {
+        l.grid_bar = bar;
+        l.grid_file = file;
+        l.grid_line = line;
+    } else if (bar != l.grid_bar) {
+        problem = printf_string("grid_barrier at %s:%d waits on the GridBarrier at %p, but the blocks waiting at "
+                                "%s:%d wait on the one at %p; on a GPU neither would ever open",
+                                file, line, bar, l.grid_file, l.grid_line, l.grid_bar);
+    }
+    if (problem.empty() && l.blocks_exited) {
+        l.grid_arrived++;
+        problem = grid_divergence(l);
+    }
+    if (!problem.empty()) {
+        lock.unlock();
+        fail(w, "%s", problem.c_str());
+    }
+    const unsigned long long opened = l.grid_generation;  // this barrier is open once it moves on
+    if (++l.grid_arrived == l.total) {
+        // The last block: leave the GridBarrier as the GPU's code does (count 0, generation
+        // one on), then open it. No block can arrive or exit meanwhile: all wait here.
+        lock.unlock();
+        __atomic_store_n(generation, seen + 1, __ATOMIC_SEQ_CST);
+        lock.lock();
+        l.grid_arrived = 0;
+        l.grid_generation++;
+    }
+    pass_turn(l);
+    l.grid_open.wait(lock, [&] { return (l.grid_generation != opened && l.turn == w.block.index) || l.failed; });
+    const bool gave_up = l.failed;
+    lock.unlock();
+    if (gave_up) abandon(w);
+}
+
+// Every thread of the block waits at the same barrier: release them (at a grid
+// barrier, `grid`, once every block is there too).
+void open_barrier(Worker& w, void* grid = nullptr) {
     BlockRun& b = w.block;
     const Fiber* first = b.threads[0];
     for (int i = 1; i < b.nthreads; ++i) {
@@ -322,11 +418,13 @@ void open_barrier(Worker& w) {
         if (f->line != first->line || strcmp(f->file, first->file) != 0) {
             w.current = nullptr;
             fail(w,
-                 "barrier divergence: thread %d waits at __syncthreads at %s:%d while thread %d waits at the one at "
-                 "%s:%d; every thread of a block must reach the same barrier",
-                 first->linear, first->file, first->line, f->linear, f->file, f->line);
+                 "barrier divergence: thread %d waits at %s at %s:%d while thread %d waits at %s at %s:%d; every "
+                 "thread of a block must reach the same barrier",
+                 first->linear, first->what, first->file, first->line, f->linear,
+                 strcmp(f->what, first->what) == 0 ? "the one" : f->what, f->file, f->line);
         }
     }
+    if (grid) grid_wait(w, grid, first->file, first->line);
     unsigned long long count = 0;  // for __syncthreads_count/_and/_or
     for (int i = 0; i < b.nthreads; ++i) count += b.threads[i]->value;
     b.at_barrier = 0;
@@ -348,7 +446,7 @@ void open_barrier(Worker& w) {
         for (unsigned p = required; p; p &= p - 1) {
             const Fiber* g = b.threads[warp * 32 + __builtin_ctz(p)];
             if (g->state == WARP && g->mask == f->mask && category(g->op) == category(f->op)) continue;
-            missing = printf_string("thread %d waits at %s at %s:%d", g->linear, doing(g), g->file, g->line);
+            missing = printf_string("thread %d waits at %s at %s:%d", g->linear, g->what, g->file, g->line);
             if (g->state == WARP) missing += printf_string(" with mask 0x%08x", g->mask);
             break;
         }
@@ -361,9 +459,9 @@ void open_barrier(Worker& w) {
             int gone = 0;
             while (b.threads[gone]) ++gone;
             fail(w,
-                 "barrier divergence: %d of %d threads wait at __syncthreads at %s:%d, but thread %d has exited; "
+                 "barrier divergence: %d of %d threads wait at %s at %s:%d, but thread %d has exited; "
                  "every thread of a block must reach the barrier",
-                 b.at_barrier, b.nthreads, f->file, f->line, gone);
+                 b.at_barrier, b.nthreads, f->what, f->file, f->line, gone);
         }
     }
     fail(w, "the block can make no progress");
@@ -410,6 +508,21 @@ void run_block(Worker& w, uint3 idx) {
     }
 }
 
+// A block of a co-resident launch has finished: an error if others wait at a grid barrier.
+void block_exited(Worker& w) {
+    Launch& l = *w.launch;
+    std::unique_lock<std::mutex> lock(l.grid_lock);
+    l.exited[w.block.index] = 1;
+    if (l.blocks_exited++ == 0) l.first_exited = w.block.block_idx;
+    if (l.grid_arrived == 0) {
+        pass_turn(l);
+        return;
+    }
+    const std::string problem = grid_divergence(l);
+    lock.unlock();
+    fail(w, "%s", problem.c_str());
+}
+
 void run_blocks(Worker& w) {
     Launch& l = *w.launch;
     w.free_regions.clear();
@@ -417,16 +530,22 @@ void run_blocks(Worker& w) {
         w.free_regions.push_back(reinterpret_cast<Fiber*>(w.regions + size_t(i) * kStackBytes));
     w.block.worker = &w;
     w.block.dynamic_shared = w.dynamic_shared + kMaxDynamicShared - round_up(l.shared_bytes, 16);
-    const long long total = (long long)l.grid.x * l.grid.y * l.grid.z;
     if (sigsetjmp(w.abort, 1)) {  // a fiber failed: the block is abandoned
         w.in_kernel = false;
         w.current = nullptr;
         return;
     }
     w.in_kernel = true;
-    for (long long i; !l.failed && (i = l.next_block++) < total;) {
+    for (long long i; !l.failed && (i = l.next_block++) < l.total;) {
+        if (l.co_resident) {
+            std::unique_lock<std::mutex> lock(l.grid_lock);  // the block starts on its turn
+            l.grid_open.wait(lock, [&] { return l.turn == i || l.failed; });
+            if (l.failed) break;
+        }
+        w.block.index = i;
         run_block(w, {unsigned(i % l.grid.x), unsigned(i / l.grid.x % l.grid.y),
                       unsigned(i / ((long long)l.grid.x * l.grid.y))});
+        if (l.co_resident) block_exited(w);
     }
     w.in_kernel = false;
 }
@@ -467,26 +586,30 @@ void on_fault(int sig, siginfo_t* info, void* context) {
 // --- the pool ------------------------------------------------------------------------------
 
 struct Pool {
-    std::vector<Worker*> workers;
+    std::vector<Worker*> workers;  // grown on demand: a co-resident launch needs one per block
     std::mutex lock;
     std::condition_variable wake, done;
     Launch* launch = nullptr;
     long long generation = 0;
+    int serving = 0;  // the first `serving` workers run the launch
     int running = 0;
 
-    explicit Pool(int n) {
+    Pool() {
         struct sigaction action {};
         action.sa_sigaction = on_fault;
         action.sa_flags = SA_SIGINFO | SA_ONSTACK;
         sigemptyset(&action.sa_mask);
         sigaction(SIGSEGV, &action, &g_previous[0]);
         sigaction(SIGBUS, &action, &g_previous[1]);
-        for (int i = 0; i < n; ++i) {
-            Worker* w = new Worker;
-            map_worker(*w);
-            w->os_thread = std::thread([this, w] { serve(*w); });
-            workers.push_back(w);
-        }
+    }
+
+    void add_worker() {  // with lock held
+        Worker* w = new Worker;
+        map_worker(*w);
+        const int index = int(workers.size());
+        const long long seen = generation;
+        w->os_thread = std::thread([this, w, index, seen] { serve(*w, index, seen); });
+        workers.push_back(w);
     }
 
     static void map_worker(Worker& w) {
@@ -504,17 +627,16 @@ struct Pool {
         w.dynamic_shared = s + shared - kMaxDynamicShared;
     }
 
-    void serve(Worker& w) {
+    void serve(Worker& w, int index, long long seen) {
         t_worker = &w;
         stack_t alt{};  // faults are handled on their own stack: a fiber's may be the one that overflowed
         alt.ss_size = 64 << 10;
         alt.ss_sp = malloc(alt.ss_size);
         sigaltstack(&alt, nullptr);
-        long long seen = 0;
         for (;;) {
             {
                 std::unique_lock<std::mutex> guard(lock);
-                wake.wait(guard, [&] { return generation != seen; });
+                wake.wait(guard, [&] { return generation != seen && index < serving; });
                 seen = generation;
                 w.launch = launch;
             }
@@ -524,10 +646,11 @@ struct Pool {
         }
     }
 
-    void run(Launch& l) {
+    void run(Launch& l, int n) {  // on n workers
         std::unique_lock<std::mutex> guard(lock);
+        while (int(workers.size()) < n) add_worker();
         launch = &l;
-        running = int(workers.size());
+        serving = running = n;
         generation++;
         wake.notify_all();
         done.wait(guard, [&] { return running == 0; });
@@ -551,12 +674,26 @@ extern "C" int __emu_syncthreads(int predicate, const char* file, int line) {
     Fiber* f = static_cast<Fiber*>(self());
     BlockRun& b = *static_cast<BlockRun*>(f->block);
     f->state = BARRIER;
+    f->what = "__syncthreads";
     f->value = predicate != 0;
     f->file = file;
     f->line = line;
     if (++b.at_barrier == b.nthreads) open_barrier(*b.worker);
     suspend(f);
     return int(f->result);
+}
+
+// grid_barrier.cuh's barrier: the block's threads meet as at __syncthreads, then the blocks meet.
+extern "C" void __emu_grid_barrier(void* bar, const char* file, int line) {
+    Fiber* f = static_cast<Fiber*>(self());
+    BlockRun& b = *static_cast<BlockRun*>(f->block);
+    f->state = BARRIER;
+    f->what = "grid_barrier";
+    f->value = 0;
+    f->file = file;
+    f->line = line;
+    if (++b.at_barrier == b.nthreads) open_barrier(*b.worker, bar);
+    suspend(f);
 }
 
 extern "C" unsigned long long __emu_warp(int op, unsigned mask, unsigned long long value, int arg, int width,
@@ -672,11 +809,13 @@ extern "C" int emu_check_range(uintptr_t address, size_t bytes) {
 
 extern "C" int emu_workers(void) { return int(std::max(1u, std::thread::hardware_concurrency())); }
 
-// Runs a launch to completion; returns 0, or -1 with the first error in `error`.
+// Runs a launch to completion on `workers` OS threads, or co-resident (one per block) when it
+// has at most `resident` blocks; returns 0, or -1 with the first error in `error`.
 extern "C" int emu_launch(void (*entry)(void**), void** args, const char* name, const unsigned* grid,
-                          const unsigned* block, size_t shared_bytes, int workers, char* error, size_t error_bytes) {
+                          const unsigned* block, size_t shared_bytes, int workers, int resident, char* error,
+                          size_t error_bytes) {
     std::lock_guard<std::mutex> serial(g_launch_lock);  // one stream: launches run in order
-    if (!g_pool) g_pool = new Pool(workers);
+    if (!g_pool) g_pool = new Pool;
     Launch l;
     l.entry = entry;
     l.args = args;
@@ -684,7 +823,11 @@ extern "C" int emu_launch(void (*entry)(void**), void** args, const char* name, 
     l.grid = dim3(grid[0], grid[1], grid[2]);
     l.block = dim3(block[0], block[1], block[2]);
     l.shared_bytes = shared_bytes;
-    g_pool->run(l);
+    l.total = (long long)l.grid.x * l.grid.y * l.grid.z;
+    l.resident = resident;
+    l.co_resident = l.total <= resident;
+    if (l.co_resident) l.exited.assign(size_t(l.total), 0);
+    g_pool->run(l, l.co_resident ? int(l.total) : workers);
     fflush(stdout);  // a kernel's printf shows when the launch returns, as after a GPU's sync
     if (!l.failed) return 0;
     snprintf(error, error_bytes, "%s", l.error.c_str());
