@@ -63,8 +63,8 @@ def test_no_command_is_a_usage_error(capsys):
     [
         (["--epochs", "0"], "argument --epochs: must be at least 1, got 0"),
         (["--epochs", "two"], "argument --epochs: a whole number is needed, got 'two'"),
-        (["--stage", "13"], "argument --stage: the stages run from 0 to 12, got 13"),
-        (["--stage", "-1"], "the stages run from 0 to 12"),
+        (["--stage", "14"], "argument --stage: the stages run from 0 to 13, got 14"),
+        (["--stage", "-1"], "the stages run from 0 to 13"),
         (["--device", "tpu"], "invalid choice: 'tpu'"),
     ],
 )
