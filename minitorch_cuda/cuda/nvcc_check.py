@@ -20,7 +20,6 @@ import tempfile
 from pathlib import Path
 
 from .kernel_table import KERNEL_DIR
-from .runtime import KernelCompileError, _numbered_excerpt
 
 ARCH = "sm_90"  # the course's GPU (H100/H200); any real architecture shows the same mistakes
 
@@ -81,5 +80,7 @@ def compile_cubin(source: str, label: str, arch: str = ARCH) -> tuple[KernelReso
         )
     log = done.stdout + done.stderr
     if done.returncode != 0:
+        from .runtime import KernelCompileError, _numbered_excerpt  # runtime needs CUDA (or the emulator)
+
         raise KernelCompileError(f"nvcc could not compile {label}:\n{log.strip()}\n\n{_numbered_excerpt(source, log)}")
     return tuple(parse_resources(log))

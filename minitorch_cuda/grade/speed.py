@@ -22,6 +22,9 @@ from .exercises import Exercise
 TIMED = 2  # samples of bench.INNER launches each: 20 timed launches per kernel
 N = 1 << 24  # floats of an array (64 MiB) in the memory-bound problems
 MATMUL = 1024  # the matmuls' M = N = K
+XENT = (512, 1000)  # rows and columns of softmax_xent_fused's one block
+# the standalone exercises' kernels have no built-in of their name: a built-in moving the same bytes
+STAND_INS = {"scale": "ew_affine", "bias_relu": "ew_add"}
 
 
 def _floats(rng, n: int):
@@ -45,11 +48,24 @@ class Problem:
     amount: float  # bytes moved or flops done per launch
     builtin_name: str
     builtin: Callable
-    yours: Callable  # launches by name (the student's runs under the override), but for 1.1
+    yours: Callable  # by name (the student's runs under the override), but for STAND_INS' kernels
 
 
 def _same(what: str, unit: str, amount: float, name: str, launch: Callable) -> Problem:
     return Problem(what, unit, amount, name, launch, launch)
+
+
+def _standalone(ex: Exercise, source: str):
+    """The student's compiled kernel, for an exercise whose kernel is not in the registry."""
+    from ..cuda.kernel_table import prepare_signature
+    from ..cuda.runtime import Kernel, compile_module
+
+    module = compile_module(source, f"your kernel {ex.kernel!r}")
+    return Kernel(ex.kernel, module, ex.kernel, prepare_signature(ex.params))
+
+
+def _stand_in(name: str) -> str:
+    return f" (no built-in {name}: {STAND_INS[name]} moves the same bytes)"
 
 
 def problem(ex: Exercise, source: str, rng) -> Problem:
@@ -60,15 +76,19 @@ def problem(ex: Exercise, source: str, rng) -> Problem:
 
     name, part = ex.kernel, functools.partial
     floats = f"{N:,} floats"
-    if name == "scale":  # standalone: the built-in with its traffic is ew_affine with beta 0
-        from ..cuda.kernel_table import prepare_signature
-        from ..cuda.runtime import Kernel, compile_module
-
-        kernel = Kernel("scale", compile_module(source, "your kernel 'scale'"), "scale", prepare_signature(ex.params))
-        out, x = _empty(N), _floats(rng, N)
+    if name == "scale":  # the stand-in: ew_affine with beta 0
+        kernel, out, x = _standalone(ex, source), _empty(N), _floats(rng, N)
         builtin = part(launchers.elementwise, "ew_affine", N, out, x, 1.5, 0.0, N)
         yours = part(launchers.elementwise, kernel, N, out, x, 1.5, N)
-        return Problem(floats, "GB/s", 8 * N, "ew_affine", builtin, yours)
+        return Problem(floats + _stand_in(name), "GB/s", 8 * N, STAND_INS[name], builtin, yours)
+    if name == "bias_relu":  # the stand-in: ew_add with the bias broadcast along the rows
+        rows, cols = N // 4096, 4096
+        kernel, out, bias = _standalone(ex, source), _empty(rows * cols), _floats(rng, cols)
+        c = _floats(rng, rows * cols)
+        builtin = part(launchers.elementwise, "ew_add", rows * cols, out, c, bias, rows * cols, 1, cols)
+        yours = part(launchers.elementwise, kernel, rows * cols, out, c, bias, rows, cols)
+        what = f"{rows} x {cols}" + _stand_in(name)
+        return Problem(what, "GB/s", 8 * rows * cols + 4 * cols, STAND_INS[name], builtin, yours)
     if name in ("ew_relu", "ew_sigmoid", "ew_relu_vec4"):
         launcher = launchers.elementwise_vec4 if name.endswith("_vec4") else launchers.elementwise
         return _same(floats, "GB/s", 8 * N, name, part(launcher, name, N, _empty(N), _floats(rng, N), N))
@@ -97,11 +117,13 @@ def problem(ex: Exercise, source: str, rng) -> Problem:
         launch = part(launchers.softmax_rows, name, _empty(rows * cols), _floats(rng, rows * cols), rows, cols)
         return _same(f"{rows} x {cols}", "GB/s", 8 * rows * cols, name, launch)
     if name == "softmax_xent_fused":  # one block for the whole batch, as at stage 10
-        rows, cols = 512, 1000
+        rows, cols = XENT
         target = from_numpy(np.full(rows * cols, 1 / cols, np.float32))
         probs, logits = _empty(rows * cols), _floats(rng, rows * cols)
         launch = part(launchers.softmax_xent_fused, probs, _empty(1), logits, target, rows, cols, 1 / rows)
         return _same(f"{rows} x {cols} in one block", "GB/s", 12 * rows * cols, name, launch)
+    if name not in launchers.MATMULS and not name.startswith("matmul_regtiled_"):
+        raise KeyError(f"no speed problem for kernel {name!r}")
     g = launchers.Gemm(MATMUL, MATMUL, MATMUL)
     a, b, c = _floats(rng, MATMUL * MATMUL), _floats(rng, MATMUL * MATMUL), _empty(MATMUL * MATMUL)
     if name.startswith("matmul_regtiled_"):
