@@ -1,0 +1,349 @@
+"""wgmma_tma.cu (TMA, mbarriers, warp specialization, persistent blocks; Hopper only) and its host
+side. On the CPU: nvcc's build for sm_90a (no spills, the instructions meant in the SASS), the
+tensor-map arguments, and the launcher's arguments on the stand-in driver. On a GPU: the product
+against float64 and against torch's TF32 matmul, and each debug switch. Like test_wgmma.py, the GPU
+part belongs in `.ci/gpu_check.sh`'s tf32 part, apart from the rest of the suite: a wait that traps
+(the kernel's watchdog) leaves the process's CUDA context unusable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_stages_beyond import _matmul_inputs, _reference
+from test_wgmma import _where_wrong
+
+from minitorch_cuda.cuda.kernel_table import KERNEL_DIR
+from minitorch_cuda.cuda.tensor_map import kmajor_stack
+
+TESTS = Path(__file__).resolve().parent
+NVCC = shutil.which("nvcc")
+SOURCE = KERNEL_DIR / "wgmma_tma.cu"
+CAP_AT_ENTRY = 168  # 65536 registers / 384 threads, rounded down to a multiple of 8
+
+
+def _cuobjdump() -> str | None:
+    """cuobjdump from the CUDA toolkit, or the copy Triton ships."""
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    try:
+        import triton
+    except ImportError:
+        return None
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return str(bundled) if bundled.exists() else None
+
+
+# --- CPU: the build ---------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize(
+    "defines", [(), ("-DWT_BN=128",), ("-DWT_STAGES=1",), ("-DWT_BN=128", "-DWT_STAGES=6"), ("-DWT_DEBUG",)], ids=str
+)
+def test_builds_for_sm_90a_without_spills(defines, tmp_path):
+    """ptxas's report: no spills, the register cap of __launch_bounds__(384, 1) at entry (setmaxnreg
+    moves registers at run time), no stack outside the debug build's printf, and no note that
+    setmaxnreg was ignored (C7508) or that the wgmma pipeline is serialized (C7510)."""
+    cubin = tmp_path / "wgmma_tma.cubin"
+    target = "-gencode=arch=compute_90a,code=sm_90a"  # HOPPER.md: the form that assembles with every nvcc 13
+    done = subprocess.run(
+        [NVCC, "-cubin", target, "-Xptxas", "-v", *defines, "-o", str(cubin), str(SOURCE)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    log = done.stderr + done.stdout
+    assert done.returncode == 0, log
+    frame, spill_stores, spill_loads = map(int, re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, "
+                                                          r"(\d+) bytes spill loads", log).groups())  # fmt: skip
+    registers = int(re.search(r"Used (\d+) registers", log).group(1))
+    assert spill_stores == spill_loads == 0, log
+    assert registers <= CAP_AT_ENTRY, log
+    assert "C7508" not in log and "warning" not in log.lower(), log
+    if "-DWT_DEBUG" not in defines:
+        assert frame == 0 and "C7510" not in log, log
+    dump = _cuobjdump()
+    if dump is None:
+        return
+    sass = subprocess.run([dump, "-sass", str(cubin)], capture_output=True, text=True, timeout=120).stdout
+    bn = 128 if "-DWT_BN=128" in defines else 256
+    assert len(re.findall(rf"HGMMA\.64x{bn}x8\.F32\.TF32", sass)) == 4, "one wgmma per 8 columns of a 32-wide slice"
+    assert len(re.findall(r"UTMALDG\.3D", sass)) == 2, "a TMA copy of A and one of B"
+    assert "USETMAXREG.DEALLOC" in sass and "USETMAXREG.TRY_ALLOC" in sass
+    if "-DWT_DEBUG" not in defines:  # the debug build's printf takes its arguments from the stack
+        assert not re.search(r"\b(LDL|STL)\b", sass), "nothing in local memory"
+
+
+# --- CPU: the tensor maps and the launch ------------------------------------------------------
+
+
+def test_tensor_map_arguments_of_a_batch_and_of_a_shared_matrix():
+    batch = kmajor_stack(0x10000, rows=300, K=1028, matrices=3, matrix_stride=300 * 1028, box_rows=128, box_k=32)
+    assert (batch.dims, batch.strides, batch.box) == ((1028, 300, 3), (4112, 4112 * 300), (32, 128, 1))
+    shared = kmajor_stack(0x10000, rows=600, K=1028, matrices=1, matrix_stride=0, box_rows=256, box_k=32)
+    assert (shared.dims, shared.strides, shared.box) == ((1028, 600, 1), (4112, 4112 * 600), (32, 256, 1))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"address": 0x10004}, "16-byte aligned"),
+        ({"K": 1022}, "whole 16 bytes"),
+        ({"box_k": 64}, "32 floats wide"),
+        ({"box_rows": 512}, "1 to 256 rows"),
+        ({"rows": 0}, "non-empty"),
+    ],
+    ids=str,
+)
+def test_tensor_map_refuses_what_tma_cannot_copy(change, message):
+    args = {"address": 0x10000, "rows": 64, "K": 64, "matrices": 1, "matrix_stride": 0, "box_rows": 128, "box_k": 32}
+    with pytest.raises(ValueError, match=message):
+        kmajor_stack(**{**args, **change})
+
+
+HOST_SIDE = f"""
+import json, struct, sys, types
+sys.path.insert(0, {str(TESTS)!r})
+import standin_pycuda  # noqa: F401  (before anything imports pycuda; it answers sm_90 and 132 SMs)
+
+encoded, launched, built, refused = [], [], [], []
+cu = standin_pycuda.bindings
+cu.cuuint64_t = cu.cuuint32_t = int
+for enum, name in [("CUtensorMapDataType", "DATA_TYPE_FLOAT32"), ("CUtensorMapInterleave", "INTERLEAVE_NONE"),
+                   ("CUtensorMapSwizzle", "SWIZZLE_128B"), ("CUtensorMapL2promotion", "L2_PROMOTION_L2_256B"),
+                   ("CUtensorMapFloatOOBfill", "FLOAT_OOB_FILL_NONE")]:
+    setattr(cu, enum, types.SimpleNamespace(**{{"CU_TENSOR_MAP_" + name: name}}))
+def encode(*args):
+    encoded.append(list(args))
+    return 0, types.SimpleNamespace(opaque=[len(encoded)] * 16)  # map n: sixteen words n
+cu.cuTensorMapEncodeTiled = encode
+class Module(standin_pycuda._SourceModule):
+    def __init__(self, source, **kwargs):
+        built.append([source.splitlines()[:4], kwargs["arch"]])
+standin_pycuda.compiler.SourceModule = Module
+
+from minitorch_cuda.cuda import launchers, runtime
+from minitorch_cuda.cuda.array import DeviceArray
+def launch(kernel, grid, block, *args, shapes=()):
+    words = [struct.unpack("<16Q", x)[0] if isinstance(x, bytes) else x for x in args]  # a map: its first word
+    launched.append([kernel.name, kernel.shared_bytes, grid, block, words])
+launchers.launch = launch
+
+M, N, K = 300, 600, 1028
+a, b, c = DeviceArray.empty((3, M, K)), DeviceArray.empty((N, K)), DeviceArray.empty((3, M, N))
+g = launchers.Gemm(M, N, K, tb=True, stride_a=M * K, stride_b=0, batch=3)
+launchers.matmul_tf32_wgmma_tma(c, a, b, g)
+launchers.matmul_tf32_wgmma_tma(c, a, b, g, blocks=1, tiles=2)  # the same maps: encoded once
+big = DeviceArray.empty((4096, 4096))
+launchers.matmul_tf32_wgmma_tma(big, big, big, launchers.Gemm(4096, 4096, 4096, tb=True), bn=128, stages=1, debug=True)
+for bad in (launchers.Gemm(M, N, K), launchers.Gemm(M, N, K, ta=True, tb=True), launchers.Gemm(M, N, 1022, tb=True)):
+    try:
+        launchers.matmul_tf32_wgmma_tma(c, a, b, bad)
+    except ValueError as exc:
+        refused.append(str(exc))
+standin_pycuda._Device.compute_capability = lambda self: (8, 0)
+runtime.arch.cache_clear()
+try:
+    launchers.matmul_tf32_wgmma_tma(c, a, b, g)
+except ValueError as exc:
+    refused.append(str(exc))
+print(json.dumps({{"encoded": encoded, "launched": launched, "built": built, "refused": refused,
+                  "pointers": [a.ptr, b.ptr, c.ptr, big.ptr]}}))
+"""
+
+
+def test_launcher_builds_the_maps_and_the_launch_the_kernel_expects():
+    """On the stand-in driver (an H200 with 132 SMs that computes nothing): the tensor maps' boxes are
+    the kernel's tiles, a shared B is one matrix, the grid is one block per SM at most (fewer when
+    there are fewer tiles), the debug switches reach the build and the launch, and what the kernel
+    cannot take is refused with the rule it breaks, before anything compiles."""
+    done = subprocess.run([sys.executable, "-c", HOST_SIDE], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = json.loads(done.stdout.splitlines()[-1])
+    pa, pb, pc, pbig = run["pointers"]
+    M, N, K = 300, 600, 1028
+    tail = [[1] * 3, "INTERLEAVE_NONE", "SWIZZLE_128B", "L2_PROMOTION_L2_256B", "FLOAT_OOB_FILL_NONE"]
+    assert run["encoded"] == [
+        ["DATA_TYPE_FLOAT32", 3, pa, [K, M, 3], [4 * K, 4 * K * M], [32, 128, 1], *tail],
+        ["DATA_TYPE_FLOAT32", 3, pb, [K, N, 1], [4 * K, 4 * K * N], [32, 256, 1], *tail],
+        ["DATA_TYPE_FLOAT32", 3, pbig, [4096, 4096, 1], [4 * 4096, 4 * 4096**2], [32, 128, 1], *tail],
+    ]  # the big operand's second map is the first one again: the encoding is cached
+    tiles = 3 * 3 * 3  # three matrices of ceil(300 / 128) x ceil(600 / 256) tiles
+    smem_256, smem_128_one_stage = 4 * (128 + 256) * 32 * 4 + 1024, (128 + 128) * 32 * 4 + 1024
+    assert run["launched"] == [
+        ["matmul_tf32_wgmma_tma", smem_256, [tiles, 1, 1], [384, 1, 1], [1, 2, pc, M, N, K, 3, 1, tiles]],
+        ["matmul_tf32_wgmma_tma", smem_256, [1, 1, 1], [384, 1, 1], [1, 2, pc, M, N, K, 3, 1, 2]],
+        ["matmul_tf32_wgmma_tma", smem_128_one_stage, [132, 1, 1], [384, 1, 1],
+         [3, 3, pbig, 4096, 4096, 4096, 1, 1, 32 * 32]],
+    ]  # fmt: skip
+    assert run["built"] == [
+        [["#define WT_BN 256", "#define WT_STAGES 4", '#line 1 "wgmma_tma.cu"', SOURCE.read_text().splitlines()[0]],
+         "sm_90a"],
+        [["#define WT_BN 128", "#define WT_STAGES 1", "#define WT_DEBUG", '#line 1 "wgmma_tma.cu"'], "sm_90a"],
+    ]  # fmt: skip
+    no_bt, no_ta, odd_k, not_hopper = run["refused"]
+    assert "give A as M x K and B as N x K (ta=False, tb=True)" in no_bt and no_bt == no_ta
+    assert "TMA strides are whole 16 bytes: K=1022" in odd_k
+    assert "needs a Hopper GPU (sm_90: TMA, wgmma, setmaxnreg); stand-in device is sm_80" in not_hopper
+
+
+EMULATED = """
+import numpy as np, minitorch_cuda as mt
+from minitorch_cuda.cuda import launchers
+from minitorch_cuda.cuda.array import DeviceArray
+
+x = mt.tensor(np.ones((64, 784), np.float32), device="cuda")
+w = mt.tensor(np.ones((784, 256), np.float32), device="cuda")
+d, g = DeviceArray.empty((4, 4)), launchers.Gemm(4, 4, 4, tb=True)
+for attempt in (lambda: (x @ w).numpy(), lambda: launchers.matmul_tf32_wgmma_tma(d, d, d, g)):
+    try:
+        with mt.use_stage(12):
+            attempt()
+    except ValueError as exc:
+        print(exc)
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator builds kernels with g++")
+def test_on_the_emulator_stage_12_and_this_kernel_say_they_need_a_gpu():
+    env = {**os.environ, "MINITORCH_CUDA_EMULATE": "1"}
+    done = subprocess.run([sys.executable, "-c", EMULATED], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    stage_12, this_kernel = done.stdout.strip().splitlines()
+    assert "needs TF32 tensor cores (compute capability 8.0 or newer)" in stage_12 and "is sm_70" in stage_12
+    assert "matmul_tf32_wgmma_tma needs a Hopper GPU" in this_kernel and "is sm_70" in this_kernel
+
+
+# --- GPU --------------------------------------------------------------------------------------
+
+
+def _hopper():
+    from minitorch_cuda.cuda.runtime import arch
+
+    if arch() != "sm_90":
+        pytest.skip(f"wgmma_tma.cu needs a Hopper GPU (sm_90); this one is {arch()}")
+
+
+def _launch(a, b, **switches):
+    """C = A B^T by matmul_tf32_wgmma_tma on a (batch?, M, K) and b (batch?, N, K), into an output
+    poisoned with NaN first: an element the kernel does not write stays NaN."""
+    from minitorch_cuda.cuda import backend, launchers
+    from minitorch_cuda.cuda.runtime import synchronize
+
+    _hopper()
+    g = launchers.Gemm.of(a, b, tb=True)
+    out = backend.from_numpy(np.full(((g.batch,) if g.batch > 1 else ()) + (g.M, g.N), np.nan, np.float32))
+    launchers.matmul_tf32_wgmma_tma(out, backend.from_numpy(a), backend.from_numpy(b), g, **switches)
+    synchronize("matmul_tf32_wgmma_tma")
+    return backend.to_numpy(out)
+
+
+def _check_tf32(out, a, b, what=""):
+    """wgmma truncates its inputs to TF32 (see test_wgmma.py): within 2.5e-3 of |A| |B| everywhere
+    and 1e-3 overall, against float64."""
+    ref, scale = _reference(a, b, False, True)
+    assert np.isfinite(out).all(), f"{what}{np.isnan(out).mean():.1%} of the output left unwritten"
+    assert np.all(np.abs(out - ref) <= 2.5e-3 * scale + 1e-6), what + _where_wrong(out, ref, scale, 2.5e-3)
+    relative = np.linalg.norm(out - ref) / np.linalg.norm(ref)
+    assert relative < 1e-3, f"{what}relative error {relative:.2e}"
+    return ref
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bn", [256, 128])
+@pytest.mark.parametrize(
+    "shape", [(4, 4, 4), (128, 256, 32), (72, 76, 84), (132, 260, 300), (300, 600, 1028), (1000, 1000, 1000)], ids=str
+)
+def test_tf32_wgmma_tma_against_float64(shape, bn):
+    """One tile, one slice, partial tiles at every edge, K not a multiple of 32 (TMA zero-fills)."""
+    M, N, K = shape
+    a, b = _matmul_inputs(M, N, K, False, True, seed=31)
+    _check_tf32(_launch(a, b, bn=bn), a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "shape",
+    [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (1031, 2053, 1028), (4097, 515, 2052)],
+    ids=str,
+)
+def test_tf32_wgmma_tma_against_float64_and_torch_tf32(shape):
+    """The sizes the benchmark times, and odd ones; persistent blocks walk several tiles each. torch's
+    TF32 matmul (cuBLAS) computes the same function within both products' TF32 error."""
+    torch = pytest.importorskip("torch")
+    M, N, K = shape
+    a, b = _matmul_inputs(M, N, K, False, True, seed=32)
+    out = _launch(a, b)
+    ref = _check_tf32(out, a, b)
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        theirs = (torch.from_numpy(a).cuda() @ torch.from_numpy(b).cuda().T).cpu().double().numpy()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+    ours_vs_torch = np.linalg.norm(out - theirs) / np.linalg.norm(theirs)
+    torch_error = np.linalg.norm(theirs - ref) / np.linalg.norm(ref)
+    assert ours_vs_torch < 1.5e-3, f"{ours_vs_torch:.2e} from torch TF32 (torch's own error {torch_error:.2e})"
+
+
+@pytest.mark.gpu
+def test_tf32_wgmma_tma_batched_and_shared_operand():
+    a, b = _matmul_inputs(200, 300, 68, False, True, (3,), (3,), seed=33)
+    _check_tf32(_launch(a, b), a, b, "batched: ")
+    a, b = _matmul_inputs(200, 300, 68, False, True, (3,), (), seed=34)  # B shared by the batch
+    _check_tf32(_launch(a, b), a, b, "shared B: ")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "switches", [{"stages": 1}, {"stages": 2}, {"blocks": 1}, {"blocks": 3, "bn": 128}, {"debug": True}], ids=str
+)
+def test_debug_switches_compute_the_same_product(switches):
+    """Many tiles per block and many slices per stage, so that every ring wraps several times."""
+    a, b = _matmul_inputs(520, 1030, 420, False, True, seed=35)
+    _check_tf32(_launch(a, b, **switches), a, b, f"{switches}: ")
+
+
+@pytest.mark.gpu
+def test_first_tiles_only_follow_the_grouped_raster():
+    """tiles=3 computes tiles 0-2 of the raster and nothing else: within a group of tile rows the
+    raster goes down a column first, so they are tile rows 0, 1 and 2 of tile column 0."""
+    a, b = _matmul_inputs(640, 768, 96, False, True, seed=36)
+    out = _launch(a, b, tiles=3)
+    ref, scale = _reference(a, b, False, True)
+    written = np.isfinite(out)
+    expected = np.zeros_like(written)
+    expected[: 3 * 128, :256] = True
+    assert (written == expected).all(), f"written elements: rows {np.nonzero(written.any(1))[0][[0, -1]]}"
+    assert np.all(np.abs(out[expected] - ref[expected]) <= 2.5e-3 * scale[expected] + 1e-6)
+
+
+@pytest.mark.gpu
+def test_kernel_resources_on_the_device():
+    """What the driver loaded: the register cap at entry, nothing in local memory."""
+    from minitorch_cuda.cuda import launchers
+
+    _hopper()
+    kernel, _ = launchers.wgmma_tma_kernel(256, None, False)
+    assert kernel.function.num_regs <= CAP_AT_ENTRY and kernel.function.local_size_bytes == 0
+
+
+@pytest.mark.gpu
+def test_a_gpu_other_than_hopper_is_refused_with_the_reason():
+    from minitorch_cuda.cuda import launchers
+    from minitorch_cuda.cuda.array import DeviceArray
+    from minitorch_cuda.cuda.runtime import arch
+
+    if arch() == "sm_90":
+        pytest.skip("this GPU is a Hopper: the kernel runs here")
+    x = DeviceArray.empty((4, 4))
+    with pytest.raises(ValueError, match=r"needs a Hopper GPU \(sm_90"):
+        launchers.matmul_tf32_wgmma_tma(x, x, x, launchers.Gemm(4, 4, 4, tb=True))
