@@ -56,6 +56,11 @@ def chapters(folder: str, *numbers: int) -> tuple[str, ...]:
 # --- the repeated edits ----------------------------------------------------------------------
 
 LEFT_EMPTY = "// (left empty)"
+# the tops of the two solution blocks of chapter 19, told apart
+ROUND_TO_TF32 = "def round_to_tf32(x: np.ndarray) -> np.ndarray:\n    # BEGIN SOLUTION\n"
+FRAGMENT_COORDS = (
+    "def fragment_coords(operand: str, lane: int, register: int) -> tuple[int, int]:\n    # BEGIN SOLUTION\n"
+)
 
 
 def endless(notebook: str, language: str, count: int = 1, indent: int = 4) -> Edit:
@@ -91,7 +96,7 @@ STUDENTS: dict[str, Student] = {
     "full_solutions": Student("nothing: the shipped solutions", chapters("solutions")),
     "empty_kernels": Student(
         "hands in the exercises as given, every kernel body emptied of its TODO",
-        chapters("exercises", *range(1, 20)),
+        chapters("exercises", *range(1, 21)),
         (
             Edit("01_cuda_setup", "// TODO: Exercise 1.1", LEFT_EMPTY),
             Edit("03_building_the_backend", "// TODO: Exercise 3.1", LEFT_EMPTY),
@@ -105,6 +110,7 @@ STUDENTS: dict[str, Student] = {
             Edit("10_opt5_batched_matmul", "// TODO: Exercise 10.1", LEFT_EMPTY),
             Edit("11_opt6_tiled_matmul", "// TODO: Exercise 11.1", LEFT_EMPTY),
             Edit("13_opt8_warp_shuffle", "// TODO: Exercise 13.1", LEFT_EMPTY),
+            Edit("14_cublas", "// TODO: Exercise 14.2", LEFT_EMPTY),
             Edit("15_roofline", "// TODO: Exercise 15.1", LEFT_EMPTY),
             Edit("16_regtiled_matmul", "// TODO: Exercise 16.1", LEFT_EMPTY),
             Edit("17_fusion", "// TODO: Exercise 17.1", LEFT_EMPTY),
@@ -112,8 +118,8 @@ STUDENTS: dict[str, Student] = {
     ),
     "host_cheat": Student(
         "computes on the host: numpy instead of a kernel, ml_dtypes, the chapter's own rounding, "
-        "a norm read back, a step run eagerly",
-        chapters("solutions", 1, 2, 12, 18, 19) + chapters("exercises", 3, 6, 7, 8, 9, 10, 11, 13, 15, 16, 17),
+        "a norm read back, a step run eagerly, the grader's own mma layout, numpy instead of a Triton kernel",
+        chapters("solutions", 1, 2, 12, 14, 18, 19, 20) + chapters("exercises", 3, 6, 7, 8, 9, 10, 11, 13, 15, 16, 17),
         (
             Edit(
                 "01_cuda_setup",
@@ -167,16 +173,38 @@ STUDENTS: dict[str, Student] = {
             ),
             Edit(
                 "19_tensor_cores",
-                "    # BEGIN SOLUTION\n",
-                "    # BEGIN SOLUTION\n"
-                "    from minitorch_cuda import numerics\n\n"
+                ROUND_TO_TF32,
+                ROUND_TO_TF32 + "    from minitorch_cuda import numerics\n\n"
                 "    return numerics.round_mantissa(x, 10)\n",
+            ),
+            Edit(
+                "19_tensor_cores",
+                FRAGMENT_COORDS,
+                FRAGMENT_COORDS + "    from minitorch_cuda.grade import mma_fragments\n\n"
+                "    return mma_fragments.ptx_layout(operand, lane, register)\n",
+            ),
+            Edit(
+                "14_cublas",
+                "    out[i] = fmaxf(c[i] + bias[i % N], 0.0f);  // row-major: element i is in column i % N\n",
+                "    // (computed on the host)\n",
+            ),
+            Edit(
+                "14_cublas",
+                'cuda_exercise("14.2", bias_relu_source)\n',
+                "c = np.ones((2, 3), np.float32)\n"
+                'bias_relu_source = "// computed with numpy: " + repr(np.maximum(c, 0))\n',
+            ),
+            Edit(
+                "20_tile_programming",
+                "    grid = (M, triton.cdiv(N, BLOCK_N))\n",
+                "    out[:, :N] = np.maximum(c[:, :N] + bias, 0)  # numpy does the work, the kernel never runs\n"
+                "    return out\n",
             ),
         ),
     ),
     "infinite_loop": Student(
         "every solution starts with a loop that never ends",
-        chapters("solutions", *range(1, 20)),
+        chapters("solutions", *range(1, 21)),
         (
             endless("01_cuda_setup", "cuda"),
             endless("01_cuda_setup", "python"),
@@ -193,11 +221,13 @@ STUDENTS: dict[str, Student] = {
             endless("12_opt7_syncs", "python"),
             endless("13_opt8_warp_shuffle", "cuda"),
             endless("14_cublas", "python"),
+            endless("14_cublas", "cuda"),
             endless("15_roofline", "cuda"),
             endless("16_regtiled_matmul", "cuda"),
             endless("17_fusion", "cuda"),
             endless("18_cuda_graphs", "python", indent=8),
-            endless("19_tensor_cores", "python"),
+            endless("19_tensor_cores", "python", count=2),
+            endless("20_tile_programming", "python", count=2),  # in fib_tile and inside the Triton kernel
         ),
     ),
     "missing_syncthreads": Student(
@@ -226,7 +256,7 @@ STUDENTS: dict[str, Student] = {
     ),
     "off_by_one": Student(
         "every bound one too far or one short",
-        chapters("solutions", *(n for n in range(1, 20) if n != 14)),
+        chapters("solutions", *range(1, 21)),
         (
             Edit("01_cuda_setup", "if (i < n) out[i]", "if (i <= n) out[i]"),
             Edit(
@@ -245,6 +275,7 @@ STUDENTS: dict[str, Student] = {
             Edit("10_opt5_batched_matmul", "if (row >= M || col >= N) return;", "if (row > M || col > N) return;"),
             Edit("11_opt6_tiled_matmul", "if (row < M && col < N) c[", "if (row <= M && col <= N) c["),
             Edit("13_opt8_warp_shuffle", "c < cols; c += blockDim.x) v +=", "c <= cols; c += blockDim.x) v +="),
+            Edit("14_cublas", "if (i >= (long long)M * N) return;", "if (i > (long long)M * N) return;"),
             Edit("15_roofline", "i < n4; i += gridDim.x * blockDim.x", "i <= n4; i += gridDim.x * blockDim.x"),
             Edit("16_regtiled_matmul", "if (row < M && col < N) c[", "if (row <= M && col <= N) c["),
             Edit("17_fusion", "if (col < cols) {", "if (col <= cols) {"),
@@ -258,6 +289,22 @@ STUDENTS: dict[str, Student] = {
                 "19_tensor_cores",
                 "lowest_kept = (bits >> 13) & 1\n    rounded = ((bits + 0xFFF + lowest_kept) & 0xFFFFE000)",
                 "lowest_kept = (bits >> 12) & 1\n    rounded = ((bits + 0x7FF + lowest_kept) & 0xFFFFF000)",
+            ),
+            Edit("19_tensor_cores", "thread + 4 * (register >> 1)", "thread + 3 * (register >> 1)"),
+            Edit("20_tile_programming", "    inside = cols < N  # the ragged", "    inside = cols <= N  # the ragged"),
+        ),
+    ),
+    "hidden_syncs": Student(
+        "hands in chapter 12's slow step: the loss read back and printed before backward, and a device sync",
+        chapters("solutions", 12),
+        (
+            Edit(
+                "12_opt7_syncs",
+                "    loss.backward()\n    opt.clip_gradients(max_norm)\n",
+                '    print("loss before backward", loss.numpy())  # a read-back\n'
+                "    loss.backward()\n"
+                "    mt.synchronize()  # a sync\n"
+                "    opt.clip_gradients(max_norm)\n",
             ),
         ),
     ),
@@ -367,11 +414,7 @@ CHEATS: dict[str, tuple[Student, str, set[str]]] = {
         cheat(
             "starts a process in its own session and a daemon when its cell runs, then rounds wrongly",
             Edit("19_tensor_cores", ":exercise: '19.1'\n\n", _top_of_cell("19.1", LEAVE_BEHIND)),
-            Edit(
-                "19_tensor_cores",
-                "    # BEGIN SOLUTION\n",
-                "    # BEGIN SOLUTION\n    return np.asarray(x, np.float32)\n",
-            ),
+            Edit("19_tensor_cores", ROUND_TO_TF32, ROUND_TO_TF32 + "    return np.asarray(x, np.float32)\n"),
         ),
         "19.1",
         {"wrong_result"},

@@ -8,6 +8,7 @@ notebook's check cell.
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 from pathlib import Path
@@ -454,3 +455,126 @@ def test_the_emulator_watches_the_small_launch_too(monkeypatch) -> None:
     masked = honest.replace("__shfl_down_sync(0xffffffffu, v, offset)", "__shfl_down_sync(0x0000ffffu, v, offset)")
     message, _ = sanitizer.run(ex, masked, 120)
     assert message.startswith("the CPU emulator: ") and "mask leaves out" in message, message
+
+
+# --- 19.2 the mma.sync fragment layout, 20.2 a Triton kernel ------------------------------------
+
+
+def test_the_fragment_reference_is_the_layout_mma_async_cu_runs_on_the_h200() -> None:
+    """The checker's layout against the one written in mma_async.cu's comment, which its kernel
+    uses (and passes its checks with) on the H200."""
+    import re
+
+    from minitorch_cuda.grade import mma_fragments
+
+    text = (KERNEL_DIR / "mma_async.cu").read_text()
+    comment = re.search(r"lane \(g, t\) = \(lane / 4, lane % 4\) holds\n(.*?), as \(row, column\)", text, re.S)
+    words = " ".join(line.lstrip("/ ") for line in comment.group(1).splitlines())
+    layouts = dict(re.findall(r"\b([abd]): ((?:\([^()]*\) ?)+)", words))
+    for op, written in (("a", layouts["a"]), ("b", layouts["b"]), ("c", layouts["d"])):
+        pairs = re.findall(r"\(([^()]*)\)", written)
+        assert len(pairs) == mma_fragments.REGISTERS[op]
+        for lane in range(32):
+            g, t = divmod(lane, 4)
+            for reg, pair in enumerate(pairs):
+                want = tuple(eval(p.replace("2t", "2 * t"), {"g": g, "t": t}) for p in pair.split(","))
+                assert mma_fragments.ptx_layout(op, lane, reg) == want, (op, lane, reg)
+
+
+def _wrong_layout(fragment_coords, mistake: str):
+    """The solution's layout with one typical mistake (and the solution's ValueErrors)."""
+
+    def layout(op, lane, reg):
+        row, col = fragment_coords(op, lane, reg)
+        if mistake == "row and column swapped":
+            return col, row
+        if mistake == "lane = 8 * threadID + groupID":
+            t, g = divmod(lane, 8)
+            return {"a": (g + 8 * (reg & 1), t + 4 * (reg >> 1)), "b": (t + 4 * reg, g)}.get(
+                op, (g + 8 * (reg >> 1), 2 * t + (reg & 1))
+            )
+        if mistake == "the halves of k swapped in A and B":
+            return (row, (col + 4) % 8) if op == "a" else ((row + 4) % 8, col) if op == "b" else (row, col)
+        return fragment_coords(op, lane, [0, 2, 1, 3][reg]) if op == "c" else (row, col)  # c1 and c2 swapped
+
+    return layout
+
+
+WRONG_LAYOUTS = {
+    "row and column swapped": ("A, lane 0, register a1: yours (0, 8), the instruction's (8, 0)", "outside the 16 x 8"),
+    "lane = 8 * threadID + groupID": ("A, lane 1, register a0: yours (1, 0), the instruction's (0, 1)", "wrong D"),
+    "the halves of k swapped in A and B": ("A, lane 0, register a0: yours (0, 4), the instruction's (0, 0)", "right D"),
+    "c1 and c2 swapped": ("C/D, lane 0, register c1: yours (8, 0), the instruction's (0, 1)", "wrong D"),
+}
+
+
+def test_the_fragment_layout_solution_passes() -> None:
+    fragment_coords, source = solution("19.2")
+    result = checks.run_check("19.2", fragment_coords, source)
+    assert result.passed, str(result)
+
+
+@pytest.mark.parametrize("mistake", list(WRONG_LAYOUTS))
+def test_a_wrong_fragment_layout_names_its_first_wrong_lane_and_register(mistake) -> None:
+    fragment_coords, _ = solution("19.2")
+    first, why = WRONG_LAYOUTS[mistake]
+    result = checks.run_check("19.2", _wrong_layout(fragment_coords, mistake), "")
+    assert result.reason == verdict.WRONG_RESULT and result.message.startswith(first), result.message
+    assert why in result.message, result.message
+
+
+def test_a_fragment_layout_that_accepts_any_register_fails() -> None:
+    fragment_coords, _ = solution("19.2")
+
+    def lenient(operand, lane, register):
+        return fragment_coords(operand, lane % 32, register % (2 if operand == "b" else 4))
+
+    result = checks.run_check("19.2", lenient, "")
+    assert result.reason == verdict.WRONG_RESULT and "should raise ValueError" in result.message
+
+
+TRITON_VARIANTS = """
+import json, sys
+import jupytext, numpy as np
+import minitorch_cuda as mt
+from minitorch_cuda.exercise import cuda_exercise
+from minitorch_cuda.grade import checks, exercises, notebook
+
+ex = exercises.get("20.2")
+cell = notebook.exercise_source(jupytext.read("solutions/20_tile_programming.md"), ex)
+store = "tl.store(out_ptr + row * stride_out + cols, tl.maximum(x + b, 0.0), mask=inside)"
+grid = "    grid = (M, triton.cdiv(N, BLOCK_N))"
+variants = {
+    "solution": cell,
+    "unmasked store": cell.replace(store, store.replace(", mask=inside", "")),
+    "bias by row": cell.replace("tl.load(bias_ptr + cols, mask=inside)", "tl.load(bias_ptr + row + 0 * cols)"),
+    "numpy": cell.replace(grid, "    out[:, :N] = np.maximum(c[:, :N] + bias, 0)\\n    return out\\n" + grid),
+}
+reasons = {}
+for name, source in variants.items():
+    assert name == "solution" or source != cell, name
+    namespace = {"np": np, "mt": mt, "cuda_exercise": cuda_exercise, "__name__": "__exercise__"}
+    exec(compile(source, "<exercise 20.2 cell>", "exec"), namespace)
+    result = checks.run_check("20.2", namespace[ex.name], source)
+    reasons[name] = [result.reason, result.message]
+print(json.dumps(reasons))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed (the grade extra)")
+def test_the_triton_kernel_runs_in_the_interpreter_and_its_mistakes_fail() -> None:
+    """Exercise 20.2 in a fresh process with TRITON_INTERPRET=1 (Triton reads it at its first import)."""
+    import json
+    import os
+    import sys
+
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    out = subprocess.run(
+        [sys.executable, "-c", TRITON_VARIANTS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    reasons = json.loads(out.stdout.strip().splitlines()[-1])
+    assert reasons["solution"][0] == verdict.PASSED, reasons["solution"]
+    assert reasons["unmasked store"][0] == verdict.BOUNDARY and "past column" in reasons["unmasked store"][1]
+    assert reasons["bias by row"][0] == verdict.WRONG_RESULT, reasons["bias by row"]
+    assert reasons["numpy"][0] == verdict.FORBIDDEN, reasons["numpy"]

@@ -2,7 +2,7 @@
 
 CPU tests grade the Python exercises (launch configuration 1.2, BF16 2.1,
 memory pool 4.1, timing 5.1, roofline bound 14.1, graphed step 18.1, TF32 19.1,
-fibonacci tile 20.1) of the known-wrong students and the known cheats that
+mma fragment layout 19.2, fibonacci tile 20.1, Triton kernel 20.2) of the known-wrong students and the known cheats that
 tests/submissions.py builds, run the sandbox (bubblewrap where it is installed,
 the partial fallback otherwise), the command line, shards and merge, and, on
 the CPU emulator, every kernel exercise and the kernel cheats. The GPU tests
@@ -27,7 +27,7 @@ from minitorch_cuda import grade
 from minitorch_cuda.grade import exercises, runner, sandbox, verdict
 
 SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
-CPU_IDS = ["1.2", "2.1", "4.1", "5.1", "14.1", "18.1", "19.1", "20.1"]
+CPU_IDS = ["1.2", "2.1", "4.1", "5.1", "14.1", "18.1", "19.1", "19.2", "20.1", "20.2"]
 gpu = pytest.mark.skipif(not mt.cuda_available(), reason=f"needs a GPU: {mt.cuda_unavailable_reason()}")
 
 
@@ -61,6 +61,18 @@ EXPECTED_CPU = {
     ("full_solutions", "18.1"): "passed",
     ("full_solutions", "19.1"): "passed",
     ("full_solutions", "20.1"): "passed",
+    ("full_solutions", "19.2"): "passed",
+    ("full_solutions", "20.2"): "passed",
+    ("empty_kernels", "19.2"): verdict.NOT_IMPLEMENTED,
+    ("empty_kernels", "20.1"): verdict.NOT_IMPLEMENTED,
+    ("empty_kernels", "20.2"): verdict.NOT_IMPLEMENTED,
+    ("off_by_one", "19.2"): verdict.WRONG_RESULT,
+    ("off_by_one", "20.2"): verdict.BOUNDARY,
+    ("host_cheat", "19.2"): verdict.FORBIDDEN,
+    ("host_cheat", "20.2"): verdict.FORBIDDEN,
+    ("infinite_loop", "19.2"): verdict.TIMEOUT,
+    ("infinite_loop", "20.1"): verdict.TIMEOUT,
+    ("infinite_loop", "20.2"): verdict.TIMEOUT,
     ("empty_kernels", "1.2"): verdict.NOT_IMPLEMENTED,
     ("empty_kernels", "2.1"): verdict.NOT_IMPLEMENTED,
     ("empty_kernels", "4.1"): verdict.NOT_IMPLEMENTED,
@@ -422,14 +434,15 @@ FIRST_EXPECTED = {
     "empty_kernels": {i: {verdict.NO_WRITES} for i in KERNEL_IDS}
     | {i: {verdict.NO_WRITES, verdict.FORBIDDEN} for i in ("11.1", "13.1", "15.1")}
     | {"12.1": {verdict.NOT_IMPLEMENTED}},
-    "host_cheat": {i: {verdict.HOST_SIDE} for i in KERNEL_IDS} | {"1.1": {verdict.NOT_A_KERNEL}},
+    "host_cheat": {i: {verdict.HOST_SIDE} for i in KERNEL_IDS} | {i: {verdict.NOT_A_KERNEL} for i in ("1.1", "14.2")},
     "off_by_one": {i: {verdict.BOUNDARY, verdict.WRONG_RESULT, verdict.CUDA_ERROR} for i in KERNEL_IDS if i != "12.1"}
-    | {i: {verdict.BOUNDARY} for i in ("1.1", "3.1", "3.2", "7.1", "15.1")},
+    | {i: {verdict.BOUNDARY} for i in ("1.1", "3.1", "3.2", "7.1", "14.2", "15.1")},
     "missing_syncthreads": {
         i: {verdict.RACE, verdict.WRONG_RESULT, verdict.SANITIZER}
         for i in ("3.3", "6.1", "11.1", "13.1", "16.1", "17.1")
     },
-    "infinite_loop": {i: {verdict.TIMEOUT} for i in ("3.1", "11.1", "13.1", "12.1", "15.1", "16.1", "17.1")},
+    "infinite_loop": {i: {verdict.TIMEOUT} for i in ("3.1", "11.1", "13.1", "12.1", "14.2", "15.1", "16.1", "17.1")},
+    "hidden_syncs": {"12.1": {verdict.SYNCS}},
 }
 
 
@@ -562,6 +575,30 @@ def test_a_training_step_is_counted_in_the_checker_on_the_emulator(tmp_path) -> 
     assert results[("host_cheat", "12.1")]["reason"] == verdict.HOST_SIDE
     assert "device-to-host" in results[("host_cheat", "12.1")]["message"]
     assert results[("empty_kernels", "12.1")]["reason"] == verdict.NOT_IMPLEMENTED
+
+
+@pytest.mark.skipif(
+    not _emulator_usable(), reason="the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing"
+)
+def test_the_epilogue_kernel_and_a_hidden_sync_on_the_emulator(tmp_path) -> None:
+    """Exercise 14.2's kernel on the CPU emulator: the solution passes, the known-wrong versions fail
+    for their reasons; and 12.1's slow step, whose mt.synchronize() runs in the subject (where it has
+    no device to wait for), still fails as a sync."""
+    names = ("full_solutions", "empty_kernels", "off_by_one", "host_cheat", "hidden_syncs")
+    subs = build(tmp_path / "subs", {s: STUDENTS[s] for s in names})
+    for folder in subs.iterdir():
+        for p in folder.iterdir():
+            if not p.name.startswith(("12_", "14_")):
+                p.unlink()
+    results = run_grader(subs, tmp_path / "g.csv", ["12.1", "14.2"], "--emulate", "--timeout", "300", "--jobs", "2")
+    assert results[("full_solutions", "14.2")]["passed"], results[("full_solutions", "14.2")]
+    for student, reason in (
+        ("empty_kernels", verdict.NO_WRITES),
+        ("off_by_one", verdict.BOUNDARY),
+        ("host_cheat", verdict.NOT_A_KERNEL),
+    ):
+        assert results[(student, "14.2")]["reason"] == reason, results[(student, "14.2")]
+    assert results[("hidden_syncs", "12.1")]["reason"] == verdict.SYNCS, results[("hidden_syncs", "12.1")]
 
 
 @pytest.fixture(scope="module")
