@@ -16,8 +16,9 @@
 // block that launches at all fits on an SM), provided nothing else shares the GPU
 // meanwhile: no other stream's kernels, no MPS client limiting the SMs.
 // On the CPU emulator the device has 4 multiprocessors (MULTIPROCESSOR_COUNT) and a
-// launch of at most 4 blocks runs them all at once, each on its own OS thread; a grid
-// barrier in a larger launch is an error naming the kernel, as it would hang a GPU.
+// launch of at most 4 blocks runs them all at once, each on its own OS thread, taking
+// turns that pass at grid barriers (so every run is the same); a grid barrier in a
+// larger launch is an error naming the kernel, as it would hang a GPU.
 #pragma once
 
 struct GridBarrier {
