@@ -63,10 +63,9 @@ def parse_resources(log: str) -> list[KernelResources]:
 
 
 @functools.cache
-def compile_cubin(source: str, label: str, arch: str = ARCH) -> tuple[KernelResources, ...]:
-    """Compile ``source`` with nvcc for ``arch`` (cached per source: nvcc takes about half a
-    second); raise the framework's KernelCompileError, with nvcc's log and the numbered lines
-    it points at, when nvcc rejects it."""
+def _nvcc(source: str, arch: str) -> tuple[bool, str]:
+    """Whether nvcc built ``source`` into a cubin for ``arch``, and its log (cached per source:
+    nvcc takes about half a second, and a notebook cell is often run again unchanged)."""
     with tempfile.TemporaryDirectory(prefix="minitorch_cuda_nvcc_") as folder:
         path = Path(folder) / "kernel.cu"  # the name PyCUDA gives the source, so messages match a GPU's
         path.write_text(source)
@@ -78,8 +77,15 @@ def compile_cubin(source: str, label: str, arch: str = ARCH) -> tuple[KernelReso
             text=True,
             timeout=300,
         )
-    log = done.stdout + done.stderr
-    if done.returncode != 0:
+    return done.returncode == 0, done.stdout + done.stderr
+
+
+def compile_cubin(source: str, label: str, arch: str = ARCH) -> tuple[KernelResources, ...]:
+    """Compile ``source`` with nvcc for ``arch`` and return ptxas's report per kernel; raise the
+    framework's KernelCompileError, with nvcc's log and the numbered lines it points at, when
+    nvcc rejects it."""
+    built, log = _nvcc(source, arch)
+    if not built:
         from .runtime import KernelCompileError, _numbered_excerpt  # runtime needs CUDA (or the emulator)
 
         raise KernelCompileError(f"nvcc could not compile {label}:\n{log.strip()}\n\n{_numbered_excerpt(source, log)}")
