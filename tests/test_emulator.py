@@ -248,6 +248,96 @@ def test_a_captured_stream_records_its_work_and_a_graph_replays_it(emu):
     np.testing.assert_array_equal(host, 3.0)
 
 
+PIPELINE = r"""
+#include <cuda_pipeline.h>
+
+// Double buffering: the copy of tile k + 1 is in flight while tile k is read. Each thread
+// reads another thread's float4 (63 - t), so the __syncthreads after the wait is needed.
+extern "C" __global__ void tile_sums(float* out, const float* in, int tiles, int lag) {
+    __shared__ float4 stage[2][64];
+    const int t = threadIdx.x;
+    const float4* src = reinterpret_cast<const float4*>(in) + blockIdx.x * tiles * 64;
+    __pipeline_memcpy_async(&stage[0][t], &src[t], 16);
+    __pipeline_commit();
+    for (int k = 0; k < tiles; ++k) {
+        if (k + 1 < tiles) __pipeline_memcpy_async(&stage[(k + 1) % 2][t], &src[(k + 1) * 64 + t], 16);
+        __pipeline_commit();  // an empty batch at the end keeps the count per iteration
+        __pipeline_wait_prior(lag);  // lag 1: tile k has landed, tile k + 1 may be in flight
+        __syncthreads();
+        const float4 v = stage[k % 2][63 - t];
+        out[(blockIdx.x * tiles + k) * 64 + t] = v.x + v.y + v.z + v.w;
+        __syncthreads();  // every read of the slot is done before the next copy into it
+    }
+}
+
+extern "C" __global__ void zero_fill(float* out, const float* in) {
+    __shared__ float4 slot[64];
+    const int t = threadIdx.x;
+    __pipeline_memcpy_async(&slot[t], reinterpret_cast<const float4*>(in) + t, 16, 4 * (t % 4));
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+    reinterpret_cast<float4*>(out)[t] = slot[t];
+}
+"""
+
+
+def _tile_sums(emu, x: np.ndarray, lag: int) -> np.ndarray:
+    driver = emu[0]
+    blocks, tiles = x.shape[:2]
+    d_in, d_out = driver.to_device(x), driver.mem_alloc(4 * blocks * tiles * 64)
+    launch(emu, PIPELINE, "tile_sums", "PPii", (blocks, 1, 1), (64, 1, 1), d_out, d_in, tiles, lag)
+    got = np.empty((blocks, tiles, 64), np.float32)
+    driver.memcpy_dtoh(got, d_out)
+    return got
+
+
+@pytest.mark.parametrize("lag", [1, 0])
+def test_double_buffered_async_copies(emu, lag):
+    x = np.random.default_rng(lag).standard_normal((3, 5, 64, 4)).astype(np.float32)
+    expected = x.astype(np.float64)[:, :, ::-1].sum(axis=3)  # thread t reads thread 63 - t's float4
+    np.testing.assert_allclose(_tile_sums(emu, x, lag), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_an_async_copy_lands_only_at_the_wait_that_covers_it(emu):
+    # Waiting until two batches remain leaves tile k in flight when it is read: the slot still
+    # holds tile k - 2, on every run (a GPU may or may not have landed it by then).
+    x = np.random.default_rng(2).standard_normal((3, 5, 64, 4)).astype(np.float32)
+    expected = x.astype(np.float64)[:, :, ::-1].sum(axis=3)
+    got = _tile_sums(emu, x, lag=2)
+    np.testing.assert_allclose(got[:, 2:], expected[:, :-2], rtol=1e-6, atol=1e-6)
+
+
+def test_an_async_copy_zero_fills_its_tail(emu):
+    driver = emu[0]
+    x = np.arange(1, 257, dtype=np.float32)
+    d_in, d_out = driver.to_device(x), driver.mem_alloc(4 * 256)
+    launch(emu, PIPELINE, "zero_fill", "PP", (1, 1, 1), (64, 1, 1), d_out, d_in)
+    got = np.empty((64, 4), np.float32)
+    driver.memcpy_dtoh(got, d_out)
+    kept = np.arange(4)[None, :] < 4 - np.arange(64)[:, None] % 4  # thread t zero-fills t % 4 floats
+    np.testing.assert_array_equal(got, np.where(kept, x.reshape(64, 4), 0.0))
+
+
+def test_a_misaligned_async_copy_names_the_kernel(emu):
+    from minitorch_cuda.emulator.errors import LaunchError
+
+    source = (
+        "#include <cuda_pipeline.h>\n"
+        'extern "C" __global__ void misaligned(float* out, const float* in) {\n'
+        "    __shared__ float4 slot[2];\n"
+        "    __pipeline_memcpy_async(reinterpret_cast<float*>(slot) + 1, in, 16);\n"
+        "}\n"
+    )
+    out = emu[0].mem_alloc(64)
+    with pytest.raises(LaunchError) as info:
+        launch(emu, source, "misaligned", "PP", (1, 1, 1), (1, 1, 1), out, out)
+    assert re.search(
+        r"^in kernel 'misaligned', block \(0, 0, 0\), thread \(0, 0, 0\): misaligned address: "
+        r"__pipeline_memcpy_async at kernel.cu:4 copies 16 bytes",
+        str(info.value),
+    ), str(info.value)
+
+
 # --- the errors a GPU gives ------------------------------------------------------------------
 
 

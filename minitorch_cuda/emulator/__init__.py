@@ -16,7 +16,9 @@ threads of a block, and of the blocks at a grid barrier), warp
 operations whose mask leaves out a lane that runs them or reads a lane that does
 not take part or has exited, warp operations that can never complete, stack
 overflow. What it refuses at compile time: tensor cores (wmma, mma.sync, wgmma),
-cp.async, inline PTX, cooperative groups. What it does not model: timing (event
+cp.async in inline PTX, inline PTX, cooperative groups (the asynchronous copies of
+<cuda_pipeline.h> run: each lands at the __pipeline_wait_prior that covers its
+batch, so reading a slot too early shows its old contents). What it does not model: timing (event
 times are host times), a thread preempted while it spins on another thread of its
 block (the fibers switch only at barriers and warp operations) or on another block
 (a launch of at most MULTIPROCESSOR_COUNT blocks runs them all at once, but in turns

@@ -50,6 +50,7 @@ namespace emu {
 namespace {
 
 constexpr int kMaxThreads = 1024;
+constexpr int kMaxPendingCopies = 64;  // a thread's asynchronous copies not yet waited for
 constexpr size_t kMaxDynamicShared = 227 << 10;  // what an H100/H200 block may opt into
 const size_t kPage = size_t(sysconf(_SC_PAGESIZE));
 
@@ -103,6 +104,13 @@ emu_switch:
 
 enum State { RUNNABLE, BARRIER, WARP, EXITED };
 
+struct PendingCopy {  // __pipeline_memcpy_async: the source read when issued, landing at a wait
+    void* dst;
+    unsigned char data[16];
+    unsigned bytes;
+    unsigned long long group;  // the batch it belongs to: the commits before it
+};
+
 struct Worker;
 struct Launch;
 
@@ -116,6 +124,9 @@ struct Fiber : Thread {  // the rest of a thread's state, after what kernels rea
     int op, arg, width;  // the warp operation it waits in
     unsigned mask;
     unsigned long long value, result;
+    unsigned long long commits;  // of asynchronous copies
+    int pending;
+    PendingCopy copies[kMaxPendingCopies];
 };
 
 struct BlockRun : Block {
@@ -262,6 +273,8 @@ Fiber* start_thread(Worker& w, int linear) {
                      linear / (b.block_dim.x * b.block_dim.y)};
     f->lane = linear % 32;
     f->warp = linear / 32;
+    f->commits = 0;
+    f->pending = 0;
     // A fresh stack that "returns" into thread_main with the alignment of a call.
     void** top = reinterpret_cast<void**>(reinterpret_cast<unsigned char*>(f) + kStackBytes);
     *--top = nullptr;  // thread_main's own return address: it never returns
@@ -718,6 +731,48 @@ extern "C" unsigned long long __emu_warp(int op, unsigned mask, unsigned long lo
     complete_warp(*b.worker, f->warp);
     suspend(f);
     return f->result;
+}
+
+// <cuda_pipeline.h>. A copy lands only at the __pipeline_wait_prior that covers its batch, so
+// reading a slot too early (before the wait, or waiting for too few batches) shows the old
+// contents every run. The wait is no switch point: the thread runs on, so reading another
+// thread's copy needs a __syncthreads after the wait, as on a GPU.
+extern "C" void __emu_pipeline_copy(void* dst, const void* src, size_t bytes, size_t zfill, const char* file,
+                                    int line) {
+    Fiber* f = static_cast<Fiber*>(self());
+    Worker& w = *static_cast<BlockRun*>(f->block)->worker;
+    if ((bytes != 4 && bytes != 8 && bytes != 16) || zfill > bytes)
+        fail(w, "__pipeline_memcpy_async at %s:%d copies %zu bytes with zfill %zu: the size must be 4, 8 or 16 and "
+             "zfill at most the size", file, line, bytes, zfill);
+    if (reinterpret_cast<uintptr_t>(dst) % bytes || reinterpret_cast<uintptr_t>(src) % bytes)
+        fail(w, "misaligned address: __pipeline_memcpy_async at %s:%d copies %zu bytes from %p to %p, which must "
+             "both be aligned to %zu bytes", file, line, bytes, src, dst, bytes);
+    if (f->pending == kMaxPendingCopies)
+        fail(w, "__pipeline_memcpy_async at %s:%d: more than %d copies of one thread in flight (the emulator's "
+             "limit); wait for earlier batches first", file, line, kMaxPendingCopies);
+    PendingCopy& c = f->copies[f->pending];
+    memset(c.data, 0, sizeof c.data);  // the zfill bytes
+    memcpy(c.data, src, bytes - zfill);  // a bad source faults here, at the copy
+    c.dst = dst;
+    c.bytes = unsigned(bytes);
+    c.group = f->commits;
+    f->pending++;
+}
+
+extern "C" void __emu_pipeline_commit(void) { static_cast<Fiber*>(self())->commits++; }
+
+// Lands every copy of this thread except those of the `prior` most recent batches.
+extern "C" void __emu_pipeline_wait(size_t prior) {
+    Fiber* f = static_cast<Fiber*>(self());
+    int kept = 0;
+    for (int i = 0; i < f->pending; ++i) {
+        PendingCopy& c = f->copies[i];
+        if (c.group + prior < f->commits)
+            memcpy(c.dst, c.data, c.bytes);
+        else
+            f->copies[kept++] = c;
+    }
+    f->pending = kept;
 }
 
 extern "C" unsigned __emu_activemask(void) {  // the lanes that have not exited
