@@ -53,7 +53,7 @@ run_part() {
     # known-wrong student runs once, not once per worker
     grader) part grader 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rf -n "$workers" --dist loadscope --timeout=400 \
                tests/test_grader.py tests/test_exercises.py ;;
-    sanitize) part sanitize 540 python3 -m minitorch_cuda.sanitize --stages 0-12 --json "$out/results/sanitize.json" ;;
+    sanitize) part sanitize 540 python3 -m minitorch_cuda.sanitize --stages 0-13 --json "$out/results/sanitize.json" ;;
     # Two workers at most: processes sharing one GPU are time-sliced, and the sync-heavy
     # early chapters then run ten times slower (measured with six workers).
     notebooks) part notebooks 560 python3 -m pytest -m notebooks -q -p no:cacheprovider -rf --durations=60 \

@@ -6,7 +6,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python3 -m minitorch_cuda.bench --record                # the blog's ladder, stages 0-8
-python3 -m minitorch_cuda.bench --record --stages 0-12   # the whole ladder (bench_beyond.json)
+python3 -m minitorch_cuda.bench --record --stages 0-13   # the whole ladder (bench_beyond.json)
 python3 -m minitorch_cuda.experiments.step_split                               # chapter 16: MNIST steps split into host and GPU time
 python3 .ci/execute_chapters.py
 status=$?

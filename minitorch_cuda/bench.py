@@ -3,7 +3,7 @@
     python -m minitorch_cuda.bench                      # stages 0-8, PyTorch, table
     python -m minitorch_cuda.bench --stages 6-8 --json out.json
     python -m minitorch_cuda.bench --record             # refresh book/results/ (stages 0-8)
-    python -m minitorch_cuda.bench --record --stages 0-12   # the whole ladder: *_beyond.json
+    python -m minitorch_cuda.bench --record --stages 0-13   # the whole ladder: *_beyond.json
     python -m minitorch_cuda.bench --only-kernels --json k.json   # matmul + bandwidth tables only
 
 The blog's protocol (chapter 5, "How to benchmark"; the model and optimizer are
