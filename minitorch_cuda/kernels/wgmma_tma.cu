@@ -52,11 +52,14 @@ struct __align__(64) TensorMap {
     unsigned long long opaque[16];
 };
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // wgmma and setmaxnreg exist only in sm_90a code
-
+// The 32-bit shared-memory address that mbarrier, TMA and wgmma instructions take. (Outside the
+// sm_90a block below, so that the CPU emulator sees it and refuses the file as it does wgmma.cu's
+// asynchronous copies, instead of building the kernel's empty stand-in.)
 __device__ __forceinline__ unsigned shared_address(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // wgmma and setmaxnreg exist only in sm_90a code
 
 // --- mbarriers ---------------------------------------------------------------------------------
 
