@@ -23,7 +23,8 @@
 #include "grid_barrier.cuh"
 
 #define PS_THREADS 256  // threads of a block: one per element of a PS_TILE x PS_TILE tile
-#define PS_TILE 16
+#define PS_TILE 16    // output tiles of PS_TILE x PS_TILE
+#define PS_TILE_K 64  // the slice of k staged in shared memory at once (a multiple of PS_TILE)
 
 enum { ACT_NONE = 0, ACT_RELU = 1, ACT_SIGMOID = 2 };
 
@@ -58,31 +59,40 @@ __device__ __forceinline__ float activate_backward(int act, float g, float y) {
 }
 
 // Thread t's element (m0 + t / PS_TILE, n0 + t % PS_TILE) of C = op(A) op(B), C M x N with
-// inner size K; op transposes A (stored K x M) where ta, B (stored N x K) where tb. Operand
-// tiles are staged in shared memory, each read with consecutive threads on consecutive
-// addresses. Every thread of the block calls it (it synchronizes the block).
-__device__ __forceinline__ float tile_product(const float* a, const float* b, int M, int N, int K, bool ta, bool tb, int m0, int n0) {
-    __shared__ float as[PS_TILE][PS_TILE + 1];  // as[m][k]; +1: no bank conflicts when written transposed
-    __shared__ float bs[PS_TILE][PS_TILE + 1];  // bs[k][n]
+// inner size K; op transposes A (stored K x M) where ta, B (stored N x K) where tb. Slices of
+// PS_TILE_K along k are staged in shared memory, each thread loading PS_TILE_K / PS_TILE
+// elements of each operand with consecutive threads on consecutive addresses: a few long
+// slices, so that few waits for memory and block barriers lie on the path of a long k (784).
+// Every thread of the block calls it (it synchronizes the block).
+__device__ __forceinline__ float tile_product(const float* a, const float* b, int M, int N, int K, bool ta, bool tb,
+                                              int m0, int n0) {
+    __shared__ float as[PS_TILE][PS_TILE_K + 1];  // as[m][k]; +1: no bank conflicts when written transposed
+    __shared__ float bs[PS_TILE_K][PS_TILE + 1];  // bs[k][n]
     const int tx = threadIdx.x % PS_TILE, ty = threadIdx.x / PS_TILE;
     float acc = 0.0f;
-    for (int k0 = 0; k0 < K; k0 += PS_TILE) {
-        if (!ta) {
-            const int m = m0 + ty, k = k0 + tx;
-            as[ty][tx] = m < M && k < K ? a[m * K + k] : 0.0f;
-        } else {
-            const int k = k0 + ty, m = m0 + tx;
-            as[tx][ty] = m < M && k < K ? a[k * M + m] : 0.0f;
-        }
-        if (!tb) {
-            const int k = k0 + ty, n = n0 + tx;
-            bs[ty][tx] = k < K && n < N ? b[k * N + n] : 0.0f;
-        } else {
-            const int n = n0 + ty, k = k0 + tx;
-            bs[tx][ty] = k < K && n < N ? b[n * K + k] : 0.0f;
+    for (int k0 = 0; k0 < K; k0 += PS_TILE_K) {
+#pragma unroll
+        for (int j = 0; j < PS_TILE_K / PS_TILE; ++j) {
+            const int i = threadIdx.x + PS_THREADS * j;  // element i of a slice of PS_TILE x PS_TILE_K
+            const int along = i % PS_TILE_K, across = i / PS_TILE_K;  // k-contiguous storage
+            const int fast = i % PS_TILE, slow = i / PS_TILE;          // m- or n-contiguous storage
+            if (!ta) {
+                const int m = m0 + across, k = k0 + along;
+                as[across][along] = m < M && k < K ? a[m * K + k] : 0.0f;
+            } else {
+                const int m = m0 + fast, k = k0 + slow;
+                as[fast][slow] = m < M && k < K ? a[k * M + m] : 0.0f;
+            }
+            if (!tb) {
+                const int n = n0 + fast, k = k0 + slow;
+                bs[slow][fast] = k < K && n < N ? b[k * N + n] : 0.0f;
+            } else {
+                const int n = n0 + across, k = k0 + along;
+                bs[along][across] = k < K && n < N ? b[n * K + k] : 0.0f;
+            }
         }
         __syncthreads();
-        const int steps = min(PS_TILE, K - k0);  // no products of the zero padding
+        const int steps = min(PS_TILE_K, K - k0);  // no products of the zero padding
         for (int kk = 0; kk < steps; ++kk) acc = fmaf(as[ty][kk], bs[kk][tx], acc);
         __syncthreads();
     }
