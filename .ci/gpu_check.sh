@@ -8,7 +8,7 @@
 # per call). tests runs only the paths in $TESTS where set. grade1 times the grading of one
 # full submission, cold and warm, for each --jobs value in $GRADE_JOBS (default: none given).
 # chapters re-records the chapters in $CHAPTERS. tile records chapter 20's tile_eval.json; tf32
-# tests wgmma.cu (tests/test_wgmma.py, kept out of `tests`), then times it beside stage 12's
+# tests wgmma.cu and wgmma_tma.cu (tests/test_wgmma*.py, kept out of `tests`), then times them beside stage 12's
 # kernel and cuBLAS (tf32_wgmma.json). steps splits chapter 16's MNIST steps (step_split.json).
 # ncu records Nsight Compute counters and matmul.cu's SASS behind the chapters' causes (ncu_*.json).
 # Each part has its own time limit so one slow part cannot starve the others; SIGINT lets
@@ -40,7 +40,7 @@ run_part() {
     case $1 in
     tests) part tests 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rf --durations=10 -n "$workers" --timeout=400 \
                --ignore=tests/test_grader.py --ignore=tests/test_exercises.py --ignore=tests/test_notebooks.py \
-               --ignore=tests/test_wgmma.py ${TESTS:-} ;;
+               --ignore=tests/test_wgmma.py --ignore=tests/test_wgmma_tma.py ${TESTS:-} ;;
     # grading one student's full set (the known-good submission: solutions/ itself), timed twice
     # for each --jobs value in $GRADE_JOBS (`default`: no --jobs): with the kernel cache empty (the
     # first student on a fresh machine), then warm (every later one)
@@ -65,9 +65,9 @@ run_part() {
     # --json keeps what was measured (a checkpoint per case) should the limit stop the run.
     tile) MINITORCH_CUDA_RESULTS_DIR="$out/results" part tile 575 python3 -m minitorch_cuda.tile_eval --record \
                --json "$out/results/tile_eval_run.json" ;;
-    # wgmma.cu's tests first, each in a process that a hang cannot outlive (thread timeout)
+    # the wgmma kernels' tests first, each in a process that a hang cannot outlive (thread timeout)
     tf32) part tf32 400 bash -c "python3 -m pytest -m gpu -q -p no:cacheprovider -rf --timeout=120 \
-               --timeout-method=thread tests/test_wgmma.py && python3 -m minitorch_cuda.experiments.tf32_wgmma --json $out/results/tf32_wgmma.json" ;;
+               --timeout-method=thread tests/test_wgmma.py tests/test_wgmma_tma.py && python3 -m minitorch_cuda.experiments.tf32_wgmma --json $out/results/tf32_wgmma.json" ;;
     # chapter 16: each MNIST step of stages 8 and 9 split into host and GPU time (step_split.json)
     steps) MINITORCH_CUDA_RESULTS_DIR="$out/results" part steps 300 python3 -m minitorch_cuda.experiments.step_split ;;
     # Nsight Compute and SASS behind chapters 7, 10, 11, 13-16 and 19 (ncu_<topic>.json); under 4 minutes

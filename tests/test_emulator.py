@@ -24,7 +24,12 @@ from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, SPECS
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator builds kernels with g++")
 
 # Every kernel file that the emulator builds; the others use tensor cores or cp.async.
-REFUSED = {"mma.cu": "tensor-core fragments", "mma_async.cu": "cp.async", "wgmma.cu": "cp.async"}
+REFUSED = {
+    "mma.cu": "tensor-core fragments",
+    "mma_async.cu": "cp.async",
+    "wgmma.cu": "cp.async",
+    "wgmma_tma.cu": "cp.async",
+}
 FILES = sorted(p.name for p in KERNEL_DIR.glob("*.cu"))
 
 

@@ -184,15 +184,26 @@ SPECS.update(
             shared_bytes=WGMMA_SMEM_BYTES,
             arch_specific=True,
         ),
+        # built per tile shape by launchers.wgmma_tma_kernel (its shared bytes follow the shape);
+        # not on stage 12's route until measured
+        "matmul_tf32_wgmma_tma": KernelSpec(
+            "wgmma_tma.cu",
+            "const TensorMap map_a, const TensorMap map_b, float* c, int M, int N, int K, int batches_a, "
+            "int batches_b, int tiles",
+            arch_specific=True,
+        ),
     }
 )
 
 
 def prepare_signature(params: str) -> str:
-    """C parameters -> PyCUDA's prepare() format: P pointer, i int, I unsigned, f float."""
+    """C parameters -> PyCUDA's prepare() format: P pointer, i int, I unsigned, f float,
+    128s a TMA descriptor (CUtensorMap) passed by value."""
     codes = []
     for param in filter(None, (p.strip() for p in params.split(","))):
-        if "*" in param:
+        if re.search(r"\bTensorMap\b", param) and "*" not in param:
+            codes.append("128s")
+        elif "*" in param:
             codes.append("P")
         elif re.search(r"\bfloat\b", param):
             codes.append("f")
@@ -201,7 +212,9 @@ def prepare_signature(params: str) -> str:
         elif re.search(r"\bint\b", param):
             codes.append("i")
         else:
-            raise TypeError(f"unsupported kernel parameter {param!r}: use pointers, int, unsigned int or float")
+            raise TypeError(
+                f"unsupported kernel parameter {param!r}: use pointers, int, unsigned int, float or a TensorMap"
+            )
     return "".join(codes)
 
 

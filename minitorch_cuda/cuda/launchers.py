@@ -421,8 +421,6 @@ def matmul_tf32_wgmma(c, a, b, g: Gemm, *, timed: int = 0):
     return _total(times)
 
 
-# wgmma_tma.cu's launch: two tensor maps by value (128 bytes each), then C and six ints.
-WGMMA_TMA_SIGNATURE = "128s128sPiiiiii"
 HOPPER_SHARED_BYTES = 227 * 1024  # the most shared memory a block of an H100/H200 may opt in to
 _wgmma_tma_kernels: dict[tuple, tuple[Kernel, dict[str, int]]] = {}
 
@@ -433,7 +431,7 @@ def wgmma_tma_kernel(bn: int, stages: int | None, debug: bool) -> tuple[Kernel, 
     ``debug`` makes a stuck wait print which barrier it was."""
     if (bn, stages, debug) in _wgmma_tma_kernels:
         return _wgmma_tma_kernels[bn, stages, debug]
-    from .kernel_table import KERNEL_DIR, kernel_defines
+    from .kernel_table import KERNEL_DIR, SPECS, kernel_defines
     from .runtime import compile_module
 
     shape = {**kernel_defines("wgmma_tma.cu", "WT"), "BN": bn, **({} if stages is None else {"STAGES": stages})}
@@ -445,7 +443,8 @@ def wgmma_tma_kernel(bn: int, stages: int | None, debug: bool) -> tuple[Kernel, 
     defines = f"#define WT_BN {bn}\n#define WT_STAGES {shape['STAGES']}\n" + ("#define WT_DEBUG\n" if debug else "")
     source = defines + '#line 1 "wgmma_tma.cu"\n' + (KERNEL_DIR / "wgmma_tma.cu").read_text()
     module = compile_module(source, "wgmma_tma.cu", arch_specific=True)
-    kernel = Kernel("matmul_tf32_wgmma_tma", module, "matmul_tf32_wgmma_tma", WGMMA_TMA_SIGNATURE, smem)
+    name = "matmul_tf32_wgmma_tma"
+    kernel = Kernel(name, module, name, SPECS[name].signature, smem)
     _wgmma_tma_kernels[bn, stages, debug] = kernel, shape
     return kernel, shape
 
