@@ -13,6 +13,7 @@ from .device import (
     Device,
     cuda_available,
     cuda_unavailable_reason,
+    gpu_for_timing,
 )
 from .nn import cross_entropy_with_softmax
 from .stages import DEFAULT_STAGE, MAX_STAGE, get_stage, set_stage, use_stage
@@ -56,6 +57,7 @@ __all__ = [
     "from_numpy",
     "full",
     "get_stage",
+    "gpu_for_timing",
     "is_grad_enabled",
     "manual_seed",
     "nn",

@@ -91,6 +91,14 @@ def cuda_available() -> bool:
     return _probe() is None
 
 
+def gpu_for_timing() -> bool:
+    """True where CUDA runs on an actual GPU: not on the CPU emulator, where kernels are
+    checked but timings would be the CPU's (the chapters' `gpu` cells measure only here)."""
+    from .emulator import selected
+
+    return cuda_available() and not selected()
+
+
 def cuda_unavailable_reason() -> str:
     """Why CUDA cannot be used here, or an empty string when it can."""
     return _probe() or ""

@@ -494,7 +494,7 @@ try:
 except RuntimeError as exc:
     refused = str(exc)
 print(json.dumps({"device": device_properties()["name"], "available": mt.cuda_available(), "errors": errors,
-                  "refused": refused}))
+                  "refused": refused, "for_timing": mt.gpu_for_timing()}))
 """
 
 
@@ -505,6 +505,7 @@ def test_the_framework_matches_float64_at_every_simt_stage(emu, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.splitlines()[-1])
     assert report["device"] == "CPU emulator (emulated on the CPU)" and report["available"]
+    assert report["for_timing"] is False, "the chapters' gpu cells would time the CPU"
     bad = {stage: {k: e for k, e in errs.items() if e > 1} for stage, errs in report["errors"].items()}
     assert not any(bad.values()), bad
     assert "measured on the CPU emulator" in report["refused"] and not list(Path(tmp_path).iterdir())

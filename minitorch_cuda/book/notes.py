@@ -40,9 +40,17 @@ def gpu_status(gpu: bool) -> None:
     CUDA is usable here and, if not, why."""
     if in_book_build():
         return
-    from ..device import cuda_unavailable_reason
+    print("GPU available:", "yes" if gpu else f"no ({why_not_measured()})")
 
-    print("GPU available:", "yes" if gpu else f"no ({cuda_unavailable_reason()})")
+
+def why_not_measured() -> str:
+    """Why the chapters' `gpu` cells cannot measure here: no usable GPU, or the CPU emulator."""
+    from ..device import cuda_unavailable_reason
+    from ..emulator import ENV, selected
+
+    if selected():
+        return f"the CPU emulator is on ({ENV}=1): it checks kernels, but its timings would be the CPU's"
+    return cuda_unavailable_reason()
 
 
 def no_gpu(what: str = "the next cell shows the results recorded on " + RECORDED_ON) -> Note:
@@ -50,6 +58,4 @@ def no_gpu(what: str = "the next cell shows the results recorded on " + RECORDED
     numbers come from the recorded run; in a notebook, the reason as well."""
     if in_book_build():
         return Note(f"Measured live only on a GPU; {what}.")
-    from ..device import cuda_unavailable_reason
-
-    return Note(f"No GPU here ({cuda_unavailable_reason()}); {what}.")
+    return Note(f"No GPU here ({why_not_measured()}); {what}.")
