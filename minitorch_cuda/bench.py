@@ -1,4 +1,4 @@
-"""The blog's benchmark, for any set of stages, with PyTorch eager in the same run.
+"""The blog's benchmark, for any set of stages, with PyTorch in the same run.
 
     python -m minitorch_cuda.bench                      # stages 0-8, PyTorch, table
     python -m minitorch_cuda.bench --stages 6-8 --json out.json
@@ -8,7 +8,9 @@
 
 The blog's protocol (chapter 5, "How to benchmark"; the model and optimizer are
 ``train.Protocol``): one warm-up call of 10 batches, then 5 timed epochs, the median
-reported. The epochs are taken in interleaved rounds (run_rounds): each round times one
+reported. PyTorch runs eagerly, and where the stages reach 11 (the step replayed as one
+CUDA graph) also with its whole step in one CUDA graph, the peer of those stages. The
+epochs are taken in interleaved rounds (run_rounds): each round times one
 epoch of every stage and of PyTorch, so that drift in the host's speed reaches every stage,
 and each row records its spread over the rounds (quartiles, min and max). Stages 0 and 1
 time fewer batches per epoch, as the blog did (every epoch still shuffles the whole
@@ -61,6 +63,7 @@ ROUNDS_NOTE = (
     "a stage's median and spread (quartiles, min, max) are over the rounds"
 )
 BLOG_LAST_STAGE = 8  # the blog's ladder ends with Opt. 8; later stages are this course's own
+GRAPHED_FROM = 11  # stages 11-13 replay the step as a CUDA graph; a run reaching them times PyTorch's graph too
 SLOW_KERNELS = {"matmul_naive", "matmul_transposed", "matmul_batched"}  # skipped above 1024^3
 
 
@@ -137,18 +140,20 @@ class StageRun:
 
 
 class TorchRun:
-    """PyTorch eager on the same protocol, with StageRun's interface (torch_reference's trainer)."""
+    """PyTorch on the same protocol, with StageRun's interface: eager (torch_reference's
+    TorchTrainer), or with ``graphed`` the whole step replayed as one CUDA graph
+    (TorchGraphTrainer), the peer of the stages that replay theirs (11-13)."""
 
-    def __init__(self, data, warmup: int):
-        self.data, self.warmup, self.times = data, warmup, []
+    def __init__(self, data, warmup: int, graphed: bool = False):
+        self.data, self.warmup, self.graphed, self.times = data, warmup, graphed, []
 
     def label(self) -> str:
-        return "PyTorch eager"
+        return "PyTorch CUDA graph" if self.graphed else "PyTorch eager"
 
     def start(self) -> None:
-        from .torch_reference import TorchTrainer
+        from .torch_reference import TorchGraphTrainer, TorchTrainer
 
-        self.trainer = TorchTrainer(train.Protocol(), self.data)
+        self.trainer = (TorchGraphTrainer if self.graphed else TorchTrainer)(train.Protocol(), self.data)
         self.trainer.epoch(self.warmup)
 
     def epoch(self) -> None:
@@ -162,8 +167,9 @@ class TorchRun:
     def row(self) -> dict:
         batches = -(-len(self.trainer.x) // self.trainer.protocol.batch_size)
         summary = spread(self.times)
+        how = "the whole step in one CUDA graph" if self.graphed else "eager"
         return {
-            "name": f"PyTorch {self.trainer.torch.__version__} eager",
+            "name": f"PyTorch {self.trainer.torch.__version__} {how}",
             "batches_per_epoch": batches,
             "epoch_seconds": self.times,
             **summary,
@@ -375,7 +381,7 @@ def _range(row: dict) -> str:
     return f"{row['min_s']:.4f}-{row['max_s']:.4f}" if "min_s" in row else "-"
 
 
-def format_table(rows: list[dict], torch_row: dict | None) -> str:
+def format_table(rows: list[dict], torch_row: dict | None, graph_row: dict | None = None) -> str:
     head = f"{'stage':>5}  {'batches/epoch':>13}  {'median s':>9}  {'min-max s':>15}  {'s/step':>9}  {'vs prev':>7}  "
     head += f"{'vs stage 0':>10}  "
     head += "what changed"
@@ -388,16 +394,18 @@ def format_table(rows: list[dict], torch_row: dict | None) -> str:
             f"{row['stage']:>5}  {row['batches_per_epoch']:>13}  {row['median_s']:9.4f}  {_range(row):>15}  "
             f"{row['s_per_step']:9.2e}  {prev:7.2f}  {first:10.1f}  {row['description']}{partial}"
         )
-    if torch_row:
+    for peer, short, first_stage in ((torch_row, "eager", 0), (graph_row, "CUDA graph", GRAPHED_FROM)):
+        if not peer:
+            continue
         lines.append(
-            f"{'torch':>5}  {torch_row['batches_per_epoch']:>13}  {torch_row['median_s']:9.4f}  "
-            f"{_range(torch_row):>15}  {torch_row['s_per_step']:9.2e}  {'':7}  {'':10}  {torch_row['name']}"
+            f"{'torch':>5}  {peer['batches_per_epoch']:>13}  {peer['median_s']:9.4f}  "
+            f"{_range(peer):>15}  {peer['s_per_step']:9.2e}  {'':7}  {'':10}  {peer['name']}"
         )
         for row in rows:
-            if row["batches_per_epoch"] == torch_row["batches_per_epoch"]:
+            if row["stage"] >= first_stage and row["batches_per_epoch"] == peer["batches_per_epoch"]:
                 lines.append(
-                    f"stage {row['stage']} / PyTorch eager (full epoch median): "
-                    f"{row['median_s'] / torch_row['median_s']:.3f}"
+                    f"stage {row['stage']} / PyTorch {short} (full epoch median): "
+                    f"{row['median_s'] / peer['median_s']:.3f}"
                 )
     return "\n".join(lines)
 
@@ -420,7 +428,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m minitorch_cuda.be
         "are reported (default: 5)",
     )
     parser.add_argument("--warmup", type=int, default=10, help="batches in the warm-up call (default: 10)")
-    parser.add_argument("--no-torch", action="store_true", help="skip PyTorch eager even where it imports")
+    parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch peers (eager, CUDA graph) even where PyTorch imports")
     parser.add_argument("--matmul", action="store_true", help="also time each matmul kernel against cuBLAS")
     parser.add_argument("--profiles", action="store_true", help="also profile 20 steps of every stage")
     parser.add_argument("--json", help="write every result to this JSON file")
@@ -453,20 +461,24 @@ def main(argv: list[str] | None = None, prog: str = "python -m minitorch_cuda.be
         return kernels_main(args, command, device_properties)
     data = train.load_to("cuda")
     use_torch = not args.no_torch and torch_reference.available()
-    total = args.epochs * (len(args.stages) + use_torch)
-    with tqdm(total=total, desc="epochs", unit="epoch", file=sys.stderr) as progress:
+    peers = [TorchRun(data, args.warmup)] if use_torch else []
+    if use_torch and max(args.stages) >= GRAPHED_FROM:  # their peer: PyTorch's step in a graph too
+        peers.append(TorchRun(data, args.warmup, graphed=True))
+    with tqdm(total=args.epochs * (len(args.stages) + len(peers)), desc="epochs", unit="epoch", file=sys.stderr) as bar:
         runs = [StageRun(stage, data, args.warmup) for stage in args.stages]
-        measured = run_rounds(runs + ([TorchRun(data, args.warmup)] if use_torch else []), args.epochs, progress)
-    rows, torch_row = measured[: len(runs)], (measured[-1] if use_torch else None)
+        measured = run_rounds(runs + peers, args.epochs, bar)
+    rows, torch_rows = measured[: len(runs)], measured[len(runs) :]
+    torch_row, graph_row = (torch_rows + [None, None])[:2]
     result = {
         "device": device_properties(),
         "protocol": vars(train.Protocol())
         | {"epochs": args.epochs, "rounds": args.epochs, "interleaved": ROUNDS_NOTE, "warmup_batches": args.warmup},
         "stages": rows,
         "torch": torch_row,
+        "torch_graph": graph_row,
         "notes": ladder_notes(rows),
     }
-    print(format_table(rows, torch_row))
+    print(format_table(rows, torch_row, graph_row))
     for note in result["notes"]:
         print("note:", note)
     if args.matmul or args.record:
@@ -485,7 +497,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m minitorch_cuda.be
         suffix = "_beyond" if max(args.stages) > BLOG_LAST_STAGE else ""
         results.save(
             "bench_stages" + suffix,
-            {k: result[k] for k in ("device", "protocol", "stages", "torch", "notes")},
+            {k: result[k] for k in ("device", "protocol", "stages", "torch", "torch_graph", "notes")},
             command,
         )
         results.save("matmul", result["matmul"], command)

@@ -114,3 +114,14 @@ def test_ladder_notes_say_whether_the_ranges_overlap() -> None:
 def test_format_table_shows_each_rows_range() -> None:
     table = bench.format_table([row(3, 1.0e-3, 0.9e-3, 1.2e-3)], None)
     assert "min-max s" in table and "0.7596-1.0128" in table
+
+
+def test_format_table_compares_the_graphed_stages_with_pytorchs_graph() -> None:
+    stages_ = [row(10, 4.0e-4, 3.9e-4, 4.1e-4), row(11, 2.0e-4, 1.9e-4, 2.1e-4), row(13, 4.0e-5, 3.9e-5, 4.1e-5)]
+    eager = row(0, 1.6e-3, 1.5e-3, 1.7e-3) | {"name": "PyTorch eager"}
+    graph = row(0, 2.0e-4, 1.9e-4, 2.1e-4) | {"name": "PyTorch CUDA graph"}
+    table = bench.format_table(stages_, eager, graph)
+    assert "stage 10 / PyTorch eager (full epoch median): 0.250" in table
+    assert "stage 11 / PyTorch CUDA graph (full epoch median): 1.000" in table
+    assert "stage 13 / PyTorch CUDA graph (full epoch median): 0.200" in table
+    assert "stage 10 / PyTorch CUDA graph" not in table  # stage 10 launches eagerly: its peer is eager
