@@ -168,6 +168,7 @@ REFUSED = {
     "minitorch_cuda.experiments.step_split": GPU_TIMINGS,
     "minitorch_cuda.experiments.tf32_wgmma --json out.json": GPU_TIMINGS,
     "minitorch_cuda.experiments.tf32_variants --json out.json": GPU_TIMINGS,
+    "minitorch_cuda.tile_eval --record --json out.json": GPU_TIMINGS,
 }
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from .. import results
 from ..device import cuda_unavailable_reason
+from ..needs_gpu import refuse_emulated
 from . import availability, cases, sources
 
 RESULT_NAME = "tile_eval"
@@ -206,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--cases: unknown {unknown or 'empty list'}; pick from {','.join(cases.CASE_NAMES)}")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    refuse_emulated("python -m minitorch_cuda.tile_eval")
     reason = cuda_unavailable_reason()
     if reason:
         print(f"tile_eval needs a CUDA GPU and PyCUDA: {reason}", file=sys.stderr)
