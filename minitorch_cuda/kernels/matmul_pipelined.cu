@@ -1,0 +1,213 @@
+// matmul_pipelined.cu: stage 9's SGEMM fed by asynchronous copies, same parameters as matmul_regtiled.
+//   matmul_pipelined_T          C = op(A) op(B) over the batch: block (NT, 1, 1),
+//                               grid (ceil(N / BN), ceil(M / BM), batch)
+//   matmul_pipelined_splitk_T   the same over K slices: grid z = batch * k_splits; block z
+//                               computes slice z % k_splits of matrix z / k_splits into
+//                               partial + z * M * N; matmul_splitk_reduce then sums the slices
+//                               in order 0, 1, ... (deterministic: no atomics)
+//   variant T     BM   BN  BK  warp tile  thread tile  threads  stages  blocks/SM asked
+//   128x128x16   128  128  16   64 x 32     8 x 8        256       2       2
+//   128x64x16    128   64  16   64 x 32     8 x 8        128       3       3
+//   64x64x16      64   64  16   32 x 32     4 x 8        128       3       4
+//
+// Tiles reach shared memory by the CUDA C++ pipeline primitives (cp.async): the copies of
+// slice t + STAGES - 1 are in flight while the block multiplies slice t, without passing
+// through registers. Shared memory holds A transposed (As[k][m]) and B as is (Bs[k][n]), each
+// row padded to BM + 4 (BN + 4) floats: a row stride S = 4 (mod 32) words.
+// Banks (32 of 4 bytes):
+// - fragment reads: a warp's float4 reads at one k are 8 (A) or 4 (B) distinct quads, side by
+//   side in one row (the other lanes read the same quads: broadcasts), one 128-byte wavefront;
+// - 16-byte copies (a row in global memory runs along m for A^T, along n for B): 8 neighbouring
+//   lanes copy 8 neighbouring quads of one row (rows hold 16 or 32 quads): 128 contiguous bytes;
+// - 4-byte copies along a row: 32 lanes, 32 neighbouring words;
+// - 4-byte transposing copies (A stored M x K, B stored N x K): lane l copies element
+//   (m, k) = (m0 + l / 8, k0 + l % 8) to word k * S + m, whose bank is
+//   (4 k + m) mod 32 = 4 (l % 8) + l / 8 (+ a shift common to the warp): 32 distinct banks.
+//   In global memory the warp reads 4 rows x 8 floats, four whole 32-byte sectors.
+// Edges: a copy that falls outside the matrix copies no bytes and zero-fills its destination
+// (the src-size argument), so the math needs no bounds checks.
+#include <cuda_pipeline.h>
+
+#include "tile_load.cuh"
+
+#ifndef PIPELINED_WAIT_LAG
+#define PIPELINED_WAIT_LAG 0  // the tests build it with 1: waiting one batch too few must fail
+#endif
+#define PL_PAD 4
+
+// Rows r0.. (R) and columns c0.. (C) of an H x W row-major matrix into sm[r][c], row stride S.
+// vec: W % 4 == 0 and src 16-byte aligned, so a quad is wholly inside the matrix or outside.
+template <int R, int C, int NT>
+__device__ __forceinline__ void copy_straight(float* sm, int S, const float* src, int H, int W, int r0, int c0,
+                                              bool vec, int tid) {
+    if (vec) {
+        constexpr int Q = R * C / 4;
+#pragma unroll 1
+        for (int i = 0; i < (Q + NT - 1) / NT; ++i) {
+            const int q = tid + i * NT;
+            if (Q % NT != 0 && q >= Q) break;
+            const int r = q / (C / 4), c = (q % (C / 4)) * 4;
+            const bool in = r0 + r < H && c0 + c < W;
+            const float* p = in ? src + (long long)(r0 + r) * W + c0 + c : src;
+            __pipeline_memcpy_async(sm + r * S + c, p, 16, in ? 0 : 16);
+        }
+    } else {
+#pragma unroll 1
+        for (int i = 0; i < (R * C + NT - 1) / NT; ++i) {
+            const int e = tid + i * NT;
+            if ((R * C) % NT != 0 && e >= R * C) break;
+            const int r = e / C, c = e % C;
+            const bool in = r0 + r < H && c0 + c < W;
+            const float* p = in ? src + (long long)(r0 + r) * W + c0 + c : src;
+            __pipeline_memcpy_async(sm + r * S + c, p, 4, in ? 0 : 4);
+        }
+    }
+}
+
+// Rows m0.. (R) and columns k0.. (C) of an H x W row-major matrix into sm[k][m] (transposed),
+// row stride S = 4 (mod 32): lane l takes (m0 + 4 j + l / 8, k0 + 8 i + l % 8), see the header.
+template <int R, int C, int NT>
+__device__ __forceinline__ void copy_transposed(float* sm, int S, const float* src, int H, int W, int m0, int k0,
+                                                int tid) {
+    static_assert(R % 4 == 0 && C % 8 == 0 && NT % 32 == 0 && (R * C) % NT == 0, "whole 4 x 8 chunks per warp");
+    const int lane = tid % 32;
+#pragma unroll 1
+    for (int i = 0; i < R * C / NT; ++i) {
+        const int chunk = (tid + i * NT) / 32;
+        const int k = (chunk % (C / 8)) * 8 + lane % 8;
+        const int m = (chunk / (C / 8)) * 4 + lane / 8;
+        const bool in = m0 + m < H && k0 + k < W;
+        const float* p = in ? src + (long long)(m0 + m) * W + k0 + k : src;
+        __pipeline_memcpy_async(sm + k * S + m, p, 4, in ? 0 : 4);
+    }
+}
+
+// One float4 read of shared memory into 4 registers of an unrolled array.
+__device__ __forceinline__ void unpack4_pl(float* dst, const float* src) {
+    const float4 v = *reinterpret_cast<const float4*>(src);
+    dst[0] = v.x;
+    dst[1] = v.y;
+    dst[2] = v.z;
+    dst[3] = v.w;
+}
+
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES>
+__device__ __forceinline__ void pipelined_body(float* c, const float* a, const float* b, int M, int N, int K,
+                                               int ta, int tb, int stride_a, int stride_b, int k_splits) {
+    static_assert((WM / TM) * (WN / TN) == 32, "a warp's threads cover its warp tile");
+    static_assert(TM % 4 == 0 && TN % 4 == 0 && STAGES >= 2, "register tiles are groups of 4 x 4");
+    constexpr int WARPS_N = BN / WN, NT = 32 * (BM / WM) * WARPS_N;
+    constexpr int LX = WN / TN;                        // a warp's threads along n
+    constexpr int GM = WM * 4 / TM, GN = WN * 4 / TN;  // rows (columns) between a thread's 4 x 4 groups
+    constexpr int SA = BM + PL_PAD, SB = BN + PL_PAD;
+    static_assert(SA % 32 == 4 && SB % 32 == 4, "the bank arithmetic of the header");
+    __shared__ __align__(16) float As[STAGES][BK][SA];
+    __shared__ __align__(16) float Bs[STAGES][BK][SB];
+
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int wm0 = (warp / WARPS_N) * WM + (lane / LX) * 4;  // this thread's first row in the block tile
+    const int wn0 = (warp % WARPS_N) * WN + (lane % LX) * 4;  // ...and first column
+    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    const long long z = blockIdx.z, matrix = z / k_splits;
+    a += matrix * stride_a;
+    b += matrix * stride_b;
+    c += z * M * N;
+    const bool vec_a = ta && (M & 3) == 0 && aligned16(a);
+    const bool vec_b = !tb && (N & 3) == 0 && aligned16(b);
+
+    // This block's K-slices: whole BK-tiles, split evenly over the k_splits slices.
+    const int all_tiles = (K + BK - 1) / BK, per_split = (all_tiles + k_splits - 1) / k_splits;
+    const int first = (int)(z % k_splits) * per_split;
+    const int tiles = max(0, min(all_tiles, first + per_split) - first);
+
+    auto issue = [&](int t) {  // the copies of this block's slice t into stage t % STAGES
+        const int k0 = (first + t) * BK, s = t % STAGES;
+        if (ta) copy_straight<BK, BM, NT>(&As[s][0][0], SA, a, K, M, k0, row0, vec_a, tid);
+        else copy_transposed<BM, BK, NT>(&As[s][0][0], SA, a, M, K, row0, k0, tid);
+        if (tb) copy_transposed<BN, BK, NT>(&Bs[s][0][0], SB, b, N, K, col0, k0, tid);
+        else copy_straight<BK, BN, NT>(&Bs[s][0][0], SB, b, K, N, k0, col0, vec_b, tid);
+    };
+
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+
+    // One batch committed per slice (empty ones past the end too), so that before slice t is
+    // read t + STAGES - 1 batches are committed and waiting until STAGES - 2 remain lands slice t.
+#pragma unroll
+    for (int t = 0; t < STAGES - 1; ++t) {
+        if (t < tiles) issue(t);
+        __pipeline_commit();
+    }
+    for (int t = 0; t < tiles; ++t) {
+        __pipeline_wait_prior(STAGES - 2 + PIPELINED_WAIT_LAG);
+        // Every thread's copies of slice t have landed, and every thread is done with slice
+        // t - 1, whose stage the next copies overwrite.
+        __syncthreads();
+        if (t + STAGES - 1 < tiles) issue(t + STAGES - 1);
+        __pipeline_commit();
+        const int s = t % STAGES;
+#pragma unroll
+        for (int k = 0; k < BK; ++k) {
+            float fa[TM], fb[TN];
+#pragma unroll
+            for (int g = 0; g < TM / 4; ++g) unpack4_pl(fa + 4 * g, &As[s][k][wm0 + g * GM]);
+#pragma unroll
+            for (int g = 0; g < TN / 4; ++g) unpack4_pl(fb + 4 * g, &Bs[s][k][wn0 + g * GN]);
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(fa[i], fb[j], acc[i][j]);
+        }
+    }
+
+    const bool vec_c = (N & 3) == 0 && aligned16(c);
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int row = row0 + wm0 + (i / 4) * GM + i % 4;
+        if (row >= M) continue;
+        float* out = c + (long long)row * N;
+#pragma unroll
+        for (int g = 0; g < TN / 4; ++g) {
+            const int col = col0 + wn0 + g * GN;
+            if (col >= N) continue;
+            const float* v = &acc[i][4 * g];
+            if (vec_c) {
+                store4(out + col, make_float4(v[0], v[1], v[2], v[3]));
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    if (col + e < N) out[col + e] = v[e];
+            }
+        }
+    }
+}
+
+#define PIPELINED(NAME, SPLITK_NAME, BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS)                            \
+extern "C" __global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN), MIN_BLOCKS) NAME(                       \
+    float* c, const float* a, const float* b, int M, int N, int K, int ta, int tb, int stride_a, int stride_b) { \
+    pipelined_body<BM, BN, BK, WM, WN, TM, TN, STAGES>(c, a, b, M, N, K, ta, tb, stride_a, stride_b, 1);      \
+}                                                                                                              \
+extern "C" __global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN), MIN_BLOCKS) SPLITK_NAME(                \
+    float* partial, const float* a, const float* b, int M, int N, int K, int ta, int tb, int stride_a,          \
+    int stride_b, int k_splits) {                                                                              \
+    pipelined_body<BM, BN, BK, WM, WN, TM, TN, STAGES>(partial, a, b, M, N, K, ta, tb, stride_a, stride_b,    \
+                                                       k_splits);                                              \
+}
+
+PIPELINED(matmul_pipelined_128x128x16, matmul_pipelined_splitk_128x128x16, 128, 128, 16, 64, 32, 8, 8, 2, 2)
+PIPELINED(matmul_pipelined_128x64x16, matmul_pipelined_splitk_128x64x16, 128, 64, 16, 64, 32, 8, 8, 3, 3)
+PIPELINED(matmul_pipelined_64x64x16, matmul_pipelined_splitk_64x64x16, 64, 64, 16, 32, 32, 4, 8, 3, 4)
+
+// c[z][i] = the sum over s of partial[z * k_splits + s][i], s in order: the same bits every run.
+// One thread per element of the batch * mn outputs.
+extern "C" __global__ void matmul_splitk_reduce(float* c, const float* partial, int mn, int k_splits, int n) {
+    const int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n) return;
+    const float* p = partial + (long long)(e / mn) * k_splits * mn + e % mn;
+    float sum = 0.0f;
+    for (int s = 0; s < k_splits; ++s) sum += p[(long long)s * mn];
+    c[e] = sum;
+}
