@@ -55,6 +55,8 @@ def chapters(folder: str, *numbers: int) -> tuple[str, ...]:
 
 # --- the repeated edits ----------------------------------------------------------------------
 
+BEFORE_BACKWARD = "    loss.backward()\n    opt.clip_gradients(max_norm)\n"  # in 12.1's solution, not in its slow step
+
 LEFT_EMPTY = "// (left empty)"
 # the tops of the two solution blocks of chapter 19, told apart
 ROUND_TO_TF32 = "def round_to_tf32(x: np.ndarray) -> np.ndarray:\n    # BEGIN SOLUTION\n"
@@ -71,6 +73,11 @@ def endless(notebook: str, language: str, count: int = 1, indent: int = 4) -> Ed
     else:
         begin, loop = f"\n{pad}# BEGIN SOLUTION\n", f"{pad}while True:  # never ends\n{pad}    pass\n"
     return Edit(notebook, begin, begin + loop, count)
+
+
+def waits_before_backward(why: str, line: str) -> Student:
+    """Chapter 12 with ``line`` in 12.1's step just before backward."""
+    return Student(why, chapters("solutions", 12), (Edit("12_opt7_syncs", BEFORE_BACKWARD, line + BEFORE_BACKWARD),))
 
 
 def on_host(notebook: str, exercise: str, op: str) -> tuple[Edit, Edit]:
@@ -307,6 +314,27 @@ STUDENTS: dict[str, Student] = {
                 "    opt.clip_gradients(max_norm)\n",
             ),
         ),
+    ),
+    # 12.1's other ways to make the host wait, each before backward (and the loss's read-back at the end)
+    "sync_by_getattr": waits_before_backward(
+        "calls mt.synchronize through getattr, so that the cell never spells it",
+        '    getattr(mt, "synchro" + "nize")()  # a sync\n',
+    ),
+    "extra_item": waits_before_backward(
+        "prints the loss with .item() before backward: a second read-back",
+        '    print("loss before backward", loss.item())  # a read-back\n',
+    ),
+    "numpy_read_back": waits_before_backward(
+        "prints the batch's mean through .numpy() of the device tensor",
+        '    print("mean input", xb.numpy().mean())  # a read-back\n',
+    ),
+    "blocking_copy": waits_before_backward(
+        "copies the batch to the host with .to('cpu'), a blocking copy",
+        '    print("batch on the host", xb.to("cpu").shape)  # a blocking copy\n',
+    ),
+    "float_of_loss": waits_before_backward(
+        "prints float(loss) before backward (a Tensor has no __float__: it raises TypeError)",
+        '    print("loss before backward", float(loss))\n',
     ),
     "renamed_notebooks": Student(
         "hands in chapter 1's notebook under another name",

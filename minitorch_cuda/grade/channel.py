@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import base64
 import builtins
+import contextlib
 import json
 import os
 import re
 import select
 import time
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -383,3 +385,17 @@ class Peer:
 
     def call(self, proxy: Proxy, *args, **kwargs):
         return self.request({"op": "call", "obj": proxy._hid, "args": args, "kwargs": kwargs}, mutable=args)
+
+
+@contextlib.contextmanager
+def offered(artifact, name: str, function) -> Iterator[None]:
+    """Offer ``function`` (no arguments) as the service ``name`` to the process behind the proxy
+    ``artifact`` for the block; nothing where ``artifact`` is this process's own (a notebook's check)."""
+    peer = artifact._peer if isinstance(artifact, Proxy) else None
+    if peer is not None:
+        peer.services[name] = function
+    try:
+        yield
+    finally:
+        if peer is not None:
+            peer.services.pop(name, None)

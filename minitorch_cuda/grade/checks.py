@@ -19,11 +19,9 @@ counted launches), ``kernel_checks`` (the kernel exercises and 12.1),
 
 from __future__ import annotations
 
-import re
-
 from .. import emulator
 from . import exercises, host_checks, kernel_checks, mma_fragments
-from .verdict import COMPILE_ERROR, CUDA_ERROR, EXCEPTION, NO_GPU, PASSED, SYNCS, CheckFailed, CheckResult, fail
+from .verdict import COMPILE_ERROR, CUDA_ERROR, EXCEPTION, NO_GPU, PASSED, CheckFailed, CheckResult
 
 
 def _fib_tile(fib_tile, source: str = "") -> list[str]:
@@ -38,17 +36,8 @@ def _bias_relu_triton(bias_relu_triton, source: str = "") -> list[str]:
     return check_bias_relu_triton(bias_relu_triton, source)
 
 
-def _train_step(train_step, source: str = "") -> list[str]:
-    """12.1 on the GPU, after a look at the cell: in the grader the step runs in the subject process,
-    where ``mt.synchronize()`` finds no device to wait for, so the checker's counts never see it."""
-    code = "\n".join(line.split("#", 1)[0] for line in source.splitlines())
-    if re.search(r"\bsynchronize\s*\(", code):
-        fail(SYNCS, "train_step calls synchronize(): a device sync the step does not need (want none)")
-    return kernel_checks.run(exercises.get("12.1"), train_step, source)
-
-
 def _on_gpu(exercise_id: str):
-    """The check of a kernel exercise: ``kernel_checks.run`` for that exercise."""
+    """The check of a kernel exercise (or 12.1): ``kernel_checks.run`` for that exercise."""
 
     def check(artifact, source: str = "") -> list[str]:
         return kernel_checks.run(exercises.get(exercise_id), artifact, source)
@@ -62,7 +51,6 @@ PYTHON_CHECKS = {
     "2.1": host_checks.check_bf16,
     "4.1": host_checks.check_memory_pool,
     "5.1": host_checks.check_time_median,
-    "12.1": _train_step,  # on the GPU
     "14.1": host_checks.check_matmul_roofline,
     "18.1": host_checks.check_graphed_step,
     "19.1": host_checks.check_tf32,

@@ -610,11 +610,15 @@ def check_init(ex: Exercise, source: str) -> list[str]:
 
 def check_train_step(ex: Exercise, train_step) -> list[str]:
     """Three steps of ``train_step`` at stage 7 against a reference run that ends before the student's
-    first step (in the grader ``train_step`` runs in the subject process, and every tensor operation it
-    asks for comes back here: the counts below are of what this process did on the GPU)."""
+    first step. In the grader ``train_step`` runs in the subject process: every tensor operation it asks
+    for comes back here, and so does its ``mt.synchronize()`` (the subject has no device; it asks this
+    process for the ``synchronize`` service offered below), so the counts are of what this process did
+    on the GPU. Every wait of the host for the device beyond the loss's one read-back is a sync, named
+    by the call that made it (``waits``)."""
     import minitorch_cuda as mt
 
     from .. import nn, optim, profiler
+    from . import channel, waits
 
     rng = _rng()
 
@@ -644,19 +648,27 @@ def check_train_step(ex: Exercise, train_step) -> list[str]:
         for step, (x, y) in enumerate(batches):
             xb, yb = mt.tensor(x, device="cuda"), mt.tensor(y, device="cuda")
             mt.synchronize()
-            with profiler.count() as c:
-                loss = train_step(net, loss_fn, opt, xb, yb, 1.0)
+            with channel.offered(train_step, "synchronize", mt.synchronize), profiler.count() as c:
+                with waits.named() as named:
+                    loss = train_step(net, loss_fn, opt, xb, yb, 1.0)
             if not isinstance(loss, float):
                 fail(WRONG_RESULT, f"train_step must return the loss as a Python float, got {type(loss).__name__}")
             if c.launches == 0:
                 fail(HOST_SIDE, "train_step launched no kernel: the step must run on the GPU")
-            if c.syncs:
-                fail(SYNCS, f"step {step}: {c.syncs} device synchronizations; want none")
-            if c.dtoh_copies != 1 or c.htod_copies:
+            if c.dtoh_copies == 0 or c.htod_copies:
+                uploads = f" ({waits.describe(named['htod_copies'], c.htod_copies)})" if c.htod_copies else ""
                 fail(
                     HOST_SIDE,
                     f"step {step}: {c.dtoh_copies} device-to-host and {c.htod_copies} host-to-device "
-                    "copies; want exactly one read-back (the loss) and no upload",
+                    f"copies{uploads}; want exactly one read-back (the loss) and no upload",
+                )
+            if c.syncs or c.dtoh_copies > 1:  # a read-back waits for the device as a sync does
+                syncs = f"{c.syncs} device sync(s): {waits.describe(named['syncs'], c.syncs)}; " if c.syncs else ""
+                reads = f"{c.dtoh_copies} read-back(s): {waits.describe(named['dtoh_copies'], c.dtoh_copies)}"
+                fail(
+                    SYNCS,
+                    f"step {step}: the host waits for the device {c.syncs + c.dtoh_copies} times ({syncs}{reads}); "
+                    "want one wait: the loss read back once, at the end",
                 )
             compare(np.float32(loss), np.float32(want[step]), f"loss at step {step}", atol=1e-6, rtol=1e-5)
         for i, (p, q) in enumerate(zip(net.parameters(), want_params)):

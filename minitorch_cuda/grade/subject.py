@@ -14,6 +14,7 @@ here: the checker only reads the data this process sends back.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import traceback
@@ -69,14 +70,32 @@ def load(exercise_id: str, source: str) -> tuple[dict, object]:
     return {"status": "ready"}, namespace[ex.name]
 
 
+def forward_synchronize(peer) -> None:
+    """``mt.synchronize()`` here asks the checker to synchronize: this process has no device, the
+    checker's holds the tensors the student's code works on, and 12.1 counts the sync there. Where the
+    checker offers no device (the fakes' exercises) it stays what it was here, a no-op."""
+    import minitorch_cuda
+
+    from . import channel
+
+    def synchronize() -> None:
+        with contextlib.suppress(channel.ChannelRefused):
+            peer.request({"op": "service", "name": "synchronize"})
+
+    minitorch_cuda.synchronize = synchronize
+
+
 def main(argv: list[str]) -> int:
-    from .. import profiler
+    from .. import emulator, profiler
     from . import channel, fakes, sandbox
 
     sandbox.limit_resources(memory_bytes=16 << 30)
+    os.environ.pop(emulator.ENV, None)  # no device here under --emulate either, as on a GPU machine
 
-    peer = channel.Peer(int(argv[0]), int(argv[1]), known={"CaptureError": fakes.CaptureError}, private=False)
+    known = {"CaptureError": fakes.CaptureError, "ChannelRefused": channel.ChannelRefused}
+    peer = channel.Peer(int(argv[0]), int(argv[1]), known=known, private=False)
     peer.services["pool_counters"] = lambda: (profiler.counters.pool_hits, profiler.counters.pool_misses)
+    forward_synchronize(peer)
     first = peer.receive()
     outcome, artifact = load(str(first.get("exercise")), str(first.get("source", "")))
     if artifact is not None:
