@@ -103,6 +103,14 @@ REGTILED_TILES: dict[str, tuple[int, int, int, int]] = {
     "64x64x16": (64, 64, 16, 256),
     "32x32x8": (32, 32, 8, 64),
 }
+# Tile shapes of matmul_pipelined.cu (cp.async into 2-3 shared-memory stages), as above.
+PIPELINED_TILES: dict[str, tuple[int, int, int, int]] = {
+    "128x128x16": (128, 128, 16, 256),
+    "128x64x16": (128, 64, 16, 128),
+    "64x64x16": (64, 64, 16, 128),
+}
+# its split-K twins write each K-slice's partial product; matmul_splitk_reduce sums them in order
+_SPLITK = _MATMUL.replace("float* c", "float* partial") + ", int k_splits"
 MMA_TILE = (128, 128, 256)  # BM, BN, threads of matmul_tf32 / matmul_bf16
 
 
@@ -154,6 +162,11 @@ SPECS.update(
         "softmax_rows_online": KernelSpec("vectorized.cu", "float* out, const float* in, int rows, int cols"),
         **{f"matmul_regtiled_{t}": KernelSpec("matmul_regtiled.cu", _MATMUL) for t in REGTILED_TILES},
         **{f"matmul_bias_act_{t}": KernelSpec("fused.cu", _BIAS_ACT) for t in REGTILED_TILES},
+        **{f"matmul_pipelined_{t}": KernelSpec("matmul_pipelined.cu", _MATMUL) for t in PIPELINED_TILES},
+        **{f"matmul_pipelined_splitk_{t}": KernelSpec("matmul_pipelined.cu", _SPLITK) for t in PIPELINED_TILES},
+        "matmul_splitk_reduce": KernelSpec(
+            "matmul_pipelined.cu", "float* c, const float* partial, int mn, int k_splits, int n"
+        ),
         "softmax_xent_fused": KernelSpec(
             "fused.cu",
             "float* probs, float* loss, const float* logits, const float* target, int rows, int cols, float scale",
@@ -177,6 +190,9 @@ SPECS.update(
             "float* row_loss, float* partials, int n_partials, float* loss, GridBarrier* barrier, int rmsprop, "
             "float lr, float decay, float eps, float max_norm",
         ),
+        # chapter 21's floors: an empty launch, and grid barriers alone (persistent_step's)
+        "floor_empty": KernelSpec("floor.cu", ""),
+        "floor_barriers": KernelSpec("floor.cu", "GridBarrier* barrier, int barriers"),
         # C = A B^T with both operands K-contiguous: no transpose flags
         "matmul_tf32_wgmma": KernelSpec(
             "wgmma.cu",

@@ -20,12 +20,22 @@ short kernel do not count.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 
 from . import registry
 from .array import ITEMSIZE
-from .kernel_table import ASYNC_TILE, MMA_TILE, MULTI_TENSOR_SLOTS, PERSISTENT, REGTILED_TILES, SPECS, WGMMA_TILE
+from .kernel_table import (
+    ASYNC_TILE,
+    MMA_TILE,
+    MULTI_TENSOR_SLOTS,
+    PERSISTENT,
+    PIPELINED_TILES,
+    REGTILED_TILES,
+    SPECS,
+    WGMMA_TILE,
+)
 from .runtime import Kernel, launch, multiprocessors, time_launch_ms
 
 BLOCK = 256  # threads per block of the one-thread-per-element kernels
@@ -221,6 +231,22 @@ def persistent_step(
     return _go("persistent_step", (blocks, 1, 1), (PERSISTENT["THREADS"], 1, 1), args, timed, (rows,))
 
 
+# --- the latency floor (chapter 21): launches that do no work --------------------------------
+
+
+def floor(kernel: str | Kernel, *args, blocks: int = 1, timed: int = 0) -> float | None:
+    """floor.cu: ``floor_empty`` (no arguments) on one thread; ``floor_barriers(barrier, count)``
+    on ``blocks`` blocks of PS_THREADS, as persistent_step's (its grid barriers wait for every
+    block, so never more blocks than multiprocessors)."""
+    name = kernel if isinstance(kernel, str) else kernel.name
+    if name == "floor_empty":
+        return _go(kernel, (1, 1, 1), (1, 1, 1), args, timed)
+    most = multiprocessors()
+    if not 1 <= blocks <= most:
+        raise ValueError(f"{name} needs 1..{most} blocks (one per multiprocessor at most), not {blocks}")
+    return _go(kernel, (blocks, 1, 1), (PERSISTENT["THREADS"], 1, 1), args, timed, (blocks,))
+
+
 # --- matmul ------------------------------------------------------------------------------------
 
 
@@ -325,6 +351,98 @@ def matmul_regtiled(c, a, b, g: Gemm, *, tile: str | None = None, timed: int = 0
     tile = tile or regtiled_tile(c, a, b, g)
     bm, bn, _, threads = REGTILED_TILES[tile]
     return _go(f"matmul_regtiled_{tile}", g.grid(bm, bn), (threads, 1, 1), (c, a, b, *g.args), timed, (g,))
+
+
+# Split-K: a product of few output tiles leaves SMs idle (1024^3 in 128 x 128 tiles is 64 blocks
+# for the H200's 132 SMs). Splitting K over blockIdx.z multiplies the blocks; a slice keeps at
+# least SPLITK_MIN_TILES K-tiles so that its pipeline fills, and the partial products cost
+# k_splits * M * N floats of scratch written and read once more.
+SPLITK_COUNTS = (2, 4, 8, 16)
+SPLITK_MIN_TILES = 4
+
+
+def splitk_counts(g: Gemm, tile: str) -> list[int]:
+    """The K-splits worth timing for this tile: none when its grid already covers every SM,
+    else each count from 2 up to the first whose blocks cover them all."""
+    bm, bn, bk, _ = PIPELINED_TILES[tile]
+    blocks, sms = g.batch * _cdiv(g.M, bm) * _cdiv(g.N, bn), multiprocessors()
+    counts = []
+    for splits in SPLITK_COUNTS if blocks < sms else ():
+        if _cdiv(g.K, bk) < splits * SPLITK_MIN_TILES:
+            break
+        counts.append(splits)
+        if blocks * splits >= sms:
+            break
+    return counts
+
+
+def matmul_pipelined(c, a, b, g: Gemm, *, tile: str, splits: int = 1, timed: int = 0):
+    """Stage 9's ``matmul_pipelined_{tile}``: cp.async copies into 2-3 shared-memory stages feed
+    the register tiles. ``splits`` > 1: ``matmul_pipelined_splitk_{tile}`` computes that many
+    K-slices into scratch and matmul_splitk_reduce sums them in order (deterministic)."""
+    bm, bn, _, threads = PIPELINED_TILES[tile]
+    if splits == 1:
+        name = f"matmul_pipelined_{tile}"
+        return _go(name, g.grid(bm, bn), (threads, 1, 1), (c, a, b, *g.args), timed, (g,))
+    from .memory import DeviceBuffer
+
+    mn, grid = g.M * g.N, g.grid(bm, bn)
+    partial = DeviceBuffer(ITEMSIZE * g.batch * splits * mn)  # the pool reuses it in stream order
+    args = (partial.ptr, a, b, *g.args, splits)
+    name = f"matmul_pipelined_splitk_{tile}"
+    times = [_go(name, (*grid[:2], g.batch * splits), (threads, 1, 1), args, timed, (g,))]
+    reduce_args = (c, partial.ptr, mn, splits, g.batch * mn)
+    times.append(elementwise("matmul_splitk_reduce", g.batch * mn, *reduce_args, timed=timed))
+    return _total(times)
+
+
+def matmul_pipelined_splitk(c, a, b, g: Gemm, *, tile: str, timed: int = 0):
+    """matmul_pipelined at the split count that first covers every SM (splitk_counts' last),
+    for the benchmark's table; a product that needs no split is refused (ValueError)."""
+    counts = splitk_counts(g, tile)
+    if not counts:
+        raise ValueError(f"{tile} tiles of {g} cover every SM or leave too few K-tiles: no split-K")
+    return matmul_pipelined(c, a, b, g, tile=tile, splits=counts[-1], timed=timed)
+
+
+def sgemm_candidates(g: Gemm) -> list[str]:
+    """Stage 9's variants for this problem: every pipelined tile that fits, and its split-K
+    counts. Tiles for wave quantization at 1024^3 on 132 SMs: 128 x 128 gives 64 blocks (48% of
+    the SMs busy), 128 x 64 gives 128 (97%), 64 x 64 gives 256 (at most 2 per SM, 97% on
+    average); split-K 2 brings 128 x 128 to 128 blocks."""
+    from .autotune import fits
+
+    names = []
+    for tile, (bm, bn, _, _) in PIPELINED_TILES.items():
+        if fits(bm, bn, g.M, g.N):
+            names += [f"pipelined_{tile}"] + [f"pipelined_{tile}_splitk{s}" for s in splitk_counts(g, tile)]
+    return names
+
+
+def sgemm_variant(c, a, b, g: Gemm) -> str:
+    """Stage 9's kernel for this problem: the register-tiled winner (regtiled_tile) timed against
+    the pipelined variants, the fastest kept for the shape, so a shape only ever gains. On the
+    CPU emulator nothing more is timed: the register-tiled choice stands."""
+    from .autotune import tuner
+    from .driver import EMULATED
+
+    key = (g.M, g.N, g.K, int(g.ta), int(g.tb), g.batch, aligned16(a), aligned16(b))
+    choice = tuner.cached("matmul_sgemm", key)
+    if choice is not None:
+        return choice
+    candidates = [regtiled_tile(c, a, b, g)] + ([] if EMULATED else sgemm_candidates(g))
+    return tuner.pick("matmul_sgemm", key, candidates, lambda v: matmul_sgemm(c, a, b, g, variant=v, timed=True))
+
+
+def matmul_sgemm(c, a, b, g: Gemm, *, variant: str | None = None, timed: int = 0):
+    """Stage 9's product: ``variant`` a register-tiled tile (``128x128x8``) or a pipelined one
+    (``pipelined_128x128x16``, ``pipelined_64x64x16_splitk4``); None: the autotuned one."""
+    variant = variant or sgemm_variant(c, a, b, g)
+    if variant in REGTILED_TILES:
+        return matmul_regtiled(c, a, b, g, tile=variant, timed=timed)
+    _, tile, *split = variant.split("_")
+    splits = int(split[0].removeprefix("splitk")) if split else 1
+    return matmul_pipelined(c, a, b, g, tile=tile, splits=splits, timed=timed)
 
 
 def matmul_bias_act(c, a, b, bias, g: Gemm, relu: bool, *, tile: str | None = None, timed: int = 0):
@@ -492,6 +610,10 @@ MATMULS = {
     "matmul_batched": matmul_batched,
     "matmul_tiled": matmul_tiled,
     "matmul_regtiled": matmul_regtiled,
+    "matmul_sgemm": matmul_sgemm,
+    **{f"matmul_pipelined_{t}": functools.partial(matmul_pipelined, tile=t) for t in PIPELINED_TILES},
+    "matmul_pipelined_splitk_128x128x16": functools.partial(matmul_pipelined_splitk, tile="128x128x16"),
+    "matmul_pipelined_splitk_64x64x16": functools.partial(matmul_pipelined_splitk, tile="64x64x16"),
     "matmul_tf32": matmul_tf32,
     "matmul_bf16": matmul_bf16,
     "matmul_tf32_async": matmul_tf32_async,
