@@ -1,0 +1,126 @@
+"""Chapter 21's latency-floor experiment (minitorch_cuda/experiments/latency_floor.py) and its
+kernels (floor.cu). The command refuses the CPU emulator; the kernels launch through the
+framework on the emulator too (marked ``emulated``: ``MINITORCH_CUDA_EMULATE=1 python3 -m pytest
+-m emulated tests/test_latency_floor.py``); the whole experiment, with tiny counts, needs a GPU.
+That floor.cu compiles with nvcc is tests/test_kernels_compile.py's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from minitorch_cuda import emulator
+from minitorch_cuda.experiments import latency_floor
+
+EMULATED_TOO = [pytest.mark.gpu, pytest.mark.emulated]
+
+
+def test_the_command_refuses_the_emulator(tmp_path) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    run = subprocess.run(
+        [sys.executable, "-m", "minitorch_cuda.experiments.latency_floor"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ | {emulator.ENV: "1", "MINITORCH_CUDA_RESULTS_DIR": str(results)},
+    )
+    assert run.returncode == 2, (run.stdout, run.stderr[-3000:])
+    message = run.stderr.strip()
+    assert "\n" not in message and "Traceback" not in message, run.stderr
+    assert message.startswith("python3 -m minitorch_cuda.experiments.latency_floor: not run: kernels run on the CPU")
+    assert "its timings would be the CPU's, not GPU timings" in message
+    assert run.stdout == "" and not any(results.iterdir())
+
+
+def test_one_step_is_the_events_between_two_read_backs() -> None:
+    read = "[CUDA memcpy DTOH]"
+    timeline = [
+        ["a", "kernel", 0.0, 5.0], [read, "memcpy", 6.0, 1.0],
+        ["a", "kernel", 10.0, 5.5], ["b", "kernel", 16.0, 2.0], [read, "memcpy", 19.0, 1.5],
+        ["a", "kernel", 30.0, 5.0], [read, "memcpy", 36.0, 1.0],
+    ]  # fmt: skip
+    step = latency_floor.one_step({"timeline": timeline})
+    assert step == [["a", "kernel", 5.5], ["b", "kernel", 2.0], [read, "memcpy", 1.5]]
+
+
+def test_spread_is_in_microseconds() -> None:
+    times = [1e-6 * t for t in (4.0, 1.0, 3.0, 2.0, 5.0)]
+    got = latency_floor.spread_us(times)
+    assert got["median_us"] == pytest.approx(3.0) and got["q1_us"] == pytest.approx(2.0)
+    assert got["q3_us"] == pytest.approx(4.0) and got["min_us"] == pytest.approx(1.0)
+    assert got["max_us"] == pytest.approx(5.0) and got["samples"] == 5
+
+
+@pytest.mark.gpu
+@pytest.mark.emulated
+@pytest.mark.parametrize("blocks", [1, 3, 4])
+def test_floor_barriers_crosses_the_grid_barrier_count_times(blocks) -> None:
+    from minitorch_cuda.cuda import launchers, runtime
+    from minitorch_cuda.cuda.ops_tensor import full
+
+    barrier = full((2,), 0.0)
+    counters = np.empty(2, np.uint32)
+    # GridBarrier {count, generation}: every barrier bumps generation once and leaves count 0,
+    # so the same barrier serves the next launch without being zeroed again.
+    for count, generation in ((7, 7), (5, 12)):
+        launchers.floor("floor_barriers", barrier, count, blocks=min(blocks, runtime.multiprocessors()))
+        runtime.copy_dtoh(counters, barrier.ptr)
+        assert list(counters) == [0, generation]
+
+
+@pytest.mark.gpu
+@pytest.mark.emulated
+def test_floor_barriers_refuses_more_blocks_than_multiprocessors() -> None:
+    from minitorch_cuda.cuda import launchers, runtime
+    from minitorch_cuda.cuda.ops_tensor import full
+
+    most = runtime.multiprocessors()
+    with pytest.raises(ValueError, match=f"floor_barriers needs 1..{most} blocks .* not {most + 1}"):
+        launchers.floor("floor_barriers", full((2,), 0.0), 1, blocks=most + 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.emulated
+def test_a_graph_of_empty_kernels_replays_with_one_launch_and_one_read_back() -> None:
+    from minitorch_cuda import profiler
+
+    replays, warmup, kernels = 7, 50, 3  # host_timed's warm-up calls count too
+    with profiler.count() as counts:
+        got = latency_floor.graph_floor(kernels, replays)
+        plain = latency_floor.launch_floor(replays)
+    calls = replays + warmup
+    # the capture launches each kernel once (recorded, not run); then a replay is one launch
+    assert counts.launches == kernels + calls + calls
+    assert counts.dtoh_copies == 2 * calls and counts.dtoh_bytes == 4 * 2 * calls
+    for row in (got, plain):
+        assert row["samples"] == replays and 0 < row["min_us"] <= row["median_us"] <= row["max_us"]
+    assert got["kernels"] == kernels
+
+
+@pytest.mark.gpu
+def test_the_experiment_records_every_part(tmp_path, monkeypatch) -> None:
+    """The whole run with tiny counts (one round of full epochs): ch21_floor.json has every part."""
+    if emulator.selected():
+        pytest.skip("the experiment refuses the CPU emulator (test_the_command_refuses_the_emulator)")
+    monkeypatch.setattr("minitorch_cuda.results.RESULTS_DIR", tmp_path)
+    args = ["--replays", "30", "--rounds", "1", "--warmup", "2", "--barrier-repeats", "3"]
+    assert latency_floor.main(args) == 0
+    record = json.loads((tmp_path / "ch21_floor.json").read_text())
+    assert [r["kernels"] for r in record["graph"]] == list(latency_floor.GRAPH_KERNELS)
+    assert all(r["samples"] == 30 and r["median_us"] > 0 for r in record["graph"] + [record["launch"]])
+    assert [b["blocks"] for b in record["barrier"]][1] == 1 and record["barrier"][0]["median_us"] > 0
+    assert [r["stage"] for r in record["stages"]] == list(latency_floor.STAGES)
+    assert all(r["test_accuracy"] > 0.8 for r in record["stages"])
+    assert record["stages"][-1]["counters_per_step"]["launches"] < 1.1  # stage 13: one launch a step
+    for stage in map(str, latency_floor.TIMELINE_STAGES):
+        assert record["timelines"][stage][-1][0] == "[CUDA memcpy DTOH]"
+    assert [e[0] for e in record["timelines"]["13"]] == ["persistent_step", "[CUDA memcpy DTOH]"]
+    if record["torch_missing"] is None:
+        assert "graph" in record["torch_graph"]["name"] and record["torch"]["s_per_step"] > 0
+        assert "skipped" in record["torch_compile"] or record["torch_compile"]["s_per_step"] > 0
