@@ -376,21 +376,22 @@ def splitk_counts(g: Gemm, tile: str) -> list[int]:
     return counts
 
 
-def matmul_pipelined(c, a, b, g: Gemm, *, tile: str, splits: int = 1, timed: int = 0):
+def matmul_pipelined(c, a, b, g: Gemm, *, tile: str, splits: int = 1, kernel: Kernel | None = None, timed: int = 0):
     """Stage 9's ``matmul_pipelined_{tile}``: cp.async copies into 2-3 shared-memory stages feed
     the register tiles. ``splits`` > 1: ``matmul_pipelined_splitk_{tile}`` computes that many
-    K-slices into scratch and matmul_splitk_reduce sums them in order (deterministic)."""
+    K-slices into scratch and matmul_splitk_reduce sums them in order (deterministic).
+    ``kernel``: that kernel compiled with other defines (the tests' late wait)."""
     bm, bn, _, threads = PIPELINED_TILES[tile]
     if splits == 1:
-        name = f"matmul_pipelined_{tile}"
-        return _go(name, g.grid(bm, bn), (threads, 1, 1), (c, a, b, *g.args), timed, (g,))
+        kernel = kernel or f"matmul_pipelined_{tile}"
+        return _go(kernel, g.grid(bm, bn), (threads, 1, 1), (c, a, b, *g.args), timed, (g,))
     from .memory import DeviceBuffer
 
     mn, grid = g.M * g.N, g.grid(bm, bn)
     partial = DeviceBuffer(ITEMSIZE * g.batch * splits * mn)  # the pool reuses it in stream order
     args = (partial.ptr, a, b, *g.args, splits)
-    name = f"matmul_pipelined_splitk_{tile}"
-    times = [_go(name, (*grid[:2], g.batch * splits), (threads, 1, 1), args, timed, (g,))]
+    kernel = kernel or f"matmul_pipelined_splitk_{tile}"
+    times = [_go(kernel, (*grid[:2], g.batch * splits), (threads, 1, 1), args, timed, (g,))]
     reduce_args = (c, partial.ptr, mn, splits, g.batch * mn)
     times.append(elementwise("matmul_splitk_reduce", g.batch * mn, *reduce_args, timed=timed))
     return _total(times)

@@ -1,0 +1,178 @@
+"""Stage 9's pipelined SGEMM (kernels/matmul_pipelined.cu) and its split-K twin against float64.
+
+On the CPU emulator (a subprocess with MINITORCH_CUDA_EMULATE=1, small shapes: every GPU thread
+is a fiber there) the emulated cp.async copies land at the wait that covers them, so a wait
+for too few batches gives wrong numbers on every run: the test that builds the kernel with
+PIPELINED_WAIT_LAG=1 proves the comparison can fail. The large sizes need a GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from minitorch_cuda.cuda.kernel_table import PIPELINED_TILES, REGTILED_TILES
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = [f"pipelined_{t}" for t in PIPELINED_TILES] + ["pipelined_128x128x16_splitk2", "pipelined_64x64x16_splitk3"]
+# (M, N, K, ta, tb, batch of a, batch of b): ragged edges, every layout, a batch and a broadcast
+CASES = [
+    (72, 73, 74, 0, 0, (), ()),
+    (72, 73, 74, 1, 1, (), ()),
+    (1, 1, 1, 0, 1, (), ()),
+    (1, 130, 17, 1, 0, (), ()),
+    (129, 65, 300, 0, 1, (), ()),
+    (129, 65, 300, 1, 0, (), ()),
+    (20, 36, 64, 0, 0, (2,), (2,)),
+    (33, 40, 48, 1, 1, (2,), ()),
+]
+
+# One variant over CASES through its launcher, built with PIPELINED_WAIT_LAG = lag, the output
+# poisoned with NaN first.
+EMULATED_RUN = """
+import json, sys
+import numpy as np
+from minitorch_cuda.cuda import backend, launchers
+from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, SPECS
+from minitorch_cuda.cuda.runtime import Kernel, compile_module
+
+variant, lag, folder = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+_, tile, *split = variant.split("_")
+splits = int(split[0].removeprefix("splitk")) if split else 1
+name = f"matmul_pipelined_{tile}" if splits == 1 else f"matmul_pipelined_splitk_{tile}"
+source = f"#define PIPELINED_WAIT_LAG {lag}\\n" + (KERNEL_DIR / "matmul_pipelined.cu").read_text()
+kernel = Kernel(name, compile_module(source, "matmul_pipelined.cu"), name, SPECS[name].signature, 0)
+inputs = np.load(f"{folder}/inputs.npz")
+outputs = {}
+for i, (M, N, K, ta, tb, batch_a, batch_b) in enumerate(json.loads(sys.argv[4])):
+    a, b = inputs[f"a{i}"], inputs[f"b{i}"]
+    g = launchers.Gemm.of(a, b, bool(ta), bool(tb))
+    out = backend.from_numpy(np.full((g.batch, M, N), np.nan, np.float32))
+    launchers.matmul_pipelined(out, backend.from_numpy(a), backend.from_numpy(b), g, tile=tile, splits=splits,
+                               kernel=kernel)
+    outputs[f"c{i}"] = backend.to_numpy(out)
+np.savez(f"{folder}/outputs.npz", **outputs)
+"""
+
+
+def _inputs(case, seed: int):
+    M, N, K, ta, tb, batch_a, batch_b = case
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(tuple(batch_a) + ((K, M) if ta else (M, K))).astype(np.float32)
+    b = rng.standard_normal(tuple(batch_b) + ((N, K) if tb else (K, N))).astype(np.float32)
+    return a, b
+
+
+def _reference(a, b, ta, tb):
+    """float64 product and |a| @ |b|, the scale of its rounding error, batch first."""
+    a64 = np.swapaxes(a, -1, -2).astype(np.float64) if ta else a.astype(np.float64)
+    b64 = np.swapaxes(b, -1, -2).astype(np.float64) if tb else b.astype(np.float64)
+    ref, scale = a64 @ b64, np.abs(a64) @ np.abs(b64)
+    return ref.reshape((-1, *ref.shape[-2:])), scale.reshape((-1, *ref.shape[-2:]))
+
+
+def _wrong(out, a, b, ta, tb) -> int:
+    """How many elements miss the float64 product by more than the register-tiled tests allow
+    (NaN, an unwritten element, counts)."""
+    ref, scale = _reference(a, b, ta, tb)
+    return int(np.sum(~(np.abs(out - ref) <= 1e-5 * scale + 1e-6)))
+
+
+def _emulated(variant: str, lag: int, tmp_path: Path, seed: int) -> list[int]:
+    """Wrong elements per case of ``variant`` run on the emulator."""
+    pairs = [_inputs(case, seed + i) for i, case in enumerate(CASES)]
+    np.savez(tmp_path / "inputs.npz", **{f"{x}{i}": v for i, p in enumerate(pairs) for x, v in zip("ab", p)})
+    env = {**os.environ, "MINITORCH_CUDA_EMULATE": "1", "PYTHONPATH": str(ROOT)}
+    args = [sys.executable, "-c", EMULATED_RUN, variant, str(lag), str(tmp_path), json.dumps(CASES)]
+    result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    outputs = np.load(tmp_path / "outputs.npz")
+    return [_wrong(outputs[f"c{i}"], *pair, case[3], case[4]) for i, (pair, case) in enumerate(zip(pairs, CASES))]
+
+
+needs_gpp = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator builds kernels with g++")
+
+
+@needs_gpp
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_each_variant_matches_float64_on_the_emulator(variant, tmp_path):
+    wrong = _emulated(variant, 0, tmp_path, seed=len(variant))
+    assert wrong == [0] * len(CASES), dict(zip(map(str, CASES), wrong))
+
+
+@needs_gpp
+@pytest.mark.parametrize("variant", ["pipelined_128x128x16", "pipelined_64x64x16_splitk3"])
+def test_a_wait_one_batch_short_fails(variant, tmp_path):
+    # Waiting until STAGES - 1 batches remain instead of STAGES - 2 leaves the slice about to be
+    # read in flight, from the first slice on: every case, K = 1 too, multiplies stale tiles.
+    wrong = _emulated(variant, 1, tmp_path, seed=7)
+    assert all(w > 0 for w in wrong), dict(zip(map(str, CASES), wrong))
+
+
+# The split counts for an H200's 132 SMs, and what the stage-9 choice does on the emulator.
+CHOICES = """
+import json
+import numpy as np
+from minitorch_cuda.cuda import backend, launchers
+from minitorch_cuda.cuda.autotune import tuner
+
+gemm = launchers.Gemm
+a, b, c = (backend.from_numpy(np.ones((8, 8), np.float32)) for _ in range(3))
+launchers.matmul_sgemm(c, a, b, gemm(8, 8, 8))
+emulated = tuner.choices()
+launchers.multiprocessors = lambda: 132
+print(json.dumps({
+    "1024 128": launchers.splitk_counts(gemm(1024, 1024, 1024), "128x128x16"),
+    "1024 64": launchers.splitk_counts(gemm(1024, 1024, 1024), "64x64x16"),
+    "64x10x128": launchers.splitk_counts(gemm(64, 10, 128), "64x64x16"),
+    "dW1": launchers.splitk_counts(gemm(784, 256, 64), "64x64x16"),
+    "fwd1": launchers.sgemm_candidates(gemm(64, 256, 784)),
+    "emulated": emulated,
+}))
+"""
+
+
+@needs_gpp
+def test_split_counts_fill_the_multiprocessors_and_the_emulator_times_no_new_variant():
+    env = {**os.environ, "MINITORCH_CUDA_EMULATE": "1", "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-c", CHOICES], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = json.loads(result.stdout)
+    assert got["1024 128"] == [2, 4]  # 64 blocks for 132 SMs: 128, then 256
+    assert got["1024 64"] == []  # 256 blocks already cover them
+    assert got["64x10x128"] == [2]  # 8 K-tiles: 2 slices of 4, not 4 of 2
+    assert got["dW1"] == []  # MNIST's weight gradient, K = 64: 4 K-tiles, no split
+    assert "pipelined_64x64x16_splitk8" in got["fwd1"] and "pipelined_64x64x16_splitk16" not in got["fwd1"]
+    stage9 = got["emulated"]["matmul_sgemm 8,8,8,0,0,1,True,True"]
+    assert stage9["how"] == "heuristic" and stage9["choice"] in REGTILED_TILES, stage9
+
+
+# --- GPU: the benchmark's sizes -----------------------------------------------------------------
+
+
+@functools.cache
+def _big(n: int):
+    a, b = _inputs((n, n, n, 0, 0, (), ()), seed=n)
+    return a, b, *_reference(a, b, False, False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [1024, 2048, 4096])
+@pytest.mark.parametrize("variant", VARIANTS + [None])
+def test_large_products_against_float64(variant, n):
+    from minitorch_cuda.cuda import backend, launchers
+
+    a, b, ref, scale = _big(n)
+    g = launchers.Gemm(n, n, n)
+    out = backend.from_numpy(np.full((n, n), np.nan, np.float32))
+    launchers.matmul_sgemm(out, backend.from_numpy(a), backend.from_numpy(b), g, variant=variant)
+    got = backend.to_numpy(out)
+    assert np.all(np.abs(got - ref[0]) <= 1e-5 * scale[0] + 1e-6), f"{variant or 'the autotuned one'} at {n}^3"
