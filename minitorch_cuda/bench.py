@@ -54,6 +54,12 @@ MATMUL_KERNELS = {
     "matmul_batched": 5,
     "matmul_tiled": 6,
     "matmul_regtiled": 9,  # the autotuned variant for the shape
+    "matmul_sgemm": 9,  # stage 9 as it runs: the fastest of the above and the pipelined ones below
+    "matmul_pipelined_128x128x16": 9,  # cp.async into 2 stages, 256 threads
+    "matmul_pipelined_128x64x16": 9,  # 3 stages, 128 threads: 128 blocks at 1024^3
+    "matmul_pipelined_64x64x16": 9,  # 3 stages, 128 threads: small and skinny products
+    "matmul_pipelined_splitk_128x128x16": 9,  # K split until the blocks cover every SM
+    "matmul_pipelined_splitk_64x64x16": 9,
     "matmul_tf32": 12,  # WMMA, any operands
     "matmul_tf32_async": 12,  # mma.sync and cp.async, operands in whole quads
     "matmul_tf32_wgmma": 12,  # warpgroup MMA on Hopper, with its transpose of b (a @ b as stage 12 runs it)
