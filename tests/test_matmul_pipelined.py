@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -176,3 +177,35 @@ def test_large_products_against_float64(variant, n):
     launchers.matmul_sgemm(out, backend.from_numpy(a), backend.from_numpy(b), g, variant=variant)
     got = backend.to_numpy(out)
     assert np.all(np.abs(got - ref[0]) <= 1e-5 * scale[0] + 1e-6), f"{variant or 'the autotuned one'} at {n}^3"
+
+
+# --- CPU: nvcc's build for the H200 -------------------------------------------------------------
+
+# Blocks per SM each variant asks of ptxas (its __launch_bounds__), and its stages.
+RESIDENT = {"128x128x16": (2, 2), "128x64x16": (3, 3), "64x64x16": (4, 3)}
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_builds_for_sm_90_without_spills_and_fits_its_blocks(tmp_path):
+    """ptxas's report per kernel: no stack, no spills, registers within the 64 K an SM has for
+    the resident blocks asked for, and the shared memory the header's tile shapes give."""
+    from minitorch_cuda.cuda.kernel_table import KERNEL_DIR
+
+    done = subprocess.run(
+        ["nvcc", "-cubin", "-arch=sm_90", "-Xptxas", "-v", "-I", str(KERNEL_DIR), "-o", str(tmp_path / "p.cubin"),
+         str(KERNEL_DIR / "matmul_pipelined.cu")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    log = done.stderr + done.stdout
+    assert done.returncode == 0 and "warning" not in log.lower(), log
+    report = dict(re.findall(r"Function properties for (\w+)\n(.*?)(?=ptxas info\s+: Compile time)", log, re.S))
+    for tile, (bm, bn, bk, threads) in PIPELINED_TILES.items():
+        blocks, stages = RESIDENT[tile]
+        for name in (f"matmul_pipelined_{tile}", f"matmul_pipelined_splitk_{tile}"):
+            text = report[name]
+            assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in text, (name, text)
+            registers = int(re.search(r"Used (\d+) registers", text).group(1))
+            assert registers * threads * blocks <= 65536, (name, registers)
+            shared = int(re.search(r"(\d+) bytes smem", text).group(1))
+            assert shared == stages * bk * (bm + 4 + bn + 4) * 4, (name, shared)
+            assert shared * blocks <= 227 * 1024, (name, shared)
