@@ -443,6 +443,9 @@ FIRST_EXPECTED = {
     },
     "infinite_loop": {i: {verdict.TIMEOUT} for i in ("3.1", "11.1", "13.1", "12.1", "14.2", "15.1", "16.1", "17.1")},
     "hidden_syncs": {"12.1": {verdict.SYNCS}},
+    **{student: {"12.1": {verdict.SYNCS}} for student in ("sync_by_getattr", "extra_item", "numpy_read_back")},
+    "blocking_copy": {"12.1": {verdict.SYNCS}},
+    "float_of_loss": {"12.1": {verdict.EXCEPTION}},  # a Tensor has no __float__: no read-back, a TypeError
 }
 
 
@@ -599,6 +602,80 @@ def test_the_epilogue_kernel_and_a_hidden_sync_on_the_emulator(tmp_path) -> None
     ):
         assert results[(student, "14.2")]["reason"] == reason, results[(student, "14.2")]
     assert results[("hidden_syncs", "12.1")]["reason"] == verdict.SYNCS, results[("hidden_syncs", "12.1")]
+
+
+# 12.1's students whose step makes the host wait more than once, and the wait the message must name
+# (the loss's own read-back, Tensor.item(), is named beside it)
+WAITING_STEPS = {
+    "hidden_syncs": ("mt.synchronize() ×1", "Tensor.numpy() ×1", "waits for the device 3 times"),
+    "sync_by_getattr": ("mt.synchronize() ×1", "Tensor.item() ×1", "waits for the device 2 times"),
+    "extra_item": ("Tensor.item() ×2", "waits for the device 2 times"),
+    "numpy_read_back": ("Tensor.numpy() ×1", "Tensor.item() ×1", "waits for the device 2 times"),
+    "blocking_copy": ("Tensor.to() ×1", "Tensor.item() ×1", "waits for the device 2 times"),
+}
+
+
+def _chapter_12(names) -> dict:
+    return {s: STUDENTS[s] for s in ("full_solutions", *names)}
+
+
+@pytest.mark.skipif(
+    not _emulator_usable(), reason="the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing"
+)
+def test_every_wait_of_a_training_step_fails_12_1_in_the_grader_on_the_emulator(tmp_path) -> None:
+    """`grade --emulate`: the step runs in the subject process, yet a sync spelled through getattr, a
+    second .item(), a .numpy() or a .to("cpu") of a device tensor each fail 12.1 as a sync that names
+    the call and its count; float(loss) raises (a Tensor has no __float__); the solution passes."""
+    subs = build(tmp_path / "subs", _chapter_12([*WAITING_STEPS, "float_of_loss"]))
+    for folder in subs.iterdir():
+        for p in folder.iterdir():
+            if not p.name.startswith("12_"):
+                p.unlink()
+    results = run_grader(subs, tmp_path / "g.csv", ["12.1"], "--emulate", "--timeout", "300", "--jobs", "2")
+    assert results[("full_solutions", "12.1")]["passed"], results[("full_solutions", "12.1")]
+    for student, named in WAITING_STEPS.items():
+        result = results[(student, "12.1")]
+        assert result["reason"] == verdict.SYNCS and all(n in result["message"] for n in named), result
+    result = results[("float_of_loss", "12.1")]
+    assert result["reason"] == verdict.EXCEPTION and "__float__" in result["message"], result
+
+
+IN_ONE_PROCESS = """
+import json, sys
+import numpy as np
+import minitorch_cuda as mt
+from minitorch_cuda.grade import checks, exercises, notebook
+ex = exercises.get("12.1")
+out = {}
+for path in sys.argv[1:]:
+    cell = notebook.exercise_source(notebook.read(path), ex)
+    namespace = {"np": np, "mt": mt}
+    exec(notebook.python_source(cell), namespace)
+    result = checks.run_check("12.1", namespace["train_step"], cell)
+    out[path] = [result.passed, result.reason, result.message]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(
+    not _emulator_usable(), reason="the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing"
+)
+def test_every_wait_of_a_training_step_fails_12_1_in_one_process_on_the_emulator(tmp_path) -> None:
+    """The notebook's check (report) runs the step in its own process: the same waits fail the same way."""
+    import subprocess
+
+    subs = build(tmp_path / "subs", _chapter_12(WAITING_STEPS))
+    paths = {s: str(subs / s / "12_opt7_syncs.md") for s in ("full_solutions", *WAITING_STEPS)}
+    env = dict(os.environ, MINITORCH_CUDA_EMULATE="1")
+    run = subprocess.run(
+        [sys.executable, "-c", IN_ONE_PROCESS, *paths.values()], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    results = json.loads(run.stdout.strip().splitlines()[-1])
+    assert results[paths["full_solutions"]][0], results[paths["full_solutions"]]
+    for student, named in WAITING_STEPS.items():
+        passed, reason, message = results[paths[student]]
+        assert reason == verdict.SYNCS and all(n in message for n in named), (student, reason, message)
 
 
 @pytest.fixture(scope="module")
