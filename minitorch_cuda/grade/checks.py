@@ -11,7 +11,8 @@ notebook and prints what passed and what failed (students import it from
 The grader's modules, along their seams: ``verdict`` (reasons, results,
 comparisons), ``fakes`` (the fake devices of chapters 4, 5 and 18),
 ``host_checks`` (the Python exercises), ``harness`` (guarded GPU buffers,
-counted launches), ``kernel_checks`` (the kernel exercises and 12.1),
+counted launches), ``kernel_checks`` (the kernel exercises and 12.1, whose
+waits for the device ``waits`` names),
 ``channel`` and ``subject`` (the student's Python in its own process),
 ``source`` (kernel sources read from a notebook without running it),
 ``sandbox`` and ``sanitizer``; ``checks`` only dispatches.
