@@ -124,3 +124,32 @@ def test_the_experiment_records_every_part(tmp_path, monkeypatch) -> None:
     if record["torch_missing"] is None:
         assert "graph" in record["torch_graph"]["name"] and record["torch"]["s_per_step"] > 0
         assert "skipped" in record["torch_compile"] or record["torch_compile"]["s_per_step"] > 0
+
+
+def test_step_timelines_lays_one_step_back_to_back() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from minitorch_cuda.book import figures
+
+    read = "[CUDA memcpy DTOH]"
+    steps = {
+        "stage 11": {"events": [["a", "kernel", 10.0], ["b", "kernel", 20.0], [read, "memcpy", 5.0]], "step_us": 30.0},
+        "stage 13": {"events": [["persistent_step", "kernel", 25.0], [read, "memcpy", 8.0]], "step_us": 40.0},
+    }
+    ax = figures.step_timelines(steps)
+
+    def spans(y: float) -> list[tuple[float, float]]:  # (start, width) of every bar on row y
+        out = []
+        for bars in ax.collections:
+            for path in bars.get_paths():
+                xs, ys = path.vertices[:, 0], path.vertices[:, 1]
+                if ys.min() < y < ys.max():
+                    out.append((float(xs.min()), float(xs.max() - xs.min())))
+        return sorted(out)
+
+    # rows bottom-up in reverse order: stage 13 at y = 0, stage 11 at y = 1
+    assert spans(1) == [(0.0, 10.0), (10.0, 20.0), (30.0, 5.0)]  # 35 us of events in a 30 us step: no grey
+    assert spans(0) == [(0.0, 25.0), (25.0, 8.0), (33.0, 7.0)]  # grey: 7 us that no event covers
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["stage 13", "stage 11"]
+    assert ax.get_xlim()[1] == 1.25 * 40.0

@@ -363,6 +363,33 @@ def launches_vs_step(series: dict[str, list[dict]], ax=None, model_stage: int = 
     return ax
 
 
+def step_timelines(steps: dict[str, dict], ax=None):
+    """One training step per row, as a replayed graph runs it: the events of one profiled
+    step (``steps[label]["events"]``: name, kind, event microseconds, in queue order) laid
+    back to back, kernels blue and the read-back red, and a black tick at the step's measured
+    time (``steps[label]["step_us"]``); grey: the part of the step that no event covers."""
+    ax = _axes(ax, (7.5, 0.9 + 0.8 * len(steps)))
+    colors = {"kernel": "tab:blue", "memcpy": "tab:red"}
+    for y, step in enumerate(reversed(steps.values())):
+        at = 0.0
+        for _, kind, duration in step["events"]:
+            ax.broken_barh([(at, duration)], (y - 0.3, 0.6), facecolors=colors.get(kind, "tab:gray"), edgecolor="white",
+                           linewidth=0.5)  # fmt: skip
+            at += duration
+        if step["step_us"] > at:
+            ax.broken_barh([(at, step["step_us"] - at)], (y - 0.3, 0.6), facecolors="0.85")
+        ax.plot([step["step_us"]] * 2, [y - 0.4, y + 0.4], "k-", lw=1.5)
+        kernels = sum(kind == "kernel" for _, kind, _ in step["events"])
+        ax.annotate(f"{step['step_us']:.0f} us, {kernels} kernel{'s' * (kernels != 1)}", (step["step_us"], y + 0.4),
+                    xytext=(4, 0), textcoords="offset points", fontsize=7, va="top")  # fmt: skip
+    ax.set_yticks(range(len(steps)), list(reversed(steps)), fontsize=8)
+    ax.set_ylim(-0.6, len(steps) - 0.4)
+    ax.set_xlim(0, max(max(s["step_us"], sum(e[2] for e in s["events"])) for s in steps.values()) * 1.25)
+    ax.set_xlabel("microseconds in one training step")
+    ax.grid(True, axis="x", alpha=0.3)
+    return ax
+
+
 # --- the tile evaluation (chapter 20) ------------------------------------------------------
 
 
