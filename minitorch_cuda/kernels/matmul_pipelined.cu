@@ -35,50 +35,40 @@
 #endif
 #define PL_PAD 4
 
-// Rows r0.. (R) and columns c0.. (C) of an H x W row-major matrix into sm[r][c], row stride S.
-// vec: W % 4 == 0 and src 16-byte aligned, so a quad is wholly inside the matrix or outside.
-template <int R, int C, int NT>
-__device__ __forceinline__ void copy_straight(float* sm, int S, const float* src, int H, int W, int r0, int c0,
-                                              bool vec, int tid) {
-    if (vec) {
-        constexpr int Q = R * C / 4;
-#pragma unroll 1
-        for (int i = 0; i < (Q + NT - 1) / NT; ++i) {
-            const int q = tid + i * NT;
-            if (Q % NT != 0 && q >= Q) break;
-            const int r = q / (C / 4), c = (q % (C / 4)) * 4;
-            const bool in = r0 + r < H && c0 + c < W;
-            const float* p = in ? src + (long long)(r0 + r) * W + c0 + c : src;
-            __pipeline_memcpy_async(sm + r * S + c, p, 16, in ? 0 : 16);
-        }
-    } else {
-#pragma unroll 1
-        for (int i = 0; i < (R * C + NT - 1) / NT; ++i) {
-            const int e = tid + i * NT;
-            if ((R * C) % NT != 0 && e >= R * C) break;
-            const int r = e / C, c = e % C;
-            const bool in = r0 + r < H && c0 + c < W;
-            const float* p = in ? src + (long long)(r0 + r) * W + c0 + c : src;
-            __pipeline_memcpy_async(sm + r * S + c, p, 4, in ? 0 : 4);
-        }
+// Rows r0.. (R) and columns c0.. (C) of an H x W row-major matrix into sm[r][c], row stride S,
+// WIDTH floats a copy (4 where W % 4 == 0 and src is 16-byte aligned: a quad is then wholly
+// inside the matrix or outside). A thread's column is fixed and its rows RSTEP apart, so the
+// index math is done once per slice, not per copy.
+template <int R, int C, int NT, int WIDTH>
+__device__ __forceinline__ void copy_straight(float* sm, int S, const float* src, int H, int W, int r0, int c0) {
+    constexpr int PER_ROW = C / WIDTH, RSTEP = NT / PER_ROW;
+    static_assert(NT % PER_ROW == 0 && R % RSTEP == 0, "whole rows per pass of the block");
+    const int c = (int)(threadIdx.x % PER_ROW) * WIDTH, r = (int)(threadIdx.x / PER_ROW);
+    const bool col_in = c0 + c < W;
+    const float* p = src + (long long)(r0 + r) * W + c0 + c;
+#pragma unroll 1  // unrolled, the copies' pointers stay live across the K loop: spills
+    for (int i = 0; i < R / RSTEP; ++i) {
+        const bool in = col_in && r0 + r + i * RSTEP < H;
+        __pipeline_memcpy_async(sm + (r + i * RSTEP) * S + c, in ? p + (long long)i * RSTEP * W : src, 4 * WIDTH,
+                                in ? 0 : 4 * WIDTH);
     }
 }
 
 // Rows m0.. (R) and columns k0.. (C) of an H x W row-major matrix into sm[k][m] (transposed),
-// row stride S = 4 (mod 32): lane l takes (m0 + 4 j + l / 8, k0 + 8 i + l % 8), see the header.
+// row stride S = 4 (mod 32): lane l of warp w takes k = (w % (C / 8)) 8 + l % 8 and rows
+// m = (w / (C / 8)) 4 + l / 8 + i MSTEP (see the header's bank arithmetic).
 template <int R, int C, int NT>
-__device__ __forceinline__ void copy_transposed(float* sm, int S, const float* src, int H, int W, int m0, int k0,
-                                                int tid) {
-    static_assert(R % 4 == 0 && C % 8 == 0 && NT % 32 == 0 && (R * C) % NT == 0, "whole 4 x 8 chunks per warp");
-    const int lane = tid % 32;
+__device__ __forceinline__ void copy_transposed(float* sm, int S, const float* src, int H, int W, int m0, int k0) {
+    constexpr int CHUNKS_K = C / 8, WARPS = NT / 32, MSTEP = 4 * WARPS / CHUNKS_K;
+    static_assert(C % 8 == 0 && WARPS % CHUNKS_K == 0 && R % MSTEP == 0, "whole 4 x 8 chunks per warp");
+    const int lane = (int)(threadIdx.x % 32), warp = (int)(threadIdx.x / 32);
+    const int k = (warp % CHUNKS_K) * 8 + lane % 8, m = (warp / CHUNKS_K) * 4 + lane / 8;
+    const bool k_in = k0 + k < W;
+    const float* p = src + (long long)(m0 + m) * W + k0 + k;
 #pragma unroll 1
-    for (int i = 0; i < R * C / NT; ++i) {
-        const int chunk = (tid + i * NT) / 32;
-        const int k = (chunk % (C / 8)) * 8 + lane % 8;
-        const int m = (chunk / (C / 8)) * 4 + lane / 8;
-        const bool in = m0 + m < H && k0 + k < W;
-        const float* p = in ? src + (long long)(m0 + m) * W + k0 + k : src;
-        __pipeline_memcpy_async(sm + k * S + m, p, 4, in ? 0 : 4);
+    for (int i = 0; i < R / MSTEP; ++i) {
+        const bool in = k_in && m0 + m + i * MSTEP < H;
+        __pipeline_memcpy_async(sm + k * S + m + i * MSTEP, in ? p + (long long)i * MSTEP * W : src, 4, in ? 0 : 4);
     }
 }
 
@@ -122,10 +112,12 @@ __device__ __forceinline__ void pipelined_body(float* c, const float* a, const f
 
     auto issue = [&](int t) {  // the copies of this block's slice t into stage t % STAGES
         const int k0 = (first + t) * BK, s = t % STAGES;
-        if (ta) copy_straight<BK, BM, NT>(&As[s][0][0], SA, a, K, M, k0, row0, vec_a, tid);
-        else copy_transposed<BM, BK, NT>(&As[s][0][0], SA, a, M, K, row0, k0, tid);
-        if (tb) copy_transposed<BN, BK, NT>(&Bs[s][0][0], SB, b, N, K, col0, k0, tid);
-        else copy_straight<BK, BN, NT>(&Bs[s][0][0], SB, b, K, N, k0, col0, vec_b, tid);
+        if (!ta) copy_transposed<BM, BK, NT>(&As[s][0][0], SA, a, M, K, row0, k0);
+        else if (vec_a) copy_straight<BK, BM, NT, 4>(&As[s][0][0], SA, a, K, M, k0, row0);
+        else copy_straight<BK, BM, NT, 1>(&As[s][0][0], SA, a, K, M, k0, row0);
+        if (tb) copy_transposed<BN, BK, NT>(&Bs[s][0][0], SB, b, N, K, col0, k0);
+        else if (vec_b) copy_straight<BK, BN, NT, 4>(&Bs[s][0][0], SB, b, K, N, k0, col0);
+        else copy_straight<BK, BN, NT, 1>(&Bs[s][0][0], SB, b, K, N, k0, col0);
     };
 
     float acc[TM][TN];
