@@ -434,7 +434,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m minitorch_cuda.be
         "are reported (default: 5)",
     )
     parser.add_argument("--warmup", type=int, default=10, help="batches in the warm-up call (default: 10)")
-    parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch peers (eager, CUDA graph) even where PyTorch imports")
+    parser.add_argument(
+        "--no-torch", action="store_true", help="skip the PyTorch peers (eager, CUDA graph) even where PyTorch imports"
+    )
     parser.add_argument("--matmul", action="store_true", help="also time each matmul kernel against cuBLAS")
     parser.add_argument("--profiles", action="store_true", help="also profile 20 steps of every stage")
     parser.add_argument("--json", help="write every result to this JSON file")
