@@ -32,7 +32,10 @@ def _in_framework(frame) -> bool:
 def _name(frame) -> str:
     """``Tensor.item()``, ``mt.synchronize()``: a method by its class, a function by its module."""
     code = frame.f_code
-    qualname = getattr(code, "co_qualname", code.co_name)  # Python 3.11 on
+    qualname = getattr(code, "co_qualname", None)  # Python 3.11 on; before, the class from ``self``
+    if qualname is None:
+        owner = frame.f_locals.get("self")
+        qualname = code.co_name if owner is None else f"{type(owner).__name__}.{code.co_name}"
     if "." in qualname:
         return f"{qualname}()"
     module = frame.f_globals.get("__name__", "")
