@@ -17,7 +17,8 @@ and the step of stages 10, 11 and 13 beside PyTorch's, all in one run on the GPU
 (e) torch.compile(mode="reduce-overhead") on the same protocol, where it compiles here; where
     not, the reason is recorded instead.
 Every launch goes through cuda/launchers.py and every graph through cuda/graphs.py, as the
-framework's own. About a minute on an H200, most of it the epochs and torch.compile.
+framework's own. Meant to take about a minute on an H200 (not yet timed there), most of it the
+epochs, compiling the kernels and torch.compile.
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ def one_step(entry: dict) -> list[list]:
 class CompiledTrainer(TorchTrainer):
     """The protocol's step with torch.compile: the loss (forward and backward) in
     ``mode="reduce-overhead"``, which replays Inductor's kernels as CUDA graphs, one per batch
-    shape; clipping and RmsProp compiled as one function (Inductor fuses them)."""
+    shape; clipping and RmsProp compiled together as a second function."""
 
     def __init__(self, protocol, data, seed: int = 0):
         super().__init__(protocol, data, seed)
