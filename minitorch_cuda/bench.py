@@ -56,6 +56,7 @@ MATMUL_KERNELS = {
     "matmul_regtiled": 9,  # the autotuned variant for the shape
     "matmul_sgemm": 9,  # stage 9 as it runs: the fastest of the above and the pipelined ones below
     "matmul_pipelined_128x128x16": 9,  # cp.async into 2 stages, 256 threads
+    "matmul_pipelined_128x128x16s3": 9,  # the same, 3 stages (50 KB of dynamic shared memory)
     "matmul_pipelined_128x64x16": 9,  # 3 stages, 128 threads: 128 blocks at 1024^3
     "matmul_pipelined_64x64x16": 9,  # 3 stages, 128 threads: small and skinny products
     "matmul_pipelined_splitk_128x128x16": 9,  # K split until the blocks cover every SM

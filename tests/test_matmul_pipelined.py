@@ -50,7 +50,8 @@ _, tile, *split = variant.split("_")
 splits = int(split[0].removeprefix("splitk")) if split else 1
 name = f"matmul_pipelined_{tile}" if splits == 1 else f"matmul_pipelined_splitk_{tile}"
 source = f"#define PIPELINED_WAIT_LAG {lag}\\n" + (KERNEL_DIR / "matmul_pipelined.cu").read_text()
-kernel = Kernel(name, compile_module(source, "matmul_pipelined.cu"), name, SPECS[name].signature, 0)
+spec = SPECS[name]
+kernel = Kernel(name, compile_module(source, "matmul_pipelined.cu"), name, spec.signature, spec.shared_bytes)
 inputs = np.load(f"{folder}/inputs.npz")
 outputs = {}
 for i, (M, N, K, ta, tb, batch_a, batch_b) in enumerate(json.loads(sys.argv[4])):
@@ -181,15 +182,16 @@ def test_large_products_against_float64(variant, n):
 
 # --- CPU: nvcc's build for the H200 -------------------------------------------------------------
 
-# Blocks per SM each variant asks of ptxas (its __launch_bounds__), and its stages.
-RESIDENT = {"128x128x16": (2, 2), "128x64x16": (3, 3), "64x64x16": (4, 3)}
+# Blocks per SM each variant asks of ptxas (its __launch_bounds__).
+RESIDENT = {"128x128x16": 2, "128x128x16s3": 2, "128x64x16": 3, "64x64x16": 4}
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 def test_builds_for_sm_90_without_spills_and_fits_its_blocks(tmp_path):
     """ptxas's report per kernel: no stack, no spills, registers within the 64 K an SM has for
-    the resident blocks asked for, and the shared memory the header's tile shapes give."""
-    from minitorch_cuda.cuda.kernel_table import KERNEL_DIR
+    the resident blocks asked for, no static shared memory, and the dynamic shared memory the
+    launch gives (its stages of A^T and B, rows padded by 4) within an H200 SM for those blocks."""
+    from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, SPECS
 
     done = subprocess.run(
         ["nvcc", "-cubin", "-arch=sm_90", "-Xptxas", "-v", "-I", str(KERNEL_DIR), "-o", str(tmp_path / "p.cubin"),
@@ -199,13 +201,14 @@ def test_builds_for_sm_90_without_spills_and_fits_its_blocks(tmp_path):
     log = done.stderr + done.stdout
     assert done.returncode == 0 and "warning" not in log.lower(), log
     report = dict(re.findall(r"Function properties for (\w+)\n(.*?)(?=ptxas info\s+: Compile time)", log, re.S))
-    for tile, (bm, bn, bk, threads) in PIPELINED_TILES.items():
-        blocks, stages = RESIDENT[tile]
+    for tile, (bm, bn, bk, threads, stages) in PIPELINED_TILES.items():
+        blocks = RESIDENT[tile]
         for name in (f"matmul_pipelined_{tile}", f"matmul_pipelined_splitk_{tile}"):
             text = report[name]
             assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in text, (name, text)
             registers = int(re.search(r"Used (\d+) registers", text).group(1))
             assert registers * threads * blocks <= 65536, (name, registers)
-            shared = int(re.search(r"(\d+) bytes smem", text).group(1))
+            assert not re.search(r"[1-9]\d* bytes smem", text), (name, text)
+            shared = SPECS[name].shared_bytes
             assert shared == stages * bk * (bm + 4 + bn + 4) * 4, (name, shared)
-            assert shared * blocks <= 227 * 1024, (name, shared)
+            assert (shared + 1024) * blocks <= 228 * 1024, (name, shared)  # + 1 KB the SM keeps per block

@@ -103,12 +103,22 @@ REGTILED_TILES: dict[str, tuple[int, int, int, int]] = {
     "64x64x16": (64, 64, 16, 256),
     "32x32x8": (32, 32, 8, 64),
 }
-# Tile shapes of matmul_pipelined.cu (cp.async into 2-3 shared-memory stages), as above.
-PIPELINED_TILES: dict[str, tuple[int, int, int, int]] = {
-    "128x128x16": (128, 128, 16, 256),
-    "128x64x16": (128, 64, 16, 128),
-    "64x64x16": (64, 64, 16, 128),
+# Tile shapes of matmul_pipelined.cu (cp.async into shared-memory stages): name suffix ->
+# (BM, BN, BK, threads, stages).
+PIPELINED_TILES: dict[str, tuple[int, int, int, int, int]] = {
+    "128x128x16": (128, 128, 16, 256, 2),
+    "128x128x16s3": (128, 128, 16, 256, 3),
+    "128x64x16": (128, 64, 16, 128, 3),
+    "64x64x16": (64, 64, 16, 128, 3),
 }
+
+
+def pipelined_shared_bytes(tile: str) -> int:
+    """Dynamic shared memory of matmul_pipelined_{tile}: its stages of A^T and B, rows padded by 4."""
+    bm, bn, bk, _, stages = PIPELINED_TILES[tile]
+    return stages * bk * (bm + 4 + bn + 4) * 4
+
+
 # its split-K twins write each K-slice's partial product; matmul_splitk_reduce sums them in order
 _SPLITK = _MATMUL.replace("float* c", "float* partial") + ", int k_splits"
 MMA_TILE = (128, 128, 256)  # BM, BN, threads of matmul_tf32 / matmul_bf16
@@ -162,8 +172,14 @@ SPECS.update(
         "softmax_rows_online": KernelSpec("vectorized.cu", "float* out, const float* in, int rows, int cols"),
         **{f"matmul_regtiled_{t}": KernelSpec("matmul_regtiled.cu", _MATMUL) for t in REGTILED_TILES},
         **{f"matmul_bias_act_{t}": KernelSpec("fused.cu", _BIAS_ACT) for t in REGTILED_TILES},
-        **{f"matmul_pipelined_{t}": KernelSpec("matmul_pipelined.cu", _MATMUL) for t in PIPELINED_TILES},
-        **{f"matmul_pipelined_splitk_{t}": KernelSpec("matmul_pipelined.cu", _SPLITK) for t in PIPELINED_TILES},
+        **{
+            f"matmul_pipelined_{t}": KernelSpec("matmul_pipelined.cu", _MATMUL, pipelined_shared_bytes(t))
+            for t in PIPELINED_TILES
+        },
+        **{
+            f"matmul_pipelined_splitk_{t}": KernelSpec("matmul_pipelined.cu", _SPLITK, pipelined_shared_bytes(t))
+            for t in PIPELINED_TILES
+        },
         "matmul_splitk_reduce": KernelSpec(
             "matmul_pipelined.cu", "float* c, const float* partial, int mn, int k_splits, int n"
         ),

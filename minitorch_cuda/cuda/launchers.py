@@ -364,7 +364,7 @@ SPLITK_MIN_TILES = 4
 def splitk_counts(g: Gemm, tile: str) -> list[int]:
     """The K-splits worth timing for this tile: none when its grid already covers every SM,
     else each count from 2 up to the first whose blocks cover them all."""
-    bm, bn, bk, _ = PIPELINED_TILES[tile]
+    bm, bn, bk, _, _ = PIPELINED_TILES[tile]
     blocks, sms = g.batch * _cdiv(g.M, bm) * _cdiv(g.N, bn), multiprocessors()
     counts = []
     for splits in SPLITK_COUNTS if blocks < sms else ():
@@ -377,11 +377,11 @@ def splitk_counts(g: Gemm, tile: str) -> list[int]:
 
 
 def matmul_pipelined(c, a, b, g: Gemm, *, tile: str, splits: int = 1, kernel: Kernel | None = None, timed: int = 0):
-    """Stage 9's ``matmul_pipelined_{tile}``: cp.async copies into 2-3 shared-memory stages feed
+    """Stage 9's ``matmul_pipelined_{tile}``: cp.async copies into 2 or 3 shared-memory stages feed
     the register tiles. ``splits`` > 1: ``matmul_pipelined_splitk_{tile}`` computes that many
     K-slices into scratch and matmul_splitk_reduce sums them in order (deterministic).
     ``kernel``: that kernel compiled with other defines (the tests' late wait)."""
-    bm, bn, _, threads = PIPELINED_TILES[tile]
+    bm, bn, _, threads, _ = PIPELINED_TILES[tile]
     if splits == 1:
         kernel = kernel or f"matmul_pipelined_{tile}"
         return _go(kernel, g.grid(bm, bn), (threads, 1, 1), (c, a, b, *g.args), timed, (g,))
@@ -414,7 +414,7 @@ def sgemm_candidates(g: Gemm) -> list[str]:
     from .autotune import fits
 
     names = []
-    for tile, (bm, bn, _, _) in PIPELINED_TILES.items():
+    for tile, (bm, bn, *_) in PIPELINED_TILES.items():
         if fits(bm, bn, g.M, g.N):
             names += [f"pipelined_{tile}"] + [f"pipelined_{tile}_splitk{s}" for s in splitk_counts(g, tile)]
     return names

@@ -7,6 +7,7 @@
 //                               in order 0, 1, ... (deterministic: no atomics)
 //   variant T     BM   BN  BK  warp tile  thread tile  threads  stages  blocks/SM asked
 //   128x128x16   128  128  16   64 x 32     8 x 8        256       2       2
+//   128x128x16s3 128  128  16   64 x 32     8 x 8        256       3       2
 //   128x64x16    128   64  16   64 x 32     8 x 8        128       3       3
 //   64x64x16      64   64  16   32 x 32     4 x 8        128       3       4
 //
@@ -24,6 +25,9 @@
 //   (m, k) = (m0 + l / 8, k0 + l % 8) to word k * S + m, whose bank is
 //   (4 k + m) mod 32 = 4 (l % 8) + l / 8 (+ a shift common to the warp): 32 distinct banks.
 //   In global memory the warp reads 4 rows x 8 floats, four whole 32-byte sectors.
+// The stages live in dynamic shared memory, STAGES * BK * (BM + 4 + BN + 4) floats (the
+// launch's; kernel_table.pipelined_shared_bytes): three stages of 128 x 128 need more than
+// the 48 KB a block gets without opting in.
 // Edges: a copy that falls outside the matrix copies no bytes and zero-fills its destination
 // (the src-size argument), so the math needs no bounds checks.
 #include <cuda_pipeline.h>
@@ -91,8 +95,10 @@ __device__ __forceinline__ void pipelined_body(float* c, const float* a, const f
     constexpr int GM = WM * 4 / TM, GN = WN * 4 / TN;  // rows (columns) between a thread's 4 x 4 groups
     constexpr int SA = BM + PL_PAD, SB = BN + PL_PAD;
     static_assert(SA % 32 == 4 && SB % 32 == 4, "the bank arithmetic of the header");
-    __shared__ __align__(16) float As[STAGES][BK][SA];
-    __shared__ __align__(16) float Bs[STAGES][BK][SB];
+    extern __shared__ float4 pipelined_stages[];  // float4: 16-byte aligned, as the copies need
+    float* const stages = reinterpret_cast<float*>(pipelined_stages);
+    float(*As)[BK][SA] = reinterpret_cast<float(*)[BK][SA]>(stages);
+    float(*Bs)[BK][SB] = reinterpret_cast<float(*)[BK][SB]>(stages + STAGES * BK * SA);
 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int wm0 = (warp / WARPS_N) * WM + (lane / LX) * 4;  // this thread's first row in the block tile
@@ -190,6 +196,7 @@ extern "C" __global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN), MIN_BLO
 }
 
 PIPELINED(matmul_pipelined_128x128x16, matmul_pipelined_splitk_128x128x16, 128, 128, 16, 64, 32, 8, 8, 2, 2)
+PIPELINED(matmul_pipelined_128x128x16s3, matmul_pipelined_splitk_128x128x16s3, 128, 128, 16, 64, 32, 8, 8, 3, 2)
 PIPELINED(matmul_pipelined_128x64x16, matmul_pipelined_splitk_128x64x16, 128, 64, 16, 64, 32, 8, 8, 3, 3)
 PIPELINED(matmul_pipelined_64x64x16, matmul_pipelined_splitk_64x64x16, 64, 64, 16, 32, 32, 4, 8, 3, 4)
 
