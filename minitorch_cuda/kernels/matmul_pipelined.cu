@@ -16,8 +16,9 @@
 // through registers. Shared memory holds A transposed (As[k][m]) and B as is (Bs[k][n]), each
 // row padded to BM + 4 (BN + 4) floats: a row stride S = 4 (mod 32) words.
 // Banks (32 of 4 bytes):
-// - fragment reads: a warp's float4 reads at one k are 8 (A) or 4 (B) distinct quads, side by
-//   side in one row (the other lanes read the same quads: broadcasts), one 128-byte wavefront;
+// - fragment reads: a warp's float4 reads at one k touch 8 (A) or 4 (B) distinct quads side by
+//   side in one row, the other lanes reading the same quads (broadcasts): no two lanes read
+//   different words of one bank;
 // - 16-byte copies (a row in global memory runs along m for A^T, along n for B): 8 neighbouring
 //   lanes copy 8 neighbouring quads of one row (rows hold 16 or 32 quads): 128 contiguous bytes;
 // - 4-byte copies along a row: 32 lanes, 32 neighbouring words;
