@@ -137,6 +137,7 @@ print(json.dumps({
     "64x10x128": launchers.splitk_counts(gemm(64, 10, 128), "64x64x16"),
     "dW1": launchers.splitk_counts(gemm(784, 256, 64), "64x64x16"),
     "fwd1": launchers.sgemm_candidates(gemm(64, 256, 784)),
+    "fwd3": launchers.sgemm_candidates(gemm(64, 10, 128)),
     "emulated": emulated,
 }))
 """
@@ -153,6 +154,7 @@ def test_split_counts_fill_the_multiprocessors_and_the_emulator_times_no_new_var
     assert got["64x10x128"] == [2]  # 8 K-tiles: 2 slices of 4, not 4 of 2
     assert got["dW1"] == []  # MNIST's weight gradient, K = 64: 4 K-tiles, no split
     assert "pipelined_64x64x16_splitk8" in got["fwd1"] and "pipelined_64x64x16_splitk16" not in got["fwd1"]
+    assert got["fwd3"] == ["pipelined_32x32x16", "pipelined_32x32x16_splitk2"]  # only a 32-wide tile fits N = 10
     stage9 = got["emulated"]["matmul_sgemm 8,8,8,0,0,1,True,True"]
     assert stage9["how"] == "heuristic" and stage9["choice"] in REGTILED_TILES, stage9
 
@@ -183,7 +185,7 @@ def test_large_products_against_float64(variant, n):
 # --- CPU: nvcc's build for the H200 -------------------------------------------------------------
 
 # Blocks per SM each variant asks of ptxas (its __launch_bounds__).
-RESIDENT = {"128x128x16": 2, "128x128x16s3": 2, "128x64x16": 3, "64x64x16": 4}
+RESIDENT = {"128x128x16": 2, "128x128x16s3": 2, "128x64x16": 3, "64x64x16": 4, "32x32x16": 8}
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")

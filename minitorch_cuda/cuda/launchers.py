@@ -410,7 +410,8 @@ def sgemm_candidates(g: Gemm) -> list[str]:
     """Stage 9's variants for this problem: every pipelined tile that fits, and its split-K
     counts. Tiles for wave quantization at 1024^3 on 132 SMs: 128 x 128 gives 64 blocks (48% of
     the SMs busy), 128 x 64 gives 128 (97%), 64 x 64 gives 256 (at most 2 per SM, 97% on
-    average); split-K 2 brings 128 x 128 to 128 blocks."""
+    average); split-K 2 brings 128 x 128 to 128 blocks. Outputs as narrow as 10 columns fit the
+    32 x 32 tile only."""
     from .autotune import fits
 
     names = []

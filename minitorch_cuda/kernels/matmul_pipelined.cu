@@ -10,6 +10,7 @@
 //   128x128x16s3 128  128  16   64 x 32     8 x 8        256       3       2
 //   128x64x16    128   64  16   64 x 32     8 x 8        128       3       3
 //   64x64x16      64   64  16   32 x 32     4 x 8        128       3       4
+//   32x32x16      32   32  16   32 x 16     4 x 4         64       3       8   (skinny: N = 10)
 //
 // Tiles reach shared memory by the CUDA C++ pipeline primitives (cp.async): the copies of
 // slice t + STAGES - 1 are in flight while the block multiplies slice t, without passing
@@ -200,6 +201,7 @@ PIPELINED(matmul_pipelined_128x128x16, matmul_pipelined_splitk_128x128x16, 128, 
 PIPELINED(matmul_pipelined_128x128x16s3, matmul_pipelined_splitk_128x128x16s3, 128, 128, 16, 64, 32, 8, 8, 3, 2)
 PIPELINED(matmul_pipelined_128x64x16, matmul_pipelined_splitk_128x64x16, 128, 64, 16, 64, 32, 8, 8, 3, 3)
 PIPELINED(matmul_pipelined_64x64x16, matmul_pipelined_splitk_64x64x16, 64, 64, 16, 32, 32, 4, 8, 3, 4)
+PIPELINED(matmul_pipelined_32x32x16, matmul_pipelined_splitk_32x32x16, 32, 32, 16, 32, 16, 4, 4, 3, 8)
 
 // c[z][i] = the sum over s of partial[z * k_splits + s][i], s in order: the same bits every run.
 // One thread per element of the batch * mn outputs.
