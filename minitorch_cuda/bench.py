@@ -62,6 +62,7 @@ MATMUL_KERNELS = {
     "matmul_pipelined_32x32x16": 9,  # 3 stages, 64 threads: outputs as narrow as MNIST's 10 classes
     "matmul_pipelined_splitk_128x128x16": 9,  # K split until the blocks cover every SM
     "matmul_pipelined_splitk_64x64x16": 9,
+    "matmul_pipelined_splitk_32x32x16": 9,
     "matmul_tf32": 12,  # WMMA, any operands
     "matmul_tf32_async": 12,  # mma.sync and cp.async, operands in whole quads
     "matmul_tf32_wgmma": 12,  # warpgroup MMA on Hopper, with its transpose of b (a @ b as stage 12 runs it)

@@ -614,8 +614,10 @@ MATMULS = {
     "matmul_regtiled": matmul_regtiled,
     "matmul_sgemm": matmul_sgemm,
     **{f"matmul_pipelined_{t}": functools.partial(matmul_pipelined, tile=t) for t in PIPELINED_TILES},
-    "matmul_pipelined_splitk_128x128x16": functools.partial(matmul_pipelined_splitk, tile="128x128x16"),
-    "matmul_pipelined_splitk_64x64x16": functools.partial(matmul_pipelined_splitk, tile="64x64x16"),
+    **{
+        f"matmul_pipelined_splitk_{t}": functools.partial(matmul_pipelined_splitk, tile=t)
+        for t in ("128x128x16", "64x64x16", "32x32x16")
+    },
     "matmul_tf32": matmul_tf32,
     "matmul_bf16": matmul_bf16,
     "matmul_tf32_async": matmul_tf32_async,
