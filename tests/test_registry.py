@@ -79,9 +79,14 @@ def test_entry_params():
         entry_params(MY_IDENTITY, "my_iden")  # a prefix is not the name
 
 
+LAUNCH_ONLY = {"floor_empty"}  # chapter 21's empty kernel: the cost of a launch and nothing else
+
+
 def test_every_spec_has_a_valid_signature():
     for name, spec in SPECS.items():
-        assert spec.signature, name
+        if name in LAUNCH_ONLY:
+            assert spec.signature == "", f"{name} is there to be launched, with nothing to pass"
+            continue
         assert re.fullmatch(r"(?:[PifI]|128s)+", spec.signature), (name, spec.signature)
         assert spec.signature.count("P") >= 1, f"{name} writes nothing"
 

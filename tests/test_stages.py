@@ -256,7 +256,7 @@ def test_stage_5_batches_matmul_into_one_launch(stage):
         3: "matmul_transposed",
         5: "matmul_batched",
         6: "matmul_tiled",
-        9: "matmul_regtiled_",  # the autotuned variant: a prefix
+        9: ("matmul_regtiled_", "matmul_pipelined_"),  # the autotuned variant: a prefix
         12: "matmul_tf32",
     }
     expected_name = expected[max(s for s in expected if s <= stage)]
@@ -304,7 +304,10 @@ def test_stage_8_uses_warp_shuffle_reductions(stage):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("without", "kernel"), [(set(), "matmul_regtiled_"), ({"regtiled_matmul"}, "matmul_tiled")])
+@pytest.mark.parametrize(
+    ("without", "kernel"),
+    [(set(), ("matmul_regtiled_", "matmul_pipelined_")), ({"regtiled_matmul"}, "matmul_tiled")],  # 9: autotuned
+)
 def test_stage_9_without_regtiled_matmul_runs_the_tiled_kernel(without, kernel):
     rng = np.random.default_rng(9)
     a, b = (rng.standard_normal(shape).astype(np.float32) for shape in ((72, 73), (73, 74)))

@@ -254,7 +254,8 @@ def test_matmul_op_at_stages_9_to_11_through_the_autotuner(stage):
     with mt.use_stage(stage), mt.profiler.profile() as prof:
         out = mt.tensor(a, "cuda").matmul(mt.tensor(b, "cuda"), transpose_b=True)
         assert_close(out, ref, 1e-4, 1e-4, "matmul at stage 9+")
-    assert all(row["name"].startswith("matmul_regtiled_") for row in prof.stats("kernel"))
+    # the autotuner's winner: a register-tiled or a pipelined variant (split-K never at this size)
+    assert all(row["name"].startswith(("matmul_regtiled_", "matmul_pipelined_")) for row in prof.stats("kernel"))
     assert any(k.startswith("matmul_regtiled 72,73,74,0,1,2") for k in tuner.choices())
 
 
