@@ -173,14 +173,7 @@ __device__ __forceinline__ void pipelined_body(float* c, const float* a, const f
         for (int g = 0; g < TN / 4; ++g) {
             const int col = col0 + wn0 + g * GN;
             if (col >= N) continue;
-            const float* v = &acc[i][4 * g];
-            if (vec_c) {
-                store4(out + col, make_float4(v[0], v[1], v[2], v[3]));
-            } else {
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    if (col + e < N) out[col + e] = v[e];
-            }
+            store_row4(out, col, N, &acc[i][4 * g], vec_c);
         }
     }
 }

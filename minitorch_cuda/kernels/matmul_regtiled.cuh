@@ -115,13 +115,7 @@ __device__ __forceinline__ void regtiled_body(float* c, const float* a, const fl
                 if (bias != nullptr && col + e < N) v[e] += bias[col + e];
                 if (relu) v[e] = fmaxf(v[e], 0.0f);
             }
-            if (vec_c) {
-                store4(out + col, make_float4(v[0], v[1], v[2], v[3]));
-            } else {
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    if (col + e < N) out[col + e] = v[e];
-            }
+            store_row4(out, col, N, v, vec_c);
         }
     }
 }

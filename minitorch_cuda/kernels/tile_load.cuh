@@ -24,6 +24,18 @@ __device__ __forceinline__ void store4(__nv_bfloat16* dst, float4 v) {
     reinterpret_cast<__nv_bfloat162*>(dst)[1] = __floats2bfloat162_rn(v.z, v.w);
 }
 
+// Four floats of an output row, from col on, in a row N wide: one 16-byte store where `vec`
+// says the row and N allow it, else each element that lies inside the row.
+__device__ __forceinline__ void store_row4(float* row, int col, int N, const float* v, bool vec) {
+    if (vec) {
+        store4(row + col, make_float4(v[0], v[1], v[2], v[3]));
+        return;
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+        if (col + e < N) row[col + e] = v[e];
+}
+
 __device__ __forceinline__ void store1(float* dst, float v) { *dst = v; }
 __device__ __forceinline__ void store1(__nv_bfloat16* dst, float v) { *dst = __float2bfloat16(v); }
 
