@@ -178,10 +178,16 @@ def test_shared_memory_is_per_block_and_a_missing_barrier_fails_every_time(emu):
     np.testing.assert_array_equal(got, expected)
     # Without the barrier thread t reads slot 255 - t before thread 255 - t wrote it (for
     # t < 128), the same way on every run: a race shown deterministically, never by chance.
-    for _ in range(2):
-        launch(emu, REVERSE, "reverse", "PPi", (blocks, 1, 1), (256, 1, 1), d_out, d_in, 0)
+    # What such a read finds is whatever the slot held before (shared memory is not cleared
+    # between blocks, as on a GPU): each run gets inputs of its own, so that a leftover of an
+    # earlier run of the same block cannot happen to be the value this run expects.
+    for run in range(1, 3):
+        fresh = x + 10000.0 * run
+        d_fresh = driver.to_device(fresh)
+        launch(emu, REVERSE, "reverse", "PPi", (blocks, 1, 1), (256, 1, 1), d_out, d_fresh, 0)
         driver.memcpy_dtoh(got, d_out)
-        wrong = got.reshape(blocks, 256) != expected.reshape(blocks, 256)
+        want = (fresh.reshape(blocks, 256)[:, ::-1] + np.arange(blocks)[:, None]).ravel()
+        wrong = got.reshape(blocks, 256) != want.reshape(blocks, 256)
         assert wrong[:, :128].all() and not wrong[:, 128:].any()
 
 
