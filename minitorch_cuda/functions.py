@@ -256,7 +256,10 @@ class SoftmaxCrossEntropy(Function):
 class FusedLinear(Function):
     """``act(x @ w + b)`` as one node (stage 10: one launch forward; ``nn.Linear`` uses it
     where the backend fuses). ReLU's derivative is
-    read from the output (y > 0 exactly where x @ w + b > 0), so nothing else is saved."""
+    read from the output (y > 0 exactly where x @ w + b > 0), so nothing else is saved.
+    Backward is one backend op, so that a backend can fuse it (CUDA's lean step, stage 11):
+    it is told whether x needs a gradient, and whether x is a ReLU output of another
+    FusedLinear, whose mask the product for dx may then apply on the way."""
 
     __slots__ = ()
 
@@ -267,7 +270,8 @@ class FusedLinear(Function):
 
     def backward(self, backend, g):
         x, w, y, has_bias = self.saved
-        gz = backend.relu_backward(g, y) if y is not None else g
-        gx = backend.matmul(gz, w, False, True)
-        gw = backend.matmul(x, gz, True, False)
-        return (gx, gw, backend.sum(gz, 0)) if has_bias else (gx, gw)
+        source = self.inputs[0]
+        producer = source._node
+        input_relu = isinstance(producer, FusedLinear) and producer.saved[2] is x
+        gx, gw, gb = backend.linear_backward(g, x, w, y, has_bias, source.requires_grad, input_relu)
+        return (gx, gw, gb) if has_bias else (gx, gw)

@@ -122,7 +122,8 @@ class Tensor:
         if grad is None:
             if self.size != 1:
                 raise ValueError(f"backward() without a gradient needs a single-element tensor, got {self.shape}")
-            seed = self.backend.full(self.shape, 1.0)
+            # a leaf keeps its seed as .grad; a computed root's seed is only read (a backend may share it)
+            seed = self.backend.full(self.shape, 1.0) if self._node is None else self.backend.backward_seed(self.shape)
         else:
             if grad.shape != self.shape or grad.device != self.device:
                 raise ValueError(f"gradient must have shape {self.shape} on {self.device}")

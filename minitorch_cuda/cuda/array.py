@@ -16,7 +16,9 @@ ITEMSIZE = 4  # float32 and int32 alike
 
 
 class DeviceArray:
-    __slots__ = ("buffer", "shape", "strides", "offset", "size")
+    # masked_by, set by the lean step's masked products only: the ReLU output whose mask
+    # (> 0) this gradient already carries (ops_math.relu_backward then launches nothing)
+    __slots__ = ("buffer", "shape", "strides", "offset", "size", "masked_by")
 
     def __init__(self, buffer: DeviceBuffer, shape: tuple[int, ...], strides=None, offset: int = 0):
         self.buffer = buffer

@@ -13,6 +13,7 @@ from __future__ import annotations
 from .. import stages
 from .ops_math import (  # noqa: F401
     affine,
+    backward_seed,
     binary,
     rdiv,
     relu_backward,
@@ -23,7 +24,7 @@ from .ops_math import (  # noqa: F401
     unary,
     xent_backward,
 )
-from .ops_matmul import linear, matmul  # noqa: F401
+from .ops_matmul import linear, linear_backward, matmul  # noqa: F401
 from .ops_optim import clip_gradients, rmsprop_multi, rmsprop_step, sgd_step  # noqa: F401
 from .ops_tensor import (  # noqa: F401
     assign,

@@ -122,6 +122,17 @@ def pipelined_shared_bytes(tile: str) -> int:
 
 # its split-K twins write each K-slice's partial product; matmul_splitk_reduce sums them in order
 _SPLITK = _MATMUL.replace("float* c", "float* partial") + ", int k_splits"
+# the lean step's (stage 11): a split-K product reduced by its last block per tile, with the bias
+# and ReLU epilogue, for these tiles (the skinny forward products); and the backward products
+_SPLITK_BIAS_ACT = (
+    "float* c, float* partial, unsigned int* counters, const float* a, const float* b, const float* bias, "
+    "int M, int N, int K, int ta, int tb, int stride_a, int stride_b, int k_splits, int act"
+)
+SPLITK_BIAS_ACT_TILES = ("64x64x16", "32x32x16")
+_GRAD = (
+    "float* c, const float* a, const float* b, const float* mask, float* colsum, int M, int N, int K, "
+    "int ta, int tb, int stride_a, int stride_b"
+)
 MMA_TILE = (128, 128, 256)  # BM, BN, threads of matmul_tf32 / matmul_bf16
 
 
@@ -181,6 +192,22 @@ SPECS.update(
             f"matmul_pipelined_splitk_{t}": KernelSpec("matmul_pipelined.cu", _SPLITK, pipelined_shared_bytes(t))
             for t in PIPELINED_TILES
         },
+        **{
+            f"matmul_pipelined_splitk_bias_act_{t}": KernelSpec(
+                "matmul_pipelined.cu", _SPLITK_BIAS_ACT, pipelined_shared_bytes(t)
+            )
+            for t in SPLITK_BIAS_ACT_TILES
+        },
+        **{f"matmul_grad_{t}": KernelSpec("fused.cu", _GRAD) for t in REGTILED_TILES},
+        "softmax_xent_grad": KernelSpec(
+            "fused.cu",
+            "float* grad, float* loss, const float* logits, const float* target, int rows, int cols, float scale",
+        ),
+        "multi_clip_rmsprop_grid": KernelSpec(
+            "fused.cu",
+            "float* partials, GridBarrier* barrier, float max_norm, float lr, float decay, float eps, "
+            f"{_slots('float*', 'p')}, {_slots('float*', 'g')}, {_slots('float*', 'v')}, {_slots('int', 'n')}",
+        ),
         "matmul_splitk_reduce": KernelSpec(
             "matmul_pipelined.cu", "float* c, const float* partial, int mn, int k_splits, int n"
         ),

@@ -34,6 +34,7 @@ from .kernel_table import (
     PIPELINED_TILES,
     REGTILED_TILES,
     SPECS,
+    SPLITK_BIAS_ACT_TILES,
     WGMMA_TILE,
 )
 from .runtime import Kernel, launch, multiprocessors, time_launch_ms
@@ -160,6 +161,13 @@ def softmax_xent_fused(probs, loss, logits, target, rows: int, cols: int, scale:
     return _go("softmax_xent_fused", (1, 1, 1), block, args, timed, (rows, cols))
 
 
+def softmax_xent_grad(grad, loss, logits, target, rows: int, cols: int, scale: float, *, timed: int = 0):
+    """softmax_xent_fused's launch, writing ``scale * (softmax - target)`` instead of the probabilities."""
+    block = (min(XENT_THREADS, 32 * rows), 1, 1)
+    args = (grad, loss, logits, target, rows, cols, float(scale))
+    return _go("softmax_xent_grad", (1, 1, 1), block, args, timed, (rows, cols))
+
+
 # --- layout ------------------------------------------------------------------------------------
 
 
@@ -208,6 +216,22 @@ def multi_clip_rmsprop(
     """Clip (``partials`` None: no clipping) and take an RmsProp step for every parameter."""
     head = (partials, n_partials, float(max_norm), float(lr), float(decay), float(eps))
     return _multi("multi_clip_rmsprop", head, [params, grads, states], sizes, chunks, timed)
+
+
+def multi_clip_rmsprop_grid(
+    partials, barrier, max_norm: float, lr: float, decay: float, eps: float,
+    params: list, grads: list, states: list, sizes: list[int], *, blocks: int = 0, timed: int = 0,
+):  # fmt: skip
+    """Clip to the global norm and take an RmsProp step in one launch: ``blocks`` (0: one per
+    multiprocessor) of BLOCK threads, ``partials`` one float per block, ``barrier`` a zeroed
+    GridBarrier. Its grid barrier waits for every block: never more blocks than multiprocessors."""
+    most = multiprocessors()
+    blocks = blocks or most
+    if not 1 <= blocks <= most:
+        raise ValueError(f"multi_clip_rmsprop_grid needs 1..{most} blocks (at most one per SM), not {blocks}")
+    head = (partials, barrier, float(max_norm), float(lr), float(decay), float(eps))
+    args = (*head, *(p for group in (params, grads, states) for p in _slots(group, _arg)), *_slots(sizes, int))
+    return _go("multi_clip_rmsprop_grid", (blocks, 1, 1), (BLOCK, 1, 1), args, timed, tuple(sizes))
 
 
 # --- the whole training step: one persistent kernel ------------------------------------------
@@ -454,6 +478,79 @@ def matmul_bias_act(c, a, b, bias, g: Gemm, relu: bool, *, tile: str | None = No
     bm, bn, _, threads = REGTILED_TILES[tile]
     args = (c, a, b, bias, *g.args, int(relu))
     return _go(f"matmul_bias_act_{tile}", g.grid(bm, bn), (threads, 1, 1), args, timed, (g,))
+
+
+def matmul_grad(c, a, b, g: Gemm, mask=None, colsum=None, *, tile: str | None = None, timed: int = 0):
+    """The lean step's backward products (stage 11), at the tile the autotuner chose for the
+    plain product: ``op(a) op(b)``, zeroed where ``mask`` (like c; None: none) is not > 0, and
+    (``colsum`` not None, batch 1) the column sums of op(b) over K into ``colsum``."""
+    if colsum is not None and g.batch != 1:
+        raise ValueError(f"matmul_grad sums op(b)'s columns for one matrix, not a batch of {g.batch}")
+    tile = tile or regtiled_tile(c, a, b, g)
+    bm, bn, _, threads = REGTILED_TILES[tile]
+    args = (c, a, b, mask, colsum, *g.args)
+    return _go(f"matmul_grad_{tile}", g.grid(bm, bn), (threads, 1, 1), args, timed, (g,))
+
+
+# One counter per output tile of a split-K launch that reduces in its last block (tiles that
+# few are what split-K is for: splitk_counts splits only grids smaller than the SMs).
+SPLITK_COUNTERS = 1024
+
+
+def matmul_splitk_bias_act(c, a, b, bias, counters, g: Gemm, relu: bool, *, tile: str, splits: int, timed: int = 0):
+    """``act(op(a) op(b) + bias)`` over ``splits`` K-slices in one launch: the pipelined split-K
+    product, then the last block of each tile sums its slices in order and applies the epilogue.
+    ``counters``: SPLITK_COUNTERS zeroed unsigned ints, left zeroed."""
+    if tile not in SPLITK_BIAS_ACT_TILES:
+        raise ValueError(f"no split-K bias+act kernel of tile {tile}: the tiles are {', '.join(SPLITK_BIAS_ACT_TILES)}")
+    bm, bn, _, threads, _ = PIPELINED_TILES[tile]
+    grid = g.grid(bm, bn)
+    if grid[0] * grid[1] * grid[2] > SPLITK_COUNTERS:
+        raise ValueError(f"{tile} tiles of {g} are more than the {SPLITK_COUNTERS} counters of a split-K reduction")
+    from .memory import DeviceBuffer
+
+    partial = DeviceBuffer(ITEMSIZE * g.batch * splits * g.M * g.N)  # the pool reuses it in stream order
+    args = (c, partial.ptr, counters, a, b, bias, *g.args, splits, int(relu))
+    kernel = f"matmul_pipelined_splitk_bias_act_{tile}"
+    return _go(kernel, (*grid[:2], g.batch * splits), (threads, 1, 1), args, timed, (g,))
+
+
+def linear_variant(c, a, b, bias, counters, g: Gemm, relu: bool) -> str:
+    """The lean step's forward product: matmul_bias_act at its register tile, or a split-K
+    bias+act variant (``pipelined_32x32x16_splitk8``), the fastest on this GPU, kept per shape.
+    On the CPU emulator nothing is timed: the split that first covers the SMs of the smallest
+    tile, if any, else the register tile."""
+    from .autotune import fits, tuner
+    from .driver import EMULATED
+
+    key = (g.M, g.N, g.K, int(g.ta), int(g.tb), g.batch, aligned16(a), aligned16(b))
+    choice = tuner.cached("matmul_linear", key)
+    if choice is not None:
+        return choice
+    splits = [
+        f"pipelined_{t}_splitk{s}"
+        for t in SPLITK_BIAS_ACT_TILES
+        if fits(*PIPELINED_TILES[t][:2], g.M, g.N)
+        for s in splitk_counts(g, t)
+    ]
+    plain = regtiled_tile(c, a, b, g)
+    if EMULATED:
+        return (splits or [plain])[-1]
+    return tuner.pick(
+        "matmul_linear", key, [plain, *splits],
+        lambda v: matmul_linear(c, a, b, bias, counters, g, relu, variant=v, timed=True),
+    )  # fmt: skip
+
+
+def matmul_linear(c, a, b, bias, counters, g: Gemm, relu: bool, *, variant: str | None = None, timed: int = 0):
+    """The lean step's ``act(op(a) op(b) + bias)``: ``variant`` a register tile (matmul_bias_act)
+    or ``pipelined_{tile}_splitk{n}`` (matmul_splitk_bias_act); None: linear_variant's."""
+    variant = variant or linear_variant(c, a, b, bias, counters, g, relu)
+    if variant in REGTILED_TILES:
+        return matmul_bias_act(c, a, b, bias, g, relu, tile=variant, timed=timed)
+    _, tile, split = variant.split("_")
+    splits = int(split.removeprefix("splitk"))
+    return matmul_splitk_bias_act(c, a, b, bias, counters, g, relu, tile=tile, splits=splits, timed=timed)
 
 
 def tensor_cores_fit(arch: str) -> bool:

@@ -7,7 +7,7 @@ import math
 from .. import stages
 from . import launchers
 from .array import DeviceArray
-from .ops_tensor import contiguous, elementwise_at_stage
+from .ops_tensor import contiguous, elementwise_at_stage, full
 
 
 def reduction_variant(base: str) -> str:
@@ -54,6 +54,8 @@ def _with_saved(name: str, grad: DeviceArray, saved: DeviceArray) -> DeviceArray
 
 
 def relu_backward(grad: DeviceArray, x: DeviceArray) -> DeviceArray:
+    if getattr(grad, "masked_by", None) is x:  # the lean step's product masked it already
+        return grad
     return _with_saved("ew_relu_backward", grad, x)
 
 
@@ -95,11 +97,26 @@ def softmax(x: DeviceArray) -> DeviceArray:
     return out
 
 
-def softmax_xent(logits: DeviceArray, target: DeviceArray) -> tuple[DeviceArray, DeviceArray]:
-    """Softmax probabilities and the mean cross-entropy over rows, from the logits."""
+class XentGradient:
+    """What the lean step's softmax_xent saves instead of the probabilities: the logits' gradient
+    for an upstream gradient of 1, written by the forward launch."""
+
+    __slots__ = ("grad", "taken")
+
+    def __init__(self, grad: DeviceArray):
+        self.grad, self.taken = grad, False
+
+
+def softmax_xent(logits: DeviceArray, target: DeviceArray) -> tuple[DeviceArray | XentGradient, DeviceArray]:
+    """Softmax probabilities and the mean cross-entropy over rows, from the logits; from the lean
+    step on (rows up to 1024 columns), the logits' gradient in place of the probabilities."""
     logits, target = contiguous(logits), contiguous(target)
     rows, cols = logits.shape
     probs = DeviceArray.empty(logits.shape)
+    if stages.lean_step() and cols <= 1024:  # the backward pass's work done forward, in the same launch
+        loss = DeviceArray.empty(())
+        launchers.softmax_xent_grad(probs, loss, logits, target, rows, cols, 1.0 / rows)
+        return XentGradient(probs), loss
     if stages.fused_kernels() and cols <= 1024:  # probabilities and the mean loss in one launch
         loss = DeviceArray.empty(())
         launchers.softmax_xent_fused(probs, loss, logits, target, rows, cols, 1.0 / rows)
@@ -109,7 +126,31 @@ def softmax_xent(logits: DeviceArray, target: DeviceArray) -> tuple[DeviceArray,
     return probs, sum(row_loss, None, 1.0 / rows)
 
 
-def xent_backward(probs: DeviceArray, target: DeviceArray, upstream: DeviceArray) -> DeviceArray:
+def xent_backward(probs: DeviceArray | XentGradient, target: DeviceArray, upstream: DeviceArray) -> DeviceArray:
+    if isinstance(probs, XentGradient):
+        if is_seed(upstream) and not probs.taken:  # d(loss)/d(loss) = 1: the gradient as written
+            probs.taken = True  # handed out once: whoever gets it may keep it (a leaf's .grad)
+            return probs.grad
+        return binary("mul", probs.grad, upstream, "scalar")
     out = DeviceArray.empty(probs.shape)
     launchers.elementwise("xent_backward", probs.size, out, probs, target, upstream, probs.size, 1.0 / probs.shape[0])
     return out
+
+
+_seeds: dict[tuple[int, ...], DeviceArray] = {}
+
+
+def backward_seed(shape: tuple[int, ...]) -> DeviceArray:
+    """The gradient a backward pass from a computed (non-leaf) tensor starts from: ones. Backward
+    passes read it and never write it (autograd copies what a leaf would keep), so from the lean
+    step on it is one buffer per shape, filled once: a step launches no fill."""
+    if not stages.lean_step():
+        return full(shape, 1.0)
+    if shape not in _seeds:
+        _seeds[shape] = full(shape, 1.0)
+    return _seeds[shape]
+
+
+def is_seed(x: DeviceArray) -> bool:
+    """Whether ``x`` is the lean step's resident seed of ones (so a product with it is a no-op)."""
+    return _seeds.get(x.shape) is x

@@ -1,6 +1,6 @@
 """CUDA matmul per stage: the blog's ladder (naive, flags, batched, tiled), then register tiles,
-the fused bias epilogue and tensor cores. Each stage picks a launcher (launchers.py owns the
-launch); this module only decides which."""
+the fused bias epilogue, the lean step's split-K forward and fused backward, and tensor cores.
+Each stage picks a launcher (launchers.py owns the launch); this module only decides which."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from .. import stages
 from . import launchers
 from .array import DeviceArray
 from .launchers import Gemm
-from .ops_tensor import contiguous, transpose
+from .ops_math import relu_backward, sum
+from .ops_tensor import contiguous, full, transpose
 from .runtime import arch
 
 
@@ -66,10 +67,61 @@ def tensor_core_matmul(out: DeviceArray, a: DeviceArray, b: DeviceArray, g: Gemm
 
 
 def linear(x: DeviceArray, w: DeviceArray, bias: DeviceArray | None, relu: bool) -> DeviceArray:
-    """``act(x @ w + bias)`` for a 2-D ``x`` in one launch (stage 10's fused epilogue)."""
+    """``act(x @ w + bias)`` for a 2-D ``x`` in one launch (stage 10's fused epilogue; from the
+    lean step on, split over K where the output has too few tiles to fill the GPU)."""
     x, tx = _operand(x, False)
     w, tw = _operand(w, False)
     g = Gemm.of(x, w, tx, tw)
     out = DeviceArray.empty((g.M, g.N))
-    launchers.matmul_bias_act(out, x, w, contiguous(bias) if bias is not None else None, g, relu)
+    bias = contiguous(bias) if bias is not None else None
+    if stages.lean_step() and not stages.tensor_cores():
+        launchers.matmul_linear(out, x, w, bias, _splitk_counters(), g, relu)
+    else:
+        launchers.matmul_bias_act(out, x, w, bias, g, relu)
+    return out
+
+
+_counters: list[DeviceArray] = []
+
+
+def _splitk_counters() -> DeviceArray:
+    """The split-K reductions' tile counters: zeroed once (zero bits), left zeroed by every
+    launch, so one buffer serves every launch and graph replay of the process."""
+    if not _counters:
+        _counters.append(full((launchers.SPLITK_COUNTERS,), 0.0))
+    return _counters[0]
+
+
+def linear_backward(
+    g: DeviceArray, x: DeviceArray, w: DeviceArray, relu_out: DeviceArray | None, has_bias: bool,
+    input_grad: bool, input_relu: bool,
+) -> tuple[DeviceArray | None, DeviceArray, DeviceArray | None]:  # fmt: skip
+    """The gradients of ``y = act(x @ w + b)`` (FusedLinear): (dx, dw, db). ``relu_out``: y where
+    act is ReLU. ``input_grad``: whether dx is needed; ``input_relu``: whether x is itself a
+    ReLU's output, whose backward masks dx by x > 0 (idempotent: masking here too is exact).
+    Stage 10 launches what it always did: ReLU's backward, both products, the bias sum. The lean
+    step (stage 11) launches two: dw with db beside it, dx with the mask in its epilogue (marked,
+    so that the producer's ReLU backward launches nothing), and none for an unneeded dx."""
+    gz = relu_backward(g, relu_out) if relu_out is not None else g
+    if not stages.lean_step() or stages.tensor_cores() or x.ndim != 2:
+        gx = matmul(gz, w, False, True)
+        gw = matmul(x, gz, True, False)
+        return gx, gw, (sum(gz, 0) if has_bias else None)
+    gz = contiguous(gz)
+    gx = _masked_product(gz, w, x if input_relu else None) if input_grad else None
+    a, ta = _operand(x, True)
+    gw = DeviceArray.empty(w.shape)
+    gb = DeviceArray.empty((w.shape[1],)) if has_bias else None
+    launchers.matmul_grad(gw, a, gz, Gemm.of(a, gz, ta, False), colsum=gb)
+    return gx, gw, gb
+
+
+def _masked_product(gz: DeviceArray, w: DeviceArray, mask: DeviceArray | None) -> DeviceArray:
+    """gz @ w^T, times (mask > 0) where ``mask`` is given (then marked as masked by it)."""
+    b, tb = _operand(w, True)
+    g = Gemm.of(gz, b, False, tb)
+    out = DeviceArray.empty((g.M, g.N))
+    mask = contiguous(mask) if mask is not None else None
+    launchers.matmul_grad(out, gz, b, g, mask=mask)
+    out.masked_by = mask
     return out

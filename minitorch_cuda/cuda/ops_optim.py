@@ -11,7 +11,8 @@ from . import launchers
 from .array import ITEMSIZE, DeviceArray
 from .kernel_table import MULTI_TENSOR_SLOTS
 from .ops_math import reduction_variant
-from .ops_tensor import assign, to_numpy
+from .ops_tensor import assign, full, to_numpy
+from .runtime import multiprocessors
 
 
 def clip_gradients(grads: list[DeviceArray], max_norm: float) -> None:
@@ -63,7 +64,15 @@ def rmsprop_multi(
     max_norm: float | None = None,
 ) -> None:
     """Clip all gradients to a global norm (if ``max_norm``) and take an RmsProp step for
-    every parameter: two launches (one without clipping) for up to 8 tensors."""
+    every parameter: two launches (one without clipping) for up to 8 tensors; from the lean
+    step on one, the sums of squares and the update on either side of a grid barrier."""
+    if max_norm is not None and stages.lean_step() and len(params) <= MULTI_TENSOR_SLOTS:
+        partials = DeviceArray.empty((multiprocessors(),))  # one per block
+        launchers.multi_clip_rmsprop_grid(
+            partials, _grid_barrier(), max_norm, lr, decay, eps,
+            _contiguous(params), _contiguous(grads), _contiguous(states), _sizes(params),
+        )  # fmt: skip
+        return
     partials, n_partials = _multi_sumsq(grads) if max_norm is not None else (None, 0)
     chunks = _chunks(grads)
     for start in range(0, len(params), MULTI_TENSOR_SLOTS):
@@ -73,6 +82,16 @@ def rmsprop_multi(
             _contiguous(params[group]), _contiguous(grads[group]), _contiguous(states[group]),
             _sizes(params[group]), chunks,
         )  # fmt: skip
+
+
+_barrier: list[DeviceArray] = []
+
+
+def _grid_barrier() -> DeviceArray:
+    """multi_clip_rmsprop_grid's GridBarrier {count, generation}: zeroed once, left zeroed."""
+    if not _barrier:
+        _barrier.append(full((2,), 0.0))
+    return _barrier[0]
 
 
 def _groups(arrays: list) -> list[list]:

@@ -12,11 +12,23 @@
 //                              v = decay v + (1 - decay) g^2, p -= lr g / (sqrt(v) + eps);
 //                              n_partials = 0 means no clipping
 //   multi_clip_scale           the clipping alone: g *= clip factor
+// and the lean step's (stage 11: fewer, fuller kernels for the graphed step):
+//   matmul_grad_BMxBNxBK       op(A) op(B) [* (mask > 0)], [colsum = column sums of op(B)]:
+//                              the register-tiled matmul with ReLU's backward in its epilogue
+//                              (dX = dY W^T * (act > 0)) or the bias gradient beside the weight
+//                              gradient (dW = X^T dY, db = sums of dY's columns)
+//   softmax_xent_grad          softmax_xent_fused writing scale * (softmax - target), the
+//                              logits' gradient for an upstream gradient of 1, instead of probs
+//   multi_clip_rmsprop_grid    multi_sumsq and multi_clip_rmsprop in one launch of at most one
+//                              block per SM: every block's partial sum of squares of all the
+//                              tensors, a grid barrier, then every block sums the partials in the
+//                              same order (the same factor everywhere) and updates its share
 // Multi-tensor kernels take the tensors as kernel parameters (8 slots, unused ones
 // null with size 0), not as a device table: nothing is uploaded per step and a
 // captured CUDA graph keeps the addresses it was captured with.
 #include <math_constants.h>
 #include "block_reduce.cuh"
+#include "grid_barrier.cuh"
 #include "matmul_regtiled.cuh"
 
 #define BIAS_ACT(NAME, BM, BN, BK, TM, TN, MIN_BLOCKS)                                       \
@@ -32,21 +44,37 @@ BIAS_ACT(matmul_bias_act_64x64x8, 64, 64, 8, 4, 4, 2)
 BIAS_ACT(matmul_bias_act_64x64x16, 64, 64, 16, 4, 4, 2)
 BIAS_ACT(matmul_bias_act_32x32x8, 32, 32, 8, 4, 4, 8)
 
+#define GRAD(NAME, BM, BN, BK, TM, TN, MIN_BLOCKS)                                            \
+extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN), MIN_BLOCKS) NAME(          \
+    float* c, const float* a, const float* b, const float* mask, float* colsum, int M, int N,  \
+    int K, int ta, int tb, int stride_a, int stride_b) {                                     \
+    regtiled_body<BM, BN, BK, TM, TN>(c, a, b, nullptr, M, N, K, ta, tb, stride_a, stride_b, 0, \
+                                      mask, colsum);                                         \
+}
+
+GRAD(matmul_grad_128x128x8, 128, 128, 8, 8, 8, 2)
+GRAD(matmul_grad_128x64x8, 128, 64, 8, 8, 4, 2)
+GRAD(matmul_grad_64x64x8, 64, 64, 8, 4, 4, 2)
+GRAD(matmul_grad_64x64x16, 64, 64, 16, 4, 4, 2)
+GRAD(matmul_grad_32x32x8, 32, 32, 8, 4, 4, 8)
+
 #define XENT_VALUES 32  // per lane: rows up to 1024 columns
 
 // Block: a multiple of 32 threads up to XENT_THREADS (one block in all); grid (1, 1, 1).
 // The bound keeps the 32 row values per lane in registers: at 1024 threads the
 // kernel would need more registers than an SM has and the launch would fail.
 #define XENT_THREADS 512
-extern "C" __global__ void __launch_bounds__(XENT_THREADS) softmax_xent_fused(float* probs, float* loss, const float* logits, const float* target,
-                                              int rows, int cols, float scale) {
+// GRAD: out = scale * (softmax - target) (the gradient for an upstream 1), else the softmax.
+template <bool GRAD>
+__device__ __forceinline__ void softmax_xent_body(float* out, float* loss, const float* logits, const float* target,
+                                                  int rows, int cols, float scale) {
     __shared__ float warp_loss[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     float my_loss = 0.0f;  // this warp's rows, summed in row order (lane 0's copy counts)
     for (int row = warp; row < rows; row += warps) {
         const float* x = logits + (long long)row * cols;
         const float* t = target + (long long)row * cols;
-        float* p = probs + (long long)row * cols;
+        float* p = out + (long long)row * cols;
         float v[XENT_VALUES];
         float m = -CUDART_INF_F;
 #pragma unroll
@@ -67,7 +95,7 @@ extern "C" __global__ void __launch_bounds__(XENT_THREADS) softmax_xent_fused(fl
             const int c = lane + 32 * j;
             if (c < cols) {
                 const float zc = v[j] - m;
-                p[c] = expf(zc) / s;
+                p[c] = GRAD ? scale * (expf(zc) / s - t[c]) : expf(zc) / s;
                 row_loss -= t[c] * (zc - log_s);
             }
         }
@@ -81,6 +109,17 @@ extern "C" __global__ void __launch_bounds__(XENT_THREADS) softmax_xent_fused(fl
         for (int w = 0; w < warps; ++w) total += warp_loss[w];
         loss[0] = scale * total;
     }
+}
+
+extern "C" __global__ void __launch_bounds__(XENT_THREADS) softmax_xent_fused(float* probs, float* loss, const float* logits, const float* target,
+                                              int rows, int cols, float scale) {
+    softmax_xent_body<false>(probs, loss, logits, target, rows, cols, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(XENT_THREADS) softmax_xent_grad(float* grad, float* loss, const float* logits,
+                                                                           const float* target, int rows, int cols,
+                                                                           float scale) {
+    softmax_xent_body<true>(grad, loss, logits, target, rows, cols, scale);
 }
 
 // Slot t of eight parameters, without an indexed local array (which would live in
@@ -151,4 +190,45 @@ extern "C" __global__ void multi_clip_scale(const float* partials, int n_partial
     float* g = SLOT(g);
     const int n = SLOT(n);
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) g[i] *= factor;
+}
+
+// Block: 256 threads; grid (blocks, 1, 1), blocks <= multiprocessors (grid_barrier.cuh's rule):
+// the launcher's. partials: gridDim.x floats; barrier zeroed once, left zeroed.
+extern "C" __global__ void multi_clip_rmsprop_grid(float* partials, GridBarrier* barrier, float max_norm, float lr,
+                                                   float decay, float eps,
+                                                   float* p0, float* p1, float* p2, float* p3, float* p4, float* p5,
+                                                   float* p6, float* p7,
+                                                   float* g0, float* g1, float* g2, float* g3, float* g4, float* g5,
+                                                   float* g6, float* g7,
+                                                   float* v0, float* v1, float* v2, float* v3, float* v4, float* v5,
+                                                   float* v6, float* v7,
+                                                   int n0, int n1, int n2, int n3, int n4, int n5, int n6, int n7) {
+    __shared__ float smem[33];
+    const int first = blockIdx.x * blockDim.x + threadIdx.x, step = gridDim.x * blockDim.x;
+    float acc = 0.0f;
+    for (int t = 0; t < 8; ++t) {
+        const float* g = slot(t, g0, g1, g2, g3, g4, g5, g6, g7);
+        const int n = slot(t, n0, n1, n2, n3, n4, n5, n6, n7);
+        for (int i = first; i < n; i += step) acc += g[i] * g[i];
+    }
+    acc = block_reduce_shuffle<SumOp>(acc, smem);
+    if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+    grid_barrier(barrier);
+    const float factor = clip_factor(partials, gridDim.x, max_norm, smem);
+    for (int t = 0; t < 8; ++t) {
+        float* p = slot(t, p0, p1, p2, p3, p4, p5, p6, p7);
+        float* g = slot(t, g0, g1, g2, g3, g4, g5, g6, g7);
+        float* v = slot(t, v0, v1, v2, v3, v4, v5, v6, v7);
+        const int n = slot(t, n0, n1, n2, n3, n4, n5, n6, n7);
+        for (int i = first; i < n; i += step) {
+            float gi = g[i];
+            if (factor != 1.0f) {
+                gi *= factor;
+                g[i] = gi;
+            }
+            const float vi = decay * v[i] + (1.0f - decay) * gi * gi;
+            v[i] = vi;
+            p[i] -= lr * gi / (sqrtf(vi) + eps);
+        }
+    }
 }

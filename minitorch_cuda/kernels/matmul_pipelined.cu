@@ -5,6 +5,14 @@
 //                               computes slice z % k_splits of matrix z / k_splits into
 //                               partial + z * M * N; matmul_splitk_reduce then sums the slices
 //                               in order 0, 1, ... (deterministic: no atomics)
+//   matmul_pipelined_splitk_bias_act_T   the split-K product and its reduction in one launch,
+//                               with act(sum + bias[col]) (act 1: ReLU) as the epilogue (the
+//                               lean step, stage 11, for skinny forward products such as
+//                               64 x 256 x 784): each block writes its slice as above, then
+//                               counts itself done on its output tile (counters: one per tile,
+//                               zero before, zero again after); the last of the tile's k_splits
+//                               blocks sums the slices in order 0, 1, ... (the same bits every
+//                               run, whichever block comes last). T: 64x64x16, 32x32x16
 //   variant T     BM   BN  BK  warp tile  thread tile  threads  stages  blocks/SM asked
 //   128x128x16   128  128  16   64 x 32     8 x 8        256       2       2
 //   128x128x16s3 128  128  16   64 x 32     8 x 8        256       3       2
@@ -206,3 +214,46 @@ extern "C" __global__ void matmul_splitk_reduce(float* c, const float* partial, 
     for (int s = 0; s < k_splits; ++s) sum += p[(long long)s * mn];
     c[e] = sum;
 }
+
+// The last block of an output tile to finish its slice: the CUDA Programming Guide's
+// "last block" pattern. Every thread fences its partial stores (release) before thread 0
+// counts the block in; the block that brings the count to k_splits fences again (acquire)
+// and reads the other slices with volatile loads, which go to L2 (this SM's L1 may not hold
+// another SM's writes), then resets the counter for the next launch or graph replay.
+template <int BM, int BN>
+__device__ __forceinline__ void splitk_last_block(float* c, const float* partial, unsigned int* counters,
+                                                  const float* bias, int M, int N, int k_splits, int act) {
+    __shared__ int is_last;
+    const long long matrix = blockIdx.z / k_splits, mn = (long long)M * N;
+    const int tile = (int)((matrix * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) is_last = atomicAdd(&counters[tile], 1u) == (unsigned int)(k_splits - 1);
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    const volatile float* slices = partial + matrix * k_splits * mn;
+    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    for (int e = threadIdx.x; e < BM * BN; e += blockDim.x) {
+        const int row = row0 + e / BN, col = col0 + e % BN;
+        if (row >= M || col >= N) continue;
+        const long long at = (long long)row * N + col;
+        float sum = 0.0f;
+        for (int s = 0; s < k_splits; ++s) sum += slices[s * mn + at];
+        if (bias != nullptr) sum += bias[col];
+        c[matrix * mn + at] = act ? fmaxf(sum, 0.0f) : sum;
+    }
+    if (threadIdx.x == 0) counters[tile] = 0u;
+}
+
+#define PIPELINED_SPLITK_BIAS_ACT(NAME, BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS)                      \
+extern "C" __global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN), MIN_BLOCKS) NAME(                     \
+    float* c, float* partial, unsigned int* counters, const float* a, const float* b, const float* bias,       \
+    int M, int N, int K, int ta, int tb, int stride_a, int stride_b, int k_splits, int act) {                  \
+    pipelined_body<BM, BN, BK, WM, WN, TM, TN, STAGES>(partial, a, b, M, N, K, ta, tb, stride_a, stride_b,    \
+                                                       k_splits);                                              \
+    splitk_last_block<BM, BN>(c, partial, counters, bias, M, N, k_splits, act);                               \
+}
+
+PIPELINED_SPLITK_BIAS_ACT(matmul_pipelined_splitk_bias_act_64x64x16, 64, 64, 16, 32, 32, 4, 8, 3, 4)
+PIPELINED_SPLITK_BIAS_ACT(matmul_pipelined_splitk_bias_act_32x32x16, 32, 32, 16, 32, 16, 4, 4, 3, 8)

@@ -1,8 +1,12 @@
 // matmul_regtiled.cuh: the register-tiled SGEMM body shared by matmul_regtiled.cu
 // (stage 9) and fused.cu (its bias + activation epilogue, stage 10).
 //
-// C (M x N) = op(A) (M x K) op(B) (K x N) [+ bias[col]] [ReLU], float32, row-major,
-// flags, batch strides and C's stride as in matmul.cu.
+// C (M x N) = op(A) (M x K) op(B) (K x N) [+ bias[col]] [ReLU] [* (mask > 0)], float32,
+// row-major, flags, batch strides and C's stride as in matmul.cu. The lean step (stage 11)
+// folds two backward ops in: `mask` (M x N, like C) zeroes C where mask <= 0 (ReLU's
+// backward, read from its output), and `colsum` (N) gets the column sums of op(B) over K,
+// summed by the first row of blocks from the tiles they stage anyway (a weight gradient's
+// bias gradient: db = column sums of dY for dW = X^T dY); batch 1 only.
 // A block of NT = (BM/TM) (BN/TN) threads computes a BM x BN tile of C; each
 // thread a TM x TN register tile, as TM/4 x TN/4 groups of 4 x 4 spread over the
 // block tile (rows c * RT*4 + ty*4 + i), so that the float4 reads of shared memory
@@ -26,7 +30,8 @@ __device__ __forceinline__ void unpack4(float* dst, float4 v) {  // into 4 regis
 template <int BM, int BN, int BK, int TM, int TN>
 __device__ __forceinline__ void regtiled_body(float* c, const float* a, const float* b, const float* bias,
                                               int M, int N, int K, int ta, int tb, int stride_a, int stride_b,
-                                              int relu) {
+                                              int relu, const float* mask = nullptr,
+                                              float* colsum = nullptr) {
     static_assert(TM % 4 == 0 && TN % 4 == 0 && BK % 4 == 0, "register tiles are groups of 4 x 4");
     constexpr int RT = BM / TM, CT = BN / TN, NT = RT * CT;
     constexpr int SA = BM + RT_PAD, SB = BN + RT_PAD;
@@ -35,6 +40,7 @@ __device__ __forceinline__ void regtiled_body(float* c, const float* a, const fl
     using LoadB = TileLoader<BK, BN, NT>;   // B stored K x N
     using LoadBT = TileLoader<BN, BK, NT>;  // B stored N x K
     static_assert(LoadA::L == LoadAT::L && LoadB::L == LoadBT::L, "same registers either way");
+    static_assert(NT >= BN, "a thread per column of the block tile sums it");
     __shared__ __align__(16) float As[2][BK][SA];
     __shared__ __align__(16) float Bs[2][BK][SB];
 
@@ -45,6 +51,10 @@ __device__ __forceinline__ void regtiled_body(float* c, const float* a, const fl
     a += z * stride_a;
     b += z * stride_b;
     c += z * M * N;
+    if (mask != nullptr) mask += z * M * N;
+    // Column tid of this block's op(B), summed over every K-slice, in k order (deterministic).
+    const bool sums = colsum != nullptr && blockIdx.y == 0 && tid < BN;
+    float col_acc = 0.0f;
     // Vector loads need the contiguous extent to be a multiple of 4 and an aligned start.
     const bool vec_a = ((ta ? M : K) & 3) == 0 && aligned16(a);
     const bool vec_b = ((tb ? K : N) & 3) == 0 && aligned16(b);
@@ -93,11 +103,16 @@ __device__ __forceinline__ void regtiled_body(float* c, const float* a, const fl
 #pragma unroll
                 for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(fa[i], fb[j], acc[i][j]);
         }
+        if (sums) {  // zeros past K: the loaders zero-fill
+#pragma unroll
+            for (int k = 0; k < BK; ++k) col_acc += Bs[cur][k][tid];
+        }
         // The other buffer was last read before the previous barrier: safe to fill.
         if (t + 1 < tiles) store(cur ^ 1);
         __syncthreads();
     }
 
+    if (sums && col0 + tid < N) colsum[col0 + tid] = col_acc;
     const bool vec_c = (N & 3) == 0 && aligned16(c);
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
@@ -114,6 +129,7 @@ __device__ __forceinline__ void regtiled_body(float* c, const float* a, const fl
                 v[e] = acc[i][g * 4 + e];
                 if (bias != nullptr && col + e < N) v[e] += bias[col + e];
                 if (relu) v[e] = fmaxf(v[e], 0.0f);
+                if (mask != nullptr && col + e < N && !(mask[(long long)row * N + col + e] > 0.0f)) v[e] = 0.0f;
             }
             store_row4(out, col, N, v, vec_c);
         }
