@@ -58,6 +58,9 @@ def chapters(folder: str, *numbers: int) -> tuple[str, ...]:
 BEFORE_BACKWARD = "    loss.backward()\n    opt.clip_gradients(max_norm)\n"  # in 12.1's solution, not in its slow step
 
 LEFT_EMPTY = "// (left empty)"
+# 21.1's grid barrier and the line after which a block has summed the partials
+BARRIER_21 = "    grid_barrier(barrier);  // every slot is written before any block reads one\n"
+TOTAL_21 = "    const float total = sqrtf(block_reduce_shuffle<SumOp>(acc, smem));\n"
 # the tops of the two solution blocks of chapter 19, told apart
 ROUND_TO_TF32 = "def round_to_tf32(x: np.ndarray) -> np.ndarray:\n    # BEGIN SOLUTION\n"
 FRAGMENT_COORDS = (
@@ -103,7 +106,7 @@ STUDENTS: dict[str, Student] = {
     "full_solutions": Student("nothing: the shipped solutions", chapters("solutions")),
     "empty_kernels": Student(
         "hands in the exercises as given, every kernel body emptied of its TODO",
-        chapters("exercises", *range(1, 21)),
+        chapters("exercises", *range(1, 22)),
         (
             Edit("01_cuda_setup", "// TODO: Exercise 1.1", LEFT_EMPTY),
             Edit("03_building_the_backend", "// TODO: Exercise 3.1", LEFT_EMPTY),
@@ -121,6 +124,7 @@ STUDENTS: dict[str, Student] = {
             Edit("15_roofline", "// TODO: Exercise 15.1", LEFT_EMPTY),
             Edit("16_regtiled_matmul", "// TODO: Exercise 16.1", LEFT_EMPTY),
             Edit("17_fusion", "// TODO: Exercise 17.1", LEFT_EMPTY),
+            Edit("21_latency_floor", "// TODO: Exercise 21.1", LEFT_EMPTY),
         ),
     ),
     "host_cheat": Student(
@@ -263,7 +267,7 @@ STUDENTS: dict[str, Student] = {
     ),
     "off_by_one": Student(
         "every bound one too far or one short",
-        chapters("solutions", *range(1, 21)),
+        chapters("solutions", *range(1, 22)),
         (
             Edit("01_cuda_setup", "if (i < n) out[i]", "if (i <= n) out[i]"),
             Edit(
@@ -299,6 +303,11 @@ STUDENTS: dict[str, Student] = {
             ),
             Edit("19_tensor_cores", "thread + 4 * (register >> 1)", "thread + 3 * (register >> 1)"),
             Edit("20_tile_programming", "    inside = cols < N  # the ragged", "    inside = cols <= N  # the ragged"),
+            Edit(
+                "21_latency_floor",
+                "i < sizes[j]; i += gridDim.x * blockDim.x)\n",
+                "i <= sizes[j]; i += gridDim.x * blockDim.x)\n",
+            ),
         ),
     ),
     "hidden_syncs": Student(
@@ -335,6 +344,41 @@ STUDENTS: dict[str, Student] = {
     "float_of_loss": waits_before_backward(
         "prints float(loss) before backward (a Tensor has no __float__: it raises TypeError)",
         '    print("loss before backward", float(loss))\n',
+    ),
+    # 21.1's typical mistakes, one student each
+    "partials_before_barrier": Student(
+        "sums the partials before the grid barrier, not after it",
+        chapters("solutions", 21),
+        (Edit("21_latency_floor", BARRIER_21, ""), Edit("21_latency_floor", TOTAL_21, TOTAL_21 + BARRIER_21)),
+    ),
+    "no_grid_barrier": Student(
+        "leaves the grid barrier out: blocks sum slots that others have not written",
+        chapters("solutions", 21),
+        (Edit("21_latency_floor", BARRIER_21, ""),),
+    ),
+    "atomic_norm": Student(
+        "adds every chunk's sum into one slot with a float atomicAdd",
+        chapters("solutions", 21),
+        (
+            Edit(
+                "21_latency_floor",
+                "if (threadIdx.x == 0) partials[first + c] = sumsq;",
+                "if (threadIdx.x == 0) atomicAdd(&partials[0], sumsq);",
+            ),
+        ),
+    ),
+    "norm_without_tail": Student(
+        "counts n / 256 chunks per gradient, leaving out the partial last one",
+        chapters("solutions", 21),
+        (Edit("21_latency_floor", "(sizes[j] + 255) / 256;", "sizes[j] / 256;"),),
+    ),
+    "grid_covers_the_data": Student(
+        "writes the kernel for a grid of one block per chunk, one thread per element, with no grid-stride loop",
+        chapters("solutions", 21),
+        (
+            Edit("21_latency_floor", "c < chunks; c += gridDim.x", "c < chunks; c += chunks"),
+            Edit("21_latency_floor", "i += gridDim.x * blockDim.x)\n", "i += sizes[j])\n"),
+        ),
     ),
     "renamed_notebooks": Student(
         "hands in chapter 1's notebook under another name",

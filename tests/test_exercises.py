@@ -578,3 +578,50 @@ def test_the_triton_kernel_runs_in_the_interpreter_and_its_mistakes_fail() -> No
     assert reasons["unmasked store"][0] == verdict.BOUNDARY and "past column" in reasons["unmasked store"][1]
     assert reasons["bias by row"][0] == verdict.WRONG_RESULT, reasons["bias by row"]
     assert reasons["numpy"][0] == verdict.FORBIDDEN, reasons["numpy"]
+
+
+# --- 21.1 one phase of a persistent kernel (grade/grid_phase.py) --------------------------------
+
+# the reason each of 21.1's known-wrong students (tests/submissions.py) gets in-process, and what it is
+# told; a slot read before the barrier is a race on a GPU, which the message there may name otherwise
+GRID_PHASE = {
+    "full_solutions": ({verdict.PASSED}, ""),
+    "partials_before_barrier": ({verdict.WRONG_RESULT, verdict.RACE}, "was read before it was written"),
+    "no_grid_barrier": ({verdict.FORBIDDEN}, "call grid_barrier(barrier)"),
+    "atomic_norm": ({verdict.FORBIDDEN}, "use no atomics"),
+    "norm_without_tail": ({verdict.BOUNDARY}, "(n + 255) / 256 chunks"),
+    "grid_covers_the_data": ({verdict.WRONG_RESULT}, "at most one block per multiprocessor"),
+    "off_by_one": ({verdict.BOUNDARY}, "wrote after the end"),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.emulated
+@pytest.mark.parametrize("student", list(GRID_PHASE))
+def test_21_1_grid_phase_checks(student) -> None:
+    """The solution passes on grids of 1 to every multiprocessor's block; each mistake fails for its reason."""
+    from submissions import STUDENTS, apply
+
+    from minitorch_cuda import emulator
+    from minitorch_cuda.grade import source
+
+    ex = exercises.get("21.1")
+    edits = [e for e in STUDENTS[student].edits if e.notebook == ex.notebook]
+    text = apply((ROOT / "solutions" / f"{ex.notebook}.md").read_text(), edits, student)
+    cell = notebook.exercise_source(jupytext.reads(text, fmt="md:myst"), ex)
+    result = checks.run_check("21.1", source.kernel_source(cell, ex), cell)
+    reasons, told = GRID_PHASE[student]
+    assert result.reason in reasons, str(result)
+    if student != "partials_before_barrier" or emulator.selected():
+        assert told in result.message, str(result)
+
+
+def test_21_1_reads_no_call_in_a_comment() -> None:
+    """The static checks read the kernel without its comments: a barrier or an atomic named in a
+    comment (as the stub's include line names grid_barrier) is neither called nor forbidden."""
+    from minitorch_cuda.grade import grid_phase
+
+    commented = "// grid_barrier(barrier) after this\n/* atomicAdd(&x, 1) */ int x;"
+    assert "grid_barrier(" not in grid_phase._without_comments(commented)
+    assert "atomicAdd(" not in grid_phase._without_comments(commented)
+    assert grid_phase.grid_sizes(4) == [1, 2, 3, 4] and grid_phase.grid_sizes(132) == [1, 2, 3, 7, 132]

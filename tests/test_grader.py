@@ -428,15 +428,25 @@ def test_a_subject_cannot_reach_the_checkers_internals() -> None:
 # --- GPU ------------------------------------------------------------------------------------
 
 KERNEL_IDS = [e.id for e in exercises.ordered() if e.gpu]
+# 21.1's known-wrong students. A slot read before the barrier reads the poison on every emulated run
+# (the blocks take turns at the barrier); on a GPU it is a race that the checks' large grids and
+# repeated launches lose with high probability, but not with certainty.
+GRID_PHASE_MISTAKES = {
+    "partials_before_barrier": {"21.1": {verdict.WRONG_RESULT, verdict.RACE}},
+    "no_grid_barrier": {"21.1": {verdict.FORBIDDEN}},
+    "atomic_norm": {"21.1": {verdict.FORBIDDEN}},
+    "norm_without_tail": {"21.1": {verdict.BOUNDARY}},
+    "grid_covers_the_data": {"21.1": {verdict.WRONG_RESULT}},
+}
 FIRST_EXPECTED = {
     # An empty tiled, warp-shuffle or vectorized kernel already lacks the construct the exercise
     # asks for (__shared__ tiles, __shfl_*_sync, float4): the static check names that before any launch.
     "empty_kernels": {i: {verdict.NO_WRITES} for i in KERNEL_IDS}
-    | {i: {verdict.NO_WRITES, verdict.FORBIDDEN} for i in ("11.1", "13.1", "15.1")}
+    | {i: {verdict.NO_WRITES, verdict.FORBIDDEN} for i in ("11.1", "13.1", "15.1", "21.1")}
     | {"12.1": {verdict.NOT_IMPLEMENTED}},
     "host_cheat": {i: {verdict.HOST_SIDE} for i in KERNEL_IDS} | {i: {verdict.NOT_A_KERNEL} for i in ("1.1", "14.2")},
     "off_by_one": {i: {verdict.BOUNDARY, verdict.WRONG_RESULT, verdict.CUDA_ERROR} for i in KERNEL_IDS if i != "12.1"}
-    | {i: {verdict.BOUNDARY} for i in ("1.1", "3.1", "3.2", "7.1", "14.2", "15.1")},
+    | {i: {verdict.BOUNDARY} for i in ("1.1", "3.1", "3.2", "7.1", "14.2", "15.1", "21.1")},
     "missing_syncthreads": {
         i: {verdict.RACE, verdict.WRONG_RESULT, verdict.SANITIZER}
         for i in ("3.3", "6.1", "11.1", "13.1", "16.1", "17.1")
@@ -446,6 +456,7 @@ FIRST_EXPECTED = {
     **{student: {"12.1": {verdict.SYNCS}} for student in ("sync_by_getattr", "extra_item", "numpy_read_back")},
     "blocking_copy": {"12.1": {verdict.SYNCS}},
     "float_of_loss": {"12.1": {verdict.EXCEPTION}},  # a Tensor has no __float__: no read-back, a TypeError
+    **GRID_PHASE_MISTAKES,
 }
 
 
@@ -602,6 +613,41 @@ def test_the_epilogue_kernel_and_a_hidden_sync_on_the_emulator(tmp_path) -> None
     ):
         assert results[(student, "14.2")]["reason"] == reason, results[(student, "14.2")]
     assert results[("hidden_syncs", "12.1")]["reason"] == verdict.SYNCS, results[("hidden_syncs", "12.1")]
+
+
+# what each of 21.1's students is told (on the emulator; a GPU's race may show differently)
+GRID_PHASE_MESSAGES = {
+    "partials_before_barrier": "was read before it was written",
+    "no_grid_barrier": "call grid_barrier(barrier)",
+    "atomic_norm": "use no atomics",
+    "norm_without_tail": "(n + 255) / 256 chunks",
+    "grid_covers_the_data": "at most one block per multiprocessor",
+    "off_by_one": "wrote after the end",
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.emulated
+def test_21_1_grades_each_mistake_for_its_reason(tmp_path) -> None:
+    """Exercise 21.1 through the grader, on the GPU (with compute-sanitizer) or, under
+    MINITORCH_CUDA_EMULATE=1, with --emulate: the solution passes and each known-wrong student
+    fails for its reason, told what went wrong."""
+    from minitorch_cuda import emulator
+
+    names = ("full_solutions", "empty_kernels", "off_by_one", *GRID_PHASE_MISTAKES)
+    subs = build(tmp_path / "subs", {s: STUDENTS[s] for s in names})
+    for folder in subs.iterdir():
+        for p in folder.iterdir():
+            if not p.name.startswith("21_"):
+                p.unlink()
+    extra = ["--emulate"] if emulator.selected() else []
+    results = run_grader(subs, tmp_path / "g.csv", ["21.1"], *extra, "--timeout", "300", "--jobs", "2")
+    assert results[("full_solutions", "21.1")]["passed"], results[("full_solutions", "21.1")]
+    for student in names[1:]:
+        result = results[(student, "21.1")]
+        assert result["reason"] in FIRST_EXPECTED[student]["21.1"], result
+        if emulator.selected() and student in GRID_PHASE_MESSAGES:
+            assert GRID_PHASE_MESSAGES[student] in result["message"], result
 
 
 # 12.1's students whose step makes the host wait more than once, and the wait the message must name

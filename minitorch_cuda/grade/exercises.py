@@ -99,6 +99,15 @@ EXERCISES: dict[str, Exercise] = {
         Exercise(
             "20.2", "20_tile_programming", "bias and ReLU as a Triton kernel", "python", "bias_relu_triton", gpu=False
         ),
+        _cuda(
+            "21.1",
+            "21_latency_floor",
+            "one phase of a persistent kernel: the global norm, clipped",
+            "clip_global_norm",
+            "clip_global_norm_source",
+            params="float* const* grads, const int* sizes, int count, float* partials, float* norm, float max_norm, "
+            "GridBarrier* barrier",
+        ),
     ]
 }
 

@@ -24,7 +24,7 @@ N = 1 << 24  # floats of an array (64 MiB) in the memory-bound problems
 MATMUL = 1024  # the matmuls' M = N = K
 XENT = (512, 1000)  # rows and columns of softmax_xent_fused's one block
 # the standalone exercises' kernels have no built-in of their name: a built-in moving the same bytes
-STAND_INS = {"scale": "ew_affine", "bias_relu": "ew_add"}
+STAND_INS = {"scale": "ew_affine", "bias_relu": "ew_add", "clip_global_norm": "multi_clip_scale"}
 
 
 def _floats(rng, n: int):
@@ -89,6 +89,11 @@ def problem(ex: Exercise, source: str, rng) -> Problem:
         yours = part(launchers.elementwise, kernel, rows * cols, out, c, bias, rows, cols)
         what = f"{rows} x {cols}" + _stand_in(name)
         return Problem(what, "GB/s", 8 * rows * cols + 4 * cols, STAND_INS[name], builtin, yours)
+    if name == "clip_global_norm":  # one launch against stage 11's two (multi_sumsq, multi_clip_scale)
+        from .grid_phase import speed_problem
+
+        what, nbytes, builtin, yours = speed_problem(ex, source, rng, N)
+        return Problem(what, "GB/s", nbytes, STAND_INS[name], builtin, yours)
     if name in ("ew_relu", "ew_sigmoid", "ew_relu_vec4"):
         launcher = launchers.elementwise_vec4 if name.endswith("_vec4") else launchers.elementwise
         return _same(floats, "GB/s", 8 * N, name, part(launcher, name, N, _empty(N), _floats(rng, N), N))
