@@ -286,6 +286,22 @@ def test_check_mode_flags_stale_files_and_outputs(tmp_path) -> None:
     assert generate.main(["--check", *args]) == 1
 
 
+def test_the_instructor_guide_lists_which_exercises_need_a_gpu() -> None:
+    """Its section "Which exercises need a GPU" names every exercise once, in the right group."""
+    import re
+
+    text = (ROOT / "book" / "instructor_guide.md").read_text()
+    section = text.split("## Which exercises need a GPU", 1)[1]
+    needs_gpu, anywhere = section.split("These run on any machine", 1)
+    anywhere = anywhere.split("\n\n", 1)[0]
+
+    def ids(part: str) -> list[str]:
+        return re.findall(r"\b\d+\.\d+\b", part)
+
+    assert sorted(ids(needs_gpu)) == sorted(e.id for e in exercises.ordered() if e.gpu)
+    assert sorted(ids(anywhere)) == sorted(e.id for e in exercises.ordered() if not e.gpu)
+
+
 def test_every_exercise_has_a_solution_cell_and_check_cell() -> None:
     for ex in exercises.ordered():
         nb = jupytext.read(ROOT / "solutions" / f"{ex.notebook}.md")
