@@ -140,7 +140,7 @@ def _check_norm(norm: float, want: float, blocks: int, what: str) -> None:
             f"(it still held the poison {POISON:g}){early}: every block must pass grid_barrier(barrier) after "
             "writing its slots and before summing any",
         )
-    compare(np.float64(norm), np.float64(want), f"{what}: the norm", atol=1e-6, rtol=2e-5)
+    compare(np.array([norm]), np.array([want]), f"{what}: the norm", atol=1e-6, rtol=2e-5)
 
 
 def _check_grads(got, grads, factor: float, blocks: int, what: str) -> None:
@@ -157,8 +157,40 @@ def _check_grads(got, grads, factor: float, blocks: int, what: str) -> None:
                     "co-resident, so that the barrier can wait for every block), not one thread per element: "
                     "loop grid-stride",
                 )
+        nonzero = g != 0
+        ratios = out[nonzero].astype(np.float64) / g[nonzero]
+        if (
+            ratios.size
+            and np.allclose(ratios, ratios[0], rtol=1e-5)
+            and not math.isclose(ratios[0], factor, rel_tol=1e-4)
+        ):
+            fail(
+                WRONG_RESULT,
+                f"{label}: every element was multiplied by {ratios[0]:.6g}, want {factor:.6g}: "
+                "factor = norm > max_norm ? max_norm / (norm + 1e-6f) : 1.0f",
+            )
         want = g.astype(np.float64) * factor
-        compare(out, want, label, atol=1e-9, rtol=2e-5, tail=g.size % CHUNK or CHUNK)
+        compare(out, want, label, atol=1e-9, rtol=2e-5, tail=(g.size % CHUNK or CHUNK) if g.size > CHUNK else None)
+
+
+def _check_bits(got, grads, norm: float, max_norm: float, what: str) -> None:
+    """The update is g * factor to the last bit, with the factor of the norm block 0 wrote: a block
+    that summed the slots in an order of its own may get another norm, and scale by another factor."""
+    f32 = np.float32
+    if not f32(norm) > f32(max_norm):
+        factor = f32(1)
+    else:
+        factor = f32(max_norm) / (f32(norm) + f32(EPS))
+    for j, (g, out) in enumerate(zip(grads, got)):
+        off = np.flatnonzero(out != g * factor)
+        if off.size:
+            fail(
+                WRONG_RESULT,
+                f"{what}: gradient {j}: {off.size} of {g.size} elements are not g * factor to the last bit, with "
+                f"factor {factor!r} from the norm block 0 wrote ({norm!r}): every block must sum the slots in the "
+                "same order, so that all get that norm, and multiply each element by the factor once",
+                [f"index {i}: got {out[i]!r}, want {g[i] * factor!r}" for i in off[:3]],
+            )
 
 
 def _same_bits(runs: dict[str, tuple], what: str) -> None:
@@ -215,6 +247,7 @@ def check(ex: Exercise, source: str) -> list[str]:
             _check_partials(partials, grads, blocks, what)
             _check_norm(norm, want_norm, blocks, what)
             _check_grads(got, grads, factor, blocks, what)
+            _check_bits(got, grads, norm, max_norm, what)
             runs[f"again {blocks} blocks" if f"{blocks} blocks" in runs else f"{blocks} blocks"] = (norm, got)
         _same_bits(runs, f"gradients of {sizes} floats")
     if counter.calls != launches:
