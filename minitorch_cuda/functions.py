@@ -256,10 +256,7 @@ class SoftmaxCrossEntropy(Function):
 class FusedLinear(Function):
     """``act(x @ w + b)`` as one node (stage 10: one launch forward; ``nn.Linear`` uses it
     where the backend fuses). ReLU's derivative is
-    read from the output (y > 0 exactly where x @ w + b > 0), so nothing else is saved.
-    Backward is one backend op, so that a backend can fuse it (CUDA's lean step, stage 11):
-    it is told whether x needs a gradient, and whether x is a ReLU output of another
-    FusedLinear, whose mask the product for dx may then apply on the way."""
+    read from the output (y > 0 exactly where x @ w + b > 0), so nothing else is saved."""
 
     __slots__ = ()
 
@@ -269,6 +266,18 @@ class FusedLinear(Function):
         return y
 
     def backward(self, backend, g):
+        x, w, y, has_bias = self.saved
+        if backend.lean_backward_enabled():
+            return self._lean_backward(backend, g)
+        gz = backend.relu_backward(g, y) if y is not None else g
+        gx = backend.matmul(gz, w, False, True)
+        gw = backend.matmul(x, gz, True, False)
+        return (gx, gw, backend.sum(gz, 0)) if has_bias else (gx, gw)
+
+    def _lean_backward(self, backend, g):
+        """The same gradients in fewer launches (CUDA's lean step, stage 11), told whether x
+        needs a gradient and whether x is another FusedLinear's ReLU output, whose mask the
+        product for dx may then apply on the way."""
         x, w, y, has_bias = self.saved
         source = self.inputs[0]
         producer = source._node

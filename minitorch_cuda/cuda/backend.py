@@ -53,6 +53,12 @@ def fusion_enabled() -> bool:
     return stages.fused_kernels()
 
 
+def lean_backward_enabled() -> bool:
+    """Whether ``FusedLinear`` should take its gradients from ``linear_backward`` (the lean
+    step, stage 11; not on stage 12's TF32 products)."""
+    return stages.lean_step() and not stages.tensor_cores()
+
+
 def graphs_enabled() -> bool:
     """Whether a training step should go through a CUDA graph now (stage 11 on)."""
     if not stages.cuda_graphs():

@@ -8,7 +8,7 @@ from .. import stages
 from . import launchers
 from .array import DeviceArray
 from .launchers import Gemm
-from .ops_math import relu_backward, sum
+from .ops_math import relu_backward
 from .ops_tensor import contiguous, full, transpose
 from .runtime import arch
 
@@ -96,18 +96,15 @@ def linear_backward(
     g: DeviceArray, x: DeviceArray, w: DeviceArray, relu_out: DeviceArray | None, has_bias: bool,
     input_grad: bool, input_relu: bool,
 ) -> tuple[DeviceArray | None, DeviceArray, DeviceArray | None]:  # fmt: skip
-    """The gradients of ``y = act(x @ w + b)`` (FusedLinear): (dx, dw, db). ``relu_out``: y where
-    act is ReLU. ``input_grad``: whether dx is needed; ``input_relu``: whether x is itself a
-    ReLU's output, whose backward masks dx by x > 0 (idempotent: masking here too is exact).
-    Stage 10 launches what it always did: ReLU's backward, both products, the bias sum. The lean
-    step (stage 11) launches two: dw with db beside it, dx with the mask in its epilogue (marked,
-    so that the producer's ReLU backward launches nothing), and none for an unneeded dx."""
-    gz = relu_backward(g, relu_out) if relu_out is not None else g
-    if not stages.lean_step() or stages.tensor_cores() or x.ndim != 2:
-        gx = matmul(gz, w, False, True)
-        gw = matmul(x, gz, True, False)
-        return gx, gw, (sum(gz, 0) if has_bias else None)
-    gz = contiguous(gz)
+    """The lean step's gradients of ``y = act(x @ w + b)`` (FusedLinear): (dx, dw, db) in two
+    launches where stage 10 has four (ReLU's backward, two products, the bias sum): dw with db
+    beside it, and dx (None where not ``input_grad``: no launch) with x's ReLU mask in the
+    epilogue where ``input_relu`` (x a ReLU output, whose own backward would mask it: masking
+    twice is exact, and the mark on dx makes the second a no-op). ``relu_out``: y where act is
+    ReLU; its mask was applied by the consumer's product where that was marked."""
+    gz = contiguous(relu_backward(g, relu_out) if relu_out is not None else g)
+    if x.ndim != 2:
+        raise ValueError(f"linear_backward takes a 2-D input, not one of shape {x.shape}")
     gx = _masked_product(gz, w, x if input_relu else None) if input_grad else None
     a, ta = _operand(x, True)
     gw = DeviceArray.empty(w.shape)
