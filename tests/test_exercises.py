@@ -641,3 +641,13 @@ def test_21_1_reads_no_call_in_a_comment() -> None:
     assert "grid_barrier(" not in grid_phase._without_comments(commented)
     assert "atomicAdd(" not in grid_phase._without_comments(commented)
     assert grid_phase.grid_sizes(4) == [1, 2, 3, 4] and grid_phase.grid_sizes(132) == [1, 2, 3, 7, 132]
+
+
+def test_21_1_chunks_are_the_launchers_blocks() -> None:
+    """The statement's chunk of 256 elements is one per thread of the block launchers.floor launches."""
+    from minitorch_cuda.cuda.kernel_table import PERSISTENT
+    from minitorch_cuda.grade import grid_phase
+
+    assert PERSISTENT["THREADS"] == grid_phase.CHUNK == 256
+    statement = (ROOT / "solutions" / "21_latency_floor.md").read_text()
+    assert "chunks of 256 elements" in statement and "256 threads a block" in statement
