@@ -196,6 +196,51 @@ def test_launcher_builds_the_maps_and_the_launch_the_kernel_expects():
     assert "needs a Hopper GPU (sm_90: TMA, wgmma, setmaxnreg); stand-in device is sm_80" in not_hopper
 
 
+DRIVER_LAUNCH = f"""
+import ctypes, json, struct, sys, types
+sys.path.insert(0, {str(TESTS)!r})
+import standin_pycuda  # noqa: F401
+
+cu, calls = standin_pycuda.bindings, []
+standin_pycuda.compiler.compile = lambda source, **options: calls.append(["compile", options["arch"]]) or b"cubin"
+cu.cuModuleLoadData = lambda cubin: calls.append(["load", cubin.decode()]) or (0, "module")
+cu.cuModuleGetFunction = lambda module, name: calls.append(["function", module, name.decode()]) or (0, "function")
+cu.CUfunction_attribute = types.SimpleNamespace(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES="max dynamic shared")
+cu.cuFuncSetAttribute = lambda f, attribute, value: calls.append(["attribute", f, attribute, value]) or (0,)
+def launch(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+    p = (ctypes.c_void_p * 4).from_address(params)  # what the driver reads: one pointer per argument
+    calls.append(["launch", f, [gx, gy, gz], [bx, by, bz], shared, stream, extra, ctypes.string_at(p[0], 128).hex(),
+                  ctypes.c_uint64.from_address(p[1]).value, ctypes.c_int32.from_address(p[2]).value,
+                  ctypes.c_float.from_address(p[3]).value])
+    return (0,)
+cu.cuLaunchKernel = launch
+
+from minitorch_cuda.cuda import runtime
+module = standin_pycuda._SourceModule("source")
+kernel = runtime.DriverKernel("k", module, "entry", "128sPif", 100_000, "source")
+blob = bytes(range(128))
+kernel.launch_async((7, 1, 1), (384, 1, 1), None, blob, 0x7F0012345600, -3, 0.5)
+kernel.launch_async((2, 1), (64, 1, 1), types.SimpleNamespace(handle=99), blob, 1, 2, 3.0)
+print(json.dumps(calls))
+"""
+
+
+def test_a_kernel_taking_a_structure_gets_one_pointer_per_argument():
+    """DriverKernel on the stand-in driver: built once, at its first launch, for this GPU alone, with
+    its shared memory opted in; each launch hands the driver a pointer to every argument's bytes
+    (the 128-byte map, the pointer, the int, the float), on the stream given (0: the legacy one)."""
+    done = subprocess.run([sys.executable, "-c", DRIVER_LAUNCH], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    calls = json.loads(done.stdout.splitlines()[-1])
+    blob = bytes(range(128)).hex()
+    assert calls == [
+        ["compile", "sm_90a"], ["load", "cubin"], ["function", "module", "entry"],
+        ["attribute", "function", "max dynamic shared", 100_000],
+        ["launch", "function", [7, 1, 1], [384, 1, 1], 100_000, 0, 0, blob, 0x7F0012345600, -3, 0.5],
+        ["launch", "function", [2, 1, 1], [64, 1, 1], 100_000, 99, 0, blob, 1, 2, 3.0],
+    ]  # fmt: skip
+
+
 EMULATED = """
 import numpy as np, minitorch_cuda as mt
 from minitorch_cuda.cuda import launchers

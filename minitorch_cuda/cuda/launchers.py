@@ -649,7 +649,7 @@ def wgmma_tma_kernel(bn: int, stages: int | None, debug: bool) -> tuple[Kernel, 
     if (bn, stages, debug) in _wgmma_tma_kernels:
         return _wgmma_tma_kernels[bn, stages, debug]
     from .kernel_table import KERNEL_DIR, SPECS, kernel_defines
-    from .runtime import compile_module
+    from .runtime import DriverKernel, compile_module
 
     shape = {**kernel_defines("wgmma_tma.cu", "WT"), "BN": bn, **({} if stages is None else {"STAGES": stages})}
     if bn not in (128, 256) or shape["STAGES"] < 1:
@@ -661,7 +661,7 @@ def wgmma_tma_kernel(bn: int, stages: int | None, debug: bool) -> tuple[Kernel, 
     source = defines + '#line 1 "wgmma_tma.cu"\n' + (KERNEL_DIR / "wgmma_tma.cu").read_text()
     module = compile_module(source, "wgmma_tma.cu", arch_specific=True)
     name = "matmul_tf32_wgmma_tma"
-    kernel = Kernel(name, module, name, SPECS[name].signature, smem)
+    kernel = DriverKernel(name, module, name, SPECS[name].signature, smem, source)  # its maps go by value
     _wgmma_tma_kernels[bn, stages, debug] = kernel, shape
     return kernel, shape
 

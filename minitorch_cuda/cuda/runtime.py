@@ -22,6 +22,7 @@ would invalidate the capture.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import os
 import re
@@ -126,20 +127,23 @@ def _numbered_excerpt(source: str, log: str, context: int = 2) -> str:
 
 
 @functools.cache
+def _build_options(arch_specific: bool) -> dict:
+    return {
+        "no_extern_c": True,
+        "arch": arch() + ("a" if arch_specific else ""),
+        "include_dirs": [str(KERNEL_DIR)],
+        "options": ["-lineinfo"],
+        "cache_dir": str(CACHE_DIR),
+    }
+
+
 def compile_module(source: str, label: str, arch_specific: bool = False):
     """Compile once per process (and once per machine: nvcc's output is cached on disk).
     ``arch_specific`` builds for this GPU alone (sm_90a on an H100/H200), which instructions
     such as wgmma need; such code runs on no other GPU."""
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     try:
-        return SourceModule(
-            source,
-            no_extern_c=True,
-            arch=arch() + ("a" if arch_specific else ""),
-            include_dirs=[str(KERNEL_DIR)],
-            options=["-lineinfo"],
-            cache_dir=str(CACHE_DIR),
-        )
+        return SourceModule(source, **_build_options(arch_specific))
     except drv.CompileError as exc:
         log = (exc.stderr or "") + (exc.stdout or "")
         compiler = "g++ (the CPU emulator)" if EMULATED else "nvcc"
@@ -167,6 +171,56 @@ class Kernel:
 
     def launch_async(self, grid: tuple, block: tuple, stream, *args) -> None:
         self.function.prepared_async_call(grid, block, stream, *args, shared_size=self.shared_bytes)
+
+
+class DriverKernel(Kernel):
+    """A kernel that takes a structure by value (a 128-byte TMA descriptor, ``128s`` in its
+    signature), launched with one pointer per argument (cuLaunchKernel's ``kernelParams``), from
+    which the driver lays each argument out as the kernel's image says. PyCUDA's launch packs every
+    argument into one buffer instead, and wgmma_tma.cu's kernel read that buffer as zeros, tensor
+    maps and sizes alike (H200, driver 580, CUDA 13: it then computed nothing, silently). ``source``
+    is compiled again at the first launch, for the bytes the driver loads (nvcc's cache answers)."""
+
+    __slots__ = ("_entry", "_source", "_codes", "_module", "_handle")
+
+    def __init__(self, name: str, module, entry: str, signature: str, shared_bytes: int, source: str):
+        super().__init__(name, module, entry, signature, shared_bytes)  # PyCUDA's: its attributes
+        self._entry, self._source = entry, source
+        self._codes = re.findall(r"\d*[A-Za-z]", signature)
+        self._module = self._handle = None
+
+    def _load(self) -> None:
+        from pycuda.compiler import compile as nvcc
+
+        from .graphs import check, driver
+
+        cu = driver()
+        cubin = nvcc(self._source, **_build_options(arch_specific=True))
+        self._module = check(cu.cuModuleLoadData(cubin), f"loading {self.name}")
+        self._handle = check(cu.cuModuleGetFunction(self._module, self._entry.encode()), self.name)
+        if self.shared_bytes > 48 * 1024:
+            attribute = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            check(cu.cuFuncSetAttribute(self._handle, attribute, self.shared_bytes), f"{self.name}'s shared memory")
+
+    def launch_async(self, grid: tuple, block: tuple, stream, *args) -> None:
+        from .graphs import check, driver
+
+        if self._handle is None:
+            self._load()
+        cu = driver()
+        values = [_by_value(code, arg) for code, arg in zip(self._codes, args, strict=True)]
+        pointers = (ctypes.c_void_p * len(values))(*map(ctypes.addressof, values))  # alive until the call returns
+        grid, block = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
+        handle = cu.CUstream(stream.handle if stream is not None else 0)
+        check(cu.cuLaunchKernel(self._handle, *grid, *block, self.shared_bytes, handle, ctypes.addressof(pointers), 0),
+              f"launch of {self.name}")  # fmt: skip
+
+
+def _by_value(code: str, arg):
+    """One argument as the C value the driver copies, for its prepare() code."""
+    if code.endswith("s"):
+        return (ctypes.c_ubyte * int(code[:-1])).from_buffer_copy(arg)
+    return {"P": ctypes.c_uint64, "i": ctypes.c_int32, "I": ctypes.c_uint32, "f": ctypes.c_float}[code](arg)
 
 
 def launch(kernel: Kernel, grid: tuple, block: tuple, *args, shapes=()) -> None:

@@ -5,7 +5,8 @@ A tensor map (the driver's ``CUtensorMap``, 128 opaque bytes) describes a tensor
 its address, extents and strides, the box one copy moves, and how the box is laid out in shared
 memory. Only the driver can encode one (``cuTensorMapEncodeTiled``); the framework reaches the
 driver API through NVIDIA's cuda-bindings, as ``graphs.py`` does for CUDA graphs. A kernel takes
-the encoded bytes by value (a ``__grid_constant__`` parameter), packed like any other argument.
+the encoded bytes by value (a ``__grid_constant__`` parameter), which ``runtime.DriverKernel``
+hands the driver as one argument of 128 bytes.
 
 ``kmajor_stack`` works out and checks the encoding's arguments (pure Python, tested on the CPU);
 ``encode`` hands them to the driver.
