@@ -130,7 +130,8 @@ STUDENTS: dict[str, Student] = {
     "host_cheat": Student(
         "computes on the host: numpy instead of a kernel, ml_dtypes, the chapter's own rounding, "
         "a norm read back, a step run eagerly, the grader's own mma layout, numpy instead of a Triton kernel",
-        chapters("solutions", 1, 2, 12, 14, 18, 19, 20) + chapters("exercises", 3, 6, 7, 8, 9, 10, 11, 13, 15, 16, 17),
+        chapters("solutions", 1, 2, 12, 14, 18, 19, 20, 21)
+        + chapters("exercises", 3, 6, 7, 8, 9, 10, 11, 13, 15, 16, 17),
         (
             Edit(
                 "01_cuda_setup",
@@ -204,6 +205,13 @@ STUDENTS: dict[str, Student] = {
                 'cuda_exercise("14.2", bias_relu_source)\n',
                 "c = np.ones((2, 3), np.float32)\n"
                 'bias_relu_source = "// computed with numpy: " + repr(np.maximum(c, 0))\n',
+            ),
+            Edit("21_latency_floor", "            grads[j][i] *= factor;\n", "            // (computed on the host)\n"),
+            Edit(
+                "21_latency_floor",
+                'cuda_exercise("21.1", clip_global_norm_source)\n',
+                "g = np.ones(4, np.float32)\n"
+                'clip_global_norm_source = "// computed with numpy: " + repr(g * min(1.0, 0.5 / np.linalg.norm(g)))\n',
             ),
             Edit(
                 "20_tile_programming",

@@ -444,7 +444,8 @@ FIRST_EXPECTED = {
     "empty_kernels": {i: {verdict.NO_WRITES} for i in KERNEL_IDS}
     | {i: {verdict.NO_WRITES, verdict.FORBIDDEN} for i in ("11.1", "13.1", "15.1", "21.1")}
     | {"12.1": {verdict.NOT_IMPLEMENTED}},
-    "host_cheat": {i: {verdict.HOST_SIDE} for i in KERNEL_IDS} | {i: {verdict.NOT_A_KERNEL} for i in ("1.1", "14.2")},
+    "host_cheat": {i: {verdict.HOST_SIDE} for i in KERNEL_IDS}
+    | {i: {verdict.NOT_A_KERNEL} for i in ("1.1", "14.2", "21.1")},
     "off_by_one": {i: {verdict.BOUNDARY, verdict.WRONG_RESULT, verdict.CUDA_ERROR} for i in KERNEL_IDS if i != "12.1"}
     | {i: {verdict.BOUNDARY} for i in ("1.1", "3.1", "3.2", "7.1", "14.2", "15.1", "21.1")},
     "missing_syncthreads": {
@@ -641,7 +642,7 @@ def test_21_1_grades_each_mistake_for_its_reason(tmp_path) -> None:
     fails for its reason, told what went wrong."""
     from minitorch_cuda import emulator
 
-    names = ("full_solutions", "empty_kernels", "off_by_one", *GRID_PHASE_MISTAKES)
+    names = ("full_solutions", "empty_kernels", "off_by_one", "host_cheat", *GRID_PHASE_MISTAKES)
     subs = build(tmp_path / "subs", {s: STUDENTS[s] for s in names})
     for folder in subs.iterdir():
         for p in folder.iterdir():
