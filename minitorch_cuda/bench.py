@@ -503,17 +503,24 @@ def main(argv: list[str] | None = None, prog: str = "python -m minitorch_cuda.be
     if args.record:
         from . import results
 
-        # The blog's ladder (chapters 1-14) and the whole ladder (15-19) are separate records,
-        # so that re-measuring one never changes the numbers the other's prose discusses.
-        suffix = "_beyond" if max(args.stages) > BLOG_LAST_STAGE else ""
+        bench_name, profiles_name = record_names(args.stages)
         results.save(
-            "bench_stages" + suffix,
+            bench_name,
             {k: result[k] for k in ("device", "protocol", "stages", "torch", "torch_graph", "notes")},
             command,
         )
         results.save("matmul", result["matmul"], command)
-        results.save("profiles" + suffix, {"stages": result["profiles"]}, command)
+        results.save(profiles_name, {"stages": result["profiles"]}, command)
     return 0
+
+
+def record_names(stages: list[int]) -> tuple[str, str]:
+    """The records a ladder run writes: the blog's ladder (chapters 1-14 read it) and the whole
+    ladder (chapters 15-21) apart, so that re-measuring one never changes the numbers the other's
+    prose discusses."""
+    if max(stages) > BLOG_LAST_STAGE:
+        return "bench_beyond", "profiles_beyond"
+    return "bench_stages", "profiles"
 
 
 def kernels_main(args, command: str, device_properties) -> int:

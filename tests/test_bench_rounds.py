@@ -125,3 +125,13 @@ def test_format_table_compares_the_graphed_stages_with_pytorchs_graph() -> None:
     assert "stage 11 / PyTorch CUDA graph (full epoch median): 1.000" in table
     assert "stage 13 / PyTorch CUDA graph (full epoch median): 0.200" in table
     assert "stage 10 / PyTorch CUDA graph" not in table  # stage 10 launches eagerly: its peer is eager
+
+
+def test_a_ladder_run_writes_the_records_its_chapters_read() -> None:
+    """The blog's ladder and the whole ladder are separate records, named as the chapters load them
+    (a run of stages 0-13 once wrote bench_stages_beyond.json, which no chapter reads)."""
+    from minitorch_cuda.bench import record_names
+
+    assert record_names([0, 1, 8]) == ("bench_stages", "profiles")
+    assert record_names(list(range(14))) == ("bench_beyond", "profiles_beyond")
+    assert record_names([9]) == ("bench_beyond", "profiles_beyond")
