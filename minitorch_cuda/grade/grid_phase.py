@@ -157,6 +157,15 @@ def _check_grads(got, grads, factor: float, blocks: int, what: str) -> None:
                     "co-resident, so that the barrier can wait for every block), not one thread per element: "
                     "loop grid-stride",
                 )
+            scaled = np.flatnonzero((out != g) & (g != 0))
+            if unscaled.size and scaled.size:
+                fail(
+                    WRONG_RESULT,
+                    f"{label}: {unscaled.size} element(s) were not scaled (the first at {unscaled[0]}) while the "
+                    f"others were: the blocks that own them used a factor of 1, as a block does that sums the slots "
+                    "before every block has written its own (a NaN norm is not > max_norm); sum the slots only "
+                    "after grid_barrier(barrier)",
+                )
         nonzero = g != 0
         ratios = out[nonzero].astype(np.float64) / g[nonzero]
         if (
