@@ -65,7 +65,8 @@ MATMUL_KERNELS = {
     "matmul_pipelined_splitk_32x32x16": 9,
     "matmul_tf32": 12,  # WMMA, any operands
     "matmul_tf32_async": 12,  # mma.sync and cp.async, operands in whole quads
-    "matmul_tf32_wgmma": 12,  # warpgroup MMA on Hopper, with its transpose of b (a @ b as stage 12 runs it)
+    "matmul_tf32_wgmma": 12,  # warpgroup MMA on Hopper (wgmma.cu), with its transpose of b (a @ b)
+    "matmul_tf32_wgmma_tma": 12,  # the same fed by TMA, warp-specialized: stage 12 from 1024^3 up (a @ b)
 }
 ROUNDS_NOTE = (
     "each round times one epoch of every stage and of PyTorch, in an order rotated by one each round; "
@@ -548,7 +549,7 @@ def format_matmul(table: dict) -> str:
         big = next((r["gflops"] for r in table["rows"] if r["label"] == label), {})
         if "cublas" in big and "matmul_regtiled" in big:
             lines.append(f"{label}: regtiled / cuBLAS = {big['matmul_regtiled'] / big['cublas']:.1%}")
-        for name in ("matmul_tf32", "matmul_tf32_async", "matmul_tf32_wgmma"):
+        for name in ("matmul_tf32", "matmul_tf32_async", "matmul_tf32_wgmma", "matmul_tf32_wgmma_tma"):
             if "cublas_tf32" in big and name in big:
                 lines.append(f"{label}: {name} / cuBLAS TF32 = {big[name] / big['cublas_tf32']:.1%}")
     big = next(r for r in table["rows"] if r["label"] == "1024^3")["gflops"]

@@ -135,6 +135,13 @@ bindings.cuGraphInstantiate = lambda graph, flags: (0, "executable graph")
 bindings.cuGraphLaunch = lambda graph, stream: (0,)
 bindings.cuGraphExecDestroy = bindings.cuGraphDestroy = lambda handle: (0,)
 bindings.cuGetErrorName = lambda err: (0, b"CUDA_ERROR_STANDIN")
+# ... and as tensor_map.py encodes a TMA descriptor: 128 bytes of zeros.
+bindings.cuuint64_t = bindings.cuuint32_t = int
+for _enum, _name in [("CUtensorMapDataType", "DATA_TYPE_FLOAT32"), ("CUtensorMapInterleave", "INTERLEAVE_NONE"),
+                     ("CUtensorMapSwizzle", "SWIZZLE_128B"), ("CUtensorMapL2promotion", "L2_PROMOTION_L2_256B"),
+                     ("CUtensorMapFloatOOBfill", "FLOAT_OOB_FILL_NONE")]:  # fmt: skip
+    setattr(bindings, _enum, types.SimpleNamespace(**{"CU_TENSOR_MAP_" + _name: _name}))
+bindings.cuTensorMapEncodeTiled = lambda *args: (0, types.SimpleNamespace(opaque=[0] * 16))
 
 package = types.ModuleType("pycuda")
 package.driver, package.compiler = driver, compiler

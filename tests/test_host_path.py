@@ -26,6 +26,11 @@ STAGES = range(0, 11)  # a profiled step goes through no graph; test_graphs.py t
 # Stage 0 copies gradients back to the device only on steps that clip: data-dependent,
 # and the stand-in's data are not MNIST.
 DATA_DEPENDENT = {0: {"htod_copies", "htod_bytes"}}
+# Stage 9's autotuner keeps, per product, the variant the GPU timed fastest; a split-K variant adds
+# its reduction's launch and a scratch buffer from the pool. The stand-in times nothing, so it keeps
+# the register-tiled variant: the H200 may count up to one more of each per product of the step.
+TUNER_DEPENDENT = {9: {"launches", "pool_hits"}}
+PRODUCTS_PER_STEP = 9  # 3 forward, 2 per layer backward (an upper bound: the images' gradient is one)
 
 PROFILE_EVERY_STAGE = f"""
 import json, sys
@@ -66,8 +71,10 @@ def test_counters_per_step_match_the_h200_record(host_counters, stage):
     assert recorded is not None, "book/results/profiles_beyond.json is missing"
     expected = next(p for p in recorded["stages"] if p["stage"] == stage)["counters_per_step"]
     got = host_counters[stage]
-    compared = sorted(set(expected) - DATA_DEPENDENT.get(stage, set()))
+    tuned = TUNER_DEPENDENT.get(stage, set())
+    compared = sorted(set(expected) - DATA_DEPENDENT.get(stage, set()) - tuned)
     mismatched = {k: (got.get(k), expected[k]) for k in compared if got.get(k) != pytest.approx(expected[k])}
+    mismatched |= {k: (got[k], expected[k]) for k in tuned if not got[k] <= expected[k] <= got[k] + PRODUCTS_PER_STEP}
     assert not mismatched, f"stage {stage}: counter (stand-in, H200) {mismatched}"
 
 
@@ -195,12 +202,12 @@ print(json.dumps(routes))
 
 
 def test_stage_12_takes_wgmma_for_large_products_on_hopper():
-    """From WGMMA_MIN_PRODUCT multiply-adds up with K in quads: transpose b, then wgmma; smaller
+    """From WGMMA_MIN_PRODUCT multiply-adds up with K in quads: transpose b, then the TMA-fed wgmma; smaller
     products stay on mma.sync (or WMMA where an extent is not a multiple of 4)."""
     done = subprocess.run([sys.executable, "-c", STAGE_12_ROUTES], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout) == [
-        ["transpose_2d", "matmul_tf32_wgmma"],
+        ["transpose_2d", "matmul_tf32_wgmma_tma"],
         ["matmul_tf32"],  # K = 1022 is not whole quads, for wgmma nor for cp.async
         ["matmul_tf32_async"],
         ["matmul_tf32"],  # N = 10

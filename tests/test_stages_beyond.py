@@ -499,8 +499,8 @@ def test_stage_12_picks_its_kernel_by_shape(shape, kernel):
         bound = 2.5e-3 if wgmma else 1.5e-3  # wgmma truncates to TF32, the others round
         assert np.all(np.abs(out.numpy() - ref) <= bound * scale + 1e-6)
     if kernel == "wgmma on sm_90":
-        kernel = "matmul_tf32_wgmma" if wgmma else "matmul_tf32_async"
-    expected = {"transpose_2d", kernel} if kernel == "matmul_tf32_wgmma" else {kernel}
+        kernel = "matmul_tf32_wgmma_tma" if wgmma else "matmul_tf32_async"
+    expected = {"transpose_2d", kernel} if kernel == "matmul_tf32_wgmma_tma" else {kernel}
     assert {r["name"] for r in prof.stats("kernel")} == expected
 
 

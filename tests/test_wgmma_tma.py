@@ -117,11 +117,6 @@ import standin_pycuda  # noqa: F401  (before anything imports pycuda; it answers
 
 encoded, launched, built, refused = [], [], [], []
 cu = standin_pycuda.bindings
-cu.cuuint64_t = cu.cuuint32_t = int
-for enum, name in [("CUtensorMapDataType", "DATA_TYPE_FLOAT32"), ("CUtensorMapInterleave", "INTERLEAVE_NONE"),
-                   ("CUtensorMapSwizzle", "SWIZZLE_128B"), ("CUtensorMapL2promotion", "L2_PROMOTION_L2_256B"),
-                   ("CUtensorMapFloatOOBfill", "FLOAT_OOB_FILL_NONE")]:
-    setattr(cu, enum, types.SimpleNamespace(**{{"CU_TENSOR_MAP_" + name: name}}))
 def encode(*args):
     encoded.append(list(args))
     return 0, types.SimpleNamespace(opaque=[len(encoded)] * 16)  # map n: sixteen words n
@@ -145,11 +140,12 @@ launchers.matmul_tf32_wgmma_tma(c, a, b, g)
 launchers.matmul_tf32_wgmma_tma(c, a, b, g, blocks=1, tiles=2)  # the same maps: encoded once
 big = DeviceArray.empty((4096, 4096))
 launchers.matmul_tf32_wgmma_tma(big, big, big, launchers.Gemm(4096, 4096, 4096, tb=True), bn=128, stages=1, debug=True)
-for bad in (launchers.Gemm(M, N, K), launchers.Gemm(M, N, K, ta=True, tb=True), launchers.Gemm(M, N, 1022, tb=True)):
-    try:
-        launchers.matmul_tf32_wgmma_tma(c, a, b, bad)
-    except ValueError as exc:
-        refused.append(str(exc))
+try:
+    launchers.matmul_tf32_wgmma_tma(c, a, b, launchers.Gemm(M, N, 1022, tb=True))
+except ValueError as exc:
+    refused.append(str(exc))
+stored_kn = len(launched), len(encoded)  # B stored K x N (a @ b, stage 12's usual case): transposed first
+launchers.matmul_tf32_wgmma_tma(c, a, DeviceArray.empty((K, N)), launchers.Gemm(M, N, K, stride_a=M * K, batch=3))
 standin_pycuda._Device.compute_capability = lambda self: (8, 0)
 runtime.arch.cache_clear()
 try:
@@ -157,21 +153,28 @@ try:
 except ValueError as exc:
     refused.append(str(exc))
 print(json.dumps({{"encoded": encoded, "launched": launched, "built": built, "refused": refused,
-                  "pointers": [a.ptr, b.ptr, c.ptr, big.ptr]}}))
+                  "pointers": [a.ptr, b.ptr, c.ptr, big.ptr], "stored_kn": stored_kn}}))
 """
 
 
 def test_launcher_builds_the_maps_and_the_launch_the_kernel_expects():
     """On the stand-in driver (an H200 with 132 SMs that computes nothing): the tensor maps' boxes are
     the kernel's tiles, a shared B is one matrix, the grid is one block per SM at most (fewer when
-    there are fewer tiles), the debug switches reach the build and the launch, and what the kernel
-    cannot take is refused with the rule it breaks, before anything compiles."""
+    there are fewer tiles), the debug switches reach the build and the launch, an operand stored K x N
+    is transposed first, and what the kernel cannot take is refused with the rule it breaks, before
+    anything compiles."""
     done = subprocess.run([sys.executable, "-c", HOST_SIDE], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     run = json.loads(done.stdout.splitlines()[-1])
     pa, pb, pc, pbig = run["pointers"]
     M, N, K = 300, 600, 1028
     tail = [[1] * 3, "INTERLEAVE_NONE", "SWIZZLE_128B", "L2_PROMOTION_L2_256B", "FLOAT_OOB_FILL_NONE"]
+    launches, encodings = run["stored_kn"]
+    transposed = run["encoded"][encodings:]  # B's transpose, N x K in scratch (A's map is cached)
+    assert len(transposed) == 1 and transposed[0][2] not in (pa, pb)
+    assert transposed[0][3:6] == [[K, N, 1], [4 * K, 4 * K * N], [32, 256, 1]]
+    assert [r[0] for r in run["launched"][launches:]] == ["transpose_2d", "matmul_tf32_wgmma_tma"]
+    del run["encoded"][encodings:], run["launched"][launches:]
     assert run["encoded"] == [
         ["DATA_TYPE_FLOAT32", 3, pa, [K, M, 3], [4 * K, 4 * K * M], [32, 128, 1], *tail],
         ["DATA_TYPE_FLOAT32", 3, pb, [K, N, 1], [4 * K, 4 * K * N], [32, 256, 1], *tail],
@@ -185,13 +188,13 @@ def test_launcher_builds_the_maps_and_the_launch_the_kernel_expects():
         ["matmul_tf32_wgmma_tma", smem_128_one_stage, [132, 1, 1], [384, 1, 1],
          [3, 3, pbig, 4096, 4096, 4096, 1, 1, 32 * 32]],
     ]  # fmt: skip
-    assert run["built"] == [
+    built = [b for b in run["built"] if '#line 1 "wgmma_tma.cu"' in b[0]]  # (the transpose builds layout.cu)
+    assert built == [
         [["#define WT_BN 256", "#define WT_STAGES 4", '#line 1 "wgmma_tma.cu"', SOURCE.read_text().splitlines()[0]],
          "sm_90a"],
         [["#define WT_BN 128", "#define WT_STAGES 1", "#define WT_DEBUG", '#line 1 "wgmma_tma.cu"'], "sm_90a"],
     ]  # fmt: skip
-    no_bt, no_ta, odd_k, not_hopper = run["refused"]
-    assert "give A as M x K and B as N x K (ta=False, tb=True)" in no_bt and no_bt == no_ta
+    odd_k, not_hopper = run["refused"]
     assert "TMA strides are whole 16 bytes: K=1022" in odd_k
     assert "needs a Hopper GPU (sm_90: TMA, wgmma, setmaxnreg); stand-in device is sm_80" in not_hopper
 

@@ -71,7 +71,8 @@ MATMUL_LABELS = {
     "matmul_regtiled": "regtiled (stage 9)",
     "matmul_tf32": "TF32 WMMA (stage 12)",
     "matmul_tf32_async": "TF32 mma.sync + cp.async (stage 12)",
-    "matmul_tf32_wgmma": "TF32 wgmma (stage 12, Hopper)",
+    "matmul_tf32_wgmma": "TF32 wgmma (Hopper)",
+    "matmul_tf32_wgmma_tma": "TF32 wgmma + TMA (stage 12, Hopper)",
     "cublas_tf32": "cuBLAS TF32",
 }
 # The blog's comparison (chapter 14): the ladder's kernels of stages 0-8 and cuBLAS.

@@ -240,10 +240,12 @@ def multi_clip_rmsprop_grid(
 def persistent_step(
     layers, n_layers: int, x, target, rows: int, row_loss, partials, n_partials: int, loss, barrier,
     rmsprop: bool, lr: float, decay: float, eps: float, max_norm: float, *, blocks: int = 0, timed: int = 0,
+    kernel: str | Kernel = "persistent_step", phase_ns=None,
 ):  # fmt: skip
     """Stage 13: the training step of the MLP that the table ``layers`` describes, one block of
     PS_THREADS per multiprocessor (``blocks``: fewer, at least 1). Its grid barriers wait for
-    every block, so all must be resident at once: never more blocks than multiprocessors."""
+    every block, so all must be resident at once: never more blocks than multiprocessors.
+    ``phase_ns``: the clock's buffer of a ``kernel`` built with PS_PHASE_CLOCK (one more argument)."""
     most = multiprocessors()
     blocks = blocks or most
     if not 1 <= blocks <= most:
@@ -252,7 +254,8 @@ def persistent_step(
         layers, n_layers, x, target, rows, row_loss, partials, n_partials, loss, barrier,
         int(rmsprop), float(lr), float(decay), float(eps), float(max_norm),
     )  # fmt: skip
-    return _go("persistent_step", (blocks, 1, 1), (PERSISTENT["THREADS"], 1, 1), args, timed, (rows,))
+    args += () if phase_ns is None else (phase_ns,)
+    return _go(kernel, (blocks, 1, 1), (PERSISTENT["THREADS"], 1, 1), args, timed, (rows,))
 
 
 # --- the latency floor (chapter 21): launches that do no work --------------------------------
@@ -605,25 +608,24 @@ def wgmma_fits(K: int, arch: str) -> bool:
     return K % 4 == 0 and arch == "sm_90"
 
 
-def matmul_tf32_wgmma(c, a, b, g: Gemm, *, timed: int = 0):
-    """Stage 12 from WGMMA_MIN_PRODUCT up: warpgroup MMA on Hopper, C = A B^T with both
-    operands K-contiguous (TF32 wgmma cannot transpose an operand in shared memory). Operands
-    stored the other way round are transposed into scratch first (a batch of A each, a
-    broadcast operand once); a misaligned one is copied, since TMA needs 16-byte starts."""
+def k_major_operands(a, b, g: Gemm, timed: int = 0):
+    """A and B of ``g`` as the wgmma kernels read them, K-contiguous and 16-byte aligned (TF32
+    wgmma cannot transpose an operand in shared memory, and TMA needs 16-byte starts): operands
+    stored the other way round are transposed into scratch (a batch of A each, a broadcast
+    operand once), a misaligned one copied. Returns (a, b, the problem as C = A B^T with their
+    strides, the transposes' times, the scratch buffers, to keep alive until the launches are
+    queued: the pool reuses them in stream order)."""
     from . import runtime
     from .memory import DeviceBuffer
 
-    if not wgmma_fits(g.K, runtime.arch()):
-        raise ValueError(f"matmul_tf32_wgmma needs a Hopper GPU and K % 4 == 0 (K={g.K}, GPU {runtime.arch()})")
     times, scratch = [], []
 
     def k_major(x, stored_k_major: bool, rows: int, stride: int):
-        """(pointer, batch stride) of x as `rows` x K matrices, K contiguous and 16-byte aligned."""
         count = g.batch if stride else 1
         if stored_k_major and aligned16(x):
             return _arg(x), stride
         buffer = DeviceBuffer(ITEMSIZE * count * rows * g.K)
-        scratch.append(buffer)  # alive until the launches are queued: the pool reuses it in stream order
+        scratch.append(buffer)
         if stored_k_major:
             runtime.copy_dtod(buffer.ptr, _arg(x), ITEMSIZE * count * rows * g.K)
         else:
@@ -632,9 +634,21 @@ def matmul_tf32_wgmma(c, a, b, g: Gemm, *, timed: int = 0):
 
     pa, stride_a = k_major(a, not g.ta, g.M, g.stride_a)
     pb, stride_b = k_major(b, g.tb, g.N, g.stride_b)
+    kmajor = dataclasses.replace(g, ta=False, tb=True, stride_a=stride_a, stride_b=stride_b)
+    return pa, pb, kmajor, times, scratch
+
+
+def matmul_tf32_wgmma(c, a, b, g: Gemm, *, timed: int = 0):
+    """Warpgroup MMA on Hopper (wgmma.cu), C = A B^T with both operands K-contiguous; operands
+    stored otherwise are made so first (k_major_operands)."""
+    from . import runtime
+
+    if not wgmma_fits(g.K, runtime.arch()):
+        raise ValueError(f"matmul_tf32_wgmma needs a Hopper GPU and K % 4 == 0 (K={g.K}, GPU {runtime.arch()})")
+    pa, pb, k, times, _scratch = k_major_operands(a, b, g, timed)
     bm, bn, threads = WGMMA_TILE
-    args = (c, pa, pb, g.M, g.N, g.K, stride_a, stride_b)
-    times.append(_go("matmul_tf32_wgmma", g.grid(bm, bn), (threads, 1, 1), args, timed, (g,)))
+    args = (c, pa, pb, k.M, k.N, k.K, k.stride_a, k.stride_b)
+    times.append(_go("matmul_tf32_wgmma", k.grid(bm, bn), (threads, 1, 1), args, timed, (g,)))
     return _total(times)
 
 
@@ -668,10 +682,10 @@ def wgmma_tma_kernel(bn: int, stages: int | None, debug: bool) -> tuple[Kernel, 
 
 def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, bn: int = 256, stages: int | None = None, blocks: int | None = None,
                           tiles: int | None = None, debug: bool = False, timed: int = 0):  # fmt: skip
-    """C = A B^T on Hopper (A as M x K, B as N x K: ``g.tb``, as matmul_tf32_wgmma's kernel takes
-    them) by wgmma_tma.cu: TMA copies into a ring of mbarrier-synchronized stages, a producer and
-    two consumer warpgroups, persistent blocks over grouped tiles. Not on stage 12's route (not yet
-    measured); its two tensor maps are passed by value (128 bytes each, ``128s`` in its signature).
+    """Stage 12 from WGMMA_MIN_PRODUCT up: C = op(A) op(B) on Hopper by wgmma_tma.cu, TMA copies
+    into a ring of mbarrier-synchronized stages, a producer and two consumer warpgroups, persistent
+    blocks over grouped tiles. Its operands are read K-contiguous (k_major_operands transposes the
+    others first); its two tensor maps are passed by value (128 bytes each, ``128s`` in its signature).
     Debugging: ``stages=1`` builds a single stage, ``blocks=1`` has one block walk every tile,
     ``tiles=n`` computes only the first n tiles of the raster, ``debug`` names a stuck barrier."""
     from . import runtime, tensor_map
@@ -681,24 +695,23 @@ def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, bn: int = 256, stages: int | None
             f"matmul_tf32_wgmma_tma needs a Hopper GPU (sm_90: TMA, wgmma, setmaxnreg); "
             f"{runtime.device_name()} is {runtime.arch()}"
         )
-    if g.ta or not g.tb:
-        raise ValueError(
-            "matmul_tf32_wgmma_tma computes A B^T from K-contiguous operands: give A as M x K and B as N x K "
-            "(ta=False, tb=True); matmul_tf32_wgmma transposes the other layouts first"
-        )
+    if g.K % 4:
+        raise ValueError(f"TMA strides are whole 16 bytes: K={g.K} is not a multiple of 4")
     kernel, shape = wgmma_tma_kernel(bn, stages, debug)
     bm = shape["BM"]
+    pa, pb, k, times, _scratch = k_major_operands(a, b, g, timed)
     maps, batches = [], []
-    for x, rows, stride, box in ((a, g.M, g.stride_a, bm), (b, g.N, g.stride_b, bn)):
-        matrices = g.batch if stride else 1  # stride 0: one matrix for the whole batch
-        tiled = tensor_map.kmajor_stack(_arg(x), rows, g.K, matrices, stride, box, shape["BK"])
+    for x, rows, stride, box in ((pa, k.M, k.stride_a, bm), (pb, k.N, k.stride_b, bn)):
+        matrices = k.batch if stride else 1  # stride 0: one matrix for the whole batch
+        tiled = tensor_map.kmajor_stack(x, rows, k.K, matrices, stride, box, shape["BK"])
         maps.append(tensor_map.encode(tiled))
         batches.append(matrices)
-    total = g.batch * _cdiv(g.M, bm) * _cdiv(g.N, bn)
+    total = k.batch * _cdiv(k.M, bm) * _cdiv(k.N, bn)
     count = total if tiles is None else max(1, min(tiles, total))
     grid = (min(blocks or multiprocessors(), count), 1, 1)
-    args = (*maps, c, g.M, g.N, g.K, *batches, count)
-    return _go(kernel, grid, (shape["THREADS"], 1, 1), args, timed, (g,))
+    args = (*maps, c, k.M, k.N, k.K, *batches, count)
+    times.append(_go(kernel, grid, (shape["THREADS"], 1, 1), args, timed, (g,)))
+    return _total(times)
 
 
 # The matmul kernels by name, each launched as (c, a, b, gemm, timed=...): the benchmark's and the
@@ -719,4 +732,5 @@ MATMULS = {
     "matmul_bf16": matmul_bf16,
     "matmul_tf32_async": matmul_tf32_async,
     "matmul_tf32_wgmma": matmul_tf32_wgmma,
+    "matmul_tf32_wgmma_tma": matmul_tf32_wgmma_tma,
 }

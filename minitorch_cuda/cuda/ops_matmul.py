@@ -47,19 +47,19 @@ def matmul(a: DeviceArray, b: DeviceArray, ta: bool = False, tb: bool = False) -
     return out
 
 
-# From 1024^3 up, wgmma with its transposes beat mma.sync by 1.4-1.7x on the H200
-# (book/results/tf32_wgmma.json). Smaller products were not timed with it: there a
-# single 128 x 256 tile covers much of the product, and the transposes weigh more.
+# From 1024^3 up the TMA-fed wgmma kernel is 0.85-1.01x cuBLAS's TF32 on the H200, against
+# 0.60-0.70x for wgmma.cu (book/results/tf32_wgmma.json). Smaller products were not timed with
+# it: there a single 128 x 256 tile covers much of the product, and the transposes weigh more.
 WGMMA_MIN_PRODUCT = 1024**3
 
 
 def tensor_core_matmul(out: DeviceArray, a: DeviceArray, b: DeviceArray, g: Gemm) -> None:
-    """Stage 12's TF32 route: warpgroup MMA for large products on Hopper, mma.sync fed by
-    cp.async where the operands are whole aligned quads, else WMMA. A GPU without TF32 tensor
-    cores (a T4) is refused here, with what to do, before anything compiles."""
+    """Stage 12's TF32 route: warpgroup MMA fed by TMA for large products on Hopper, mma.sync
+    fed by cp.async where the operands are whole aligned quads, else WMMA. A GPU without TF32
+    tensor cores (a T4) is refused here, with what to do, before anything compiles."""
     launchers.require_tensor_cores("stage 12 (TF32 tensor-core matmul)")
     if g.batch * g.M * g.N * g.K >= WGMMA_MIN_PRODUCT and launchers.wgmma_fits(g.K, arch()):
-        launchers.matmul_tf32_wgmma(out, a, b, g)
+        launchers.matmul_tf32_wgmma_tma(out, a, b, g)
     elif launchers.tf32_async_fits(a, b, g):
         launchers.matmul_tf32_async(out, a, b, g)
     else:
