@@ -153,6 +153,20 @@ __device__ __forceinline__ float clip_factor(const float* partials, int n_partia
     return (n_partials > 0 && norm > max_norm) ? max_norm / (norm + 1e-6f) : 1.0f;
 }
 
+// One element's clipped RmsProp step (optim.cu's formulas): the gradient scaled in place where
+// clipping applies, then the running square and the parameter.
+__device__ __forceinline__ void clipped_rmsprop(float* p, float* g, float* v, int i, float factor, float lr,
+                                                float decay, float eps) {
+    float gi = g[i];
+    if (factor != 1.0f) {
+        gi *= factor;
+        g[i] = gi;
+    }
+    const float vi = decay * v[i] + (1.0f - decay) * gi * gi;
+    v[i] = vi;
+    p[i] -= lr * gi / (sqrtf(vi) + eps);
+}
+
 extern "C" __global__ void multi_clip_rmsprop(const float* partials, int n_partials, float max_norm, float lr,
                                               float decay, float eps,
                                               float* p0, float* p1, float* p2, float* p3, float* p4, float* p5, float* p6,
@@ -168,16 +182,8 @@ extern "C" __global__ void multi_clip_rmsprop(const float* partials, int n_parti
     float* g = SLOT(g);
     float* v = SLOT(v);
     const int n = SLOT(n);
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-        float gi = g[i];
-        if (factor != 1.0f) {
-            gi *= factor;
-            g[i] = gi;
-        }
-        const float vi = decay * v[i] + (1.0f - decay) * gi * gi;
-        v[i] = vi;
-        p[i] -= lr * gi / (sqrtf(vi) + eps);
-    }
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        clipped_rmsprop(p, g, v, i, factor, lr, decay, eps);
 }
 
 extern "C" __global__ void multi_clip_scale(const float* partials, int n_partials, float max_norm,
@@ -220,15 +226,6 @@ extern "C" __global__ void multi_clip_rmsprop_grid(float* partials, GridBarrier*
         float* g = slot(t, g0, g1, g2, g3, g4, g5, g6, g7);
         float* v = slot(t, v0, v1, v2, v3, v4, v5, v6, v7);
         const int n = slot(t, n0, n1, n2, n3, n4, n5, n6, n7);
-        for (int i = first; i < n; i += step) {
-            float gi = g[i];
-            if (factor != 1.0f) {
-                gi *= factor;
-                g[i] = gi;
-            }
-            const float vi = decay * v[i] + (1.0f - decay) * gi * gi;
-            v[i] = vi;
-            p[i] -= lr * gi / (sqrtf(vi) + eps);
-        }
+        for (int i = first; i < n; i += step) clipped_rmsprop(p, g, v, i, factor, lr, decay, eps);
     }
 }
