@@ -69,6 +69,12 @@ MATMUL_LABELS = {
     "matmul_tiled": "tiled (stage 6)",
     "cublas": "cuBLAS",
     "matmul_regtiled": "regtiled (stage 9)",
+    "matmul_sgemm": "SGEMM, autotuned (stage 9)",
+    **{
+        f"matmul_pipelined_{t}": f"pipelined {t} (stage 9)"
+        for t in ("128x128x16", "128x128x16s3", "128x64x16", "64x64x16", "32x32x16")
+    },
+    **{f"matmul_pipelined_splitk_{t}": f"split-K {t} (stage 9)" for t in ("128x128x16", "64x64x16", "32x32x16")},
     "matmul_tf32": "TF32 WMMA (stage 12)",
     "matmul_tf32_async": "TF32 mma.sync + cp.async (stage 12)",
     "matmul_tf32_wgmma": "TF32 wgmma (Hopper)",
