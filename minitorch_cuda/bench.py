@@ -96,10 +96,11 @@ def spread(times: list[float]) -> dict:
 class StageRun:
     """One stage measured an epoch at a time, so that stages can take turns (run_rounds):
     ``start`` builds the trainer and runs the warm-up, each ``epoch`` times one epoch inside
-    the stage, ``row`` summarizes them."""
+    the stage, ``row`` summarizes them. ``without`` names steps of the stage switched off (as
+    stages.use_stage takes them): chapter 18 times stage 11's graph without stage 11's lean step."""
 
-    def __init__(self, stage: int, data, warmup: int):
-        self.stage, self.data, self.warmup = stage, data, warmup
+    def __init__(self, stage: int, data, warmup: int, without: frozenset[str] = frozenset()):
+        self.stage, self.data, self.warmup, self.without = stage, data, warmup, frozenset(without)
         self.limit = BATCHES.get(stage)
         self.times, self.cpu_times, self.steals, self.losses = [], [], [], []
         self.counts: dict[str, float] = {}
@@ -108,13 +109,13 @@ class StageRun:
         return f"stage {self.stage}"
 
     def start(self) -> None:
-        with stages.use_stage(self.stage):
+        with stages.use_stage(self.stage, self.without):
             self.trainer = train.Trainer(train.Protocol(), "cuda")
             self.trainer.epoch(self.data.x_train, self.data.y_train, max_batches=self.warmup)
 
     def epoch(self) -> None:
         data = self.data
-        with stages.use_stage(self.stage), profiler.count() as counts:
+        with stages.use_stage(self.stage, self.without), profiler.count() as counts:
             start, cpu_start, steal_start = time.perf_counter(), time.process_time(), host_steal_seconds()
             self.losses.append(self.trainer.epoch(data.x_train, data.y_train, max_batches=self.limit))
             self.times.append(time.perf_counter() - start)  # the loss read-back synced every step
@@ -127,12 +128,13 @@ class StageRun:
     def row(self) -> dict:
         batches = self.limit or -(-len(self.data.x_train) // self.trainer.protocol.batch_size)
         epochs = len(self.times)
-        with stages.use_stage(self.stage):
+        with stages.use_stage(self.stage, self.without):
             accuracy = train.accuracy(self.trainer.net, self.data.x_test, self.data.labels_test)
         summary = spread(self.times)
         return {
             "stage": self.stage,
-            "description": stages.DESCRIPTIONS[self.stage],
+            "description": stages.DESCRIPTIONS[self.stage]
+            + "".join(f", without {name}" for name in sorted(self.without)),
             "batches_per_epoch": batches,
             "epoch_seconds": self.times,
             # Where a host-bound epoch's time went: this process's CPU time, and time the VM's
@@ -204,9 +206,10 @@ def run_rounds(runs: list, rounds: int, progress) -> list[dict]:
     return [run.row() for run in runs]
 
 
-def run_stage(stage: int, data, epochs: int, warmup: int, progress) -> dict:
-    """One stage alone: warm-up, then ``epochs`` timed epochs back to back (the chapters' cells)."""
-    run = StageRun(stage, data, warmup)
+def run_stage(stage: int, data, epochs: int, warmup: int, progress, without: frozenset[str] = frozenset()) -> dict:
+    """One stage alone (``without`` some of its steps): warm-up, then ``epochs`` timed epochs back
+    to back (the chapters' cells)."""
+    run = StageRun(stage, data, warmup, without)
     run.start()
     for _ in range(epochs):
         run.epoch()

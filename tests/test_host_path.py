@@ -49,7 +49,8 @@ data.x_test, data.labels_test = data.x_train, rng.integers(0, 10, 64 * 4)
 profiles = {{s: bench.profile_stage(s, data)["counters_per_step"] for s in {list(STAGES)}}}
 quiet = type("Quiet", (), {{"update": lambda self, n: None}})()
 timed = bench.run_stage(8, data, epochs=2, warmup=2, progress=quiet)
-print(json.dumps({{"profiles": profiles, "run_stage": timed}}))
+unfused = bench.run_stage(10, data, epochs=1, warmup=2, progress=quiet, without={{"fused_kernels"}})
+print(json.dumps({{"profiles": profiles, "run_stage": timed, "unfused": unfused}}))
 """
 
 
@@ -85,6 +86,15 @@ def test_benchmark_epochs_record_where_the_time_went(host_run):
     assert all(s is None or s >= 0 for s in row["epoch_host_steal_seconds"])
     # 41 launches per step, and per epoch the shuffle's two gathers (images, labels) over 4 steps
     assert row["batches_per_epoch"] == 4 and row["counters_per_step"]["launches"] == pytest.approx(41 + 2 / 4)
+
+
+def test_a_stage_is_timed_without_the_steps_named(host_run):
+    """run_stage(10, without={"fused_kernels"}) trains with stage 9's kernels and says so: chapter
+    18 times stage 11's graph this way, without stage 11's lean step."""
+    row, stage_9 = host_run["unfused"], host_run["profiles"]["9"]
+    assert row["description"].endswith(", without fused_kernels")
+    # per epoch, the shuffle's two gathers (images, labels) over 4 steps
+    assert row["counters_per_step"]["launches"] == pytest.approx(stage_9["launches"] + 2 / 4)
 
 
 def test_ladder_notes_explain_each_stage_that_did_not_get_faster():
