@@ -36,3 +36,30 @@ STUB_AND_IMPORT = textwrap.dedent(
 def test_cuda_backend_imports_with_every_cpu_op() -> None:
     result = subprocess.run([sys.executable, "-c", STUB_AND_IMPORT], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
+COMPILE_ONCE = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, TESTS)
+    import standin_pycuda  # noqa: F401
+
+    built = []
+    standin_pycuda.compiler.SourceModule = lambda source, **options: built.append(options["arch"]) or object()
+    from minitorch_cuda.cuda import runtime
+
+    first = runtime.compile_module("// a", "a.cu")
+    assert runtime.compile_module("// a", "a.cu") is first and runtime.compile_module("// b", "b.cu") is not first
+    runtime.compile_module("// a", "a.cu", arch_specific=True)
+    print(built)
+    """
+).replace("TESTS", repr(str(TESTS)))
+
+
+def test_a_source_is_compiled_once_per_process_and_build() -> None:
+    """compile_module answers a source it has built with the same module (registry, autotuner and
+    the wgmma_tma builds rely on it), and builds for this GPU alone apart."""
+    result = subprocess.run([sys.executable, "-c", COMPILE_ONCE], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "['sm_90', 'sm_90', 'sm_90a']"
+

@@ -126,8 +126,8 @@ def _numbered_excerpt(source: str, log: str, context: int = 2) -> str:
     return "\n".join(shown)
 
 
-@functools.cache
 def _build_options(arch_specific: bool) -> dict:
+    """nvcc's options through PyCUDA: the one build every kernel of the framework gets."""
     return {
         "no_extern_c": True,
         "arch": arch() + ("a" if arch_specific else ""),
@@ -137,6 +137,7 @@ def _build_options(arch_specific: bool) -> dict:
     }
 
 
+@functools.cache
 def compile_module(source: str, label: str, arch_specific: bool = False):
     """Compile once per process (and once per machine: nvcc's output is cached on disk).
     ``arch_specific`` builds for this GPU alone (sm_90a on an H100/H200), which instructions
