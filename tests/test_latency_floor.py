@@ -110,7 +110,7 @@ def test_the_experiment_records_every_part(tmp_path, monkeypatch) -> None:
     if emulator.selected():
         pytest.skip("the experiment refuses the CPU emulator (test_the_command_refuses_the_emulator)")
     monkeypatch.setattr("minitorch_cuda.results.RESULTS_DIR", tmp_path)
-    args = ["--replays", "30", "--rounds", "1", "--warmup", "2", "--barrier-repeats", "3"]
+    args = ["--replays", "30", "--rounds", "1", "--warmup", "2", "--barrier-repeats", "3", "--phase-steps", "20"]
     assert latency_floor.main(args) == 0
     record = json.loads((tmp_path / "ch21_floor.json").read_text())
     assert [r["kernels"] for r in record["graph"]] == list(latency_floor.GRAPH_KERNELS)
@@ -122,9 +122,35 @@ def test_the_experiment_records_every_part(tmp_path, monkeypatch) -> None:
     for stage in map(str, latency_floor.TIMELINE_STAGES):
         assert record["timelines"][stage][-1][0] == "[CUDA memcpy DTOH]"
     assert [e[0] for e in record["timelines"]["13"]] == ["persistent_step", "[CUDA memcpy DTOH]"]
+    phases = record["phases"]
+    assert phases["split"]["k_splits"] == [2, 1, 1] and phases["unsplit"]["k_splits"] == [1, 1, 1]
+    assert phases["split"]["grid_barriers"] == 8 and phases["unsplit"]["grid_barriers"] == 7
+    event_us = record["timelines"]["13"][0][2]  # one profiled launch of the same kernel, unclocked
+    for run in phases.values():  # block 0's start to its end: about the launch's event time
+        assert run["steps"] == 20 and all(r["median_us"] > 0 for r in run["phases"])
+        assert 0.25 * event_us < run["total"]["median_us"] < 2 * event_us, (run["total"], event_us)
     if record["torch_missing"] is None:
         assert "graph" in record["torch_graph"]["name"] and record["torch"]["s_per_step"] > 0
         assert "skipped" in record["torch_compile"] or record["torch_compile"]["s_per_step"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.emulated
+def test_phase_times_clocks_stage_13_split_and_unsplit() -> None:
+    import minitorch_cuda as mt
+    from minitorch_cuda.data import one_hot
+    from minitorch_cuda.train import Protocol
+
+    protocol = Protocol(hidden=(37, 19), batch_size=21, max_norm=0.5)
+    rng = np.random.default_rng(0)
+    x, y = mt.tensor(rng.random((21, 784), np.float32), "cuda"), mt.tensor(one_hot(rng.integers(0, 10, 21)), "cuda")
+    got = latency_floor.phase_times(protocol, x, y, steps=2, warmup=1)
+    split, unsplit = got["split"], got["unsplit"]
+    assert [r["phase"] for r in split["phases"]][:3] == ["forward 1 slices", "forward 1 sum", "forward 2"]
+    assert [r["phase"] for r in unsplit["phases"]][:2] == ["forward 1", "forward 2"]
+    assert split["k_splits"] == [3, 1, 1] and unsplit["k_splits"] == [1, 1, 1]
+    assert split["steps"] == unsplit["steps"] == 2 and split["rows"] == 21
+    assert all(r["median_us"] > 0 for r in split["phases"] + unsplit["phases"])
 
 
 def test_step_timelines_lays_one_step_back_to_back() -> None:

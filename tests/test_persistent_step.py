@@ -2,9 +2,11 @@
 
 Its losses and parameters after 20 steps against stage 10's (1e-4 relative) and against a
 float64 numpy model of the same steps; ReLU and Sigmoid, RmsProp and SGD; grids of 1, 2 and 3
-blocks giving the same bits; the models that do not fit, named; the sm_90 build without
-spills. The CUDA tests run on the CPU emulator too (marked ``emulated`` here), on a narrow
-MNIST-shaped model with odd sizes; the protocol's own 784-256-128-10 model is GPU-only, as it
+blocks giving the same bits; the first layer's forward split along k (NARROW's 784 -> 37 at 21
+rows into 3 slices, the protocol's 784 -> 256 into 2) and not; the phase clock's build, which
+trains the same bits; the models that do not fit, named; the sm_90 builds without spills. The
+CUDA tests run on the CPU emulator too (marked ``emulated`` here), on a narrow MNIST-shaped
+model with odd sizes; the protocol's own 784-256-128-10 model is GPU-only, as it
 takes the emulator a minute.
 """
 
@@ -52,6 +54,7 @@ def _train(protocol: Protocol, stage: int, optimizer: str = "rmsprop", without=(
                 losses.append(trainer.step(mt.tensor(x[rows], "cuda"), mt.tensor(y[rows], "cuda")))
         if stage == 13:  # a launch a step; once the barrier's zeroing; per batch shape the graph's capture
             assert counts.launches <= len(losses) + 3, f"{counts.launches} launches in {len(losses)} steps"
+            assert trainer._persistent.k_splits[0] > 1, "the first layer's forward is not split: the test misses it"
         return np.array(losses), [p.numpy() for p in trainer.net.parameters()]
 
 
@@ -141,12 +144,78 @@ def test_grids_of_1_2_and_3_blocks_compute_the_same_bits():
             net = make_net(NARROW, "cuda")
             opt = optim.RmsProp(net.parameters(), NARROW.lr, NARROW.decay)
             step = PersistentStep(net, nn.CrossEntropyWithSoftmax(), opt, NARROW.max_norm, NARROW.batch_size, blocks)
+            assert step.k_splits == [3, 1, 1]
             rows = [slice(i, i + NARROW.batch_size) for i in range(0, len(x), NARROW.batch_size)]
             losses = [step.step(mt.tensor(x[r], "cuda").data, mt.tensor(y[r], "cuda").data) for r in rows]
             results.append((losses, [p.numpy() for p in net.parameters()]))
     for blocks, (losses, params) in zip((2, 3), results[1:]):
         assert losses == results[0][0], f"{blocks} blocks"
         assert all(np.array_equal(a, b) for a, b in zip(params, results[0][1])), f"{blocks} blocks"
+
+
+@pytest.mark.gpu
+@pytest.mark.emulated  # pure arithmetic, but its module needs a CUDA runtime to import
+def test_forward_splits_follow_the_shapes():
+    from minitorch_cuda.cuda.persistent_step import forward_splits
+
+    # the protocol's layers at 64 rows: 784 -> 256 (64 tiles, 13 chunks of k) splits in 2; the others keep
+    # fewer than 2 x SPLIT_CHUNKS chunks of k; NARROW's 784 -> 37 at 21 rows (6 tiles) in 3 (13 // 4)
+    assert [forward_splits(64, a, b) for a, b in ((784, 256), (256, 128), (128, 10))] == [2, 1, 1]
+    assert forward_splits(21, 784, 37) == 3 and forward_splits(21, 37, 19) == 1
+    assert forward_splits(256, 784, 256) == 1  # 256 tiles: enough jobs without a split
+
+
+def _one_step(split: bool, clocked: bool = False, steps: int = 1):
+    """``steps`` steps of NARROW's model on one batch (the kernel with the phase clock where
+    ``clocked``): the step, its first layer's activations (of the last step), losses, parameters."""
+    from minitorch_cuda.cuda.persistent_step import PersistentStep
+    from minitorch_cuda.cuda.runtime import copy_dtoh
+
+    x, y = mnist_shaped(NARROW.batch_size, seed=3)
+    with mt.use_stage(13, without={"cuda_graphs"}):
+        net = make_net(NARROW, "cuda")
+        for mine, cpu in zip(net.parameters(), make_net(NARROW, "cpu").parameters()):
+            mine.assign(cpu.numpy())
+        opt = optim.RmsProp(net.parameters(), NARROW.lr, NARROW.decay)
+        step = PersistentStep(net, nn.CrossEntropyWithSoftmax(), opt, NARROW.max_norm, NARROW.batch_size, split=split)
+        xd, yd = mt.tensor(x, "cuda").data, mt.tensor(y, "cuda").data
+        if clocked:
+            losses = [None] * steps
+            times = step.phase_times(xd, yd, steps)
+        else:
+            losses, times = [step.step(xd, yd) for _ in range(steps)], None
+        out = np.empty((NARROW.batch_size, NARROW.hidden[0]), np.float32)
+        copy_dtoh(out, step.buffers[2].ptr)  # layer 1's out: act(x W + b)
+        return step, out, losses, [p.numpy() for p in net.parameters()], times
+
+
+@pytest.mark.gpu
+@pytest.mark.emulated
+def test_the_split_forward_agrees_with_the_unsplit_one_and_float64():
+    x, _ = mnist_shaped(NARROW.batch_size, seed=3)
+    w, b = (p.numpy().astype(np.float64) for p in make_net(NARROW, "cpu").parameters()[:2])
+    ref = np.maximum(x.astype(np.float64) @ w + b, 0)
+    split, unsplit = _one_step(True), _one_step(False)
+    assert split[0].k_splits == [3, 1, 1] and unsplit[0].k_splits == [1, 1, 1]
+    assert split[0].phases[:2] == ["forward 1 slices", "forward 1 sum"] and unsplit[0].phases[0] == "forward 1"
+    for what, out in (("split", split[1]), ("unsplit", unsplit[1])):
+        assert_close(out, ref, 1e-6, 1e-5, f"{what}: layer 1's activations vs float64")
+    assert_close(np.array(split[2]), np.array(unsplit[2]), 0.0, 1e-5, "split vs unsplit: the loss")
+    for i, (p, q) in enumerate(zip(split[3], unsplit[3])):
+        assert_close(p, q, 1e-6, 1e-4, f"split vs unsplit: parameter {i}")
+
+
+@pytest.mark.gpu
+@pytest.mark.emulated
+def test_the_phase_clock_times_every_phase_and_trains_the_same_bits():
+    step, out, _, params, times = _one_step(True, clocked=True, steps=3)
+    _, plain_out, _, plain_params, _ = _one_step(True, steps=3)
+    assert np.array_equal(out, plain_out) and all(np.array_equal(a, b) for a, b in zip(params, plain_params))
+    names = ["forward 1 slices", "forward 1 sum", "forward 2", "forward 3", "loss"]
+    assert [r["phase"] for r in times["phases"]] == [*names, "backward 3", "backward 2", "backward 1", "update"]
+    assert times["grid_barriers"] == 8 and times["steps"] == 3 and times["k_splits"] == [3, 1, 1]
+    assert all(r["median_us"] > 0 and r["mean_us"] > 0 for r in times["phases"])
+    assert times["total"]["mean_us"] == pytest.approx(sum(r["mean_us"] for r in times["phases"]))
 
 
 def _misfits() -> list:
@@ -204,10 +273,11 @@ NVCC = shutil.which("nvcc")
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
-def test_the_sm_90_build_keeps_everything_in_registers(tmp_path):
+@pytest.mark.parametrize("defines", [[], ["-DPS_PHASE_CLOCK"]], ids=["plain", "phase_clock"])
+def test_the_sm_90_build_keeps_everything_in_registers(tmp_path, defines):
     result = subprocess.run(
-        [NVCC, "-cubin", "-arch=sm_90", "-Xptxas", "-v", "-I", str(KERNEL_DIR), "-o", str(tmp_path / "ps.cubin"),
-         str(KERNEL_DIR / "persistent_step.cu")],
+        [NVCC, "-cubin", "-arch=sm_90", "-Xptxas", "-v", *defines, "-I", str(KERNEL_DIR), "-o",
+         str(tmp_path / "ps.cubin"), str(KERNEL_DIR / "persistent_step.cu")],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     log = result.stderr + result.stdout

@@ -13,22 +13,37 @@ launch is captured and replayed by ``graphs.GraphedStep`` like stage 11's step. 
 optimizer's ``lr``, ``decay`` and ``eps`` are read at each launch (a captured graph keeps
 those of its capture, as stage 11's does). Gradients never reach ``p.grad``: after a step
 they are gone, as after stage 11's ``zero_grad``.
+
+A layer whose forward has a long k over few tiles is split along k (``forward_splits``: from
+the shapes alone, so every grid computes the same bits), at the cost of one grid barrier more.
+``phase_times`` runs steps of the kernel built with PS_PHASE_CLOCK and returns each phase's
+microseconds from the GPU's %globaltimer.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
 from .. import nn, optim, stages
 from . import graphs, launchers
 from .array import DeviceArray
-from .kernel_table import PERSISTENT
+from .kernel_table import KERNEL_DIR, PERSISTENT, SPECS, prepare_signature
 from .ops_tensor import full, item
-from .runtime import copy_htod
+from .runtime import Kernel, compile_module, copy_dtoh, copy_htod
 
 ACTIVATION_CODES = {nn.ReLU: 1, nn.Sigmoid: 2}  # persistent_step.cu's ACT_RELU, ACT_SIGMOID; 0: none
-_POINTERS = ("w", "b", "gw", "gb", "vw", "vb", "out", "delta")
-LAYER = np.dtype([(name, "<u8") for name in _POINTERS] + [(n, "<i4") for n in ("n_in", "n_out", "act", "partial0")])
+_POINTERS = ("w", "b", "gw", "gb", "vw", "vb", "out", "delta", "split")
+_INTS = ("n_in", "n_out", "act", "partial0", "k_splits", "pad")  # pad: the C struct's 8-byte alignment
+LAYER = np.dtype([(name, "<u8") for name in _POINTERS] + [(n, "<i4") for n in _INTS])
+# forward_splits' rule. SPLIT_JOBS: the jobs a split forward aims at, about the multiprocessors of
+# the GPUs the course runs on (132 on an H200); a constant, never the grid's size, so that the
+# bits do not depend on the grid. SPLIT_CHUNKS: the fewest PS_TILE_K chunks of k a slice keeps: a
+# split saves the chunks it takes off the longest job and costs a grid barrier (1.8 us on an H200)
+# and a pass over the layer's output, which shorter slices would not repay.
+SPLIT_JOBS = 128
+SPLIT_CHUNKS = 4
 
 
 class DoesNotFit(ValueError):
@@ -80,10 +95,33 @@ def _cdiv(n: int, d: int) -> int:
     return -(-n // d)
 
 
+def forward_splits(rows: int, n_in: int, n_out: int) -> int:
+    """Slices of k in the forward of a layer n_in -> n_out at ``rows`` rows (1: not split): as
+    many as bring its jobs (tiles x slices) up to SPLIT_JOBS, each slice SPLIT_CHUNKS chunks of
+    k at least. The protocol's 784 -> 256 at 64 rows: 2 (64 tiles of 13 chunks become 128 jobs
+    of 6 or 7); its 256 -> 128 (4 chunks) and 128 -> 10 (2 chunks): 1."""
+    tiles = _cdiv(rows, PERSISTENT["TILE"]) * _cdiv(n_out, PERSISTENT["TILE"])
+    splits = min(SPLIT_JOBS // tiles, _cdiv(n_in, PERSISTENT["TILE_K"]) // SPLIT_CHUNKS)
+    return splits if splits >= 2 else 1
+
+
+@functools.cache
+def phase_clock_kernel() -> Kernel:
+    """persistent_step built with PS_PHASE_CLOCK, once per process: it takes a last argument,
+    ``unsigned long long* phase_ns``, for block 0's %globaltimer readings."""
+    name = "persistent_step"
+    source = "#define PS_PHASE_CLOCK\n" + (KERNEL_DIR / SPECS[name].file).read_text()
+    module = compile_module(source, f"{SPECS[name].file} with PS_PHASE_CLOCK")
+    return Kernel(name, module, name, prepare_signature(SPECS[name].params + ", unsigned long long* phase_ns"))
+
+
 class PersistentStep:
     """One model's step as one kernel: ``step(x, y) -> loss`` on device arrays."""
 
-    def __init__(self, net: nn.Module, loss_fn, optimizer, max_norm: float, max_rows: int, blocks: int = 0):
+    def __init__(
+        self, net: nn.Module, loss_fn, optimizer, max_norm: float, max_rows: int, blocks: int = 0, split: bool = True
+    ):
+        """``split=False`` keeps every forward unsplit (forward_splits' rule off): for comparisons."""
         chain = layer_chain(net)
         _check_loss_and_optimizer(net, loss_fn, optimizer)
         if not max_norm > 0 or max_rows < 1:
@@ -94,17 +132,22 @@ class PersistentStep:
         table = np.zeros(len(chain), LAYER)
         self.buffers: list[DeviceArray] = []  # alive as long as the table points at them
         partial0 = 0
+        self.k_splits = []
         for row, (layer, act) in zip(table, chain):
             n_in, n_out = layer.weight.shape
-            own = [
-                DeviceArray.empty(shape) for shape in ((n_in, n_out), (n_out,), (max_rows, n_out), (max_rows, n_out))
-            ]
+            k_splits = forward_splits(max_rows, n_in, n_out) if split else 1
+            shapes = [(n_in, n_out), (n_out,), (max_rows, n_out), (max_rows, n_out)]
+            shapes += [(k_splits, max_rows, n_out)] if k_splits > 1 else []  # the partial tiles
+            own = [DeviceArray.empty(shape) for shape in shapes]
             self.buffers += own
-            gw, gb, out, delta = own
+            gw, gb, out, delta, scratch = (*own, None)[:5]
             vw, vb = (state[id(layer.weight)], state[id(layer.bias)]) if self.rmsprop else (None, None)
-            for name, array in zip(_POINTERS, (layer.weight.data, layer.bias.data, gw, gb, vw, vb, out, delta)):
+            arrays = (layer.weight.data, layer.bias.data, gw, gb, vw, vb, out, delta, scratch)
+            for name, array in zip(_POINTERS, arrays):
                 row[name] = 0 if array is None else array.ptr
             row["n_in"], row["n_out"], row["act"], row["partial0"] = n_in, n_out, act, partial0
+            row["k_splits"] = k_splits
+            self.k_splits.append(k_splits)
             partial0 += _cdiv(n_in, PERSISTENT["TILE"]) * _cdiv(n_out, PERSISTENT["TILE"])
             partial0 += _cdiv(n_out, PERSISTENT["THREADS"])
         self.n_layers, self.n_in, self.n_out = len(chain), chain[0][0].weight.shape[0], chain[-1][0].weight.shape[1]
@@ -116,9 +159,17 @@ class PersistentStep:
         self.loss = DeviceArray.empty(())
         self.barrier = full((2,), 0.0)  # GridBarrier {count, generation}: zero bits, once
         self._graphed = None
+        # what the kernel does between its grid barriers (2L + 1, and one per split layer), in order
+        forward = [
+            [f"forward {i} slices", f"forward {i} sum"] if s > 1 else [f"forward {i}"]
+            for i, s in enumerate(self.k_splits, 1)
+        ]  # fmt: skip
+        backward = [f"backward {i}" for i in range(self.n_layers, 0, -1)]
+        self.phases = [name for names in forward for name in names] + ["loss", *backward, "update"]
 
-    def launch(self, x: DeviceArray, y: DeviceArray) -> DeviceArray:
-        """Queue one step on the batch (x, y); returns the loss array, nothing read back."""
+    def launch(self, x: DeviceArray, y: DeviceArray, kernel="persistent_step", phase_ns=None) -> DeviceArray:
+        """Queue one step on the batch (x, y); returns the loss array, nothing read back.
+        ``kernel``, ``phase_ns``: phase_clock_kernel() and its clock's buffer (phase_times)."""
         rows = x.shape[0]
         if x.shape != (rows, self.n_in) or y.shape != (rows, self.n_out) or not 1 <= rows <= self.max_rows:
             raise ValueError(
@@ -131,9 +182,37 @@ class PersistentStep:
         decay, eps = (opt.decay, opt.eps) if self.rmsprop else (0.0, 0.0)
         launchers.persistent_step(
             self.table, self.n_layers, x, y, rows, self.row_loss, self.partials, self.n_partials, self.loss,
-            self.barrier, self.rmsprop, opt.lr, decay, eps, self.max_norm, blocks=self.blocks,
+            self.barrier, self.rmsprop, opt.lr, decay, eps, self.max_norm, blocks=self.blocks, kernel=kernel,
+            phase_ns=phase_ns,
         )  # fmt: skip
         return self.loss
+
+    def phase_times(self, x: DeviceArray, y: DeviceArray, steps: int) -> dict:
+        """``steps`` steps on (x, y) of the kernel built with PS_PHASE_CLOCK, launched directly
+        (they train the model, as ``step`` does): the median and mean microseconds of each phase
+        of ``phases``, from one grid barrier's release to the next as block 0 sees it (so each
+        includes the barrier and the wait for the slowest block), and of the whole kernel from
+        block 0's start to its end. On the CPU emulator they are the CPU's times."""
+        stamps = np.zeros(len(self.phases) + 1, np.uint64)
+        clock = DeviceArray.empty((2 * stamps.size,))  # 8 bytes a stamp
+        kernel = phase_clock_kernel()
+        per_step = []
+        for _ in range(steps):
+            self.launch(x, y, kernel, clock)
+            copy_dtoh(stamps, clock.ptr)
+            per_step.append(np.diff(stamps.astype(np.int64)) / 1e3)
+        us = np.array(per_step)
+        total = us.sum(axis=1)
+        rows = [{"phase": name, "median_us": float(np.median(t)), "mean_us": float(t.mean())}
+                for name, t in zip(self.phases, us.T)]  # fmt: skip
+        return {
+            "phases": rows,
+            "total": {"median_us": float(np.median(total)), "mean_us": float(total.mean())},
+            "steps": steps,
+            "rows": x.shape[0],
+            "k_splits": self.k_splits,
+            "grid_barriers": len(self.phases) - 1,
+        }
 
     def step(self, x: DeviceArray, y: DeviceArray) -> float:
         """One training step and its loss, through a CUDA graph where graphs are on now."""

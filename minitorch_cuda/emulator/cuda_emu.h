@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <atomic>
 #include <cmath>
@@ -149,6 +150,12 @@ inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst
 inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline void __trap(EMU_SITE) { __emu_trap("__trap()", __file, __line); }
 inline long long clock64() { return (long long)__builtin_ia32_rdtsc(); }  // the host's cycle counter
+// %globaltimer's stand-in (read by inline PTX on a GPU): the host's monotonic clock, in ns
+inline unsigned long long __emu_globaltimer() {
+    timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (unsigned long long)t.tv_sec * 1000000000ull + (unsigned long long)t.tv_nsec;
+}
 
 #define EMU_SHFL(NAME, OP)                                                                              \
     template <class T>                                                                                  \

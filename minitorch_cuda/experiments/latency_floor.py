@@ -16,6 +16,9 @@ and the step of stages 10, 11 and 13 beside PyTorch's, all in one run on the GPU
     (each kernel's event time) for the chapter's timeline.
 (e) torch.compile(mode="reduce-overhead") on the same protocol, where it compiles here; where
     not, the reason is recorded instead.
+(f) phases: stage 13's kernel built with PS_PHASE_CLOCK, each phase's microseconds between grid
+    barriers (%globaltimer, block 0) over PHASE_STEPS steps on one batch of the protocol, with
+    the forward's split along k (persistent_step.forward_splits) and without it.
 Every launch goes through cuda/launchers.py and every graph through cuda/graphs.py, as the
 framework's own. Meant to take about a minute on an H200 (not yet timed there), most of it the
 epochs, compiling the kernels and torch.compile.
@@ -37,6 +40,7 @@ GRAPH_KERNELS = (1, 6, 19, 25, 41)  # 19: a stage 10/11 step's kernels; 41: stag
 STAGES = (10, 11, 13)
 TIMELINE_STAGES = (11, 13)
 BARRIER_COUNTS = (200, 2200)  # two counts: the difference is barriers alone
+PHASE_STEPS = 200
 
 
 def spread_us(seconds: list[float]) -> dict:
@@ -219,7 +223,29 @@ def steps(data, rounds: int, warmup: int, use_torch: bool, progress) -> dict:
     }
 
 
-def measure(replays: int, rounds: int, warmup: int, barrier_repeats: int, progress) -> dict:
+def phase_times(protocol: train.Protocol, x, y, steps: int, warmup: int = 5) -> dict:
+    """(f) stage 13's phases on the batch (x, y) (tensors of ``protocol.batch_size`` rows or fewer),
+    split and unsplit, each on a fresh model of the protocol: PersistentStep.phase_times after
+    ``warmup`` clocked steps (module load, caches); %globaltimer ticks are coarse on some GPUs, so
+    means are kept beside the medians."""
+    from minitorch_cuda import nn, optim, stages
+    from minitorch_cuda.cuda.persistent_step import PersistentStep
+
+    result = {}
+    for name, split in (("split", True), ("unsplit", False)):
+        with stages.use_stage(13):
+            net = train.make_net(protocol, "cuda")
+            opt = optim.RmsProp(net.parameters(), protocol.lr, protocol.decay)
+            step = PersistentStep(net, nn.CrossEntropyWithSoftmax(), opt, protocol.max_norm, protocol.batch_size,
+                                  split=split)  # fmt: skip
+            step.phase_times(x.data, y.data, warmup)
+            result[name] = step.phase_times(x.data, y.data, steps)
+    return result
+
+
+def measure(
+    replays: int, rounds: int, warmup: int, barrier_repeats: int, progress, phase_steps: int = PHASE_STEPS
+) -> dict:
     from minitorch_cuda import torch_reference
     from minitorch_cuda.cuda.runtime import device_properties, multiprocessors
 
@@ -232,6 +258,9 @@ def measure(replays: int, rounds: int, warmup: int, barrier_repeats: int, progre
     use_torch = torch_reference.available()
     data = train.load_to("cuda")
     result |= steps(data, rounds, warmup, use_torch, progress)
+    protocol = train.Protocol()
+    batch = slice(0, protocol.batch_size)
+    result["phases"] = phase_times(protocol, data.x_train[batch], data.y_train[batch], phase_steps)
     result["torch_missing"] = None if use_torch else "PyTorch with CUDA is not installed here"
     result["protocol"] = vars(train.Protocol()) | {
         "rounds": rounds, "interleaved": bench.ROUNDS_NOTE, "warmup_batches": warmup, "replays": replays,
@@ -247,6 +276,9 @@ def summary(result: dict) -> str:
     lines.append(f"{'one plain launch + read-back':40s} {launch['median_us']:8.1f}")
     for b in result["barrier"]:
         lines.append(f"{'grid barrier, ' + str(b['blocks']) + ' blocks':40s} {b['median_us']:8.2f} per barrier")
+    for name, run in result.get("phases", {}).items():
+        phases = ", ".join(f"{r['phase']} {r['median_us']:.1f}" for r in run["phases"])
+        lines.append(f"{'stage 13 phases, ' + name:40s} {run['total']['median_us']:8.1f} us: {phases}")
     peers = [result[k] for k in ("torch", "torch_graph", "torch_compile") if result.get(k)]
     for row in result["stages"] + peers:
         name = row.get("name") or f"stage {row['stage']}"
@@ -264,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of full epochs (default: 5)")
     parser.add_argument("--warmup", type=int, default=10, help="batches in each run's warm-up (default: 10)")
     parser.add_argument("--barrier-repeats", type=int, default=20, help="samples per barrier grid (default: 20)")
+    parser.add_argument("--phase-steps", type=int, default=PHASE_STEPS,
+                        help=f"clocked steps of stage 13 per variant (default: {PHASE_STEPS})")  # fmt: skip
     args = parser.parse_args(argv)
     refuse_emulated(prog)
     from tqdm.auto import tqdm
@@ -272,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
 
     runs = len(STAGES) + (3 if torch_reference.available() else 0)  # measure() asks the same
     with tqdm(total=args.rounds * runs, desc="epochs", unit="epoch", file=sys.stderr) as progress:
-        result = measure(args.replays, args.rounds, args.warmup, args.barrier_repeats, progress)
+        result = measure(args.replays, args.rounds, args.warmup, args.barrier_repeats, progress, args.phase_steps)
     print(summary(result))
     command = " ".join([prog, *(argv if argv is not None else sys.argv[1:])])
     print(results.save("ch21_floor", result, command))

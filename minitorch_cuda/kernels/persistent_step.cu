@@ -4,8 +4,12 @@
 //                     FeedForward layers (each with a bias, then ReLU, Sigmoid or nothing)
 //                     described by a device-side table; one block per multiprocessor, all
 //                     resident at once, phases separated by grid barriers (grid_barrier.cuh)
-// Phases, for L layers (2L + 1 grid barriers):
+// Phases, for L layers (2L + 1 grid barriers, and one more per split layer):
 //   forward l = 1..L     A_l = act_l(A_{l-1} W_l + b_l), A_0 = x          barrier after each
+//                        split layers (k_splits > 1, a long k over few tiles: the host's rule,
+//                        from the shapes alone): each job (tile, slice of k) writes its partial
+//                        tile to the layer's scratch, barrier, then each element sums its
+//                        k_splits partials in slice order, + b_l, act_l
 //   loss                 a warp per row: softmax, the row's cross-entropy, and
 //                        D_L = (softmax - target) / rows                   barrier
 //   backward l = L..1    gW_l = A_{l-1}^T D_l, gb_l = column sums of D_l, and (l > 1)
@@ -19,6 +23,9 @@
 // of a bias gradient, a row of the loss) handed to blocks grid-stride, and every value is
 // computed by one thread (or warp) in a fixed order: the results are the same, bit for
 // bit, for every grid size. Sums over k run in order, with fmaf, as matmul_regtiled's do.
+// Built with -DPS_PHASE_CLOCK, the kernel takes one more argument, phase_ns, where block 0's
+// thread 0 writes %globaltimer at its start, after every grid barrier and at its end (the
+// phases' times as block 0 sees them: each includes the wait for the slowest block).
 #include "block_reduce.cuh"
 #include "grid_barrier.cuh"
 
@@ -26,9 +33,32 @@
 #define PS_TILE 16    // output tiles of PS_TILE x PS_TILE
 #define PS_TILE_K 64  // the slice of k staged in shared memory at once (a multiple of PS_TILE)
 
+#ifdef PS_PHASE_CLOCK
+#define PS_CLOCK_PARAM , unsigned long long* phase_ns
+__device__ __forceinline__ unsigned long long globaltimer_ns() {
+#ifdef MINITORCH_CUDA_EMULATOR
+    return __emu_globaltimer();  // the host's monotonic clock: the CPU's times, not a GPU's
+#else
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+#endif
+}
+#define PS_STAMPS int stamp = 0
+#define PS_STAMP()                                                                   \
+    do {                                                                             \
+        if (blockIdx.x == 0 && threadIdx.x == 0) phase_ns[stamp] = globaltimer_ns(); \
+        ++stamp;                                                                     \
+    } while (0)
+#else
+#define PS_CLOCK_PARAM
+#define PS_STAMPS
+#define PS_STAMP()
+#endif
+
 enum { ACT_NONE = 0, ACT_RELU = 1, ACT_SIGMOID = 2 };
 
-// One layer as cuda/persistent_step.py packs it (80 bytes, the same field order).
+// One layer as cuda/persistent_step.py packs it (96 bytes, the same field order).
 struct PersistentLayer {
     float* w;       // n_in x n_out
     float* b;       // n_out
@@ -38,9 +68,11 @@ struct PersistentLayer {
     float* vb;
     float* out;     // rows x n_out: act(A W + b), the logits for the last layer
     float* delta;   // rows x n_out: d loss / d (A W + b)
+    float* split;   // k_splits x rows x n_out: the forward's partial tiles (null where k_splits is 1)
     int n_in, n_out;
     int act;        // ACT_*, applied to this layer's output
     int partial0;   // this layer's first slot in partials: its gW tiles, then its gb chunks
+    int k_splits;   // slices of k in the forward (1: one job per tile, no scratch)
 };
 
 __device__ __forceinline__ int cdiv(int n, int d) { return (n + d - 1) / d; }
@@ -59,18 +91,19 @@ __device__ __forceinline__ float activate_backward(int act, float g, float y) {
 }
 
 // Thread t's element (m0 + t / PS_TILE, n0 + t % PS_TILE) of C = op(A) op(B), C M x N with
-// inner size K; op transposes A (stored K x M) where ta, B (stored N x K) where tb. Slices of
+// inner size K, summed over k in [k_begin, k_end) (k_begin a multiple of PS_TILE_K); op
+// transposes A (stored K x M) where ta, B (stored N x K) where tb. Slices of
 // PS_TILE_K along k are staged in shared memory, each thread loading PS_TILE_K / PS_TILE
 // elements of each operand with consecutive threads on consecutive addresses: a few long
 // slices, so that few waits for memory and block barriers lie on the path of a long k (784).
 // Every thread of the block calls it (it synchronizes the block).
 __device__ __forceinline__ float tile_product(const float* a, const float* b, int M, int N, int K, bool ta, bool tb,
-                                              int m0, int n0) {
+                                              int m0, int n0, int k_begin, int k_end) {
     __shared__ float as[PS_TILE][PS_TILE_K + 1];  // as[m][k]; +1: no bank conflicts when written transposed
     __shared__ float bs[PS_TILE_K][PS_TILE + 1];  // bs[k][n]
     const int tx = threadIdx.x % PS_TILE, ty = threadIdx.x / PS_TILE;
     float acc = 0.0f;
-    for (int k0 = 0; k0 < K; k0 += PS_TILE_K) {
+    for (int k0 = k_begin; k0 < k_end; k0 += PS_TILE_K) {
 #pragma unroll
         for (int j = 0; j < PS_TILE_K / PS_TILE; ++j) {
             const int i = threadIdx.x + PS_THREADS * j;  // element i of a slice of PS_TILE x PS_TILE_K
@@ -78,21 +111,21 @@ __device__ __forceinline__ float tile_product(const float* a, const float* b, in
             const int fast = i % PS_TILE, slow = i / PS_TILE;          // m- or n-contiguous storage
             if (!ta) {
                 const int m = m0 + across, k = k0 + along;
-                as[across][along] = m < M && k < K ? a[m * K + k] : 0.0f;
+                as[across][along] = m < M && k < k_end ? a[m * K + k] : 0.0f;
             } else {
                 const int m = m0 + fast, k = k0 + slow;
-                as[fast][slow] = m < M && k < K ? a[k * M + m] : 0.0f;
+                as[fast][slow] = m < M && k < k_end ? a[k * M + m] : 0.0f;
             }
             if (!tb) {
                 const int n = n0 + fast, k = k0 + slow;
-                bs[slow][fast] = k < K && n < N ? b[k * N + n] : 0.0f;
+                bs[slow][fast] = k < k_end && n < N ? b[k * N + n] : 0.0f;
             } else {
                 const int n = n0 + across, k = k0 + along;
-                bs[along][across] = k < K && n < N ? b[n * K + k] : 0.0f;
+                bs[along][across] = k < k_end && n < N ? b[n * K + k] : 0.0f;
             }
         }
         __syncthreads();
-        const int steps = min(PS_TILE_K, K - k0);  // no products of the zero padding
+        const int steps = min(PS_TILE_K, k_end - k0);  // no products of the zero padding
         for (int kk = 0; kk < steps; ++kk) acc = fmaf(as[ty][kk], bs[kk][tx], acc);
         __syncthreads();
     }
@@ -103,9 +136,39 @@ __device__ __forceinline__ void forward_layer(const PersistentLayer& layer, cons
     const int N = layer.n_out, tiles_n = cdiv(N, PS_TILE), tiles = cdiv(rows, PS_TILE) * tiles_n;
     for (int job = blockIdx.x; job < tiles; job += gridDim.x) {
         const int m0 = job / tiles_n * PS_TILE, n0 = job % tiles_n * PS_TILE;
-        const float acc = tile_product(in, layer.w, rows, N, layer.n_in, false, false, m0, n0);
+        const float acc = tile_product(in, layer.w, rows, N, layer.n_in, false, false, m0, n0, 0, layer.n_in);
         const int m = m0 + threadIdx.x / PS_TILE, n = n0 + threadIdx.x % PS_TILE;
         if (m < rows && n < N) layer.out[m * N + n] = activate(layer.act, acc + layer.b[n]);
+    }
+}
+
+// Slice s of k_splits covers the PS_TILE_K chunks [s c / S, (s + 1) c / S) of the c chunks of
+// k: as even as whole chunks allow, and fixed by the shapes (so are the bits).
+__device__ __forceinline__ int slice_begin(int s, int k_splits, int K) {
+    return (int)((long long)s * cdiv(K, PS_TILE_K) / k_splits) * PS_TILE_K;
+}
+
+// A split layer's first half: job (tile, s) writes its tile's sum over slice s of k to split[s].
+__device__ __forceinline__ void forward_slices(const PersistentLayer& layer, const float* in, int rows) {
+    const int N = layer.n_out, K = layer.n_in, S = layer.k_splits;
+    const int tiles_n = cdiv(N, PS_TILE), tiles = cdiv(rows, PS_TILE) * tiles_n;
+    for (int job = blockIdx.x; job < tiles * S; job += gridDim.x) {
+        const int tile = job / S, s = job % S;
+        const int m0 = tile / tiles_n * PS_TILE, n0 = tile % tiles_n * PS_TILE;
+        const int k_end = min(slice_begin(s + 1, S, K), K);
+        const float acc = tile_product(in, layer.w, rows, N, K, false, false, m0, n0, slice_begin(s, S, K), k_end);
+        const int m = m0 + threadIdx.x / PS_TILE, n = n0 + threadIdx.x % PS_TILE;
+        if (m < rows && n < N) layer.split[(s * rows + m) * N + n] = acc;
+    }
+}
+
+// Its second half, after a barrier: each element's partials in slice order, + bias, act.
+__device__ __forceinline__ void forward_sum(const PersistentLayer& layer, int rows) {
+    const int N = layer.n_out, n_out = rows * N;
+    for (int i = blockIdx.x * PS_THREADS + threadIdx.x; i < n_out; i += gridDim.x * PS_THREADS) {
+        float acc = layer.split[i];
+        for (int s = 1; s < layer.k_splits; ++s) acc += layer.split[s * n_out + i];
+        layer.out[i] = activate(layer.act, acc + layer.b[i % N]);
     }
 }
 
@@ -156,7 +219,7 @@ __device__ __forceinline__ void backward_layer(const PersistentLayer& layer, con
     for (int job = blockIdx.x; job < jobs; job += gridDim.x) {
         if (job < gw_tiles) {  // gW = A^T D: n_in x n_out, summed over the rows
             const int m0 = job / tiles_n * PS_TILE, n0 = job % tiles_n * PS_TILE;
-            const float g = tile_product(in, layer.delta, n_in, n_out, rows, true, false, m0, n0);
+            const float g = tile_product(in, layer.delta, n_in, n_out, rows, true, false, m0, n0, 0, rows);
             const int m = m0 + threadIdx.x / PS_TILE, n = n0 + threadIdx.x % PS_TILE;
             const bool inside = m < n_in && n < n_out;
             if (inside) layer.gw[m * n_out + n] = g;
@@ -174,7 +237,7 @@ __device__ __forceinline__ void backward_layer(const PersistentLayer& layer, con
         } else {  // D_prev = (D W^T) * act'(A): rows x n_in
             const int tile = job - gw_tiles - gb_chunks;
             const int m0 = tile / in_tiles_n * PS_TILE, n0 = tile % in_tiles_n * PS_TILE;
-            const float g = tile_product(layer.delta, layer.w, rows, n_in, n_out, false, true, m0, n0);
+            const float g = tile_product(layer.delta, layer.w, rows, n_in, n_out, false, true, m0, n0, 0, n_out);
             const int m = m0 + threadIdx.x / PS_TILE, n = n0 + threadIdx.x % PS_TILE;
             if (m < rows && n < n_in) {
                 const int i = m * n_in + n;
@@ -211,20 +274,34 @@ __device__ __forceinline__ void update(float* p, const float* g, float* v, int n
 
 // Grid: one block per multiprocessor at most (every block must be resident: the grid
 // barriers wait for all of them); block: PS_THREADS. rows <= the rows the out/delta buffers
-// hold; partials: every layer's gW tiles and gb chunks (n_partials slots); row_loss: rows.
+// hold; partials: every layer's gW tiles and gb chunks (n_partials slots); row_loss: rows;
+// phase_ns (PS_PHASE_CLOCK only): 2 + the grid barriers, 2L + 2 + the split layers.
 extern "C" __global__ void __launch_bounds__(PS_THREADS) persistent_step(
     const PersistentLayer* layers, int n_layers, const float* x, const float* target, int rows, float* row_loss,
     float* partials, int n_partials, float* loss, GridBarrier* barrier, int rmsprop, float lr, float decay, float eps,
-    float max_norm) {
+    float max_norm PS_CLOCK_PARAM) {
+    PS_STAMPS;
+    PS_STAMP();
     for (int l = 0; l < n_layers; ++l) {
-        forward_layer(layers[l], l == 0 ? x : layers[l - 1].out, rows);
+        const float* in = l == 0 ? x : layers[l - 1].out;
+        if (layers[l].k_splits > 1) {
+            forward_slices(layers[l], in, rows);
+            grid_barrier(barrier);
+            PS_STAMP();
+            forward_sum(layers[l], rows);
+        } else {
+            forward_layer(layers[l], in, rows);
+        }
         grid_barrier(barrier);
+        PS_STAMP();
     }
     loss_rows(layers[n_layers - 1], target, rows, row_loss);
     grid_barrier(barrier);
+    PS_STAMP();
     for (int l = n_layers - 1; l >= 0; --l) {
         backward_layer(layers[l], l == 0 ? nullptr : &layers[l - 1], l == 0 ? x : layers[l - 1].out, rows, partials);
         grid_barrier(barrier);
+        PS_STAMP();
     }
     const float factor = clip_factor(partials, n_partials, max_norm);
     for (int l = 0; l < n_layers; ++l) {
@@ -237,4 +314,5 @@ extern "C" __global__ void __launch_bounds__(PS_THREADS) persistent_step(
         for (int r = 0; r < rows; ++r) total += row_loss[r];
         loss[0] = (1.0f / rows) * total;  // softmax_xent_fused: scale * sum
     }
+    PS_STAMP();
 }
