@@ -7,9 +7,9 @@
 // Phases, for L layers (2L + 1 grid barriers, and one more per split layer):
 //   forward l = 1..L     A_l = act_l(A_{l-1} W_l + b_l), A_0 = x          barrier after each
 //                        split layers (k_splits > 1, a long k over few tiles: the host's rule,
-//                        from the shapes alone): each job (tile, slice of k) writes its partial
-//                        tile to the layer's scratch, barrier, then each element sums its
-//                        k_splits partials in slice order, + b_l, act_l
+//                        from the shapes alone): each job (tile, slice of k in whole PS_TILE_K
+//                        chunks) writes its partial tile to the layer's scratch, barrier, then
+//                        each element sums its k_splits partials in slice order, + b_l, act_l
 //   loss                 a warp per row: softmax, the row's cross-entropy, and
 //                        D_L = (softmax - target) / rows                   barrier
 //   backward l = L..1    gW_l = A_{l-1}^T D_l, gb_l = column sums of D_l, and (l > 1)
