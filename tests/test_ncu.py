@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -184,7 +185,7 @@ class FakeMachine:
         if workload in self.fail_workloads:
             raise RuntimeError(f"the fake machine refuses {workload}")
         assert "--clock-control" in cmd and cmd[cmd.index("--clock-control") + 1] == "none"
-        assert cmd[cmd.index("--launch-skip") + 1] != "0"
+        assert cmd[cmd.index("--launch-skip") + 1] != "0" or "--profile-from-start" in cmd
         return 0, CH07_CSV, ""
 
 
@@ -234,7 +235,7 @@ def test_every_topic_names_a_workload_or_sass_and_launches_nothing_unskipped() -
         assert topic.runs or topic.sass, name
         for run in topic.runs:
             assert run.workload in ncu.WORKLOADS, (name, run.workload)
-            assert run.skip >= 1 and run.count >= 1
+            assert (run.skip == 0 if run.ranged else run.skip >= 1) and run.count >= 1
             assert run.kernels.startswith("regex:")
 
 
@@ -297,3 +298,160 @@ def test_the_workloads_launch_on_the_emulator() -> None:
     env = {**os.environ, "MINITORCH_CUDA_EMULATE": "1"}
     done = subprocess.run([sys.executable, "-c", WORKLOAD_CHECK], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0 and "workloads ok" in done.stdout, done.stderr[-3000:]
+
+
+NEW_RUNS = [(name, run) for name in ("ch16_pipelined", "ch21") for run in ncu.TOPICS[name].runs]
+
+
+@pytest.mark.parametrize(("topic", "run"), NEW_RUNS, ids=[f"{t}: {r.variant}" for t, r in NEW_RUNS])
+def test_the_new_topics_build_valid_ncu_command_lines(topic, run) -> None:
+    cmd = ncu.ncu_command("ncu", run, ncu.usable(run.metrics, None)[0])
+    child = cmd.index(sys.executable)
+    assert cmd[child:] == [sys.executable, "-m", "minitorch_cuda.experiments.ncu", "--workload", run.workload]
+    assert run.workload in ncu.WORKLOADS
+    assert cmd[1:child].count("--csv") == 1
+    flags = [f for f in cmd[1:child] if f != "--csv"]  # the one option without a value
+    assert len(flags) % 2 == 0 and all(f.startswith("--") for f in flags[::2]), flags
+    opts = dict(zip(flags[::2], flags[1::2]))
+    assert len(opts) == len(flags) // 2, "an option given twice"
+    assert opts["--clock-control"] == "none" and opts["--print-units"] == "base"
+    skip, count = int(opts["--launch-skip"]), int(opts["--launch-count"])
+    if topic == "ch21":  # one step, bracketed by the workload: nothing to skip, at most STEP_LAUNCHES kept
+        assert opts["--profile-from-start"] == "off" and skip == 0 and count == ncu.STEP_LAUNCHES
+    else:  # warm-ups then as many launches again
+        assert "--profile-from-start" not in opts and skip == count >= 2
+    assert opts["--kernel-name"].startswith("regex:")
+    re.compile(opts["--kernel-name"].removeprefix("regex:"))
+    metrics = opts["--metrics"].split(",")
+    assert len(set(metrics)) == len(metrics) and ncu.TIME[0] in metrics
+    assert all(re.fullmatch(r"[a-z0-9_]+__[a-z0-9_]+(\.[a-z0-9_]+)*", m) for m in metrics), metrics
+    if "graphed" in run.variant:
+        assert opts["--graph-profiling"] == "node" and metrics == list(ncu.TIME)
+
+
+def test_the_pipelined_topic_profiles_every_kernel_its_question_names() -> None:
+    from minitorch_cuda.cuda.kernel_table import SPECS
+
+    ours = ncu.TOPICS["ch16_pipelined"].runs[0]
+    pattern = re.compile(ours.kernels.removeprefix("regex:"))
+    wanted = ["matmul_regtiled_128x128x8", "matmul_pipelined_128x128x16s3", "matmul_regtiled_64x64x16",
+              "matmul_pipelined_splitk_128x128x16s3", "matmul_splitk_reduce"]  # fmt: skip
+    assert all(name in SPECS and pattern.search(name) for name in wanted)
+    others = [k for k in SPECS if k.startswith("matmul") and k not in wanted]
+    assert others and not [k for k in others if pattern.search(k)]  # the two-stage pipeline, other tiles
+    assert ncu.TOPICS["ch16_pipelined"].runs[1].name_base == "demangled"
+    assert set(ncu.STALLS + ncu.STALLS_MORE) <= set(ours.metrics) and "launch__registers_per_thread" in ours.metrics
+
+
+def _launch_rows(kernel: str, metrics: dict[str, str], i: int, grid: str) -> list[str]:
+    return [long_row(i, kernel, name, "", value, grid=grid) for name, value in metrics.items()]
+
+
+def test_derived_ratios_of_the_new_topics_from_a_fake_csv() -> None:
+    stall = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio".format
+    gemm = {  # 4096^3 in 4 ms: 2^36 thread FFMAs, 2^31 of them per warp, of 2^32 warp instructions
+        "gpu__time_duration.sum": "4,000,000",
+        ncu.FMA[0]: "68,719,476,736",
+        ncu.FMA[1]: "2,684,354,560",
+        ncu.FMA[2]: "4,294,967,296",
+        ncu.SHARED[0]: "1,073,741,824",
+        "launch__grid_size": "1,024",
+        "device__attribute_multiprocessor_count": "132",
+        stall("long_scoreboard"): "1.5",
+        stall("barrier"): "0.5",
+        stall("mio_throttle"): "2.0",
+        stall("not_selected"): "1.0",
+        stall("wait"): "n/a",
+    }
+    tiny = {
+        "gpu__time_duration.sum": "14,000",
+        "launch__grid_size": "2",
+        "device__attribute_multiprocessor_count": "132",
+        "sm__cycles_active.avg": "3,000",
+        "sm__cycles_elapsed.avg": "12,000",
+        "smsp__warps_launched.sum": "264",
+    }
+    text = "\n".join([HEAD, *_launch_rows("gemm", gemm, 0, "(32, 32, 1)"), *_launch_rows("tiny", tiny, 1, "(2, 1, 1)")])
+    launches = ncu.parse_csv(text)
+    a = ncu.by_kernel(launches, ncu.DERIVED_FOR["ch16_pipelined"])["gemm"]["derived"]
+    assert a["ffma_gflops"] == pytest.approx(34359.738368)  # 2 * 2^36 flops / 4e6 ns
+    assert a["ffma_per_warp_instruction"] == pytest.approx(0.5)
+    assert a["fma_pipe_share"] == pytest.approx(0.625)
+    assert a["shared_wavefronts_per_warp_ffma"] == pytest.approx(0.5)
+    assert a["grid_blocks_per_sm"] == pytest.approx(1024 / 132)
+    assert a["dominant_stall"] == "mio_throttle" and a["dominant_stall_share"] == pytest.approx(2.0 / 5.0)
+    assert "shared_ld_wavefronts_per_warp_ffma" not in a  # its numerator was not reported
+
+    kernels = ncu.by_kernel(launches, ncu.DERIVED_FOR["ch21"], every=True)  # a ranged run: each launch, in order
+    assert list(kernels) == ["01 gemm", "02 tiny"]
+    b = kernels["02 tiny"]["derived"]
+    assert b["sm_active_share"] == pytest.approx(0.25)
+    assert b["warps_per_sm"] == pytest.approx(2.0)
+    assert b["grid_blocks_per_sm"] == pytest.approx(2 / 132)
+    assert "dominant_stall" not in b and "dominant_stall_share" not in b  # no stall reported
+
+
+def test_ranged_runs_keep_every_launch_of_the_step(machine, tmp_path) -> None:
+    ncu.main(["--out", str(tmp_path), "ch21", "ch16_pipelined"], runner=machine)
+    ch21 = json.loads((tmp_path / "ncu_ch21.json").read_text())
+    assert [r["variant"] for r in ch21["runs"]] == [r.variant for r in ncu.TOPICS["ch21"].runs]
+    for run in ch21["runs"]:
+        cmd = run["ncu_command"]
+        assert cmd[cmd.index("--profile-from-start") + 1] == "off" and cmd[cmd.index("--launch-skip") + 1] == "0"
+        assert list(run["kernels"]) == ["01 gather_rows", "02 strided_copy"]  # the fake's two launches, in order
+    ch16 = json.loads((tmp_path / "ncu_ch16_pipelined.json").read_text())
+    assert sorted(ch16["runs"][0]["kernels"]) == ["gather_rows", "strided_copy"]
+    assert "--profile-from-start" not in ch16["runs"][0]["ncu_command"]
+
+
+NEW_WORKLOADS_CHECK = """
+import re
+import sys
+import numpy as np
+from minitorch_cuda.cuda import launchers
+from minitorch_cuda.cuda.driver import drv
+from minitorch_cuda.experiments import ncu
+
+launched, ranges = [], []
+launch = launchers.launch
+def recording(kernel, *args, **kw):
+    launched.append(kernel.name)
+    launch(kernel, *args, **kw)
+launchers.launch = recording
+drv.start_profiler = lambda: ranges.append(len(launched))  # the emulator has no profiler to start
+drv.stop_profiler = lambda: ranges.append(len(launched))
+
+ncu.SIZES.update(pipelined=256, splitk=256, protocol={"hidden": (37, 19), "batch_size": 21})
+ncu.WORKLOADS["ch16_ours"]()
+run = ncu.TOPICS["ch16_pipelined"].runs[0]
+kept = [k for k in launched if re.search(run.kernels.removeprefix("regex:"), k)]
+assert len(kept) == run.skip + run.count and kept[: run.skip] == kept[run.skip :], kept
+assert "matmul_splitk_reduce" in kept and "matmul_pipelined_splitk_128x128x16s3" in kept, kept
+
+lean = re.compile(r"^(matmul_grad_|matmul_bias_act_|matmul_pipelined_splitk_bias_act_|softmax_xent_grad$"
+                  r"|multi_clip_rmsprop_grid$)")
+for workload, expect in (("ch21_stage11", "lean"), ("ch21_stage11_graphed", "replay"), ("ch21_stage13", "one")):
+    launched.clear(), ranges.clear()
+    ncu.WORKLOADS[workload]()
+    assert len(ranges) == 2 and ranges[0] > 0, (workload, ranges)  # one range, after warm-up launches
+    step = launched[ranges[0] : ranges[1]]
+    if expect == "lean":
+        assert len(step) == 10 and all(lean.match(k) for k in step), step
+    elif expect == "replay":
+        assert step == [], step  # the graph's launches do not pass through launchers.launch
+    else:
+        assert step == ["persistent_step"], step
+    assert len(step) <= ncu.STEP_LAUNCHES
+print("new workloads ok")
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator builds kernels with g++")
+def test_the_new_workloads_launch_what_their_runs_profile_on_the_emulator() -> None:
+    """ch16_ours at 256^3: warm-ups and kept launches alike, split-K's reduce among them; chapter 21's
+    workloads on a narrow model: one step in the profiler range, after the warm-up's launches, of
+    stage 11's ten lean kernels, of a graph replay, of persistent_step alone."""
+    env = {**os.environ, "MINITORCH_CUDA_EMULATE": "1"}
+    done = subprocess.run([sys.executable, "-c", NEW_WORKLOADS_CHECK], capture_output=True, text=True, env=env,
+                          timeout=900)  # fmt: skip
+    assert done.returncode == 0 and "new workloads ok" in done.stdout, done.stderr[-3000:]

@@ -11,7 +11,11 @@ per kernel its metrics in base units). Chapter 10's topic reads no counters: it 
 matmul.cu's cubin (``cuobjdump -sass``) and compares the two kernels' inner loops. Metric names
 are checked against ``ncu --query-metrics`` first; a name this ncu does not offer is dropped and
 listed, so one unknown name never costs a topic. A topic that fails records its error, and the
-others still run. The workloads run in about a second each; the whole run took 53 s on the H200.
+others still run. The workloads run in about a second each; the whole run took 53 s on the H200
+before ch16_pipelined and ch21 joined (those two not yet timed there). Chapter 21's workloads
+train a few steps first (compiling, autotuning, capturing), whose launches vary in number: they
+bracket the one profiled step with cuProfilerStart/Stop, and ncu keeps only that range
+(``--profile-from-start off``) instead of counting launches to skip.
 """
 
 from __future__ import annotations
@@ -79,6 +83,20 @@ STALLS = tuple(
         "wait",
     )
 )
+STALLS_MORE = tuple(  # the other reasons, so that the dominant one is found among them all
+    f"smsp__average_warps_issue_stalled_{why}_per_issue_active.ratio"
+    for why in ("not_selected", "dispatch_stall", "lg_throttle", "no_instruction", "imc_miss", "branch_resolving",
+                "drain", "sleeping", "misc")
+)  # fmt: skip
+ISSUE = ("smsp__issue_active.avg.pct_of_peak_sustained_active", "smsp__warps_eligible.avg.per_cycle_active")
+BUSY = (  # how much of a tiny kernel's time the SMs had work
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm__cycles_active.avg",
+    "sm__cycles_elapsed.avg",
+    "smsp__warps_launched.sum",
+    "smsp__inst_executed.sum",
+)
 WAVES = (
     "launch__waves_per_multiprocessor",
     "launch__occupancy_limit_registers",
@@ -97,6 +115,9 @@ TENSOR = (  # candidates: mma.sync/WMMA run on the HMMA pipe, wgmma on Hopper's 
     "sm__inst_executed_pipe_tensor_op_gmma.sum",
 )
 CUBLAS = r"gemm|nvjet|xmma|cutlass|sgemm"  # cuBLAS's kernel names on recent GPUs, demangled
+RANGED = ("--profile-from-start", "off")  # only what the workload brackets with cuProfilerStart/Stop
+STEP_LAUNCHES = 16  # a ranged run's cap: stage 11's step is 10 launches (profiles_beyond.json), stage 13's 1
+STEP_WARMUP = 3  # steps before the profiled one: the first compiles, autotunes and captures; then replays
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +131,11 @@ class Run:
     count: int
     metrics: tuple[str, ...]
     name_base: str = "function"  # --kernel-name-base; "demangled" for cuBLAS's templated names
+    options: tuple[str, ...] = ()  # more ncu options: RANGED (then skip is 0), --graph-profiling
+
+    @property
+    def ranged(self) -> bool:
+        return self.options[: len(RANGED)] == RANGED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,7 +240,7 @@ TOPICS: dict[str, Topic] = {
         ),
         notes=("wgmma is issued to the GMMA pipe on Hopper and mma.sync to the HMMA pipe: both candidates are kept.",),
     ),
-    "ch14_small": Topic(  # last: the first to be skipped should the budget run out
+    "ch14_small": Topic(  # after the chapters' older topics: skipped before them should the budget run out
         "The GPU's own time for the smallest products (transposed, batched and tiled, and cuBLAS): 64^3 and the MNIST "
         "first layer's 64 x 256 x 784, where matmul.json's event timing may include host gaps",
         (
@@ -222,6 +248,93 @@ TOPICS: dict[str, Topic] = {
             Run("cuBLAS FP32, small", "cublas_small", f"regex:{CUBLAS}", 4, 4, TIME, "demangled"),
         ),
         notes=("A kernel profiled at two shapes appears once per grid ('name @ grid').",),
+    ),
+    "ch16_pipelined": Topic(
+        "Why stage 9's product reaches only 0.76 (4096^3) and 0.78 (1024^3) of cuBLAS FP32 (matmul.json): "
+        "the register-tiled kernel the autotuner keeps at 4096^3 (128x128x8), the three-stage cp.async "
+        "pipeline (128x128x16s3) and cuBLAS at 4096^3; at 1024^3 the split-K product the autotuner keeps "
+        "(128x128x16s3, 4 slices, and matmul_splitk_reduce), the register-tiled runner-up (64x64x16) and cuBLAS",
+        (
+            Run(
+                "ours 4096^3 and 1024^3",
+                "ch16_ours",
+                "regex:^matmul_(regtiled_(128x128x8|64x64x16)|pipelined_128x128x16s3|pipelined_splitk_128x128x16s3"
+                "|splitk_reduce)$",
+                5,
+                5,
+                TIME + FMA + ISSUE + STALLS + STALLS_MORE + WAVES + SHARED,
+            ),
+            Run(
+                "cuBLAS FP32 4096^3 and 1024^3",
+                "cublas_fp32_4096_1024",
+                f"regex:{CUBLAS}",
+                2,
+                2,
+                TIME + FMA + ISSUE + STALLS + STALLS_MORE + WAVES + SHARED,
+                "demangled",
+            ),
+        ),
+        notes=(
+            "ffma_gflops = 2 x thread FFMAs / gpu__time_duration: GFLOP/s under ncu (clocks not locked), to set "
+            "beside matmul.json's event-timed ratios; the split-K product's time is its two kernels' together.",
+            "ffma_per_warp_instruction = warp FFMAs / warp instructions issued and fma_pipe_share = FMA-pipe "
+            "instructions / instructions issued: what is not an FFMA is the loads, address arithmetic and "
+            "branches that feed them.",
+            "dominant_stall: the reason with the most warps stalled per issue cycle; dominant_stall_share: its "
+            "share of all the reasons listed (STALLS and STALLS_MORE).",
+            "The tiles are matmul.json's autotuner choices (matmul_regtiled at 4096^3: 128x128x8; matmul_sgemm "
+            "at 1024^3: pipelined_128x128x16s3_splitk4), fixed here so that no timing runs under ncu.",
+        ),
+    ),
+    "ch21": Topic(
+        "Why stage 11's lean kernels and stage 13's persistent kernel take 14-31 us each for tiny work "
+        "(profiles_beyond.json, ch21_floor.json): every kernel of one training step of the protocol's model "
+        "(batch 64 of random MNIST-shaped data) at stage 11, and stage 13's persistent_step: grids, waves, "
+        "SM activity and stalls",
+        (
+            Run(
+                "stage 11 step, graph off",
+                "ch21_stage11",
+                "regex:.",
+                0,
+                STEP_LAUNCHES,
+                TIME + WAVES + STALLS + STALLS_MORE + BUSY,
+                options=RANGED,
+            ),
+            Run(
+                "stage 11 step, graphed (time only)",
+                "ch21_stage11_graphed",
+                "regex:.",
+                0,
+                STEP_LAUNCHES,
+                TIME,
+                options=RANGED + ("--graph-profiling", "node"),
+            ),
+            Run(
+                "stage 13 step, graph off",
+                "ch21_stage13",
+                "regex:.",
+                0,
+                STEP_LAUNCHES,
+                TIME + WAVES + STALLS + STALLS_MORE + BUSY,
+                options=RANGED,
+            ),
+        ),
+        notes=(
+            f"Each workload trains {STEP_WARMUP} steps (compiling, autotuning, capturing the graph), then brackets "
+            "one step with cuProfilerStart/Stop; ncu profiles that range only (--profile-from-start off), every "
+            "kernel in it, each launch listed in step order ('01 name').",
+            "The measured steps run with cuda_graphs off (stages.use_stage(s, without={'cuda_graphs'})): the same "
+            "kernels launched one by one. ncu serializes and replays each kernel alone, so a graph changes none of "
+            "their counters, only the launch overhead and the gaps between kernels, which ncu does not measure. "
+            "The graphed run profiles the replayed graph's kernel nodes (--graph-profiling node) for their time "
+            "only: its kernels, the same as the first run's, show whether this ncu sees graph-launched kernels.",
+            "sm_active_share = sm__cycles_active.avg / sm__cycles_elapsed.avg: the share of the kernel's cycles "
+            "an average SM had a block; warps_per_sm = warps launched / SMs; gpu__time_duration is one kernel "
+            "alone on an idle GPU, its caches flushed between ncu's passes (ncu's default --cache-control all).",
+            "dominant_stall: the reason with the most warps stalled per issue cycle; dominant_stall_share: its "
+            "share of all the reasons listed.",
+        ),
     ),
 }
 
@@ -232,13 +345,22 @@ DERIVED = {  # name: (numerator, denominator metric or constant, scale)
     "shared_wavefronts_per_warp_ffma": (SHARED[0], FMA[0], 32.0),
     "dram_reads_of_matrix": ("dram__bytes_read.sum", 8192 * 8192 * 4, 1.0),
     "grid_blocks_per_sm": ("launch__grid_size", "device__attribute_multiprocessor_count", 1.0),
+    "warps_per_sm": ("smsp__warps_launched.sum", "device__attribute_multiprocessor_count", 1.0),
+    "ffma_gflops": (FMA[0], TIME[0], 2.0),  # 2 flops per thread FFMA, per ns: GFLOP/s
+    "ffma_per_warp_instruction": (FMA[0], FMA[2], 1 / 32),
+    "fma_pipe_share": (FMA[1], FMA[2], 1.0),
+    "sm_active_share": ("sm__cycles_active.avg", "sm__cycles_elapsed.avg", 1.0),
 }
+DOMINANT_STALL = ("dominant_stall", "dominant_stall_share")  # derived from STALLS + STALLS_MORE, not a ratio
 DERIVED_FOR = {  # the derived ratios each topic's kernels get
     "ch07": ("sectors_per_request_ld", "sectors_per_request_st"),
     "ch14_16": ("shared_ld_wavefronts_per_warp_ffma", "shared_wavefronts_per_warp_ffma", "grid_blocks_per_sm"),
     "ch15": ("dram_reads_of_matrix",),
     "ch19": ("grid_blocks_per_sm",),
-}
+    "ch16_pipelined": ("ffma_gflops", "ffma_per_warp_instruction", "fma_pipe_share", "shared_wavefronts_per_warp_ffma",
+                       "shared_ld_wavefronts_per_warp_ffma", "grid_blocks_per_sm", *DOMINANT_STALL),
+    "ch21": ("grid_blocks_per_sm", "warps_per_sm", "sm_active_share", *DOMINANT_STALL),
+}  # fmt: skip
 
 # --- parsing ncu's CSV -------------------------------------------------------------------------
 
@@ -318,9 +440,25 @@ def parse_csv(text: str) -> list[dict]:
     return [launches[k] for k in sorted(launches)]
 
 
+def dominant_stall(metrics: dict) -> tuple[str, float] | None:
+    """The stall reason with the most warps per issue cycle, and its share of all those reported."""
+    stalls = {m: metrics.get(m) for m in STALLS + STALLS_MORE}
+    stalls = {m: v for m, v in stalls.items() if isinstance(v, (int, float))}
+    total = sum(stalls.values())
+    if not total:
+        return None
+    top = max(stalls, key=stalls.get)
+    return re.search(r"stalled_(\w+?)_per_issue", top).group(1), stalls[top] / total
+
+
 def derive(metrics: dict, names: tuple[str, ...]) -> dict:
     out = {}
     for name in names:
+        if name in DOMINANT_STALL:
+            found = dominant_stall(metrics)
+            if found:
+                out[name] = found[DOMINANT_STALL.index(name)]
+            continue
         top, bottom, scale = DERIVED[name]
         a = metrics.get(top)
         b = bottom if isinstance(bottom, (int, float)) else metrics.get(bottom)
@@ -329,13 +467,14 @@ def derive(metrics: dict, names: tuple[str, ...]) -> dict:
     return out
 
 
-def by_kernel(launches: list[dict], derived: tuple[str, ...] = ()) -> dict:
-    """The last profiled launch of each kernel (the warm-ups were skipped), with derived ratios."""
+def by_kernel(launches: list[dict], derived: tuple[str, ...] = (), every: bool = False) -> dict:
+    """The last profiled launch of each kernel (the warm-ups were skipped), with derived ratios;
+    ``every``: each launch, named in launch order ('01 name'), as a ranged run's step is."""
     out: dict[str, dict] = {}
-    for entry in launches:
+    for i, entry in enumerate(launches):
         kept = {k: entry[k] for k in ("id", "block", "grid", "metrics", "units")}
         kept["derived"] = derive(entry["metrics"], derived)
-        name = entry["kernel"]
+        name = f"{i + 1:02d} {entry['kernel']}" if every else entry["kernel"]
         if name in out and out[name]["grid"] != entry["grid"]:  # the same kernel at another shape
             name = f"{name} @ {entry['grid']}"
         kept["launches_profiled"] = out.get(name, {}).get("launches_profiled", 0) + 1
@@ -564,7 +703,7 @@ def ncu_command(ncu: str, run: Run, metrics: list[str]) -> list[str]:
     return [
         ncu, "--clock-control", "none", "--target-processes", "all", "--csv", "--print-units", "base",
         "--kernel-name-base", run.name_base, "--kernel-name", run.kernels,
-        "--launch-skip", str(run.skip), "--launch-count", str(run.count),
+        "--launch-skip", str(run.skip), "--launch-count", str(run.count), *run.options,
         "--metrics", ",".join(metrics),
         sys.executable, "-m", "minitorch_cuda.experiments.ncu", "--workload", run.workload,
     ]  # fmt: skip
@@ -582,7 +721,7 @@ def profile(run: Run, topic: str, ncu: str, offered: set[str] | None, runner, de
         code, stdout, stderr = runner(cmd, max(5.0, min(120.0, deadline - time.monotonic())))
         launches = parse_csv(stdout)
         out.update(ncu_command=cmd, returncode=code, seconds=round(time.monotonic() - start, 2))
-        out["kernels"] = by_kernel(launches, DERIVED_FOR.get(topic, ()))
+        out["kernels"] = by_kernel(launches, DERIVED_FOR.get(topic, ()), every=run.ranged)
         out["attempts"].append({"returncode": code, "launches": len(launches), "stderr_tail": stderr[-1500:]})
         if launches:
             if code != 0:
@@ -666,7 +805,7 @@ def main(argv: list[str] | None = None, runner=run_command) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("topics", nargs="*", help=f"default: all of {', '.join(TOPICS)}")
     parser.add_argument("--out", help="directory for ncu_<topic>.json (default: $MINITORCH_CUDA_RESULTS_DIR)")
-    parser.add_argument("--budget", type=float, default=220.0, help="seconds for the whole run (default 220)")
+    parser.add_argument("--budget", type=float, default=300.0, help="seconds for the whole run (default 300)")
     parser.add_argument("--workload", help=argparse.SUPPRESS)  # the child that ncu profiles
     args = parser.parse_args(argv)
     refuse_emulated("python -m minitorch_cuda.experiments.ncu", "Nsight Compute would find no GPU kernels to profile")
@@ -726,6 +865,9 @@ SIZES = {
     "matmul": 1024,
     "softmax": 8192,
     "tf32": 4096,
+    "pipelined": 4096,
+    "splitk": 1024,
+    "protocol": {},  # train.Protocol's fields that differ from the protocol's (none: its 784-256-128-10 model)
 }
 
 
@@ -808,6 +950,49 @@ def workload_ch19_ours() -> None:
     runtime.synchronize()
 
 
+# matmul.json's autotuner choices, fixed so that nothing is timed under ncu: matmul_regtiled at 4096^3,
+# and matmul_sgemm at 1024^3 (pipelined_128x128x16s3_splitk4), whose register-tiled runner-up is 64x64x16
+REGTILED_AT_4096, PIPELINED_AT_4096, SPLITK_AT_1024 = "128x128x8", "128x128x16s3", ("128x128x16s3", 4)
+
+
+def workload_ch16_ours() -> None:
+    launchers, ops, runtime, DeviceArray = _device()
+    big, small = SIZES["pipelined"], SIZES["splitk"]
+    (c, a, b), g = _gemm_operands(ops, DeviceArray, big), launchers.Gemm(big, big, big)
+    (c1, a1, b1), g1 = _gemm_operands(ops, DeviceArray, small), launchers.Gemm(small, small, small)
+    tile, splits = SPLITK_AT_1024
+    _twice([
+        lambda: launchers.matmul_regtiled(c, a, b, g, tile=REGTILED_AT_4096),
+        lambda: launchers.matmul_pipelined(c, a, b, g, tile=PIPELINED_AT_4096),
+        lambda: launchers.matmul_regtiled(c1, a1, b1, g1, tile=REGTILED_AT_1024[1]),
+        lambda: launchers.matmul_pipelined(c1, a1, b1, g1, tile=tile, splits=splits),  # and matmul_splitk_reduce
+    ])  # fmt: skip
+    runtime.synchronize()
+
+
+def profiled_step(stage: int, without: tuple[str, ...] = ()) -> None:
+    """A train.Trainer on the protocol's model at ``stage`` (minus ``without``): STEP_WARMUP steps on a
+    random MNIST-shaped batch, then one more between cuProfilerStart and cuProfilerStop, the range a
+    ranged run profiles. The step reads its loss back, so its kernels are done when the range closes."""
+    _device()
+    from minitorch_cuda import stages, train
+    from minitorch_cuda.cuda.driver import drv
+    from minitorch_cuda.data import one_hot
+    from minitorch_cuda.tensor import tensor
+
+    protocol = train.Protocol(**SIZES["protocol"])
+    rng = np.random.default_rng(0)
+    x = tensor(rng.random((protocol.batch_size, 784), dtype=np.float32), "cuda")
+    y = tensor(one_hot(rng.integers(0, 10, protocol.batch_size)), "cuda")
+    with stages.use_stage(stage, without=without):
+        trainer = train.Trainer(protocol, "cuda")
+        for _ in range(STEP_WARMUP):
+            trainer.step(x, y)
+        drv.start_profiler()
+        trainer.step(x, y)
+        drv.stop_profiler()
+
+
 SMALL = ((64, 64, 64), (64, 256, 784))  # M, N, K: the smallest cube and the MNIST first layer
 
 
@@ -849,6 +1034,11 @@ WORKLOADS = {
     "cublas_tf32_4096": lambda: cublas(4096, True, 2),
     "ch14_small_ours": workload_ch14_small_ours,
     "cublas_small": lambda: cublas(0, False, 3, SMALL),  # two warm-ups per shape, then one each
+    "ch16_ours": workload_ch16_ours,
+    "cublas_fp32_4096_1024": lambda: cublas(0, False, 2, ((4096, 4096, 4096), (1024, 1024, 1024))),
+    "ch21_stage11": lambda: profiled_step(11, without=("cuda_graphs",)),
+    "ch21_stage11_graphed": lambda: profiled_step(11),
+    "ch21_stage13": lambda: profiled_step(13, without=("cuda_graphs",)),
 }
 
 
