@@ -14,8 +14,10 @@ optimizer's ``lr``, ``decay`` and ``eps`` are read at each launch (a captured gr
 those of its capture, as stage 11's does). Gradients never reach ``p.grad``: after a step
 they are gone, as after stage 11's ``zero_grad``.
 
-A layer whose forward has a long k over few tiles is split along k (``forward_splits``: from
-the shapes alone, so every grid computes the same bits), at the cost of one grid barrier more.
+With ``split=True`` a layer whose forward has a long k over few tiles is split along k
+(``forward_splits``: from the shapes alone, so every grid computes the same bits), at the cost of
+one grid barrier more. It is off by default until the H200 says it pays: experiments.latency_floor
+times both (the phases of ch21_floor.json); the trainer's stage 13 runs the unsplit kernel.
 ``phase_times`` runs steps of the kernel built with PS_PHASE_CLOCK and returns each phase's
 microseconds from the GPU's %globaltimer.
 """
@@ -119,9 +121,9 @@ class PersistentStep:
     """One model's step as one kernel: ``step(x, y) -> loss`` on device arrays."""
 
     def __init__(
-        self, net: nn.Module, loss_fn, optimizer, max_norm: float, max_rows: int, blocks: int = 0, split: bool = True
+        self, net: nn.Module, loss_fn, optimizer, max_norm: float, max_rows: int, blocks: int = 0, split: bool = False
     ):
-        """``split=False`` keeps every forward unsplit (forward_splits' rule off): for comparisons."""
+        """``split=True`` splits the long-k forwards by forward_splits' rule (not yet measured to pay)."""
         chain = layer_chain(net)
         _check_loss_and_optimizer(net, loss_fn, optimizer)
         if not max_norm > 0 or max_rows < 1:
