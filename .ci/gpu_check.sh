@@ -3,7 +3,7 @@
 #   bash .ci/gpu_run.sh bash .ci/gpu_check.sh [PART ...]   (carry .gpu and .gpu_extra; see .ci/stage_gpu_extra.sh)
 #   bash .ci/gpu_run.sh bash .ci/gpu_check.sh --parallel tests grader sanitize
 #   bash .ci/gpu_run.sh bash .ci/gpu_check.sh --parallel chapters+grader tile   (a+b: one after the other)
-# PARTs: tests grader grade1 sanitize notebooks results chapters tile tf32 steps floor ncu (default: tests grader
+# PARTs: tests grader grade1 sanitize notebooks results chapters tile tf32 steps torch floor ncu (default: tests grader
 # sanitize notebooks results; together they need more than one 10-minute call, so pick parts
 # per call). tests runs only the paths in $TESTS where set. grade1 times the grading of one
 # full submission, cold and warm, for each --jobs value in $GRADE_JOBS (default: none given).
@@ -11,11 +11,12 @@
 # tests wgmma.cu and wgmma_tma.cu (tests/test_wgmma*.py, kept out of `tests`), then times them beside stage 12's
 # kernel and cuBLAS (tf32_wgmma.json). steps splits chapter 16's MNIST steps (step_split.json).
 # floor measures chapter 21's latency floor beside stages 10, 11 and 13 (ch21_floor.json).
+# torch records PyTorch's own profile of the step, eager and graphed (torch_profile.json).
 # ncu records Nsight Compute counters and matmul.cu's SASS behind the chapters' causes (ncu_*.json).
 # Each part has its own time limit so one slow part cannot starve the others; SIGINT lets
 # pytest print its summary when a limit is hit.
 # --parallel runs the parts side by side, spread round-robin over the visible GPUs (the
-# timing parts, `results`, `chapters`, `tile`, `tf32`, `grade1`, `steps`, `floor` and `ncu`, only where each
+# timing parts, `results`, `chapters`, `tile`, `tf32`, `grade1`, `steps`, `torch`, `floor` and `ncu`, only where each
 # gets a GPU of its own); without it, each part's pytest workers spread over all the GPUs;
 # pytest spreads over $WORKERS processes. A test that runs past 400 s fails with its
 # stack (pytest-timeout) instead of holding the part until its limit.
@@ -69,6 +70,8 @@ run_part() {
     # the wgmma kernels' tests first, each in a process that a hang cannot outlive (thread timeout)
     tf32) part tf32 400 bash -c "python3 -m pytest -m gpu -q -p no:cacheprovider -rf --timeout=120 \
                --timeout-method=thread tests/test_wgmma.py tests/test_wgmma_tma.py && python3 -m minitorch_cuda.experiments.tf32_wgmma --json $out/results/tf32_wgmma.json" ;;
+    # chapter 5: PyTorch's own profile of the protocol step, eager and graphed (torch_profile.json)
+    torch) MINITORCH_CUDA_RESULTS_DIR="$out/results" part torch 200 python3 -m minitorch_cuda.experiments.torch_profile ;;
     # chapter 16: each MNIST step of stages 8 and 9 split into host and GPU time (step_split.json)
     steps) MINITORCH_CUDA_RESULTS_DIR="$out/results" part steps 300 python3 -m minitorch_cuda.experiments.step_split ;;
     # chapter 21: the latency floor (graphs of empty kernels, a launch, a grid barrier) and the steps of

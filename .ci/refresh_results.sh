@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 python3 -m minitorch_cuda.bench --record                # the blog's ladder, stages 0-8
 python3 -m minitorch_cuda.bench --record --stages 0-13   # the whole ladder (bench_beyond.json)
 python3 -m minitorch_cuda.experiments.step_split                               # chapter 16: MNIST steps split into host and GPU time
+python3 -m minitorch_cuda.experiments.torch_profile                             # chapter 5: PyTorch's own profile of the step
 python3 .ci/execute_chapters.py
 status=$?
 if [ -n "${OUT:-}" ]; then

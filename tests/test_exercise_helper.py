@@ -166,6 +166,7 @@ REFUSED = {
     "minitorch_cuda.sanitize": "compute-sanitizer would find no GPU work to check",
     "minitorch_cuda.experiments.ncu": "Nsight Compute would find no GPU kernels to profile",
     "minitorch_cuda.experiments.step_split": GPU_TIMINGS,
+    "minitorch_cuda.experiments.torch_profile": "PyTorch's CUDA profile would come from no GPU",
     "minitorch_cuda.experiments.tf32_wgmma --json out.json": GPU_TIMINGS,
     "minitorch_cuda.experiments.tf32_variants --json out.json": GPU_TIMINGS,
     "minitorch_cuda.tile_eval --record --json out.json": GPU_TIMINGS,
