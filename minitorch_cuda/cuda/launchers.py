@@ -359,12 +359,18 @@ def matmul_tiled(c, a, b, g: Gemm, *, timed: int = 0):
     return _go("matmul_tiled", g.grid(32, 32), (32, 32, 1), (c, a, b, *g.args), timed, (g,))
 
 
+def tuning_key(a, b, g: Gemm) -> tuple:
+    """What makes two problems the same for the autotuner: the shape, the layout, the batch and
+    whether each operand starts a 16-byte vector (the vectorized loads' condition)."""
+    return (g.M, g.N, g.K, int(g.ta), int(g.tb), g.batch, aligned16(a), aligned16(b))
+
+
 def regtiled_tile(c, a, b, g: Gemm) -> str:
     """The register-tiled variant for this problem: the tiles that fit are timed on first use
     (autotune.tuner) and the fastest is kept for the shape."""
     from .autotune import fits, tuner
 
-    key = (g.M, g.N, g.K, int(g.ta), int(g.tb), g.batch, aligned16(a), aligned16(b))
+    key = tuning_key(a, b, g)
     choice = tuner.cached("matmul_regtiled", key)
     if choice is not None:
         return choice
@@ -455,7 +461,7 @@ def sgemm_variant(c, a, b, g: Gemm) -> str:
     from .autotune import tuner
     from .driver import EMULATED
 
-    key = (g.M, g.N, g.K, int(g.ta), int(g.tb), g.batch, aligned16(a), aligned16(b))
+    key = tuning_key(a, b, g)
     choice = tuner.cached("matmul_sgemm", key)
     if choice is not None:
         return choice
@@ -526,7 +532,7 @@ def linear_variant(c, a, b, bias, counters, g: Gemm, relu: bool) -> str:
     from .autotune import fits, tuner
     from .driver import EMULATED
 
-    key = (g.M, g.N, g.K, int(g.ta), int(g.tb), g.batch, aligned16(a), aligned16(b))
+    key = tuning_key(a, b, g)
     choice = tuner.cached("matmul_linear", key)
     if choice is not None:
         return choice
