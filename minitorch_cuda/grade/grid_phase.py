@@ -21,9 +21,8 @@ import re
 import numpy as np
 
 from .. import emulator
-from ..cuda.kernel_table import prepare_signature
 from .exercises import Exercise
-from .harness import POISON, Buffer, CountingFunction
+from .harness import POISON, Buffer, CountingFunction, student_kernel
 from .verdict import BOUNDARY, FORBIDDEN, NO_WRITES, NOT_LAUNCHED, RACE, WRONG_RESULT, compare, fail, forbid
 
 CHUNK = 256  # elements per slot of partials: one per thread of a block
@@ -68,13 +67,6 @@ def _chunk_sums(grads: list[np.ndarray]) -> np.ndarray:
 def grid_sizes(most: int) -> list[int]:
     """The grids the checks launch: 1, 2, 3, 7 and every multiprocessor's block, as far as they fit."""
     return sorted({b for b in (1, 2, 3, 7) if b <= most} | {most})
-
-
-def kernel(ex: Exercise, source: str):
-    from ..cuda.runtime import Kernel, compile_module
-
-    module = compile_module(source, f"your kernel {ex.kernel!r}")
-    return Kernel(ex.kernel, module, ex.kernel, prepare_signature(ex.params))
 
 
 def launch(k, grads: list[np.ndarray], max_norm: float, blocks: int):
@@ -234,7 +226,7 @@ def check(ex: Exercise, source: str) -> list[str]:
             "without it a block sums slots that other blocks have not written yet",
         )
     forbid(code, _RULES)
-    k = kernel(ex, source)
+    k = student_kernel(ex, source)
     counter = CountingFunction(k.function)
     k.function = counter
     rng = np.random.default_rng()
@@ -279,7 +271,7 @@ def small_launch(ex: Exercise, source: str) -> None:
     barrier would wait forever for a block held back), on the emulator one and two."""
     import minitorch_cuda as mt
 
-    k, rng = kernel(ex, source), np.random.default_rng()
+    k, rng = student_kernel(ex, source), np.random.default_rng()
     grads = [rng.standard_normal(n).astype(np.float32) for n in (300, 7)]
     for blocks in (1, 2) if emulator.selected() else (1,):
         launch(k, grads, 0.5, blocks)
@@ -306,7 +298,7 @@ def speed_problem(ex: Exercise, source: str, rng, largest: int):
         second = launchers.multi_clip_scale(partials, chunks * len(sizes), max_norm, grads, sizes, chunks, timed=timed)
         return first + second if timed else None
 
-    k = kernel(ex, source)
+    k = student_kernel(ex, source)
     table = Buffer(len(sizes), np.array([g.ptr for g in grads], np.uint64), np.uint64)
     d_sizes = Buffer(len(sizes), np.array(sizes, np.int32), np.int32)
     slots, norm, barrier = Buffer(len(_slots(sizes))), Buffer(1), Buffer(2, None, np.uint32)

@@ -22,10 +22,9 @@ import math
 import numpy as np
 
 from .. import emulator
-from ..cuda.kernel_table import prepare_signature
 from . import grid_phase
 from .exercises import Exercise, check_entry
-from .harness import GUARD, POISON, Buffer, CountingFunction, Override  # noqa: F401
+from .harness import GUARD, POISON, Buffer, CountingFunction, Override, student_kernel  # noqa: F401
 from .verdict import (
     BOUNDARY,
     FORBIDDEN,
@@ -71,9 +70,8 @@ def _tail(n: int, block: int) -> int:
 
 def check_scale(ex: Exercise, source: str) -> list[str]:
     from ..cuda import launchers
-    from ..cuda.runtime import Kernel, compile_module
 
-    kernel = Kernel("scale", compile_module(source, "your kernel 'scale'"), "scale", prepare_signature(ex.params))
+    kernel = student_kernel(ex, source)
     counter = CountingFunction(kernel.function)
     kernel.function = counter
     rng = _rng()
@@ -94,19 +92,12 @@ def check_scale(ex: Exercise, source: str) -> list[str]:
 # --- 14.2 bias and ReLU after a library GEMM (standalone, one launch) ------------------------
 
 
-def _bias_relu_kernel(ex: Exercise, source: str):
-    from ..cuda.runtime import Kernel, compile_module
-
-    module = compile_module(source, "your kernel 'bias_relu'")
-    return Kernel("bias_relu", module, "bias_relu", prepare_signature(ex.params))
-
-
 def check_bias_relu(ex: Exercise, source: str) -> list[str]:
     """out = max(c + bias[col], 0) over a row-major M x N matrix, out-of-place and in place (out == c),
     launched as the backend launches its elementwise kernels: one thread per element, 256 per block."""
     from ..cuda import launchers
 
-    kernel = _bias_relu_kernel(ex, source)
+    kernel = student_kernel(ex, source)
     counter = CountingFunction(kernel.function)
     kernel.function = counter
     rng = _rng()
@@ -740,7 +731,6 @@ def small_launch(ex: Exercise, source: str) -> None:
     import minitorch_cuda as mt
 
     from ..cuda import launchers
-    from ..cuda.runtime import Kernel, compile_module
 
     rng = _rng()
 
@@ -749,12 +739,12 @@ def small_launch(ex: Exercise, source: str) -> None:
 
     name = ex.kernel
     if name == "scale":
-        kernel = Kernel("scale", compile_module(source, "your kernel 'scale'"), "scale", prepare_signature(ex.params))
+        kernel = student_kernel(ex, source)
         launchers.elementwise(kernel, 257, Buffer(257), floats(257), 1.5, 257)
         mt.synchronize()
         return
     if name == "bias_relu":
-        launchers.elementwise(_bias_relu_kernel(ex, source), 5 * 67, Buffer(5 * 67), floats(5 * 67), floats(67), 5, 67)
+        launchers.elementwise(student_kernel(ex, source), 5 * 67, Buffer(5 * 67), floats(5 * 67), floats(67), 5, 67)
         mt.synchronize()
         return
     if name == "clip_global_norm":

@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import bench
 from .exercises import Exercise
+from .harness import student_kernel
 
 TIMED = 2  # samples of bench.INNER launches each: 20 timed launches per kernel
 N = 1 << 24  # floats of an array (64 MiB) in the memory-bound problems
@@ -55,15 +56,6 @@ def _same(what: str, unit: str, amount: float, name: str, launch: Callable) -> P
     return Problem(what, unit, amount, name, launch, launch)
 
 
-def _standalone(ex: Exercise, source: str):
-    """The student's compiled kernel, for an exercise whose kernel is not in the registry."""
-    from ..cuda.kernel_table import prepare_signature
-    from ..cuda.runtime import Kernel, compile_module
-
-    module = compile_module(source, f"your kernel {ex.kernel!r}")
-    return Kernel(ex.kernel, module, ex.kernel, prepare_signature(ex.params))
-
-
 def _stand_in(name: str) -> str:
     return f" (no built-in {name}: {STAND_INS[name]} moves the same bytes)"
 
@@ -77,13 +69,13 @@ def problem(ex: Exercise, source: str, rng) -> Problem:
     name, part = ex.kernel, functools.partial
     floats = f"{N:,} floats"
     if name == "scale":  # the stand-in: ew_affine with beta 0
-        kernel, out, x = _standalone(ex, source), _empty(N), _floats(rng, N)
+        kernel, out, x = student_kernel(ex, source), _empty(N), _floats(rng, N)
         builtin = part(launchers.elementwise, "ew_affine", N, out, x, 1.5, 0.0, N)
         yours = part(launchers.elementwise, kernel, N, out, x, 1.5, N)
         return Problem(floats + _stand_in(name), "GB/s", 8 * N, STAND_INS[name], builtin, yours)
     if name == "bias_relu":  # the stand-in: ew_add with the bias broadcast along the rows
         rows, cols = N // 4096, 4096
-        kernel, out, bias = _standalone(ex, source), _empty(rows * cols), _floats(rng, cols)
+        kernel, out, bias = student_kernel(ex, source), _empty(rows * cols), _floats(rng, cols)
         c = _floats(rng, rows * cols)
         builtin = part(launchers.elementwise, "ew_add", rows * cols, out, c, bias, rows * cols, 1, cols)
         yours = part(launchers.elementwise, kernel, rows * cols, out, c, bias, rows, cols)
