@@ -14,6 +14,15 @@ import re
 from pathlib import Path
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernels"
+# nvcc's flags for every framework kernel beyond its architecture and the kernel folder as include
+# path: source lines in the cubin, for compute-sanitizer's and Nsight Compute's reports
+NVCC_OPTIONS = ("-lineinfo",)
+
+
+def nvcc_command(arch: str, nvcc: str = "nvcc") -> list[str]:
+    """nvcc building a framework kernel into a cubin for ``arch``, as the runtime's PyCUDA build
+    does (add ``-o`` and the source); for tools that run nvcc themselves."""
+    return [nvcc, "-cubin", f"-arch={arch}", f"-I{KERNEL_DIR}", *NVCC_OPTIONS]
 
 _BINARY = "float* out, const float* a, const float* b, int n, int b_div, int b_mod"
 _UNARY = "float* out, const float* a, int n"

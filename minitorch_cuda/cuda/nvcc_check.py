@@ -3,7 +3,7 @@
 Under ``MINITORCH_CUDA_EMULATE=1`` the framework builds kernels with g++, which neither
 reports what nvcc would reject nor says what the source costs on a GPU. Where nvcc is on
 PATH, ``compile_cubin`` builds the same source as the framework's compile on a GPU sees it
-(``no_extern_c``, the kernel folder as include path, ``-lineinfo``) into a cubin for a real
+(``kernel_table.nvcc_command``: the kernel folder as include path, ``-lineinfo``) into a cubin for a real
 architecture, with ptxas's resource report (``-Xptxas -v``): registers, spills and shared
 memory per kernel. Only the exercise helper calls it, and only under emulation: on a GPU
 the framework's own compile already shows nvcc's errors.
@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .kernel_table import KERNEL_DIR
+from .kernel_table import nvcc_command
 
 ARCH = "sm_90"  # the course's GPU (H100/H200); any real architecture shows the same mistakes
 
@@ -69,7 +69,7 @@ def _nvcc(source: str, arch: str) -> tuple[bool, str]:
     with tempfile.TemporaryDirectory(prefix="minitorch_cuda_nvcc_") as folder:
         path = Path(folder) / "kernel.cu"  # the name PyCUDA gives the source, so messages match a GPU's
         path.write_text(source)
-        command = ["nvcc", "-cubin", f"-arch={arch}", "-I", str(KERNEL_DIR), "-lineinfo", "-Xptxas", "-v"]
+        command = [*nvcc_command(arch), "-Xptxas", "-v"]
         done = subprocess.run(
             [*command, "-o", str(path.with_suffix(".cubin")), path.name],
             cwd=folder,

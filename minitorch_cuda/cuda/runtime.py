@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import profiler, stages
 from ..device import require_cuda
-from .kernel_table import KERNEL_DIR
+from .kernel_table import KERNEL_DIR, NVCC_OPTIONS
 
 CACHE_DIR = Path(os.environ.get("MINITORCH_CUDA_CACHE", Path.home() / ".cache" / "minitorch_cuda"))
 # MINITORCH_CUDA_SYNC=1 syncs after every launch at every stage, so that an
@@ -132,7 +132,7 @@ def _build_options(arch_specific: bool) -> dict:
         "no_extern_c": True,
         "arch": arch() + ("a" if arch_specific else ""),
         "include_dirs": [str(KERNEL_DIR)],
-        "options": ["-lineinfo"],
+        "options": list(NVCC_OPTIONS),
         "cache_dir": str(CACHE_DIR),
     }
 

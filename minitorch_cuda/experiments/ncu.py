@@ -745,8 +745,8 @@ def profile(run: Run, topic: str, ncu: str, offered: set[str] | None, runner, de
 
 
 def sass_topic(names: tuple[str, ...], runner, deadline: float) -> dict:
-    """Compile matmul.cu as the runtime does (nvcc --cubin -lineinfo) and disassemble it."""
-    from minitorch_cuda.cuda.kernel_table import KERNEL_DIR
+    """Compile matmul.cu as the runtime does (``kernel_table.nvcc_command``) and disassemble it."""
+    from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, nvcc_command
 
     nvcc, cuobjdump = tool("nvcc"), tool("cuobjdump")
     if nvcc is None or cuobjdump is None:
@@ -754,8 +754,7 @@ def sass_topic(names: tuple[str, ...], runner, deadline: float) -> dict:
     arch = gpu_arch(runner)
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "matmul.cubin"
-        compile_cmd = [nvcc, f"-arch={arch}", "--cubin", "-lineinfo", f"-I{KERNEL_DIR}", "-o", str(cubin),
-                       str(KERNEL_DIR / "matmul.cu")]  # fmt: skip
+        compile_cmd = [*nvcc_command(arch, nvcc), "-o", str(cubin), str(KERNEL_DIR / "matmul.cu")]
         code, _, err = runner(compile_cmd, max(5.0, deadline - time.monotonic()))
         if code != 0:
             return {"compile_command": compile_cmd, "error": f"nvcc failed: {err[-800:]}"}
