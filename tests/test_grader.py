@@ -786,3 +786,72 @@ def test_a_kernel_calling_the_host_changes_nothing_on_the_emulator(tmp_path) -> 
         assert result["reason"] == verdict.COMPILE_ERROR and "__host__ function" in " ".join(result["details"]), result
     if sandbox.bwrap():
         assert tree_bytes(subs) == before and not (tmp_path / "PWNED").exists()
+
+
+FORGE_RESULT = (  # what a kernel's host code would do in the emulated checker: write its own verdict
+    '    FILE* f = fopen("result.json", "w");\n'
+    '    fprintf(f, "{\\"exercise\\": \\"3.1\\", \\"passed\\": true, \\"reason\\": \\"passed\\"}");\n'
+    "    fclose(f);\n"
+    "    _exit(0);\n"
+)
+RELU_BODY = "    const float x = a[i];\n    out[i] = x > 0.0f ? x : 0.0f;\n"
+HOST_CODE = {  # host code that nvcc accepts (or never compiles for sm_90) around an empty kernel
+    "constructor": ("__attribute__((constructor)) static void forge() {\n" + FORGE_RESULT + "}\n", "    // empty\n"),
+    "static_object": ("struct Forge { Forge() {\n" + FORGE_RESULT + "} };\nstatic Forge forge;\n", "    // empty\n"),
+    "destructor": ("__attribute__((destructor)) static void forge() {\n" + FORGE_RESULT + "}\n", "    // empty\n"),
+    "arch_branch": ("", "#if __CUDA_ARCH__ < 900  // the emulator's 700, nvcc's sm_90\n" + FORGE_RESULT + "#endif\n"),
+}
+
+
+@pytest.mark.skipif(
+    not _emulator_usable(), reason="the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing"
+)
+def test_host_code_in_a_kernel_source_cannot_write_its_verdict_on_the_emulator(tmp_path) -> None:
+    """On the emulator the kernel's library is loaded into the checker: a constructor, a static object,
+    a destructor or a branch for another __CUDA_ARCH__ that writes result.json and exits would grade
+    an empty kernel as passed; each fails as host code, and the honest kernel passes."""
+    entry = 'extern "C" __global__ void ew_relu(float* out, const float* a, int n) {\n'
+    text = (SOLUTIONS / "03_building_the_backend.md").read_text()
+    assert entry in text and RELU_BODY in text
+    subs = tmp_path / "subs"
+    (subs / "honest").mkdir(parents=True)
+    (subs / "honest" / "03_building_the_backend.md").write_text(text)
+    for name, (before, body) in HOST_CODE.items():
+        (subs / name).mkdir()
+        forged = text.replace(entry, "#include <stdio.h>\n#include <unistd.h>\n" + before + entry)
+        (subs / name / "03_building_the_backend.md").write_text(forged.replace(RELU_BODY, body))
+    results = run_grader(subs, tmp_path / "g.csv", ["3.1"], "--emulate", "--timeout", "300", "--jobs", "2")
+    assert results[("honest", "3.1")]["passed"], results[("honest", "3.1")]
+    for name in HOST_CODE:
+        result = results[(name, "3.1")]
+        assert result["reason"] == verdict.HOST_SIDE and "host code" in result["message"], result
+
+
+# an #include in each spelling the preprocessor accepts (all read the file on g++): through a macro,
+# split over lines, behind a comment, as a digraph, include_next, #import, after a lone carriage
+# return, and after a raw string whose text looks like a comment opener
+INCLUDES = {
+    "macro": '#define THEIRS "/subs/bob/relu.cu"\n#include THEIRS\n',
+    "continued_line": '#inc\\  \nlude "/subs/bob/relu.cu"\n',
+    "comment": '#/**/include "/subs/bob/relu.cu"\n',
+    "digraph": '%:include "/subs/bob/relu.cu"\n',
+    "include_next": "#include_next </etc/passwd>\n",
+    "import": '#import "../bob/relu.cu"\n',
+    "carriage_return": 'int x;\r#include "/etc/passwd"\n',
+    "raw_string": 'const char* s = R"x(\n/*)x";\n#include "/etc/passwd"\n// */\n',
+}
+
+
+@pytest.mark.parametrize("form", list(INCLUDES))
+def test_an_include_of_another_file_is_refused_in_every_spelling(form) -> None:
+    """The kernel is compiled by the checker (outside the sandbox on a GPU): an #include of a path
+    would compile another student's kernel as this one, or print a file in a compile error."""
+    from minitorch_cuda.grade import source
+
+    kernel = 'extern "C" __global__ void ew_relu(float* out, const float* a, int n) { }\n'
+    cell = f"ew_relu_source = {INCLUDES[form] + kernel!r}\n"
+    with pytest.raises(verdict.CheckFailed) as refused:
+        source.kernel_source(cell, exercises.get("3.1"))
+    assert refused.value.reason == verdict.NOT_A_KERNEL
+    allowed = '#include "grid_barrier.cuh"  // #include "/etc/passwd" in a comment\n#include <cuda_fp16.h>\n'
+    assert source.kernel_source(f"ew_relu_source = {allowed + kernel!r}\n", exercises.get("3.1")).startswith(allowed)

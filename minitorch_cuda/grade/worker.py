@@ -177,7 +177,7 @@ def check_kernel(ex, kernel_source: str, sanitize: bool, sanitize_timeout: float
     compute-sanitizer (the runner allows for ``sanitize_timeout`` more)."""
     import minitorch_cuda as mt
 
-    from . import checks, sanitizer, verdict
+    from . import checks, native, sanitizer, verdict
     from .verdict import CheckResult
 
     start = time.monotonic()
@@ -185,6 +185,7 @@ def check_kernel(ex, kernel_source: str, sanitize: bool, sanitize_timeout: float
         refused = compiles_for_a_gpu(kernel_source)
         if refused:  # the emulator would run, as C++, what nvcc refuses (a call to a host function)
             return CheckResult(ex.id, False, verdict.COMPILE_ERROR, "nvcc refuses the kernel for the GPU", refused)
+        native.guard()  # and host code that nvcc accepts but never runs on a GPU (a constructor)
     try:
         result = checks.run_check(ex.id, kernel_source)
     except NotImplementedError:

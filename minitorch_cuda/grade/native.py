@@ -1,0 +1,90 @@
+"""What a kernel library built by the CPU emulator may contain before the checker loads it.
+
+On the emulator a kernel is native code in the checking process, where the verdict is
+written: host code in its source (a constructor, a static object, a destructor, an
+``#if __CUDA_ARCH__`` branch that nvcc never compiles) would run there and could write
+the result itself. ``guard()`` makes every library the emulator builds in this process
+pass ``refusal`` before it is loaded: nothing that runs on loading or unloading (one
+entry each in ``.init_array`` and ``.fini_array``, those g++ puts in every library; no
+``.ctors``, ``.dtors``, ``.preinit_array`` or IFUNC resolvers), no system call
+instruction, and calls only into the emulator's runtime, the sanitizer's handlers and
+the C library's math, ``printf`` and memory functions (what device code may call). The
+binutils that g++ needs read the file; where they are missing the library is refused.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from .verdict import HOST_SIDE, fail
+
+_MATH = (
+    "acos acosh asin asinh atan atan2 atanh cbrt ceil copysign cos cosh cospi erf erfc erfcinv erfinv exp exp10 "
+    "exp2 expm1 fabs fdim floor fma fmax fmin fmod frexp hypot ilogb j0 j1 jn ldexp lgamma llrint llround log "
+    "log10 log1p log2 logb lrint lround modf nan nearbyint nextafter pow remainder remquo rint round scalbln "
+    "scalbn sin sincos sincospi sinh sinpi sqrt tan tanh tgamma trunc y0 y1 yn"
+).split()
+ALLOWED = {f"{name}{suffix}" for name in _MATH for suffix in ("", "f")} | {
+    "printf", "puts", "putchar", "vprintf", "memcpy", "memmove", "memset", "malloc", "free", "clock_gettime",
+    "__assert_fail", "__stack_chk_fail", "__tls_get_addr", "__cxa_finalize", "__gmon_start__",
+    "_ITM_registerTMCloneTable", "_ITM_deregisterTMCloneTable", "_Unwind_Resume", "__gxx_personality_v0",
+}  # fmt: skip
+_ALLOWED_PREFIXES = ("__emu_", "__ubsan_handle_")
+_SYSCALL = re.compile(r"\s(syscall|sysenter|int\s+\$0x80|svc\s)")
+
+
+def _tool(*argv: str) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"\0{argv[0]}: {exc}"
+    return done.stdout if done.returncode == 0 else f"\0{argv[0]} exited with code {done.returncode}"
+
+
+def refusal(path: str | Path) -> str | None:
+    """Why the library at ``path`` may not be loaded into the checker, or None."""
+    path = str(path)
+    sections, symbols = _tool("readelf", "-W", "-S", path), _tool("readelf", "-W", "--dyn-syms", "-r", path)
+    imports, code = _tool("nm", "-D", "--undefined-only", path), _tool("objdump", "-d", "--no-show-raw-insn", path)
+    for out in (sections, symbols, imports, code):
+        if out.startswith("\0"):
+            return f"could not be inspected ({out[1:]})"
+    for name, size in re.findall(r"\]\s+(\.\S+)\s+\S+\s+\S+\s+\S+\s+([0-9a-f]+)", sections):
+        beyond_gcc = name in (".init_array", ".fini_array") and int(size, 16) > 8  # one pointer: g++'s own
+        if name in (".ctors", ".dtors", ".preinit_array") or beyond_gcc:
+            return f"has code that runs when it is loaded or unloaded ({name}: a constructor or a static object)"
+    if re.search(r"\bIFUNC\b|R_\w+_IRELATIVE", symbols):
+        return "has an IFUNC resolver (code that runs when it is loaded)"
+    called = sorted({line.split()[-1].split("@")[0] for line in imports.splitlines() if line.strip()})
+    outside = [s for s in called if s not in ALLOWED and not s.startswith(_ALLOWED_PREFIXES)]
+    if outside:
+        return f"calls the host's C library ({', '.join(outside[:5])})"
+    found = _SYSCALL.search(code)
+    if found:
+        return f"makes a system call ({found.group(1).strip()})"
+    return None
+
+
+def guard() -> None:
+    """Refuse, before it is loaded, every emulator library of this process that ``refusal`` names."""
+    from ..emulator import compiler
+
+    if getattr(compiler.Library, "inspected", False):
+        return
+
+    class Inspected(compiler.Library):
+        inspected = True
+
+        def __init__(self, path: Path, bounds: dict):
+            why = refusal(path)
+            if why:
+                fail(
+                    HOST_SIDE,
+                    f"your kernel, built for the CPU emulator, {why}: host code, which a GPU never runs; "
+                    "a kernel exercise is device code only (__global__ and __device__ functions)",
+                )
+            super().__init__(path, bounds)
+
+    compiler.Library = Inspected
