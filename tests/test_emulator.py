@@ -178,17 +178,50 @@ def test_shared_memory_is_per_block_and_a_missing_barrier_fails_every_time(emu):
     np.testing.assert_array_equal(got, expected)
     # Without the barrier thread t reads slot 255 - t before thread 255 - t wrote it (for
     # t < 128), the same way on every run: a race shown deterministically, never by chance.
-    # What such a read finds is whatever the slot held before (shared memory is not cleared
-    # between blocks, as on a GPU): each run gets inputs of its own, so that a leftover of an
-    # earlier run of the same block cannot happen to be the value this run expects.
-    for run in range(1, 3):
-        fresh = x + 10000.0 * run
-        d_fresh = driver.to_device(fresh)
-        launch(emu, REVERSE, "reverse", "PPi", (blocks, 1, 1), (256, 1, 1), d_out, d_fresh, 0)
+    # Such a read finds the poison of a block's start (NaN), never what the run above left in
+    # the worker's tile, which for the same block would be the expected value.
+    for _ in range(2):
+        launch(emu, REVERSE, "reverse", "PPi", (blocks, 1, 1), (256, 1, 1), d_out, d_in, 0)
         driver.memcpy_dtoh(got, d_out)
-        want = (fresh.reshape(blocks, 256)[:, ::-1] + np.arange(blocks)[:, None]).ravel()
-        wrong = got.reshape(blocks, 256) != want.reshape(blocks, 256)
-        assert wrong[:, :128].all() and not wrong[:, 128:].any()
+        assert np.isnan(got.reshape(blocks, 256)[:, :128]).all()
+        np.testing.assert_array_equal(got.reshape(blocks, 256)[:, 128:], expected.reshape(blocks, 256)[:, 128:])
+
+
+POISONED = r"""
+__shared__ int file_count;  // at file scope: poisoned by the kernel's entry, not a declaration
+
+extern "C" __global__ void accumulate(float* out, const float* in, int init) {
+    __shared__ float total;
+    __shared__ int count;
+    extern __shared__ float scratch[];
+    const int t = threadIdx.x;
+    if (init && t == 0) total = 0.0f, count = 0, file_count = 0;
+    if (init) scratch[t] = in[t];
+    __syncthreads();
+    atomicAdd(&total, in[t]);
+    atomicAdd(&count, 1);
+    atomicAdd(&file_count, 1);
+    __syncthreads();
+    if (t == 0) out[0] = total, out[1] = count, out[2] = file_count;
+    out[3 + t] = scratch[blockDim.x - 1 - t];
+}
+"""
+
+
+def test_shared_memory_read_before_it_is_written_holds_the_poison(emu):
+    # A launch of one block runs on the same worker every time, so without the poison the
+    # runs that skip the initialisation would find the sums and the copy of the run before.
+    driver = emu[0]
+    n = 64
+    x = np.arange(1, n + 1, dtype=np.float32)
+    d_in, d_out, got = driver.to_device(x), driver.mem_alloc(4 * (3 + n)), np.empty(3 + n, np.float32)
+    for init in (1, 0, 1, 0):
+        launch(emu, POISONED, "accumulate", "PPi", (1, 1, 1), (n, 1, 1), d_out, d_in, init, shared=4 * n)
+        driver.memcpy_dtoh(got, d_out)
+        if init:
+            np.testing.assert_array_equal(got, [x.astype(np.float64).sum(), n, n, *x[::-1]])
+        else:  # NaN as a float; -1 as an int, so each count ends one short
+            assert np.isnan(got[0]) and list(got[1:3]) == [n - 1, n - 1] and np.isnan(got[3:]).all()
 
 
 ATOMICS = r"""
@@ -316,6 +349,7 @@ def test_an_async_copy_lands_only_at_the_wait_that_covers_it(emu):
     expected = x.astype(np.float64)[:, :, ::-1].sum(axis=3)
     got = _tile_sums(emu, x, lag=2)
     np.testing.assert_allclose(got[:, 2:], expected[:, :-2], rtol=1e-6, atol=1e-6)
+    assert np.isnan(got[:, :2]).all()  # tiles 0 and 1 read slots that no copy has reached yet
 
 
 def test_an_async_copy_zero_fills_its_tail(emu):

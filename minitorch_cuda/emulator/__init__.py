@@ -15,7 +15,9 @@ memory past its size, misaligned vector accesses, barrier divergence (of the
 threads of a block, and of the blocks at a grid barrier), warp
 operations whose mask leaves out a lane that runs them or reads a lane that does
 not take part or has exited, warp operations that can never complete, stack
-overflow. What it refuses at compile time: tensor cores (wmma, mma.sync, wgmma),
+overflow. Shared memory, static and dynamic, is poisoned when each block starts (bytes
+0xff: NaN as a float, -1 as an int), so a slot read before it is written gives the same
+wrong answer every run. What it refuses at compile time: tensor cores (wmma, mma.sync, wgmma),
 cp.async in inline PTX, inline PTX, cooperative groups (the asynchronous copies of
 <cuda_pipeline.h> run: each lands at the __pipeline_wait_prior that covers its
 batch, so reading a slot too early shows its old contents). What it does not model: timing (event

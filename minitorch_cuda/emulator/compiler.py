@@ -7,7 +7,9 @@ A build has three steps:
 2. scan the result: refuse what the emulator does not model (inline PTX, tensor
    cores, cp.async in PTX) naming the construct and the line; find every
    ``extern "C" __global__`` kernel and its launch bounds; turn each
-   ``extern __shared__`` array into a pointer to the block's dynamic shared memory;
+   ``extern __shared__`` array into a pointer to the block's dynamic shared memory,
+   and have each static ``__shared__`` variable poisoned at the start of every block
+   (as the runtime poisons the dynamic one), so a read before any write reads NaN;
 3. compile that text, plus one launch entry per kernel, into a shared library with
    g++'s bounds and alignment checks, cached on disk by the hash of what is compiled
    (so a test run builds each kernel file once, as nvcc's cache does).
@@ -175,17 +177,94 @@ def kernels(text: str, c_linkage_only: bool) -> dict[str, str | None]:
     return {m.group(4): m.group(2) or m.group(3) for m in _KERNEL.finditer(text) if m.group(1) or not c_linkage_only}
 
 
-def _dynamic_shared(text: str) -> str:
-    """``extern __shared__ T name[];`` -> a pointer to the running block's dynamic shared memory
-    (inside a function; a file-scope one becomes a macro, as it has no per-block storage to name)."""
+_LITERAL = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'')
+_SCOPE_TOKEN = re.compile(r"[{};]|__shared__\b")
+_ATTRIBUTE = re.compile(r"__attribute__\s*\(\((?:[^()]|\([^()]*\))*\)\)")
+_NAMESPACE = re.compile(r'\bnamespace\b\s*([\w:]*)\s*$|\bextern\s*"[^"]*"\s*$')
+# Follows each static __shared__ declaration inside a function, on its line (so g++'s line
+# numbers stay the source's): poisons the variables when the block's first thread gets there.
+POISON = " {{ static thread_local unsigned long long __emu_poisoned; emu::poison_shared(__emu_poisoned, {}); }}"
 
-    def replace(m: re.Match) -> str:
-        kind = re.sub(r"__attribute__\s*\(\(.*?\)\)", "", m.group(1)).strip()
-        pointer = f"reinterpret_cast<{kind}*>(emu::self()->block->dynamic_shared)"
-        depth = text.count("{", 0, m.start()) - text.count("}", 0, m.start())
-        return f"{kind}* const {m.group(2)} = {pointer};" if depth > 0 else f"\n#define {m.group(2)} ({pointer})\n"
 
-    return _DYNAMIC.sub(replace, text)
+def _opened(head: str) -> str | None:
+    """What the ``{`` after ``head`` opens: a namespace's qualifier ("" for extern "C" or an anonymous
+    namespace), or None for anything else (a function body, a class)."""
+    if "namespace" not in head and "extern" not in head:
+        return None
+    opens = _NAMESPACE.search(_ATTRIBUTE.sub("", head))
+    return f"{opens[1]}::" if opens and opens[1] else "" if opens else None
+
+
+def _declaration_end(masked: str, start: int) -> int:
+    """Where the declaration from ``start`` ends: its ``;`` outside brackets (the end of the text if none)."""
+    depth = 0
+    for i in range(start, len(masked)):
+        depth += masked[i] in "([{"
+        depth -= masked[i] in ")]}"
+        if masked[i] == ";" and depth == 0:
+            return i
+    return len(masked)
+
+
+def _declared_names(declaration: str) -> list[str]:
+    """The names that the text after ``__shared__`` declares: ``__align__(16) float a[2][8], b`` -> a, b."""
+    parts, depth, angle, part = [], 0, 0, ""
+    for c in _ATTRIBUTE.sub(" ", declaration) + ",":
+        depth += c in "([{"
+        depth -= c in ")]}"
+        angle += depth == 0 and c == "<"  # template arguments: outside brackets, the only < and >
+        angle -= depth == 0 and c == ">"
+        if c == "," and depth == 0 and angle == 0:
+            parts.append(part)
+            part = ""
+        else:
+            part += c
+    return [name for part in parts for name in re.findall(r"\w+", re.split(r"[\[=]", part)[0])[-1:]]
+
+
+def _dynamic(m: re.Match, namespace: str | None) -> str:
+    """``extern __shared__ T name[];`` -> a pointer to the running block's dynamic shared memory (at
+    namespace scope a macro, since there is no block to ask while the library loads)."""
+    kind = re.sub(r"__attribute__\s*\(\(.*?\)\)", "", m.group(1)).strip()
+    pointer = f"reinterpret_cast<{kind}*>(emu::self()->block->dynamic_shared)"
+    if namespace is not None:
+        return f"\n#define {m.group(2)} ({pointer})\n"
+    return f"{kind}* const {m.group(2)} = {pointer};"
+
+
+def _shared(text: str) -> tuple[str, list[str]]:
+    """The preprocessed text with shared memory made per block, and the static ``__shared__`` variables
+    at namespace scope, which each kernel's entry poisons. A static one is ``static thread_local``: one
+    copy per worker, poisoned at the start of every block (POISON); a dynamic one: see _dynamic."""
+    masked = _LITERAL.sub(lambda m: m[0][0] + " " * (len(m[0]) - 2) + m[0][-1], text)  # no braces in strings
+    scopes: list[str | None] = []  # per open brace: what _opened says
+    edits, file_scope, statement = [], [], 0  # statement: where the one being read began
+    for m in _SCOPE_TOKEN.finditer(masked):
+        if m.start() < statement or (m[0] == "__shared__" and re.match(r"\w", masked[m.start() - 1])):
+            continue  # inside a __shared__ declaration already read, or part of a longer name
+        if m[0] != "__shared__":
+            if m[0] == "{":
+                scopes.append(_opened(masked[statement : m.start()]))
+            elif m[0] == "}" and scopes:
+                scopes.pop()
+            statement = m.end()
+            continue
+        namespace = None if None in scopes else "".join(scopes)  # None: inside a function
+        end = _declaration_end(masked, m.end())
+        extern = re.search(r"\bextern\s*$", masked[statement : m.start()])
+        dynamic = extern and _DYNAMIC.match(text, statement + extern.start(), end + 1)
+        if dynamic:
+            edits.append((dynamic.start(), dynamic.end(), _dynamic(dynamic, namespace)))
+        elif not extern:
+            names = _declared_names(text[m.end() : end])
+            if namespace is not None:
+                file_scope += [namespace + name for name in names]
+            elif names:
+                edits.append((end + 1, end + 1, POISON.format(", ".join(names))))
+        statement = end + 1
+    for start, stop, replacement in reversed(edits):
+        text = text[:start] + replacement + text[stop:]
+    return text, file_scope
 
 
 class Library:
@@ -228,9 +307,11 @@ def build(
             raise CompileError(refused.group(1), exc.command_line, "", f"{where}error: {refused.group(1)}") from None
         _refuse(text)
         found = kernels(text, c_linkage_only=no_extern_c)
-        unit = "".join(f"#define {k} {v}\n" for k, v in DEFINES.items()) + _dynamic_shared(text)
+        body, file_scope = _shared(text)
+        unit = "".join(f"#define {k} {v}\n" for k, v in DEFINES.items()) + body
+        poison = POISON.format(", ".join(file_scope)) if file_scope else ""  # by each thread, as a declaration is
         for name, bounds in found.items():
-            unit += f'\nextern "C" void __emu_entry_{name}(void** args) {{ emu::invoke({name}, args); }}\n'
+            unit += f'\nextern "C" void __emu_entry_{name}(void** args) {{{poison} emu::invoke({name}, args); }}\n'
             if bounds:
                 unit += f'extern "C" const int __emu_bounds_{name} = emu::launch_bound({bounds});\n'
         compile_flags = [*CXXFLAGS, *CHECKS, "-w", "-shared"]

@@ -46,10 +46,29 @@ struct Block {  // one running block; the fields kernels read come first
     uint3 block_idx;
     dim3 block_dim, grid_dim;
     unsigned char* dynamic_shared;
+    unsigned long long serial;  // of the blocks its worker has run, from 1: never the same twice
 };
 
 inline Thread* self() {
     return reinterpret_cast<Thread*>(reinterpret_cast<uintptr_t>(__builtin_frame_address(0)) & ~(kStackBytes - 1));
+}
+
+// What a block's shared memory holds before the block writes it, static and dynamic alike (a
+// GPU leaves an earlier block's bytes, which can happen to be the right value). Bytes of 0xff
+// are a NaN in every floating-point type (half, bfloat16, float, double), so an early read spoils
+// what is computed from it; they are -1 in a signed integer and the largest value in an unsigned
+// one, either way an index far out of bounds.
+constexpr unsigned char kSharedPoison = 0xff;
+
+// Poisons the static __shared__ variables it is given at its first call by a thread of the
+// running block (compiler.py puts the call after their declaration); `poisoned` is their own
+// record, one per worker, of the last block that did.
+template <class... T>
+inline void poison_shared(unsigned long long& poisoned, T&... variables) {
+    const unsigned long long block = self()->block->serial;
+    if (poisoned == block) return;
+    poisoned = block;
+    (memset((void*)__builtin_addressof(variables), kSharedPoison, sizeof variables), ...);
 }
 
 enum WarpOp { SHFL_IDX, SHFL_UP, SHFL_DOWN, SHFL_XOR, VOTE_BALLOT, VOTE_ANY, VOTE_ALL, SYNC_WARP };

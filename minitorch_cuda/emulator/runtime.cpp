@@ -20,7 +20,9 @@
 // own, as on a GPU with nothing else running, so a grid barrier (grid_barrier.cuh) can
 // work. Blocks are bound to OS threads, not gathered as fibers under one scheduler,
 // because a block's state lives with its worker: static __shared__ arrays are
-// thread_local, and its stacks and dynamic shared memory are the worker's. The blocks
+// thread_local, and its stacks and dynamic shared memory are the worker's. Both kinds
+// of shared memory are poisoned (kSharedPoison) at the start of every block, so a slot
+// read before it is written gives the same wrong answer every run. The blocks
 // take turns in block order, each running until it waits at a grid barrier or exits,
 // as the threads of a block do between barriers: so a missing grid barrier, too, shows
 // up the same way every run (block 0 runs ahead through every phase), never by chance.
@@ -174,6 +176,7 @@ struct Worker {
     Launch* launch = nullptr;
     Fiber* current = nullptr;  // the fiber running now, or null in the scheduler
     bool in_kernel = false;
+    unsigned long long blocks_run = 0;  // the last block's serial
     BlockRun block;
     std::thread os_thread;
 };
@@ -493,6 +496,8 @@ void run_block(Worker& w, uint3 idx) {
     Launch& l = *w.launch;
     BlockRun& b = w.block;
     b.block_idx = idx;
+    b.serial = ++w.blocks_run;  // its static __shared__ variables are poisoned as its threads declare them
+    memset(b.dynamic_shared, kSharedPoison, l.shared_bytes);
     b.block_dim = l.block;
     b.grid_dim = l.grid;
     b.nthreads = int(l.block.x * l.block.y * l.block.z);
