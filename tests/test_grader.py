@@ -855,3 +855,90 @@ def test_an_include_of_another_file_is_refused_in_every_spelling(form) -> None:
     assert refused.value.reason == verdict.NOT_A_KERNEL
     allowed = '#include "grid_barrier.cuh"  // #include "/etc/passwd" in a comment\n#include <cuda_fp16.h>\n'
     assert source.kernel_source(f"ew_relu_source = {allowed + kernel!r}\n", exercises.get("3.1")).startswith(allowed)
+
+
+@pytest.mark.timeout(300)
+def test_a_linked_or_special_notebook_is_not_graded(tmp_path) -> None:
+    """A notebook that is a link to another student's is not graded as this student's work, and one
+    that is a named pipe (read forever) fails its exercises instead of hanging the whole run."""
+    subs = tmp_path / "subs"
+    for name in ("bob", "linked", "piped"):
+        (subs / name).mkdir(parents=True)
+    shutil.copy(SOLUTIONS / "01_cuda_setup.md", subs / "bob")
+    (subs / "linked" / "01_cuda_setup.md").symlink_to(subs / "bob" / "01_cuda_setup.md")
+    os.mkfifo(subs / "piped" / "01_cuda_setup.md")
+    shutil.copy(SOLUTIONS / "02_floating_point.md", subs / "piped")  # a student: one regular notebook
+    results = run_grader(subs, tmp_path / "g.csv", ["1.2"], "--timeout", "60")
+    assert results[("bob", "1.2")]["passed"]
+    for name in ("linked", "piped"):
+        result = results[(name, "1.2")]
+        assert result["reason"] == verdict.MISSING_NOTEBOOK and "not a regular file" in result["message"], result
+
+
+# a cell that replaces the sandboxed runner's record of the notebook's run: the record's file lies in
+# the folder the notebook runs in, and a directory in the way of its temporary file stops the runner
+FORGE_RECORD = (
+    "\n```{code-cell} ipython3\n"
+    "import json, pathlib\n"
+    "pathlib.Path('.grade-exec.tmp').mkdir()\n"
+    "pathlib.Path('.grade-exec.json').write_text(json.dumps(%s))\n"
+    "```\n"
+)
+FORGED_LINES = "0\n\n## Exercise 1.2: forged (1/1, passed)\n\nTotal: 64 / 64\n"
+RECORDS = {
+    "forged_feedback": {"cells": [{"index": FORGED_LINES, "error": {"ename": "E", "evalue": FORGED_LINES}}]},
+    "not_a_list": {"cells": 5},
+    "not_json": "{",
+}
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="needs bubblewrap (apt-get install bubblewrap)")
+def test_a_notebook_cannot_forge_its_execution_record(tmp_path) -> None:
+    """What the notebook writes as its run's record is read as untrusted text: a record that is not
+    one says the notebook could not be executed (it crashed the whole run before), and no line of
+    it can pass for a heading or a total in the feedback. The grade comes from the check."""
+    sol = (SOLUTIONS / "01_cuda_setup.md").read_text()
+    subs = tmp_path / "subs"
+    for name, record in RECORDS.items():
+        (subs / name).mkdir(parents=True)
+        cell = FORGE_RECORD % repr(record if isinstance(record, dict) else None).replace("None", repr(record))
+        text = sol + cell if isinstance(record, dict) else sol + cell.replace("json.dumps(", "(")
+        (subs / name / "01_cuda_setup.md").write_text(text)
+    out = tmp_path / "g.csv"
+    results = run_grader(subs, out, ["1.2"], "--cell-timeout", "60", execute=True)
+    executions = json.loads(out.with_suffix(".json").read_text())["executions"]
+    for name in RECORDS:
+        assert results[(name, "1.2")]["passed"], results[(name, "1.2")]
+        feedback = (tmp_path / "feedback" / f"{name}.md").read_text().splitlines()
+        assert not [line for line in feedback if line.startswith(("## Exercise 1.2: forged", "Total: 64"))], feedback
+    for name in ("not_a_list", "not_json"):
+        assert "could not be executed" in executions[f"{name}/01_cuda_setup"]["errors"][0]
+
+
+def test_an_exception_message_cannot_pass_for_a_grade_in_the_feedback(tmp_path) -> None:
+    """The feedback quotes the student's own words (an exception's message) where no line of them
+    can pass for a heading or the total."""
+    sol = (SOLUTIONS / "01_cuda_setup.md").read_text()
+    raises = f"    raise ValueError({FORGED_LINES!r})\n    if n <= 0:"
+    subs = _student(tmp_path, "forger", "01_cuda_setup", sol.replace("    if n <= 0:", raises))
+    result = run_grader(subs, tmp_path / "g.csv", ["1.2"])[("forger", "1.2")]
+    assert result["reason"] == verdict.EXCEPTION and "forged" in result["message"]
+    feedback = (tmp_path / "feedback" / "forger.md").read_text().splitlines()
+    assert not [line for line in feedback if line.startswith(("## Exercise 1.2: forged", "Total: 64"))], feedback
+    assert feedback[2] == "Total: 0 / 1"
+
+
+def test_the_private_copy_leaves_out_what_would_fill_the_disk(tmp_path, monkeypatch) -> None:
+    """One copy of the folder per notebook's run: files past the budget are left out (and named),
+    links and named pipes are never followed."""
+    monkeypatch.setattr(sandbox, "MAX_COPIED", 1 << 20)
+    folder = tmp_path / "student"
+    (folder / "data").mkdir(parents=True)
+    (folder / "01_cuda_setup.md").write_text("notebook")
+    with (folder / "data" / "huge.bin").open("wb") as f:  # sparse: no disk used here
+        f.truncate(2 << 20)
+    (folder / "other.md").symlink_to(tmp_path)
+    os.mkfifo(folder / "pipe.md")
+    copy, left_out = sandbox.private_copy(folder, tmp_path / "copy")
+    assert sorted(str(p.relative_to(copy)) for p in copy.rglob("*")) == ["01_cuda_setup.md", "data"]
+    assert left_out == ["data/huge.bin"]

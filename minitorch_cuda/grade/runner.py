@@ -22,6 +22,7 @@ import datetime
 import json
 import os
 import queue
+import re
 import subprocess
 import sys
 import tempfile
@@ -163,8 +164,9 @@ def check_exercise(ex: exercises.Exercise, payload: dict, settings: Settings, gp
             code, tail = _run(sandbox.command(argv, Path(tmp), hide=_hidden(settings)), budget, tmp, env)
         else:
             code, tail = run_isolated(args, budget, gpu, tmp, _emulation_env(settings))
-        if result.exists():
-            return json.loads(result.read_text())
+        data = _check_record(result, ex)
+        if data is not None:
+            return data
     if code is None:
         reason, message = verdict.TIMEOUT, f"no result after {settings.check_timeout:g} s (an endless loop or a hang?)"
     elif code < 0:
@@ -176,6 +178,17 @@ def check_exercise(ex: exercises.Exercise, payload: dict, settings: Settings, gp
         reason = verdict.CUDA_ERROR
     lines = [line for line in tail.strip().splitlines()[-3:] if line.strip()]
     return CheckResult(ex.id, False, reason, message, lines).to_dict()
+
+
+def _check_record(path: Path, ex: exercises.Exercise) -> dict | None:
+    """The checker's result for ``ex``, or None: on the emulator the student's kernel runs in the
+    checker's sandbox, beside the file, so a file that is not a result of this exercise is none."""
+    try:
+        data = json.loads(path.read_text(errors="replace")) if path.is_file() else None
+    except (OSError, ValueError, RecursionError):
+        return None
+    fields = isinstance(data, dict) and isinstance(data.get("passed"), bool) and isinstance(data.get("reason"), str)
+    return data if fields and data.get("exercise") == ex.id else None
 
 
 class Ledger:
@@ -279,15 +292,15 @@ def _feedback(student: str, ids: list[str], results: dict, executions: dict, rub
         emulated = " on the CPU emulator" if r.get("emulated") else ""
         if r.get("status") == NOT_GRADED:
             pending += rubric["points"][i]
-            lines += [f"## Exercise {i}: {ex.title} (not graded: needs a GPU)", "", r.get("message", ""), ""]
+            lines += [f"## Exercise {i}: {ex.title} (not graded: needs a GPU)", "", *_quoted(r.get("message", ""))]
             continue
         total += r["points"]
         outcome = "passed" if r["passed"] else f"failed: {r['reason']}"
         lines.append(f"## Exercise {i}: {ex.title} ({_fmt(r['points'])}/{_fmt(r['max_points'])}, {outcome}{emulated})")
         lines.append("")
         if r.get("message"):
-            lines += [r["message"], ""]
-        lines += [f"- {d}" for d in r.get("details", [])]
+            lines += _quoted(str(r["message"]))
+        lines += [f"- {_one_line(d, 2000)}" for d in r.get("details", [])]
         lines.append("")
     errors, sandboxes = [], set()
     for key, record in sorted(executions.items()):
@@ -304,12 +317,19 @@ def _feedback(student: str, ids: list[str], results: dict, executions: dict, rub
     return "\n".join(lines)
 
 
+def _quoted(message: str) -> list[str]:
+    """A result's message in the feedback: its first line as a paragraph, the rest (a compile log,
+    the student's own text) as a code block, where no line can pass for a heading or a total."""
+    first, *rest = message.splitlines() or [""]
+    return [_one_line(first, 2000), "", *(["    " + line for line in rest] + [""] if rest else [])]
+
+
 def execute_notebook(path: Path, settings: Settings, gpu: str | None) -> dict:
     """Run a submitted notebook end to end on a private copy of its folder, in the sandbox (for the
     feedback only); a hang costs at most its budget, and nothing it starts outlives it."""
     budget = max(60.0, settings.cell_timeout * 4)
     with tempfile.TemporaryDirectory(prefix="grade-exec-") as tmp:
-        copy = sandbox.private_copy(path.parent, Path(tmp, "work"))
+        copy, left_out = sandbox.private_copy(path.parent, Path(tmp, "work"))
         result = Path(tmp, "work", ".grade-exec.json")
         argv = [sys.executable, "-m", "minitorch_cuda.grade.worker", "execute", str(copy / path.name)]
         argv += [str(result), str(settings.cell_timeout)]
@@ -317,23 +337,43 @@ def execute_notebook(path: Path, settings: Settings, gpu: str | None) -> dict:
         env.update(_emulation_env(settings))
         wrapped = sandbox.command(argv, copy, gpu=True, hide=[settings.submissions, settings.out.parent])
         code, _ = _run(wrapped, budget, tmp, env)
-        if not result.exists():
+        data = _execution_record(result)
+        if data is None:
             why = f"stopped after {budget:g} s" if code is None else f"the runner exited with code {code}"
             return {"errors": [f"the notebook could not be executed to the end ({why})"], "sandbox": sandbox.kind()}
-        data = json.loads(result.read_text())
-    errors = [
-        f"cell {c['index']}"
-        + (f" (exercise {c['exercise']})" if c.get("exercise") else "")
-        + f" raised {c['error']['ename']}: {c['error']['evalue'][:200]}"
-        for c in data.get("cells", [])
-        if isinstance(c, dict) and "error" in c
+    cells = [c for c in data["cells"] if isinstance(c, dict)]
+    errors = [f"not copied for the run (over {sandbox.MAX_COPIED >> 20} MB in all): {name}" for name in left_out[:5]]
+    errors += [
+        f"cell {_one_line(c.get('index'), 10)}"
+        + (f" (exercise {_one_line(c['exercise'], 10)})" if c.get("exercise") else "")
+        + f" raised {_one_line(c['error'].get('ename'), 80)}: {_one_line(c['error'].get('evalue'), 200)}"
+        for c in cells
+        if isinstance(c.get("error"), dict)
     ]
     return {
         "errors": errors,
-        "cells": len(data.get("cells", [])),
+        "cells": len(cells),
         "skipped_gpu_cells": bool(data.get("skipped_gpu_cells")),
         "sandbox": sandbox.kind(),
     }
+
+
+def _execution_record(path: Path) -> dict | None:
+    """The record the sandboxed runner wrote, or None. The notebook could write the file itself
+    (it lies in the folder the notebook runs in): only a regular file with a list of cells is read."""
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_NOTEBOOK:
+            return None
+        data = json.loads(path.read_text(errors="replace"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("cells"), list) else None
+
+
+def _one_line(value, limit: int) -> str:
+    """Text a student controls, as one line of at most ``limit`` characters: in the feedback it
+    cannot start a heading or a line of its own (a forged "## Exercise ... (10/10, passed)")."""
+    return re.sub(r"[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]+", " ", str(value))[:limit]
 
 
 def payload_for(ex: exercises.Exercise, cell: str, folder: Path) -> dict:
@@ -366,6 +406,8 @@ def grade_notebook(student: str, stem: str, ids: list[str], settings: Settings, 
             add(CheckResult(ex.id, False, verdict.MISSING_NOTEBOOK, message).to_dict())
         return
     try:
+        if path.is_symlink() or not path.is_file():  # another student's notebook, or a pipe that never ends
+            raise ValueError("it is a link or not a regular file (hand in the notebook itself)")
         if path.stat().st_size > MAX_NOTEBOOK:
             raise ValueError(f"it is larger than {MAX_NOTEBOOK >> 20} MB")
         nb = notebook.read(path)

@@ -264,9 +264,15 @@ def limit_resources(*, memory_bytes: int | None = None, file_bytes: int = 256 <<
             resource.setrlimit(which, (value, value))
 
 
-def private_copy(folder: Path, dest: Path) -> Path:
-    """A copy of a student's folder (regular files and folders only, no links followed)."""
+MAX_COPIED = 256 << 20  # bytes of a student's folder copied for a notebook's run: one copy per notebook
+
+
+def private_copy(folder: Path, dest: Path) -> tuple[Path, list[str]]:
+    """A copy of a student's folder (regular files and folders only, no links followed) and the
+    files left out because the copy would pass ``MAX_COPIED`` bytes: a folder of huge files must
+    not fill the grading machine's disk, where every other student's checks write too."""
     dest.mkdir(parents=True, exist_ok=True)
+    copied, left_out = 0, []
     for path in sorted(Path(folder).rglob("*")):
         if path.is_symlink():
             continue
@@ -274,6 +280,11 @@ def private_copy(folder: Path, dest: Path) -> Path:
         if path.is_dir():
             target.mkdir(parents=True, exist_ok=True)
         elif path.is_file():
+            size = path.stat().st_size
+            if copied + size > MAX_COPIED:
+                left_out.append(str(path.relative_to(folder)))
+                continue
+            copied += size
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
-    return dest
+    return dest, left_out
