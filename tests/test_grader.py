@@ -942,3 +942,25 @@ def test_the_private_copy_leaves_out_what_would_fill_the_disk(tmp_path, monkeypa
     copy, left_out = sandbox.private_copy(folder, tmp_path / "copy")
     assert sorted(str(p.relative_to(copy)) for p in copy.rglob("*")) == ["01_cuda_setup.md", "data"]
     assert left_out == ["data/huge.bin"]
+
+
+@pytest.mark.skipif(
+    not _emulator_usable(), reason="the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing"
+)
+def test_host_code_cannot_report_the_sanitizers_emulator_launch_clean() -> None:
+    """On a GPU the sanitizer's step also launches the kernel on the emulator, which names what a GPU
+    leaves undefined; a constructor that exits 0 before that launch made it report no errors."""
+    from minitorch_cuda.grade import sanitizer
+
+    kernel = (
+        'extern "C" __global__ void ew_relu(float* out, const float* a, int n) {\n'
+        "    const int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (i < n) out[i] = a[i] > 0.0f ? a[i] : 0.0f;\n"
+        "}\n"
+    )
+    exits = "#include <unistd.h>\n__attribute__((constructor)) static void clean() { _exit(0); }\n"
+    ex = exercises.get("3.1")
+    failure, notes = sanitizer.run(ex, kernel, timeout=120, emulator=True)
+    assert failure is None and "the CPU emulator" in notes[0], (failure, notes)
+    failure, _ = sanitizer.run(ex, exits + kernel, timeout=120, emulator=True)
+    assert failure is not None and "host code" in failure, failure

@@ -245,13 +245,17 @@ def execute(notebook: str, result_file: str, cell_timeout: str) -> int:
 
 def launch(exercise_id: str, kernel_file: str) -> int:
     """The small launch the sanitizer (or the emulator) watches; a fault prints ``fault: ...``."""
-    from . import checks, exercises, kernel_checks, sanitizer, verdict
+    from . import checks, exercises, kernel_checks, native, sanitizer, verdict
 
+    if os.environ.get("MINITORCH_CUDA_EMULATE") == "1":
+        native.guard()  # a constructor's _exit(0) would report the emulator's launch clean
     try:
         kernel_checks.small_launch(exercises.get(exercise_id), Path(kernel_file).read_text())
     except Exception as exc:
-        faulted = checks.classify_exception(exc) == verdict.CUDA_ERROR
-        print(f"{'fault' if faulted else 'error'}: {type(exc).__name__}: {exc}"[:2000], flush=True)
+        host = isinstance(exc, verdict.CheckFailed) and exc.reason == verdict.HOST_SIDE
+        faulted = host or checks.classify_exception(exc) == verdict.CUDA_ERROR
+        text = exc.message if host else f"{type(exc).__name__}: {exc}"
+        print(f"{'fault' if faulted else 'error'}: {text}"[:2000], flush=True)
         return sanitizer.EMULATOR_FAULT if faulted else 4
     return 0
 
