@@ -1,14 +1,62 @@
 """wgmma.cu, the warpgroup-MMA TF32 kernel (Hopper only), against float64; and the
-coalesced transpose that feeds it. GPU only, and kept apart from the rest of the GPU suite
-(`.ci/gpu_check.sh` runs it in its `tf32` part): a kernel that hangs the GPU here cannot
-stall the other tests.
+coalesced transpose that feeds it. GPU only, but for its sm_90a build (nvcc's report and
+SASS, on the CPU), and kept apart from the rest of the GPU suite (`.ci/gpu_check.sh` runs it
+in its `tf32` part): a kernel that hangs the GPU here cannot stall the other tests.
 """
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
 import numpy as np
 import pytest
 from test_stages_beyond import FLAGS, _matmul_inputs, _reference
+
+from minitorch_cuda.cuda.kernel_table import KERNEL_DIR
+from minitorch_cuda.cuda.nvcc_check import parse_resources
+
+NVCC = shutil.which("nvcc")
+
+
+def _cuobjdump() -> str | None:
+    """cuobjdump from the CUDA toolkit, or the copy Triton ships."""
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    try:
+        import triton
+    except ImportError:
+        return None
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return str(bundled) if bundled.exists() else None
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+def test_builds_for_sm_90a_without_spills(tmp_path):
+    """ptxas's report: no spills or stack, no warning, no note that the wgmma pipeline is serialized
+    (C7510); in the SASS four m64n256k8 products (one per 8 columns of a 32-wide slice) and nothing in
+    local memory. The accumulators are 128 registers of a thread: a spill would show here first."""
+    cubin, source = tmp_path / "wgmma.cubin", KERNEL_DIR / "wgmma.cu"
+    target = "-gencode=arch=compute_90a,code=sm_90a"
+    done = subprocess.run(
+        [NVCC, "-cubin", target, "-I", str(KERNEL_DIR), "-Xptxas", "-v", "-o", str(cubin), str(source)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    log = done.stderr + done.stdout
+    assert done.returncode == 0, log
+    (kernel,) = parse_resources(log)
+    assert kernel.name == "matmul_tf32_wgmma", log
+    assert kernel.spill_stores == kernel.spill_loads == kernel.stack_bytes == 0, log
+    assert "C7510" not in log and "warning" not in log.lower(), log
+    dump = _cuobjdump()
+    if dump is None:
+        return
+    sass = subprocess.run([dump, "-sass", str(cubin)], capture_output=True, text=True, timeout=120).stdout
+    assert len(re.findall(r"HGMMA\.64x256x8\.F32\.TF32", sass)) == 4, "one wgmma per 8 columns of a 32-wide slice"
+    assert not re.search(r"\b(LDL|STL)\b", sass), "nothing in local memory"
 
 
 def _launch_wgmma(a, b):

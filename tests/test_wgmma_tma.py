@@ -20,28 +20,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_stages_beyond import _matmul_inputs, _reference
-from test_wgmma import _where_wrong
+from test_wgmma import NVCC, _cuobjdump, _where_wrong
 
 from minitorch_cuda.cuda.kernel_table import KERNEL_DIR
 from minitorch_cuda.cuda.tensor_map import kmajor_stack
 
 TESTS = Path(__file__).resolve().parent
-NVCC = shutil.which("nvcc")
 SOURCE = KERNEL_DIR / "wgmma_tma.cu"
 CAP_AT_ENTRY = 168  # 65536 registers / 384 threads, rounded down to a multiple of 8
-
-
-def _cuobjdump() -> str | None:
-    """cuobjdump from the CUDA toolkit, or the copy Triton ships."""
-    found = shutil.which("cuobjdump")
-    if found:
-        return found
-    try:
-        import triton
-    except ImportError:
-        return None
-    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    return str(bundled) if bundled.exists() else None
 
 
 # --- CPU: the build ---------------------------------------------------------------------------

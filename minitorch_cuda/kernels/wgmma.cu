@@ -19,6 +19,7 @@
 // 16-byte quads and zero-fills those outside the matrix. Launch: block (WG_THREADS, 1, 1),
 // grid (ceil(N / WG_BN), ceil(M / WG_BM), batch), dynamic shared memory WG_SMEM_BYTES.
 #include "cp_async.cuh"
+#include "wgmma_tf32.cuh"
 
 #define WG_BM 128
 #define WG_BN 256
@@ -30,43 +31,6 @@
 #define WG_SMEM_BYTES (WG_STAGES * WG_STAGE_BYTES + 1024)  // + room to align to 1024 bytes
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // wgmma exists only in sm_90a code
-
-// A shared-memory matrix descriptor for a K-major tile with 128-byte rows, 128-byte swizzle.
-__device__ __forceinline__ unsigned long long wg_descriptor(const void* tile) {
-    const unsigned long long address = static_cast<unsigned>(__cvta_generic_to_shared(tile));
-    return ((address & 0x3FFFF) >> 4)        // start address, in 16-byte units
-           | (1ull << 16)                    // leading-dimension offset: unused by this layout
-           | ((1024ull >> 4) << 32)          // stride offset: from one 8-row group to the next
-           | (1ull << 62);                   // swizzle mode 1: 128 bytes
-}
-
-// d (64 x 256, this thread's 128 values) += A (64 x 8) * B^T (8 x 256), both from shared memory.
-__device__ __forceinline__ void wgmma_m64n256k8(float (&d)[128], unsigned long long a, unsigned long long b) {
-#define WG_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
-                 "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-    asm volatile(
-        "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, %128, %129, 1, 1, 1;\n"  // scale-d 1: accumulate; A and B not negated
-        : WG_D8(0), WG_D8(8), WG_D8(16), WG_D8(24), WG_D8(32), WG_D8(40), WG_D8(48), WG_D8(56),
-          WG_D8(64), WG_D8(72), WG_D8(80), WG_D8(88), WG_D8(96), WG_D8(104), WG_D8(112), WG_D8(120)
-        : "l"(a), "l"(b));
-#undef WG_D8
-}
-
-// Keep the compiler from moving reads or writes of the accumulators across a point where the
-// tensor cores may still be writing them (between a wgmma and the wait for it).
-__device__ __forceinline__ void wg_pin(float (&d)[128]) {
-#pragma unroll
-    for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
 
 // Stage the R x 32 tile at (r0, k0) of a K-contiguous `rows` x K operand, swizzled.
 template <int R>
@@ -118,26 +82,19 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
         cp_async_wait<WG_AHEAD - 1>();                          // this thread's quads of `slice` landed
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // ... visible to the tensor cores
         __syncthreads();  // everyone's have; and every warpgroup's wgmma of slice - 2 has finished
-        wg_pin(d);
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-        const unsigned char* as = tile_a(slice) + wg * 64 * 128;  // this warpgroup's 64 rows of A
-        const unsigned char* bs = tile_b(slice);
-#pragma unroll
-        for (int kk = 0; kk < WG_BK / 8; ++kk)  // 8 columns of K = 32 bytes further into each row
-            wgmma_m64n256k8(d, wg_descriptor(as + 32 * kk), wg_descriptor(bs + 32 * kk));
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        wgmma_slice(d, tile_a(slice) + wg * 64 * 128, tile_b(slice));  // this warpgroup's 64 rows of A
         // While the tensor cores work: the copies of slice + WG_AHEAD, into slice - 2's buffer.
         if (slice + WG_AHEAD < slices) copy(slice + WG_AHEAD);
         cp_async_commit();
-        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // slice - 1's are done
-        wg_pin(d);
+        wgmma_wait<1>(d);  // slice - 1's are done
     }
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    wg_pin(d);
+    wgmma_wait<0>(d);
     cp_async_wait<0>();
 
     // Warp w of the warpgroup holds rows 16w..16w+15; lane (g, t) holds, for every 8 columns
     // n8, columns n8 + 2t and n8 + 2t + 1 of rows g and g + 8: d[4 * (n8 / 8) + 2h + p].
+    // (wgmma_tma.cu's store_tile, written out: moved into a function, even an inlined one, it
+    // compiles here to other SASS than the code verified on the H200.)
     const int g = lane / 4, t = lane % 4;
     const bool pairs = (N & 1) == 0 && (reinterpret_cast<unsigned long long>(c) & 7ull) == 0;
 #pragma unroll

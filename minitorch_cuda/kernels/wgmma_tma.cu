@@ -26,10 +26,14 @@
 // shared memory WT_SMEM_BYTES; map_a, map_b are 3-D tensor maps (K, rows, matrices) of A and B^T
 // with box (WT_BK, WT_BM) and (WT_BK, WT_BN), 128-byte swizzle; an operand of one matrix is shared
 // by the batch (batches_x = 1). Needs K % 4 == 0 and 16-byte aligned operands (TMA's rules).
+#include "wgmma_tf32.cuh"
 
 #define WT_BM 128
 #ifndef WT_BN  // 256, or 128 (half the accumulators; -DWT_BN=128)
 #define WT_BN 256
+#endif
+#if WT_BN != 128 && WT_BN != 256
+#error "WT_BN is 128 or 256"
 #endif
 #ifndef WT_STAGES  // 4 x 48 KB with 128 x 256 tiles; 1 for debugging
 #define WT_STAGES 4
@@ -51,13 +55,6 @@
 struct __align__(64) TensorMap {
     unsigned long long opaque[16];
 };
-
-// The 32-bit shared-memory address that mbarrier, TMA and wgmma instructions take. (Outside the
-// sm_90a block below, so that the CPU emulator sees it and refuses the file as it does wgmma.cu's
-// asynchronous copies, instead of building the kernel's empty stand-in.)
-__device__ __forceinline__ unsigned shared_address(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // wgmma and setmaxnreg exist only in sm_90a code
 
@@ -121,54 +118,6 @@ __device__ __forceinline__ void tma_load(void* tile, const TensorMap* map, unsig
         "[%5];\n" ::"r"(shared_address(tile)),
         "l"(map), "r"(k), "r"(row), "r"(matrix), "r"(shared_address(bar))
         : "memory");
-}
-
-// --- wgmma (as in wgmma.cu) -------------------------------------------------------------------------
-
-// A shared-memory matrix descriptor for a K-major tile with 128-byte rows, 128-byte swizzle.
-__device__ __forceinline__ unsigned long long tile_descriptor(const void* tile) {
-    const unsigned long long address = shared_address(tile);
-    return ((address & 0x3FFFF) >> 4)  // start address, in 16-byte units
-           | (1ull << 16)              // leading-dimension offset: unused by this layout
-           | ((1024ull >> 4) << 32)    // stride offset: from one 8-row group to the next
-           | (1ull << 62);             // swizzle mode 1: 128 bytes
-}
-
-#define WT_D8(i) \
-    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-#define WT_D64(i) WT_D8(i), WT_D8(i + 8), WT_D8(i + 16), WT_D8(i + 24), WT_D8(i + 32), WT_D8(i + 40), WT_D8(i + 48), WT_D8(i + 56)
-#define WT_REGS_64                                                                   \
-    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "         \
-    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define WT_REGS_128                                                                                \
-    WT_REGS_64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "  \
-               "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "    \
-               "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, " \
-               "%111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, "   \
-               "%125, %126, %127"
-
-// d (64 x WT_BN, this thread's WT_BN / 2 values) += A (64 x 8) * B^T (8 x WT_BN), from shared memory.
-__device__ __forceinline__ void wgmma_tf32(float (&d)[WT_BN / 2], unsigned long long a, unsigned long long b) {
-#if WT_BN == 256
-    asm volatile("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {" WT_REGS_128 "}, %128, %129, 1, 1, 1;\n"
-                 : WT_D64(0), WT_D64(64)
-                 : "l"(a), "l"(b));  // scale-d 1: accumulate; A and B not negated
-#elif WT_BN == 128
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {" WT_REGS_64 "}, %64, %65, 1, 1, 1;\n"
-                 : WT_D64(0)
-                 : "l"(a), "l"(b));
-#else
-#error "WT_BN is 128 or 256"
-#endif
-}
-
-// Keep the compiler from moving reads or writes of the accumulators across a point where the
-// tensor cores may still be writing them (between a wgmma and the wait for it).
-__device__ __forceinline__ void pin(float (&d)[WT_BN / 2]) {
-#pragma unroll
-    for (int i = 0; i < WT_BN / 2; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // --- the schedule ------------------------------------------------------------------------------
@@ -270,16 +219,8 @@ extern "C" __global__ void __launch_bounds__(WT_THREADS, 1)
             int previous = 0;  // the stage whose wgmma may still run
             for (int slice = 0; slice < slices; ++slice) {
                 barrier_wait(&full[stage], phase, "full", stage);
-                pin(d);
-                asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-                const unsigned char* as = tile_a(stage) + consumer * 64 * 128;  // this warpgroup's 64 rows of A
-                const unsigned char* bs = tile_b(stage);
-#pragma unroll
-                for (int kk = 0; kk < WT_BK / 8; ++kk)  // 8 columns of K = 32 bytes further into each row
-                    wgmma_tf32(d, tile_descriptor(as + 32 * kk), tile_descriptor(bs + 32 * kk));
-                asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-                asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(WT_IN_FLIGHT) : "memory");
-                pin(d);
+                wgmma_slice(d, tile_a(stage) + consumer * 64 * 128, tile_b(stage));  // this warpgroup's 64 rows of A
+                wgmma_wait<WT_IN_FLIGHT>(d);
                 if (!WT_IN_FLIGHT) {
                     if (signals) barrier_arrive(&empty[stage]);  // read: the producer may refill it
                 } else if (slice > 0 && signals) {
@@ -288,8 +229,7 @@ extern "C" __global__ void __launch_bounds__(WT_THREADS, 1)
                 previous = stage;
                 if (++stage == WT_STAGES) stage = 0, phase ^= 1;
             }
-            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-            pin(d);
+            wgmma_wait<0>(d);
             if (WT_IN_FLIGHT && slices > 0 && signals) barrier_arrive(&empty[previous]);
             float* out = c + (long long)tile.matrix * M * N;
             store_tile(out, d, M, N, tile.m * WT_BM + 64 * consumer, tile.n * WT_BN);
