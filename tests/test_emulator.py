@@ -271,6 +271,25 @@ def test_dynamic_shared_memory(emu):
     np.testing.assert_array_equal(got, np.arange(64)[::-1])
 
 
+def test_file_scope_shared_memory_under_pycudas_extern_c_wrapper(emu):
+    # SourceModule's default wraps the source in extern "C" { }: a file-scope extern __shared__
+    # is still no variable of its own (a pointer read as the library loaded crashed the process),
+    # and a file-scope static one is still poisoned at every block's start.
+    from minitorch_cuda.emulator import compiler
+
+    driver = emu[0]
+    source = DYNAMIC.replace('extern "C" ', "") + POISONED.replace('extern "C" ', "")
+    module = compiler.SourceModule(source, cache_dir=emu[2].cache, include_dirs=[str(KERNEL_DIR)])
+    out, got = driver.mem_alloc(4 * 67), np.empty(67, np.float32)
+    module.get_function("dynamic").prepare("P").prepared_call((1, 1, 1), (64, 1, 1), out, shared_size=4 * 64)
+    driver.memcpy_dtoh(got[:64], out)
+    np.testing.assert_array_equal(got[:64], np.arange(64)[::-1])
+    d_in = driver.to_device(np.ones(64, np.float32))
+    module.get_function("accumulate").prepare("PPi").prepared_call((1, 1, 1), (64, 1, 1), out, d_in, 0, shared_size=256)
+    driver.memcpy_dtoh(got, out)
+    assert got[2] == 63 and np.isnan(got[3:]).all()
+
+
 def test_a_captured_stream_records_its_work_and_a_graph_replays_it(emu):
     from minitorch_cuda.emulator import graphs
 
