@@ -78,7 +78,7 @@ def test_every_regtiled_variant_has_a_fused_twin_and_a_header_row():
     for tile, (bm, bn, bk, threads) in REGTILED_TILES.items():
         assert SPECS[f"matmul_regtiled_{tile}"].signature == SPECS["matmul_tiled"].signature
         assert SPECS[f"matmul_bias_act_{tile}"].signature == "PPPP" + "iiiiiiii"
-        assert tile == f"{bm}x{bn}x{bk}"
+        assert tile in (f"{bm}x{bn}x{bk}", f"{bm}x{bn}x{bk}t{threads}")  # tNT: a second thread count
         row = re.search(rf"^//\s+{tile}\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", header, re.M)
         assert row, f"{tile} is missing from the header table of matmul_regtiled.cu"
         BM, BN, BK, TM, TN, nt = map(int, row.groups())

@@ -111,6 +111,10 @@ REGTILED_TILES: dict[str, tuple[int, int, int, int]] = {
     "64x64x8": (64, 64, 8, 256),
     "64x64x16": (64, 64, 16, 256),
     "32x32x8": (32, 32, 8, 64),
+    # the tiles of cuBLAS's own FP32 kernels on the H200 (ncu_ch14_16.json): 128 x 64 in 128
+    # threads at 1024^3, 256 x 128 in 256 at 4096^3, so 8 x 8 and 16 x 8 outputs per thread
+    "128x64x8t128": (128, 64, 8, 128),
+    "256x128x8": (256, 128, 8, 256),
 }
 # Tile shapes of matmul_pipelined.cu (cp.async into shared-memory stages): name suffix ->
 # (BM, BN, BK, threads, stages).
@@ -121,6 +125,16 @@ PIPELINED_TILES: dict[str, tuple[int, int, int, int, int]] = {
     "64x64x16": (64, 64, 16, 128, 3),
     "32x32x16": (32, 32, 16, 64, 3),
 }
+
+
+def regtiled_thread_tile(tile: str) -> tuple[int, int]:
+    """(TM, TN), the outputs per thread of matmul_regtiled_{tile}, from its REGTILED line in
+    matmul_regtiled.cu (the block tile and thread count do not fix how a thread's tile splits)."""
+    text = (KERNEL_DIR / "matmul_regtiled.cu").read_text()
+    found = re.search(rf"^REGTILED\(matmul_regtiled_{tile}, \d+, \d+, \d+, (\d+), (\d+),", text, re.M)
+    if found is None:
+        raise KeyError(f"matmul_regtiled_{tile} has no REGTILED line in matmul_regtiled.cu")
+    return int(found.group(1)), int(found.group(2))
 
 
 def pipelined_shared_bytes(tile: str) -> int:

@@ -43,6 +43,8 @@ BIAS_ACT(matmul_bias_act_128x64x8, 128, 64, 8, 8, 4, 2)
 BIAS_ACT(matmul_bias_act_64x64x8, 64, 64, 8, 4, 4, 2)
 BIAS_ACT(matmul_bias_act_64x64x16, 64, 64, 16, 4, 4, 2)
 BIAS_ACT(matmul_bias_act_32x32x8, 32, 32, 8, 4, 4, 8)
+BIAS_ACT(matmul_bias_act_128x64x8t128, 128, 64, 8, 8, 8, 2)
+BIAS_ACT(matmul_bias_act_256x128x8, 256, 128, 8, 16, 8, 1)
 
 #define GRAD(NAME, BM, BN, BK, TM, TN, MIN_BLOCKS)                                            \
 extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN), MIN_BLOCKS) NAME(          \
@@ -57,6 +59,8 @@ GRAD(matmul_grad_128x64x8, 128, 64, 8, 8, 4, 2)
 GRAD(matmul_grad_64x64x8, 64, 64, 8, 4, 4, 2)
 GRAD(matmul_grad_64x64x16, 64, 64, 16, 4, 4, 2)
 GRAD(matmul_grad_32x32x8, 32, 32, 8, 4, 4, 8)
+GRAD(matmul_grad_128x64x8t128, 128, 64, 8, 8, 8, 2)
+GRAD(matmul_grad_256x128x8, 256, 128, 8, 16, 8, 1)
 
 #define XENT_VALUES 32  // per lane: rows up to 1024 columns
 

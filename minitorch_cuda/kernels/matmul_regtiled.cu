@@ -1,5 +1,5 @@
 // matmul_regtiled.cu: register-tiled SGEMM (stage 9), same parameters as matmul_tiled.
-//   matmul_regtiled_BMxBNxBK   BM x BN block tile, K-slices of BK, 256 or 64 threads,
+//   matmul_regtiled_BMxBNxBK[tNT]   BM x BN block tile, K-slices of BK, 64 to 256 threads,
 //                              each thread TM x TN outputs in registers (see the header).
 // MIN_BLOCKS asks ptxas to leave room for that many resident blocks per SM.
 // The autotuner (cuda/autotune.py) times the variants on the first call of each
@@ -11,6 +11,8 @@
 //   64x64x8          64   64   8   4   4  256
 //   64x64x16         64   64  16   4   4  256
 //   32x32x8          32   32   8   4   4   64   (small and skinny products: more blocks)
+//   128x64x8t128    128   64   8   8   8  128   (cuBLAS's FP32 tiles on the H200, at
+//   256x128x8       256  128   8  16   8  256    1024^3 and 4096^3: ncu_ch14_16.json)
 #include "matmul_regtiled.cuh"
 
 #define REGTILED(NAME, BM, BN, BK, TM, TN, MIN_BLOCKS)                                        \
@@ -25,3 +27,5 @@ REGTILED(matmul_regtiled_128x64x8, 128, 64, 8, 8, 4, 2)
 REGTILED(matmul_regtiled_64x64x8, 64, 64, 8, 4, 4, 2)
 REGTILED(matmul_regtiled_64x64x16, 64, 64, 16, 4, 4, 2)
 REGTILED(matmul_regtiled_32x32x8, 32, 32, 8, 4, 4, 8)
+REGTILED(matmul_regtiled_128x64x8t128, 128, 64, 8, 8, 8, 2)
+REGTILED(matmul_regtiled_256x128x8, 256, 128, 8, 16, 8, 1)
