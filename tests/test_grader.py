@@ -964,3 +964,36 @@ def test_host_code_cannot_report_the_sanitizers_emulator_launch_clean() -> None:
     assert failure is None and "the CPU emulator" in notes[0], (failure, notes)
     failure, _ = sanitizer.run(ex, exits + kernel, timeout=120, emulator=True)
     assert failure is not None and "host code" in failure, failure
+
+
+@pytest.mark.skipif(
+    not _emulator_usable(), reason="the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing"
+)
+def test_an_emulated_kernel_cannot_fill_the_disk_or_the_memory(tmp_path, monkeypatch) -> None:
+    """On the emulator a kernel's printf writes to the checker's log and its __device__ arrays are
+    the checker's memory (a GPU bounds both): a printf loop stops growing the log at 256 MB and a
+    2 GB array fails its exercise instead of filling the grading machine; the honest kernel passes
+    under the same limits."""
+    monkeypatch.setenv("MINITORCH_CUDA_GRADE_EMULATED_MEMORY", str(1 << 30))
+    logs = []
+
+    def run(argv, timeout, cwd, env):
+        done = run.original(argv, timeout, cwd, env)
+        logs.append(Path(cwd, "output.log").stat().st_size)
+        return done
+
+    run.original = runner._run
+    monkeypatch.setattr(runner, "_run", run)
+    text = (SOLUTIONS / "03_building_the_backend.md").read_text()
+    entry = 'extern "C" __global__ void ew_relu(float* out, const float* a, int n) {\n'
+    hog = "__device__ char hog[1u << 31];\n" + entry + "    for (unsigned k = 0; k < 1u << 31; k += 4096) hog[k] = 1;\n"
+    flood = entry + '    while (true) printf("%s\\n", "flood flood flood flood flood flood flood flood");\n'
+    subs = tmp_path / "subs"
+    for name, edited in (("honest", text), ("hog", text.replace(entry, hog)), ("flood", text.replace(entry, flood))):
+        (subs / name).mkdir(parents=True)
+        (subs / name / "03_building_the_backend.md").write_text(edited)
+    results = run_grader(subs, tmp_path / "g.csv", ["3.1"], "--emulate", "--timeout", "60", "--jobs", "2")
+    assert results[("honest", "3.1")]["passed"], results[("honest", "3.1")]
+    assert not results[("hog", "3.1")]["passed"] and results[("hog", "3.1")]["reason"] != verdict.TIMEOUT
+    assert results[("flood", "3.1")]["reason"] == verdict.TIMEOUT, results[("flood", "3.1")]
+    assert len(logs) == 3 and max(logs) <= 256 << 20, logs

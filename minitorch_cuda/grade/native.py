@@ -27,7 +27,7 @@ _MATH = (
     "scalbn sin sincos sincospi sinh sinpi sqrt tan tanh tgamma trunc y0 y1 yn"
 ).split()
 ALLOWED = {f"{name}{suffix}" for name in _MATH for suffix in ("", "f")} | {
-    "printf", "puts", "putchar", "vprintf", "memcpy", "memmove", "memset", "malloc", "free", "clock_gettime",
+    "printf", "puts", "putchar", "vprintf", "memcpy", "memmove", "memset", "clock_gettime",
     "__assert_fail", "__stack_chk_fail", "__tls_get_addr", "__cxa_finalize", "__gmon_start__",
     "_ITM_registerTMCloneTable", "_ITM_deregisterTMCloneTable", "_Unwind_Resume", "__gxx_personality_v0",
 }  # fmt: skip

@@ -41,6 +41,9 @@ SHAREABLE_MODULES = {
 }
 
 
+EMULATED_MEMORY = int(os.environ.get("MINITORCH_CUDA_GRADE_EMULATED_MEMORY", 8 << 30))  # address space, bytes
+
+
 def _write(path: str, data: dict) -> None:
     tmp = Path(path).with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=1, default=str))
@@ -218,6 +221,8 @@ def check(exercise_id: str, payload_file: str, result_file: str) -> int:
         if subject is not None:
             subject.close()
     elif ex.kind == "cuda":
+        if os.environ.get("MINITORCH_CUDA_EMULATE") == "1":  # the kernel runs here, as native code
+            sandbox.limit_resources(memory_bytes=EMULATED_MEMORY)  # a printf loop, a memory bomb
         timeouts = float(payload.get("sanitize_timeout", 90)), float(payload.get("timeout", 120))
         result = check_kernel(ex, payload["source"], bool(payload.get("sanitize")), *timeouts)
     else:
