@@ -997,3 +997,17 @@ def test_an_emulated_kernel_cannot_fill_the_disk_or_the_memory(tmp_path, monkeyp
     assert not results[("hog", "3.1")]["passed"] and results[("hog", "3.1")]["reason"] != verdict.TIMEOUT
     assert results[("flood", "3.1")]["reason"] == verdict.TIMEOUT, results[("flood", "3.1")]
     assert len(logs) == 3 and max(logs) <= 256 << 20, logs
+
+
+def test_a_cell_nested_past_the_parsers_depth_costs_only_its_exercise(tmp_path) -> None:
+    """A kernel source of 20000 joined literals, or a cell nested past Python's parser, raised
+    RecursionError in the grader itself and stopped every student's grading."""
+    deep = " + ".join(['"x"'] * 20000)
+    kernel = (SOLUTIONS / "03_building_the_backend.md").read_text().replace('e = r"""', f'e = {deep} + r"""')
+    subs = _student(tmp_path, "deep", "03_building_the_backend", kernel)
+    bf16 = (SOLUTIONS / "02_floating_point.md").read_text().replace(":exercise: '2.1'\n", "")  # found by parsing
+    (subs / "deep" / "02_floating_point.md").write_text(bf16 + f"\n```{{code-cell}} ipython3\ny = {deep}\n```\n")
+    results = run_grader(subs, tmp_path / "g.csv", ["3.1", "2.1"], "--allow-partial")
+    assert results[("deep", "3.1")]["reason"] == verdict.EXCEPTION, results[("deep", "3.1")]
+    assert "cannot be read" in results[("deep", "3.1")]["message"]
+    assert results[("deep", "2.1")]["passed"], results[("deep", "2.1")]

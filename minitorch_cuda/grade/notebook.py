@@ -52,7 +52,7 @@ def python_source(source: str) -> str:
 def _defines(source: str, name: str) -> bool:
     try:
         tree = ast.parse(python_source(source))
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # a cell nested past the parser's depth
         return False
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:

@@ -415,17 +415,20 @@ def grade_notebook(student: str, stem: str, ids: list[str], settings: Settings, 
         for ex in todo:
             add(CheckResult(ex.id, False, verdict.MISSING_NOTEBOOK, f"{path.name} cannot be read: {exc}").to_dict())
         return
-    sources = {ex.id: notebook.exercise_source(nb, ex) for ex in todo}  # read before the notebook runs
     payloads: dict[str, dict | CheckResult] = {}
-    for ex in todo:
-        if sources[ex.id] is None:
-            message = f"no cell with metadata exercise: '{ex.id}' or defining {ex.name!r} in {path.name}"
-            payloads[ex.id] = CheckResult(ex.id, False, verdict.MISSING, message)
-            continue
+    for ex in todo:  # read before the notebook runs; whatever a notebook holds costs only its exercises
         try:
-            payloads[ex.id] = payload_for(ex, sources[ex.id], folder)
+            cell = notebook.exercise_source(nb, ex)
+            if cell is None:
+                message = f"no cell with metadata exercise: '{ex.id}' or defining {ex.name!r} in {path.name}"
+                payloads[ex.id] = CheckResult(ex.id, False, verdict.MISSING, message)
+                continue
+            payloads[ex.id] = payload_for(ex, cell, folder)
         except CheckFailed as failure:
             payloads[ex.id] = CheckResult(ex.id, False, failure.reason, failure.message, failure.details)
+        except Exception as exc:
+            message = f"the exercise cell cannot be read ({type(exc).__name__}: {str(exc)[:200]})"
+            payloads[ex.id] = CheckResult(ex.id, False, verdict.EXCEPTION, message)
     if settings.execute:
         ledger.add_execution(student, stem, execute_notebook(path, settings, gpu))
     for ex in todo:

@@ -108,6 +108,8 @@ def kernel_source(cell: str, ex: Exercise, folder: Path | None = None) -> str:
         tree = ast.parse(python_source(cell))
     except SyntaxError as exc:
         fail(EXCEPTION, f"the exercise cell is not valid Python: SyntaxError: {exc.msg} (line {exc.lineno})")
+    except (ValueError, RecursionError, MemoryError) as exc:
+        fail(EXCEPTION, f"the exercise cell cannot be read: {type(exc).__name__} (nested too deeply?)")
     changed = _tampering(tree)
     if changed:
         fail(
@@ -123,6 +125,9 @@ def kernel_source(cell: str, ex: Exercise, folder: Path | None = None) -> str:
             values.append(node.value)
     if not values or values[-1] is None:
         fail(MISSING, f"the exercise cell does not assign {ex.name!r} at its top level")
-    source = _string(values[-1], folder, ex.name)
+    try:
+        source = _string(values[-1], folder, ex.name)
+    except RecursionError:
+        fail(NOT_A_KERNEL, f"{ex.name} joins too many strings: write the kernel as one string literal")
     _check_includes(source)
     return source
