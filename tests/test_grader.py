@@ -929,8 +929,9 @@ def test_an_exception_message_cannot_pass_for_a_grade_in_the_feedback(tmp_path) 
 
 
 def test_the_private_copy_leaves_out_what_would_fill_the_disk(tmp_path, monkeypatch) -> None:
-    """One copy of the folder per notebook's run: files past the budget are left out (and named),
-    links and named pipes are never followed."""
+    """One copy of the folder per notebook's run: files past the budget and files that cannot be read
+    (a PermissionError stopped every student's grading) are left out and named; links and named
+    pipes are never followed."""
     monkeypatch.setattr(sandbox, "MAX_COPIED", 1 << 20)
     folder = tmp_path / "student"
     (folder / "data").mkdir(parents=True)
@@ -939,9 +940,18 @@ def test_the_private_copy_leaves_out_what_would_fill_the_disk(tmp_path, monkeypa
         f.truncate(2 << 20)
     (folder / "other.md").symlink_to(tmp_path)
     os.mkfifo(folder / "pipe.md")
+    (folder / "data" / "unreadable.bin").write_text("its mode is 000")
+    copyfile = shutil.copyfile
+
+    def refuse(source, target):  # a chmod 000 file, which root (as in CI) could still read
+        if Path(source).name == "unreadable.bin":
+            raise PermissionError(13, "Permission denied", str(source))
+        return copyfile(source, target)
+
+    monkeypatch.setattr(shutil, "copyfile", refuse)
     copy, left_out = sandbox.private_copy(folder, tmp_path / "copy")
     assert sorted(str(p.relative_to(copy)) for p in copy.rglob("*")) == ["01_cuda_setup.md", "data"]
-    assert left_out == ["data/huge.bin"]
+    assert left_out == ["data/huge.bin", "data/unreadable.bin"]
 
 
 @pytest.mark.skipif(

@@ -342,7 +342,10 @@ def execute_notebook(path: Path, settings: Settings, gpu: str | None) -> dict:
             why = f"stopped after {budget:g} s" if code is None else f"the runner exited with code {code}"
             return {"errors": [f"the notebook could not be executed to the end ({why})"], "sandbox": sandbox.kind()}
     cells = [c for c in data["cells"] if isinstance(c, dict)]
-    errors = [f"not copied for the run (over {sandbox.MAX_COPIED >> 20} MB in all): {name}" for name in left_out[:5]]
+    errors = [
+        f"not copied for the run (unreadable, or over {sandbox.MAX_COPIED >> 20} MB in all): {_one_line(name, 200)}"
+        for name in left_out[:5]
+    ]
     errors += [
         f"cell {_one_line(c.get('index'), 10)}"
         + (f" (exercise {_one_line(c['exercise'], 10)})" if c.get("exercise") else "")

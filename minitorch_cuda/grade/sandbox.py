@@ -269,8 +269,8 @@ MAX_COPIED = 256 << 20  # bytes of a student's folder copied for a notebook's ru
 
 def private_copy(folder: Path, dest: Path) -> tuple[Path, list[str]]:
     """A copy of a student's folder (regular files and folders only, no links followed) and the
-    files left out because the copy would pass ``MAX_COPIED`` bytes: a folder of huge files must
-    not fill the grading machine's disk, where every other student's checks write too."""
+    files left out: those that cannot be read, and those past ``MAX_COPIED`` bytes (a folder of
+    huge files must not fill the grading machine's disk, where every other student's checks write)."""
     dest.mkdir(parents=True, exist_ok=True)
     copied, left_out = 0, []
     for path in sorted(Path(folder).rglob("*")):
@@ -284,7 +284,11 @@ def private_copy(folder: Path, dest: Path) -> tuple[Path, list[str]]:
             if copied + size > MAX_COPIED:
                 left_out.append(str(path.relative_to(folder)))
                 continue
-            copied += size
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
+            try:
+                shutil.copyfile(path, target)
+            except OSError:  # unreadable (its mode), or gone: the run goes on without it
+                left_out.append(str(path.relative_to(folder)))
+                continue
+            copied += size
     return dest, left_out
