@@ -177,8 +177,8 @@ def kernels(text: str, c_linkage_only: bool) -> dict[str, str | None]:
     return {m.group(4): m.group(2) or m.group(3) for m in _KERNEL.finditer(text) if m.group(1) or not c_linkage_only}
 
 
-_LITERAL = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'')
-_SCOPE_TOKEN = re.compile(r"[{};]|__shared__\b")
+# What the scopes of the preprocessed text are told by: braces, and string literals to step over.
+_SCOPE_TOKEN = re.compile(r'[{}]|__shared__\b|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'')
 _ATTRIBUTE = re.compile(r"__attribute__\s*\(\((?:[^()]|\([^()]*\))*\)\)")
 _NAMESPACE = re.compile(r'\bnamespace\b\s*([\w:]*)\s*$|\bextern\s*"[^"]*"\s*$')
 # Follows each static __shared__ declaration inside a function, on its line (so g++'s line
@@ -195,15 +195,15 @@ def _opened(head: str) -> str | None:
     return f"{opens[1]}::" if opens and opens[1] else "" if opens else None
 
 
-def _declaration_end(masked: str, start: int) -> int:
+def _declaration_end(text: str, start: int) -> int:
     """Where the declaration from ``start`` ends: its ``;`` outside brackets (the end of the text if none)."""
     depth = 0
-    for i in range(start, len(masked)):
-        depth += masked[i] in "([{"
-        depth -= masked[i] in ")]}"
-        if masked[i] == ";" and depth == 0:
+    for i in range(start, len(text)):
+        depth += text[i] in "([{"
+        depth -= text[i] in ")]}"
+        if text[i] == ";" and depth == 0:
             return i
-    return len(masked)
+    return len(text)
 
 
 def _declared_names(declaration: str) -> list[str]:
@@ -236,35 +236,36 @@ def _shared(text: str) -> tuple[str, list[str]]:
     """The preprocessed text with shared memory made per block, and the static ``__shared__`` variables
     at namespace scope, which each kernel's entry poisons. A static one is ``static thread_local``: one
     copy per worker, poisoned at the start of every block (POISON); a dynamic one: see _dynamic."""
-    masked = _LITERAL.sub(lambda m: m[0][0] + " " * (len(m[0]) - 2) + m[0][-1], text)  # no braces in strings
-    scopes: list[str | None] = []  # per open brace: what _opened says
-    edits, file_scope, statement = [], [], 0  # statement: where the one being read began
-    for m in _SCOPE_TOKEN.finditer(masked):
-        if m.start() < statement or (m[0] == "__shared__" and re.match(r"\w", masked[m.start() - 1])):
-            continue  # inside a __shared__ declaration already read, or part of a longer name
-        if m[0] != "__shared__":
-            if m[0] == "{":
-                scopes.append(_opened(masked[statement : m.start()]))
-            elif m[0] == "}" and scopes:
-                scopes.pop()
-            statement = m.end()
+    scopes: list[str | None] = []  # per open brace: what _opened says of the text before it
+    edits, file_scope, read = [], [], 0  # read: the end of the last __shared__ declaration
+    # Most of the text is cuda_emu.h and the headers it includes, which are balanced: start after them.
+    source = max(0, text.find(f'\n# 1 "{MAIN}"', text.find(f'"{HEADER}"')))
+    for m in _SCOPE_TOKEN.finditer(text, source):
+        start = m.start()
+        if start < read or m[0][0] in "\"'":
             continue
-        namespace = None if None in scopes else "".join(scopes)  # None: inside a function
-        end = _declaration_end(masked, m.end())
-        extern = re.search(r"\bextern\s*$", masked[statement : m.start()])
-        dynamic = extern and _DYNAMIC.match(text, statement + extern.start(), end + 1)
-        if dynamic:
-            edits.append((dynamic.start(), dynamic.end(), _dynamic(dynamic, namespace)))
-        elif not extern:
-            names = _declared_names(text[m.end() : end])
-            if namespace is not None:
-                file_scope += [namespace + name for name in names]
-            elif names:
-                edits.append((end + 1, end + 1, POISON.format(", ".join(names))))
-        statement = end + 1
-    for start, stop, replacement in reversed(edits):
-        text = text[:start] + replacement + text[stop:]
-    return text, file_scope
+        if m[0] == "{":
+            scopes.append(_opened(text[max(0, start - 200) : start]))
+        elif m[0] == "}":
+            scopes = scopes[:-1]
+        elif not re.match(r"\w", text[start - 1]):  # not the end of a longer name
+            namespace = None if None in scopes else "".join(scopes)  # None: inside a function
+            read = _declaration_end(text, m.end()) + 1
+            extern = re.search(r"\bextern\s+$", text[max(0, start - 40) : start])
+            dynamic = extern and _DYNAMIC.match(text, start - len(extern[0]), read)
+            if dynamic:
+                edits.append((dynamic.start(), dynamic.end(), _dynamic(dynamic, namespace)))
+            elif not extern:
+                names = _declared_names(text[m.end() : read - 1])
+                if namespace is not None:
+                    file_scope += [namespace + name for name in names]
+                elif names:
+                    edits.append((read, read, POISON.format(", ".join(names))))
+    pieces, kept = [], 0  # the text up to each edit (they are in order), then its replacement
+    for start, stop, replacement in edits:
+        pieces += [text[kept:start], replacement]
+        kept = stop
+    return "".join(pieces) + text[kept:], file_scope
 
 
 class Library:
