@@ -191,12 +191,12 @@ POISONED = r"""
 __shared__ int file_count;  // at file scope: poisoned by the kernel's entry, not a declaration
 
 extern "C" __global__ void accumulate(float* out, const float* in, int init) {
-    __shared__ float total;
+    __shared__ __align__(16) float total, copy[64];  // both names of the declaration are poisoned
     __shared__ int count;
     extern __shared__ float scratch[];
     const int t = threadIdx.x;
     if (init && t == 0) total = 0.0f, count = 0, file_count = 0;
-    if (init) scratch[t] = in[t];
+    if (init) scratch[t] = in[t], copy[t] = 2.0f * in[t];
     __syncthreads();
     atomicAdd(&total, in[t]);
     atomicAdd(&count, 1);
@@ -204,6 +204,7 @@ extern "C" __global__ void accumulate(float* out, const float* in, int init) {
     __syncthreads();
     if (t == 0) out[0] = total, out[1] = count, out[2] = file_count;
     out[3 + t] = scratch[blockDim.x - 1 - t];
+    out[3 + blockDim.x + t] = copy[blockDim.x - 1 - t];
 }
 """
 
@@ -214,12 +215,12 @@ def test_shared_memory_read_before_it_is_written_holds_the_poison(emu):
     driver = emu[0]
     n = 64
     x = np.arange(1, n + 1, dtype=np.float32)
-    d_in, d_out, got = driver.to_device(x), driver.mem_alloc(4 * (3 + n)), np.empty(3 + n, np.float32)
+    d_in, d_out, got = driver.to_device(x), driver.mem_alloc(4 * (3 + 2 * n)), np.empty(3 + 2 * n, np.float32)
     for init in (1, 0, 1, 0):
         launch(emu, POISONED, "accumulate", "PPi", (1, 1, 1), (n, 1, 1), d_out, d_in, init, shared=4 * n)
         driver.memcpy_dtoh(got, d_out)
         if init:
-            np.testing.assert_array_equal(got, [x.astype(np.float64).sum(), n, n, *x[::-1]])
+            np.testing.assert_array_equal(got, [x.astype(np.float64).sum(), n, n, *x[::-1], *(2 * x[::-1])])
         else:  # NaN as a float; -1 as an int, so each count ends one short
             assert np.isnan(got[0]) and list(got[1:3]) == [n - 1, n - 1] and np.isnan(got[3:]).all()
 
@@ -280,7 +281,7 @@ def test_file_scope_shared_memory_under_pycudas_extern_c_wrapper(emu):
     driver = emu[0]
     source = DYNAMIC.replace('extern "C" ', "") + POISONED.replace('extern "C" ', "")
     module = compiler.SourceModule(source, cache_dir=emu[2].cache, include_dirs=[str(KERNEL_DIR)])
-    out, got = driver.mem_alloc(4 * 67), np.empty(67, np.float32)
+    out, got = driver.mem_alloc(4 * 131), np.empty(131, np.float32)
     module.get_function("dynamic").prepare("P").prepared_call((1, 1, 1), (64, 1, 1), out, shared_size=4 * 64)
     driver.memcpy_dtoh(got[:64], out)
     np.testing.assert_array_equal(got[:64], np.arange(64)[::-1])
