@@ -13,9 +13,11 @@ grade every kernel exercise on the GPU, compute-sanitizer included:
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -1027,3 +1029,51 @@ def test_a_cell_nested_past_the_parsers_depth_costs_only_its_exercise(tmp_path) 
     assert results[("deep", "3.1")]["reason"] == verdict.EXCEPTION, results[("deep", "3.1")]
     assert "cannot be read" in results[("deep", "3.1")]["message"]
     assert results[("deep", "2.1")]["passed"], results[("deep", "2.1")]
+
+
+def test_code_that_fills_the_disk_is_stopped(tmp_path, monkeypatch) -> None:
+    """A per-file limit does not bound many files: a cell that writes file after file (into its
+    sandbox's folder) would fill the disk every other student's checks write to; it is stopped,
+    and costs its exercise only."""
+    monkeypatch.setattr(sandbox, "MAX_WRITTEN", 200 << 20)
+    fill = (
+        "import itertools, time\n"
+        "for k in itertools.count():\n"
+        "    if k < 8:\n"
+        "        open(f'fill{k}', 'wb').write(bytes(64 << 20))\n"
+        "    time.sleep(0.1)\n"
+    )
+    sol = (SOLUTIONS / "04_memory.md").read_text()
+    filler = sol.replace(":exercise: '4.1'\n\n", f":exercise: '4.1'\n\n{fill}")
+    subs = _student(tmp_path, "filler", "04_memory", filler)
+    (subs / "honest").mkdir()
+    (subs / "honest" / "04_memory.md").write_text(sol)
+    results = run_grader(subs, tmp_path / "g.csv", ["4.1"], "--timeout", "60")
+    assert results[("honest", "4.1")]["passed"]
+    result = results[("filler", "4.1")]
+    assert result["reason"] == verdict.CRASHED and "wrote more than 200 MB" in result["message"], result
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="needs bubblewrap (apt-get install bubblewrap)")
+def test_the_sandboxs_memory_backed_folders_are_bounded(tmp_path, monkeypatch) -> None:
+    """/tmp and /dev/shm are in memory, which no process limit counts (the OOM killer would take
+    other processes for them): each has a size, and /dev takes no file; the folder stays writable."""
+    monkeypatch.setattr(sandbox, "TMPFS_BYTES", 1 << 20)
+    code = (
+        "for where in ('/tmp/x', '/dev/shm/x', '/dev/x', 'here'):\n"
+        "    try:\n"
+        "        open(where, 'wb').write(bytes(2 << 20))\n"
+        "        print(where, 'written')\n"
+        "    except OSError as exc:\n"
+        "        print(where, 'refused', exc.errno)\n"
+        "open('/dev/null', 'wb').write(b'device nodes still work')\n"
+    )
+    argv = sandbox.command([sys.executable, "-c", code], tmp_path)
+    out = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=sandbox.environment(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:4] == [
+        f"/tmp/x refused {errno.ENOSPC}",
+        f"/dev/shm/x refused {errno.ENOSPC}",
+        f"/dev/x refused {errno.EROFS}",
+        "here written",
+    ], out.stdout

@@ -121,16 +121,16 @@ def run_isolated(args: list[str], timeout: float, gpu: str | None, cwd: str, env
     return _run([sys.executable, "-m", "minitorch_cuda.grade.worker", *args], timeout, cwd, env)
 
 
-def _run(argv: list[str], timeout: float, cwd: str, env: dict) -> tuple[int | None, str]:
+def _run(argv: list[str], timeout: float, cwd: str, env: dict) -> tuple[int | str | None, str]:
+    """(return code, None on timeout, or why the run was stopped early; the output's tail)."""
     log_path = Path(cwd, "output.log")
     with log_path.open("wb") as log:
         proc = sandbox.popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            code = None
+        code, stopped = sandbox.wait(proc, timeout, Path(cwd))
         sandbox.finish(proc)
-    return code, log_path.read_text(errors="replace")[-3000:]
+    with log_path.open("rb") as log:  # the tail only: a log may be 256 MB
+        log.seek(max(0, log_path.stat().st_size - 3000))
+        return stopped or code, log.read().decode(errors="replace")
 
 
 def _emulation_env(settings: Settings) -> dict:
@@ -162,13 +162,15 @@ def check_exercise(ex: exercises.Exercise, payload: dict, settings: Settings, gp
             env = sandbox.environment(Path(tmp), no_gpu=True) | _emulation_env(settings)
             argv = [sys.executable, "-m", "minitorch_cuda.grade.worker", *args]
             code, tail = _run(sandbox.command(argv, Path(tmp), hide=_hidden(settings)), budget, tmp, env)
-        else:
-            code, tail = run_isolated(args, budget, gpu, tmp, _emulation_env(settings))
+        else:  # the subject's folder inside this one: watched, and removed with it
+            code, tail = run_isolated(args, budget, gpu, tmp, _emulation_env(settings) | {"TMPDIR": tmp})
         data = _check_record(result, ex)
         if data is not None:
             return data
     if code is None:
         reason, message = verdict.TIMEOUT, f"no result after {settings.check_timeout:g} s (an endless loop or a hang?)"
+    elif isinstance(code, str):
+        reason, message = verdict.CRASHED, f"stopped: {code}"
     elif code < 0:
         reason, message = verdict.CRASHED, f"the checking process died with signal {-code}"
     else:
@@ -339,7 +341,13 @@ def execute_notebook(path: Path, settings: Settings, gpu: str | None) -> dict:
         code, _ = _run(wrapped, budget, tmp, env)
         data = _execution_record(result)
         if data is None:
-            why = f"stopped after {budget:g} s" if code is None else f"the runner exited with code {code}"
+            why = (
+                f"stopped after {budget:g} s"
+                if code is None
+                else f"stopped: {code}"
+                if isinstance(code, str)
+                else f"the runner exited with code {code}"
+            )
             return {"errors": [f"the notebook could not be executed to the end ({why})"], "sandbox": sandbox.kind()}
     cells = [c for c in data["cells"] if isinstance(c, dict)]
     errors = [

@@ -48,6 +48,19 @@ def bwrap() -> str | None:
     return path if ok else None
 
 
+TMPFS_BYTES = 1 << 30  # the sandbox's /tmp and /dev/shm, each
+
+
+@functools.cache
+def _sized_tmpfs() -> bool:
+    """Whether this bwrap takes ``--size`` for a tmpfs (bubblewrap 0.5 and later)."""
+    probe = [bwrap(), "--ro-bind", "/", "/", "--size", str(1 << 20), "--tmpfs", "/tmp", "true"]
+    try:
+        return subprocess.run(probe, capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
 def describe() -> str:
     if bwrap():
         return "bubblewrap (own mount, PID and network namespaces; only a private copy of the folder is writable)"
@@ -99,8 +112,10 @@ def command(argv: list[str], workdir: Path, *, gpu: bool = False, hide: list[Pat
             args += ["--symlink", os.readlink(link), link]
         elif os.path.isdir(link):
             args += ["--ro-bind", link, link]
-    # an empty /tmp first: a read-only path below it (a virtual environment in /tmp) is bound on top
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    # an empty /tmp first: a read-only path below it (a virtual environment in /tmp) is bound on top;
+    # it and /dev/shm live in memory, which no limit of a process counts: each gets a size
+    sized = ["--size", str(TMPFS_BYTES)] if _sized_tmpfs() else []
+    args += ["--proc", "/proc", "--dev", "/dev", *sized, "--tmpfs", "/tmp", *sized, "--tmpfs", "/dev/shm"]
     ro = _read_only_paths()
     for path in ro:
         args += ["--ro-bind", path, path]
@@ -114,6 +129,7 @@ def command(argv: list[str], workdir: Path, *, gpu: bool = False, hide: list[Pat
         if any(str(path).startswith(q.rstrip("/") + "/") or str(path) == q for q in ro) and path.is_dir():
             if not str(workdir).startswith(str(path) + "/"):
                 args += ["--tmpfs", str(path)]
+    args += ["--remount-ro", "/dev"]  # its device nodes stay usable; no file can be written there
     args += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir)]
     return args + ["--", *argv]
 
@@ -262,6 +278,44 @@ def limit_resources(*, memory_bytes: int | None = None, file_bytes: int = 256 <<
     for which, value in limits:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(which, (value, value))
+
+
+MAX_WRITTEN = 2 << 30  # bytes a sandboxed run may leave in its folder: past it the run is stopped
+MAX_ENTRIES = 100_000  # files and folders of a run's folder: past it the run is stopped too
+
+
+def written(folder: Path) -> tuple[int, int]:
+    """(bytes allocated, entries) under ``folder``, counting each file once and following no link;
+    stops counting past ``MAX_ENTRIES``."""
+    total, entries, seen, stack = 0, 0, set(), [str(folder)]
+    while stack and entries <= MAX_ENTRIES:
+        with contextlib.suppress(OSError), os.scandir(stack.pop()) as scan:
+            for entry in scan:
+                entries += 1
+                with contextlib.suppress(OSError):
+                    info = entry.stat(follow_symlinks=False)
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    elif info.st_ino not in seen:
+                        seen.add(info.st_ino)
+                        total += info.st_blocks * 512
+    return total, entries
+
+
+def wait(proc: subprocess.Popen, timeout: float, folder: Path) -> tuple[int | None, str | None]:
+    """Wait for ``proc`` up to ``timeout`` s while watching what it writes to ``folder``: (its return
+    code or None, why it was stopped early or None). A run that fills the disk would make every
+    other student's checks fail, which a per-file limit alone does not prevent (many files)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return proc.wait(timeout=max(0.01, min(1.0, deadline - time.monotonic()))), None
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                return None, None
+        nbytes, entries = written(folder)
+        if nbytes > MAX_WRITTEN or entries > MAX_ENTRIES:
+            return None, f"it wrote more than {MAX_WRITTEN >> 20} MB or {MAX_ENTRIES} files to disk"
 
 
 MAX_COPIED = 256 << 20  # bytes of a student's folder copied for a notebook's run: one copy per notebook
