@@ -180,3 +180,33 @@ def test_step_timelines_lays_one_step_back_to_back() -> None:
     assert spans(0) == [(0.0, 25.0), (25.0, 8.0), (33.0, 7.0)]  # grey: 7 us that no event covers
     assert [t.get_text() for t in ax.get_yticklabels()] == ["stage 13", "stage 11"]
     assert ax.get_xlim()[1] == 1.25 * 40.0
+
+
+def test_phase_bars_lay_the_phases_back_to_back_and_keep_a_phase_color() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from minitorch_cuda.book import figures
+
+    def run(pairs, total):
+        rows = [{"phase": p, "median_us": us, "mean_us": us} for p, us in pairs]
+        return {"phases": rows, "total": {"median_us": total}}
+
+    phases = {
+        "split": run([("forward 1 slices", 10.0), ("forward 1 sum", 2.0), ("update", 8.0)], 20.0),
+        "unsplit": run([("forward 1", 16.0), ("update", 9.0)], 25.0),
+    }
+    ax = figures.phase_bars(phases)
+    rows: dict[int, list] = {0: [], 1: []}  # y = 0: unsplit (drawn bottom-up), y = 1: split
+    for bars in ax.collections:
+        (path,) = bars.get_paths()
+        xs, ys = path.vertices[:, 0], path.vertices[:, 1]
+        rows[round(float(ys.mean()))].append((float(xs.min()), float(xs.max() - xs.min()), bars.get_facecolor()[0]))
+    assert [(x, w) for x, w, _ in sorted(rows[1])] == [(0.0, 10.0), (10.0, 2.0), (12.0, 8.0)]
+    assert [(x, w) for x, w, _ in sorted(rows[0])] == [(0.0, 16.0), (16.0, 9.0)]
+    assert tuple(sorted(rows[1])[2][2]) == tuple(sorted(rows[0])[1][2])  # "update" has one color in both rows
+    assert tuple(sorted(rows[1])[0][2]) != tuple(sorted(rows[0])[0][2])  # different phases, different colors
+    texts = [t.get_text() for t in ax.texts]
+    assert "fwd 1 slices" in texts and "fwd 1 sum" in texts  # 2 of 20 us: wide enough to be named
+    assert {"20 us", "25 us"} <= {t.get_text() for t in ax.texts}
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["unsplit", "split"]
