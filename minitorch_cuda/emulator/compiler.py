@@ -9,7 +9,8 @@ A build has three steps:
    ``extern "C" __global__`` kernel and its launch bounds; turn each
    ``extern __shared__`` array into a pointer to the block's dynamic shared memory,
    and have each static ``__shared__`` variable poisoned at the start of every block
-   (as the runtime poisons the dynamic one), so a read before any write reads NaN;
+   (as the runtime poisons the dynamic one), so a read before any write finds
+   cuda_emu.h's kSharedPoison (NaN as a float), whatever block ran before;
 3. compile that text, plus one launch entry per kernel, into a shared library with
    g++'s bounds and alignment checks, cached on disk by the hash of what is compiled
    (so a test run builds each kernel file once, as nvcc's cache does).
@@ -182,7 +183,8 @@ _SCOPE_TOKEN = re.compile(r'[{}]|__shared__\b|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\
 _ATTRIBUTE = re.compile(r"__attribute__\s*\(\((?:[^()]|\([^()]*\))*\)\)")
 _NAMESPACE = re.compile(r'\bnamespace\b\s*([\w:]*)\s*$|\bextern\s*"[^"]*"\s*$')
 # Follows each static __shared__ declaration inside a function, on its line (so g++'s line
-# numbers stay the source's): poisons the variables when the block's first thread gets there.
+# numbers stay the source's), and opens each kernel's entry for those at namespace scope:
+# poisons the variables when the block's first thread gets there.
 POISON = " {{ static thread_local unsigned long long __emu_poisoned; emu::poison_shared(__emu_poisoned, {}); }}"
 
 
@@ -310,7 +312,7 @@ def build(
         found = kernels(text, c_linkage_only=no_extern_c)
         body, file_scope = _shared(text)
         unit = "".join(f"#define {k} {v}\n" for k, v in DEFINES.items()) + body
-        poison = POISON.format(", ".join(file_scope)) if file_scope else ""  # by each thread, as a declaration is
+        poison = POISON.format(", ".join(file_scope)) if file_scope else ""
         for name, bounds in found.items():
             unit += f'\nextern "C" void __emu_entry_{name}(void** args) {{{poison} emu::invoke({name}, args); }}\n'
             if bounds:
