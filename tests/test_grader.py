@@ -1077,3 +1077,45 @@ def test_the_sandboxs_memory_backed_folders_are_bounded(tmp_path, monkeypatch) -
         f"/dev/x refused {errno.EROFS}",
         "here written",
     ], out.stdout
+
+
+def test_a_subject_writing_a_huge_frame_out_of_turn_is_cut_off(tmp_path) -> None:
+    """The subject's cell writes its own frame on the channel before any answer: 38 MB of empty JSON
+    lists, which the checker would decode into a gigabyte of objects. The frame's size is refused
+    before anything is read, and only that exercise is lost."""
+    flood = (
+        "import os, sys\n"
+        "_body = b'[' + b'[],' * (12 << 20) + b'[]]'\n"
+        "os.write(int(sys.argv[2]), len(_body).to_bytes(4, 'big'))\n"
+        "os.write(int(sys.argv[2]), _body)\n"
+    )
+    sol = (SOLUTIONS / "01_cuda_setup.md").read_text()
+    assert ":exercise: '1.2'\n\n" in sol
+    subs = _student(
+        tmp_path, "flooder", "01_cuda_setup", sol.replace(":exercise: '1.2'\n\n", f":exercise: '1.2'\n\n{flood}")
+    )
+    (subs / "honest").mkdir()
+    (subs / "honest" / "01_cuda_setup.md").write_text(sol)
+    results = run_grader(subs, tmp_path / "g.csv", ["1.2"], "--timeout", "60")
+    assert results[("honest", "1.2")]["passed"]
+    result = results[("flooder", "1.2")]
+    assert result["reason"] == verdict.CRASHED and "over the channel's limit" in result["message"], result
+
+
+def test_a_huge_or_broken_notebook_fails_its_exercises(tmp_path) -> None:
+    """A notebook past 64 MB is not read at all; one that is not JSON, or JSON nested past the
+    parser's depth, fails its exercises with the reason, and the other students are graded."""
+    subs = tmp_path / "subs"
+    for name in ("honest", "huge", "not_json", "nested"):
+        (subs / name).mkdir(parents=True)
+    shutil.copy(SOLUTIONS / "01_cuda_setup.md", subs / "honest")
+    with (subs / "huge" / "01_cuda_setup.ipynb").open("wb") as f:  # sparse: no disk used here
+        f.truncate(runner.MAX_NOTEBOOK + 1)
+    (subs / "not_json" / "01_cuda_setup.ipynb").write_text('{"cells": [')
+    (subs / "nested" / "01_cuda_setup.ipynb").write_text("[" * 200_000)
+    results = run_grader(subs, tmp_path / "g.csv", ["1.2"])
+    assert results[("honest", "1.2")]["passed"]
+    for name in ("huge", "not_json", "nested"):
+        result = results[(name, "1.2")]
+        assert result["reason"] == verdict.MISSING_NOTEBOOK and "cannot be read" in result["message"], result
+    assert "larger than 64 MB" in results[("huge", "1.2")]["message"]

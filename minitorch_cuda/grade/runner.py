@@ -186,7 +186,7 @@ def _check_record(path: Path, ex: exercises.Exercise) -> dict | None:
     """The checker's result for ``ex``, or None: on the emulator the student's kernel runs in the
     checker's sandbox, beside the file, so a file that is not a result of this exercise is none."""
     try:
-        data = json.loads(path.read_text(errors="replace")) if path.is_file() else None
+        data = json.loads(path.read_text(errors="replace")) if path.is_file() and not path.is_symlink() else None
     except (OSError, ValueError, RecursionError):
         return None
     fields = isinstance(data, dict) and isinstance(data.get("passed"), bool) and isinstance(data.get("reason"), str)
