@@ -1119,3 +1119,22 @@ def test_a_huge_or_broken_notebook_fails_its_exercises(tmp_path) -> None:
         result = results[(name, "1.2")]
         assert result["reason"] == verdict.MISSING_NOTEBOOK and "cannot be read" in result["message"], result
     assert "larger than 64 MB" in results[("huge", "1.2")]["message"]
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="needs bubblewrap (apt-get install bubblewrap)")
+def test_sandboxed_code_has_no_capabilities_even_when_the_grader_is_root(tmp_path) -> None:
+    """bwrap started by root (a container, a CI runner) keeps every capability: the student's code
+    could remount the read-only system writable, or make a disk's device node and mount it."""
+    code = (
+        "import os, subprocess\n"
+        "print(open('/proc/self/status').read().split('CapEff:')[1].split()[0])\n"
+        "print(subprocess.run(['mount', '-o', 'remount,rw', '/usr']).returncode != 0)\n"
+        "try:\n"
+        "    os.mknod('/tmp/disk', 0o600 | 0o060000, os.makedev(8, 0))\n"
+        "    print(False)\n"
+        "except OSError:\n"
+        "    print(True)\n"
+    )
+    argv = sandbox.command([sys.executable, "-c", code], tmp_path)
+    out = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=sandbox.environment(tmp_path))
+    assert out.stdout.split() == ["0000000000000000", "True", "True"], (out.stdout, out.stderr)

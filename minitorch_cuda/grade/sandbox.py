@@ -106,6 +106,8 @@ def command(argv: list[str], workdir: Path, *, gpu: bool = False, hide: list[Pat
         return list(argv)
     workdir = Path(workdir).resolve()
     args = [binary, "--die-with-parent", "--new-session"]
+    if os.geteuid() == 0:  # bwrap run by root keeps every capability: the code could remount /usr rw
+        args += ["--cap-drop", "ALL"]
     args += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"]
     for link in ("/bin", "/lib", "/lib64", "/sbin"):
         if os.path.islink(link):
