@@ -1138,3 +1138,22 @@ def test_sandboxed_code_has_no_capabilities_even_when_the_grader_is_root(tmp_pat
     argv = sandbox.command([sys.executable, "-c", code], tmp_path)
     out = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=sandbox.environment(tmp_path))
     assert out.stdout.split() == ["0000000000000000", "True", "True"], (out.stdout, out.stderr)
+
+
+DOUBLINGS = "".join(f"#define A{k} A{k - 1} A{k - 1}\n" for k in range(1, 41))
+BOMB = "#define A0 x\n" + DOUBLINGS + "int bomb = sizeof(A40);\n"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_nvcc_on_a_preprocessor_bomb_runs_out_of_its_own_memory(tmp_path, monkeypatch) -> None:
+    """A macro doubled forty times expands to 2^40 tokens: nvcc's preprocessor would take the grading
+    machine's memory (on a GPU the checker, holding a CUDA context, has no cap of its own). The nvcc
+    the checker finds first on its PATH has one; an honest kernel still compiles."""
+    tools = sandbox.limited_compilers(tmp_path, memory_bytes=1 << 30)
+    monkeypatch.setenv("PATH", os.pathsep.join([tools, os.environ["PATH"]]))
+    from minitorch_cuda.grade import worker
+
+    honest = 'extern "C" __global__ void ew_relu(float* out, const float* a, int n) { }\n'
+    assert worker.compiles_for_a_gpu(honest) == []
+    refused = worker.compiles_for_a_gpu(BOMB + honest)
+    assert refused and "memory" in " ".join(refused), refused

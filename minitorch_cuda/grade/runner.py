@@ -162,8 +162,10 @@ def check_exercise(ex: exercises.Exercise, payload: dict, settings: Settings, gp
             env = sandbox.environment(Path(tmp), no_gpu=True) | _emulation_env(settings)
             argv = [sys.executable, "-m", "minitorch_cuda.grade.worker", *args]
             code, tail = _run(sandbox.command(argv, Path(tmp), hide=_hidden(settings)), budget, tmp, env)
-        else:  # the subject's folder inside this one: watched, and removed with it
-            code, tail = run_isolated(args, budget, gpu, tmp, _emulation_env(settings) | {"TMPDIR": tmp})
+        else:  # the subject's folder inside this one (watched, removed with it); nvcc with a cap on memory
+            tools = sandbox.limited_compilers(Path(tmp))
+            extra = {"TMPDIR": tmp} | ({"PATH": os.pathsep.join([tools, os.environ.get("PATH", "")])} if tools else {})
+            code, tail = run_isolated(args, budget, gpu, tmp, _emulation_env(settings) | extra)
         data = _check_record(result, ex)
         if data is not None:
             return data

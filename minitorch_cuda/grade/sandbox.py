@@ -20,6 +20,7 @@ import ctypes
 import functools
 import glob
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -318,6 +319,25 @@ def wait(proc: subprocess.Popen, timeout: float, folder: Path) -> tuple[int | No
         nbytes, entries = written(folder)
         if nbytes > MAX_WRITTEN or entries > MAX_ENTRIES:
             return None, f"it wrote more than {MAX_WRITTEN >> 20} MB or {MAX_ENTRIES} files to disk"
+
+
+COMPILER_MEMORY = 8 << 30  # address space of nvcc and what it starts (cicc, ptxas, the host compiler)
+
+
+def limited_compilers(folder: Path, memory_bytes: int = COMPILER_MEMORY) -> str | None:
+    """A folder to put first on PATH, in which ``nvcc`` runs the real one with its address space and
+    its children's capped: on a GPU the checker compiles a student's source itself, where a CUDA
+    context rules out a cap on the checker, and a preprocessor bomb (a macro doubled forty times)
+    would take the machine's memory. None where there is no nvcc."""
+    real = shutil.which("nvcc")
+    if real is None:
+        return None
+    tools = Path(folder, "bin")
+    tools.mkdir(exist_ok=True)
+    wrapper = tools / "nvcc"
+    wrapper.write_text(f'#!/bin/sh\nulimit -v {memory_bytes >> 10}\nexec {shlex.quote(real)} "$@"\n')
+    wrapper.chmod(0o755)
+    return str(tools)
 
 
 MAX_COPIED = 256 << 20  # bytes of a student's folder copied for a notebook's run: one copy per notebook
