@@ -101,6 +101,9 @@ class Tensor:
             raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
         return self.backend.item(self.data, 0)
 
+    def __float__(self) -> float:  # float(loss), as in PyTorch: the one element, read back as item() does
+        return self.item()
+
     def detach(self) -> Tensor:
         return Tensor(self.data, self.device)
 

@@ -350,7 +350,7 @@ STUDENTS: dict[str, Student] = {
         '    print("batch on the host", xb.to("cpu").shape)  # a blocking copy\n',
     ),
     "float_of_loss": waits_before_backward(
-        "prints float(loss) before backward (a Tensor has no __float__: it raises TypeError)",
+        "prints float(loss) before backward: a read-back, as .item() is",
         '    print("loss before backward", float(loss))\n',
     ),
     # 21.1's typical mistakes, one student each

@@ -452,6 +452,9 @@ def test_item_access(device, stage):
         assert t.T[5, 3] == float(x[3, 5])  # through a transposed view
         assert t[1:3][1, 2] == float(x[2, 2])  # through a row range
         assert mt.tensor([[7.5]], device).item() == 7.5
+        assert float(mt.tensor([[7.5]], device)) == 7.5
+        with pytest.raises(ValueError, match="one element"):
+            float(t)
         assert t.sum().item() == pytest.approx(float(x.sum()), rel=1e-6)
         assert t[2][3].item() == float(x[2, 3])
         vec = mt.tensor(x[0], device)
