@@ -1053,6 +1053,12 @@ def test_code_that_fills_the_disk_is_stopped(tmp_path, monkeypatch) -> None:
     assert result["reason"] == verdict.CRASHED and "wrote more than 200 MB" in result["message"], result
 
 
+def _python_in_sandbox(code: str, folder: Path) -> subprocess.CompletedProcess:
+    """``python -c code`` as the grader runs a student's code: in the sandbox, in ``folder``."""
+    argv = sandbox.command([sys.executable, "-c", code], folder)
+    return subprocess.run(argv, capture_output=True, text=True, cwd=folder, env=sandbox.environment(folder))
+
+
 @pytest.mark.skipif(sandbox.bwrap() is None, reason="needs bubblewrap (apt-get install bubblewrap)")
 def test_the_sandboxs_memory_backed_folders_are_bounded(tmp_path, monkeypatch) -> None:
     """/tmp and /dev/shm are in memory, which no process limit counts (the OOM killer would take
@@ -1067,8 +1073,7 @@ def test_the_sandboxs_memory_backed_folders_are_bounded(tmp_path, monkeypatch) -
         "        print(where, 'refused', exc.errno)\n"
         "open('/dev/null', 'wb').write(b'device nodes still work')\n"
     )
-    argv = sandbox.command([sys.executable, "-c", code], tmp_path)
-    out = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=sandbox.environment(tmp_path))
+    out = _python_in_sandbox(code, tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:4] == [
         f"/tmp/x refused {errno.ENOSPC}",
@@ -1134,8 +1139,7 @@ def test_sandboxed_code_has_no_capabilities_even_when_the_grader_is_root(tmp_pat
         "except OSError:\n"
         "    print(True)\n"
     )
-    argv = sandbox.command([sys.executable, "-c", code], tmp_path)
-    out = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=sandbox.environment(tmp_path))
+    out = _python_in_sandbox(code, tmp_path)
     assert out.stdout.split() == ["0000000000000000", "True", "True"], (out.stdout, out.stderr)
 
 
