@@ -156,14 +156,14 @@ def compiles_for_a_gpu(source: str) -> list[str]:
     """nvcc's first errors compiling ``source`` for sm_90, or [] (also where nvcc is absent)."""
     import shutil
 
-    from ..cuda.kernel_table import KERNEL_DIR
+    from ..cuda.kernel_table import nvcc_command
 
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         return []
     with tempfile.TemporaryDirectory(prefix="grade-nvcc-") as tmp:
         Path(tmp, "kernel.cu").write_text(source)
-        cmd = [nvcc, "-arch=sm_90", "-cubin", "-I", str(KERNEL_DIR), "-o", "kernel.cubin", "kernel.cu"]
+        cmd = [*nvcc_command("sm_90", nvcc), "-o", "kernel.cubin", "kernel.cu"]
         try:
             out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.SubprocessError):
