@@ -26,6 +26,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from . import driver
@@ -76,6 +77,9 @@ PTX = [  # the first word of an inline-PTX string -> what it is
 
 # Where the framework caches compiled kernels (cuda/runtime.py's CACHE_DIR), unless a caller names another.
 DEFAULT_CACHE = Path(os.environ.get("MINITORCH_CUDA_CACHE", Path.home() / ".cache" / "minitorch_cuda"))
+# Called with every kernel library's path before it is loaded into this process, to refuse it by
+# raising (the grader's inspection of a student's library: grade/native.py); None loads every one.
+before_load: Callable[[Path], None] | None = None
 
 
 def _cache_dir(cache_dir: str | None) -> Path:
@@ -324,6 +328,8 @@ def build(
             Path(tmp, "unit.cpp").write_text(unit)
             _run([CXX, *compile_flags, "-x", "c++", "unit.cpp", "-o", "unit.so"], tmp, "g++ (the CPU emulator)")
             _install(Path(tmp, "unit.so"), path)
+    if before_load is not None:
+        before_load(path)
     return Library(path, found)
 
 

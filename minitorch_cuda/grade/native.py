@@ -4,8 +4,9 @@ On the emulator a kernel is native code in the checking process, where the verdi
 written: host code in its source (a constructor, a static object, a destructor, an
 ``#if __CUDA_ARCH__`` branch that nvcc never compiles) would run there and could write
 the result itself. ``guard()`` makes every library the emulator builds in this process
-pass ``refusal`` before it is loaded: nothing that runs on loading or unloading (one
-entry each in ``.init_array`` and ``.fini_array``, those g++ puts in every library; no
+pass ``refusal`` before it is loaded (the emulator's ``compiler.before_load``): nothing
+that runs on loading or unloading (one entry each in ``.init_array`` and ``.fini_array``,
+those g++ puts in every library; no
 ``.ctors``, ``.dtors``, ``.preinit_array`` or IFUNC resolvers), no system call
 instruction, and calls only into the emulator's runtime, the sanitizer's handlers and
 the C library's math, ``printf`` and memory functions (what device code may call). The
@@ -67,24 +68,19 @@ def refusal(path: str | Path) -> str | None:
     return None
 
 
+def refuse(path: Path) -> None:
+    """Fail the check as host code where ``refusal`` names something in the library at ``path``."""
+    why = refusal(path)
+    if why:
+        fail(
+            HOST_SIDE,
+            f"your kernel, built for the CPU emulator, {why}: host code, which a GPU never runs; "
+            "a kernel exercise is device code only (__global__ and __device__ functions)",
+        )
+
+
 def guard() -> None:
-    """Refuse, before it is loaded, every emulator library of this process that ``refusal`` names."""
+    """Have every emulator library this process builds pass ``refuse`` before it is loaded."""
     from ..emulator import compiler
 
-    if getattr(compiler.Library, "inspected", False):
-        return
-
-    class Inspected(compiler.Library):
-        inspected = True
-
-        def __init__(self, path: Path, bounds: dict):
-            why = refusal(path)
-            if why:
-                fail(
-                    HOST_SIDE,
-                    f"your kernel, built for the CPU emulator, {why}: host code, which a GPU never runs; "
-                    "a kernel exercise is device code only (__global__ and __device__ functions)",
-                )
-            super().__init__(path, bounds)
-
-    compiler.Library = Inspected
+    compiler.before_load = refuse
