@@ -1009,7 +1009,7 @@ def test_an_emulated_kernel_cannot_fill_the_disk_or_the_memory(tmp_path, monkeyp
     for name, edited in (("honest", text), ("hog", text.replace(entry, hog)), ("flood", text.replace(entry, flood))):
         (subs / name).mkdir(parents=True)
         (subs / name / "03_building_the_backend.md").write_text(edited)
-    results = run_grader(subs, tmp_path / "g.csv", ["3.1"], "--emulate", "--timeout", "60", "--jobs", "2")
+    results = run_grader(subs, tmp_path / "g.csv", ["3.1"], "--emulate", "--timeout", "30", "--jobs", "2")
     assert results[("honest", "3.1")]["passed"], results[("honest", "3.1")]
     assert not results[("hog", "3.1")]["passed"] and results[("hog", "3.1")]["reason"] != verdict.TIMEOUT
     assert results[("flood", "3.1")]["reason"] == verdict.TIMEOUT, results[("flood", "3.1")]

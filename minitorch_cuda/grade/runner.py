@@ -153,9 +153,8 @@ def check_exercise(ex: exercises.Exercise, payload: dict, settings: Settings, gp
         payload_file, result = Path(tmp, "payload.json"), Path(tmp, "result.json")
         payload_file.write_text(json.dumps(payload))
         args = ["check", ex.id, str(payload_file), str(result)]
-        budget = (
-            settings.check_timeout + 10 + (settings.sanitize_timeout if settings.sanitize and ex.kind == "cuda" else 0)
-        )
+        sanitized = settings.sanitize and ex.kind == "cuda" and not settings.emulate  # no sanitizer on the emulator
+        budget = settings.check_timeout + 10 + (settings.sanitize_timeout if sanitized else 0)
         if settings.emulate and ex.kind == "cuda":
             # the emulator runs the student's kernel as native code in the checking process: sandbox it
             sandbox.seed_emulator_cache(Path(tmp))
