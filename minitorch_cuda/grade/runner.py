@@ -342,13 +342,12 @@ def execute_notebook(path: Path, settings: Settings, gpu: str | None) -> dict:
         code, _ = _run(wrapped, budget, tmp, env)
         data = _execution_record(result)
         if data is None:
-            why = (
-                f"stopped after {budget:g} s"
-                if code is None
-                else f"stopped: {code}"
-                if isinstance(code, str)
-                else f"the runner exited with code {code}"
-            )
+            if code is None:
+                why = f"stopped after {budget:g} s"
+            elif isinstance(code, str):  # sandbox.wait stopped it (what it wrote to disk)
+                why = f"stopped: {code}"
+            else:
+                why = f"the runner exited with code {code}"
             return {"errors": [f"the notebook could not be executed to the end ({why})"], "sandbox": sandbox.kind()}
     cells = [c for c in data["cells"] if isinstance(c, dict)]
     errors = [
