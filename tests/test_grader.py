@@ -1125,6 +1125,47 @@ def test_a_huge_or_broken_notebook_fails_its_exercises(tmp_path) -> None:
     assert "larger than 64 MB" in results[("huge", "1.2")]["message"]
 
 
+@pytest.mark.skipif(sandbox.task_groups() is None, reason="no pids cgroup this process may make groups in")
+def test_a_fork_bomb_is_bounded_by_its_task_group_and_nothing_of_it_outlives_the_run(tmp_path, monkeypatch) -> None:
+    """RLIMIT_NPROC does not hold for root: a run's processes are bounded by a pids cgroup of its own
+    instead (forks past MAX_TASKS fail), and finish() kills what is left in it and removes it, the
+    children that left the run's session included."""
+    monkeypatch.setattr(sandbox, "MAX_TASKS", 24)
+    code = (
+        "import os, time\n"
+        "made = 0\n"
+        "for _ in range(200):\n"
+        "    try:\n"
+        "        if os.fork() == 0:\n"
+        "            os.setsid()  # out of the run's session: only the group still holds it\n"
+        "            time.sleep(600)\n"
+        "            os._exit(0)\n"
+        "        made += 1\n"
+        "    except OSError:\n"
+        "        break\n"
+        "print(made, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    argv = sandbox.command([sys.executable, "-c", code], tmp_path)
+    proc = sandbox.popen(argv, cwd=tmp_path, env=sandbox.environment(tmp_path), stdout=subprocess.PIPE, text=True)
+    group = sandbox._groups[proc.pid]
+    made = int(proc.stdout.readline())
+    assert 0 < made < 24, made  # bwrap, its init and Python's own threads hold some of the 24
+    tasks = [int(t) for t in (group / "cgroup.procs").read_text().split()]
+    assert len(tasks) > made
+    sandbox.finish(proc)
+    assert not group.exists()
+    assert not any(_alive(t) for t in tasks)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (dead, not yet reaped by its parent)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 @pytest.mark.skipif(sandbox.bwrap() is None, reason="needs bubblewrap (apt-get install bubblewrap)")
 def test_sandboxed_code_has_no_capabilities_even_when_the_grader_is_root(tmp_path) -> None:
     """bwrap started by root (a container, a CI runner) keeps every capability: the student's code

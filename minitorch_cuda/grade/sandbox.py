@@ -11,6 +11,9 @@ grader's process for it ends. Without bwrap, the process runs in ``workdir``
 behind: this process is a child subreaper (Linux), so orphans are re-parented
 to it and found by process id. That isolation is partial (the student's code
 can still reach the file system by absolute paths), and ``describe()`` says so.
+Either way, where a pids cgroup can be made (``task_groups``), every process ``popen``
+starts gets a group of its own of at most ``MAX_TASKS`` processes and threads, and
+``finish`` kills what is left in it.
 """
 
 from __future__ import annotations
@@ -214,18 +217,94 @@ def become_subreaper() -> bool:
         return False
 
 
+MAX_TASKS = 1024  # processes and threads of one run at once (a notebook's kernel has a few dozen)
+_groups: dict[int, Path] = {}  # our process -> the task group it was started in
+
+
+@functools.cache
+def task_groups() -> Path | None:
+    """The pids cgroup of this process where it may make groups below it (cgroup v1's pids
+    controller, or v2 with pids enabled for its children), or None: there a fork bomb is bounded
+    only by the run's timeout (RLIMIT_NPROC does not hold for root)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "pids" in controllers.split(","):
+            here = Path("/sys/fs/cgroup/pids", path.lstrip("/"))
+        elif controllers == "" and Path("/sys/fs/cgroup/cgroup.controllers").exists():
+            here = Path("/sys/fs/cgroup", path.lstrip("/"))
+        else:
+            continue
+        probe = here / f"minitorch-grade-probe-{os.getpid()}"
+        try:
+            probe.mkdir()
+            try:
+                (probe / "pids.max").write_text("1")
+                return here
+            finally:
+                probe.rmdir()
+        except OSError:
+            continue
+    return None
+
+
+def _in_task_group(argv: list[str]) -> tuple[list[str], Path | None]:
+    """``argv`` started in a new task group of at most ``MAX_TASKS`` (a shell writes its own process
+    id into it, then becomes the command: a fork bomb then fails to fork instead of taking the
+    machine), and that group; unchanged where there are no task groups."""
+    root = task_groups()
+    if root is None:
+        return argv, None
+    group = root / f"minitorch-grade-{os.getpid()}-{len(_groups)}-{time.monotonic_ns()}"
+    try:
+        group.mkdir()
+        (group / "pids.max").write_text(str(MAX_TASKS))
+    except OSError:
+        return argv, None
+    joined = f'echo $$ > {shlex.quote(str(group / "cgroup.procs"))} 2>/dev/null; exec "$@"'
+    return ["/bin/sh", "-c", joined, "sh", *argv], group
+
+
+def _end_task_group(group: Path) -> None:
+    """Kill whatever is left in ``group`` and in the groups below it (a checker's subject has its
+    own; nothing inside can leave them, it sees no cgroup file system), then remove them."""
+    for _ in range(50):
+        for folder, _, _ in os.walk(group, topdown=False):  # the innermost groups first
+            with contextlib.suppress(OSError, ValueError):
+                for pid in map(int, Path(folder, "cgroup.procs").read_text().split()):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        if not group.exists():
+            return
+        time.sleep(0.02)  # killed tasks leave their group a moment later
+
+
 def popen(argv: list[str], **kwargs) -> subprocess.Popen:
-    """``subprocess.Popen`` in a new session, remembered as ours until ``finish``."""
+    """``subprocess.Popen`` in a new session and a task group of its own, remembered as ours until
+    ``finish``."""
+    argv, group = _in_task_group(list(argv))
     with _lock:
         proc = subprocess.Popen(argv, start_new_session=True, **kwargs)
         _ours.add(proc.pid)
+        if group is not None:
+            _groups[proc.pid] = group
     return proc
 
 
 def finish(proc: subprocess.Popen) -> None:
-    """Kill the process's whole session (it made one), reap it, then sweep what it left."""
+    """Kill the process's whole session (it made one) and its task group, reap it, then sweep what
+    it left."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+    with _lock:
+        group = _groups.pop(proc.pid, None)
+    if group is not None:
+        _end_task_group(group)
     with contextlib.suppress(Exception):
         proc.wait(timeout=10)
     with _lock:
