@@ -145,6 +145,18 @@ def _student(tmp_path: Path, name: str, stem: str, text: str) -> Path:
     return subs
 
 
+def _beside_honest(tmp_path: Path, name: str, stem: str, exercise: str, code: str) -> Path:
+    """Submissions of two students: ``name``, whose exercise cell starts with ``code`` (the rest is the
+    solution's), and ``honest``, the solution itself."""
+    sol = (SOLUTIONS / f"{stem}.md").read_text()
+    marker = f":exercise: '{exercise}'\n\n"
+    assert marker in sol
+    subs = _student(tmp_path, name, stem, sol.replace(marker, marker + code))
+    (subs / "honest").mkdir()
+    (subs / "honest" / f"{stem}.md").write_text(sol)
+    return subs
+
+
 def test_missing_exercise_cell_and_tampering(tmp_path) -> None:
     sol = (SOLUTIONS / "02_floating_point.md").read_text()
     subs = _student(tmp_path, "renamed_variable", "02_floating_point", sol.replace("round_to_bf16", "to_bf16"))
@@ -1042,11 +1054,7 @@ def test_code_that_fills_the_disk_is_stopped(tmp_path, monkeypatch) -> None:
         "        open(f'fill{k}', 'wb').write(bytes(64 << 20))\n"
         "    time.sleep(0.1)\n"
     )
-    sol = (SOLUTIONS / "04_memory.md").read_text()
-    filler = sol.replace(":exercise: '4.1'\n\n", f":exercise: '4.1'\n\n{fill}")
-    subs = _student(tmp_path, "filler", "04_memory", filler)
-    (subs / "honest").mkdir()
-    (subs / "honest" / "04_memory.md").write_text(sol)
+    subs = _beside_honest(tmp_path, "filler", "04_memory", "4.1", fill)
     results = run_grader(subs, tmp_path / "g.csv", ["4.1"], "--timeout", "60")
     assert results[("honest", "4.1")]["passed"]
     result = results[("filler", "4.1")]
@@ -1093,13 +1101,7 @@ def test_a_subject_writing_a_huge_frame_out_of_turn_is_cut_off(tmp_path) -> None
         "os.write(int(sys.argv[2]), len(_body).to_bytes(4, 'big'))\n"
         "os.write(int(sys.argv[2]), _body)\n"
     )
-    sol = (SOLUTIONS / "01_cuda_setup.md").read_text()
-    assert ":exercise: '1.2'\n\n" in sol
-    subs = _student(
-        tmp_path, "flooder", "01_cuda_setup", sol.replace(":exercise: '1.2'\n\n", f":exercise: '1.2'\n\n{flood}")
-    )
-    (subs / "honest").mkdir()
-    (subs / "honest" / "01_cuda_setup.md").write_text(sol)
+    subs = _beside_honest(tmp_path, "flooder", "01_cuda_setup", "1.2", flood)
     results = run_grader(subs, tmp_path / "g.csv", ["1.2"], "--timeout", "60")
     assert results[("honest", "1.2")]["passed"]
     result = results[("flooder", "1.2")]
