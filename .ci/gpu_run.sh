@@ -10,4 +10,5 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/gpu-extra "$root"/.gpu_extra/*.whl \
     >/dev/null 2>&1 || echo "installing the .gpu_extra wheels failed"
 export PYTHONPATH="/tmp/gpu-extra${PYTHONPATH:+:$PYTHONPATH}"
+[ -x "$root/.gpu_extra/bwrap/bin/bwrap" ] && export PATH="$root/.gpu_extra/bwrap/bin:$PATH"  # the grader's sandbox
 exec bash "$root/.gpu/run.sh" "$@"

@@ -11,3 +11,17 @@ python3 -m pip download -q --python-version 3.12 --only-binary=:all: --no-deps -
     pytest pluggy iniconfig packaging pygments hypothesis sortedcontainers attrs ml_dtypes tqdm pytest-xdist execnet \
     pytest-timeout
 ls .gpu_extra
+# bubblewrap, which the GPU machine's image lacks, so that the grader's sandbox (bwrap with the GPU's
+# device nodes bound) is tested there too: this machine's binary and the libraries it links,
+# started by a wrapper that finds them (gpu_run.sh puts it first on PATH).
+if command -v bwrap >/dev/null; then
+    mkdir -p .gpu_extra/bwrap/bin .gpu_extra/bwrap/lib
+    cp "$(command -v bwrap)" .gpu_extra/bwrap/lib/bwrap
+    ldd "$(command -v bwrap)" | awk '/=> \// {print $3}' | grep -v -e libc.so -e ld-linux | xargs -r cp -t .gpu_extra/bwrap/lib
+    cat >.gpu_extra/bwrap/bin/bwrap <<'WRAP'
+#!/bin/sh
+lib=$(dirname "$(readlink -f "$0")")/../lib
+LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$lib/bwrap" "$@"
+WRAP
+    chmod +x .gpu_extra/bwrap/bin/bwrap
+fi

@@ -431,6 +431,18 @@ def test_the_sandbox_binds_no_working_directory(tmp_path, monkeypatch) -> None:
     assert str(runner.PACKAGE_ROOT) in bound
 
 
+def test_the_sandbox_binds_the_packages_the_instructor_put_on_pythonpath(tmp_path, monkeypatch) -> None:
+    """Packages installed with ``pip --target`` into a folder on PYTHONPATH (not named site-packages)
+    are bound read-only, so sandboxed code imports them; the working directory still is not."""
+    target = tmp_path / "gpu-site"
+    target.mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(target))
+    monkeypatch.setenv("PYTHONPATH", f"{target}{os.pathsep}{tmp_path}")
+    bound = sandbox._read_only_paths()
+    assert str(target.resolve()) in bound and str(tmp_path.resolve()) not in bound
+
+
 def test_a_subject_cannot_reach_the_checkers_internals() -> None:
     """The checker's policy: no private attributes, no modules or classes, nothing set."""
     from minitorch_cuda.grade import fakes, worker

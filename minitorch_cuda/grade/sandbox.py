@@ -80,13 +80,16 @@ def kind() -> str:
 
 def _library_path(path: str) -> bool:
     """A sys.path entry that holds installed packages (never the working directory that ``python -m``
-    puts first: that may be /tmp or the folder holding the submissions)."""
+    puts first: that may be /tmp or the folder holding the submissions): inside the environment, a
+    site-packages folder, or a folder the instructor put on PYTHONPATH (packages installed with
+    ``pip --target``, as on a machine whose image lacks them)."""
     real = os.path.realpath(path)
     if real in ("/", "/tmp", os.path.realpath(os.getcwd())) or not os.path.isdir(real):
         return False
     prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     inside = any(real == q or real.startswith(q + "/") for q in prefixes)
-    return inside or "site-packages" in real or "dist-packages" in real
+    chosen = {os.path.realpath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    return inside or real in chosen or "site-packages" in real or "dist-packages" in real
 
 
 def _read_only_paths() -> list[str]:
