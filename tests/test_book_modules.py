@@ -9,10 +9,10 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
-from matplotlib.text import Text
 import ml_dtypes
 import numpy as np
 import pytest
+from matplotlib.text import Text
 
 from minitorch_cuda import numerics, results
 from minitorch_cuda.book import diagrams, excerpts, figures, tables
