@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import assert_close
+from conftest import assert_close, assert_close_by_norm
 from test_persistent_step import NARROW, _assert_same_training, _reference, _train, mnist_shaped
 
 import minitorch_cuda as mt
@@ -182,7 +182,7 @@ def test_stage_11_trains_like_stage_10_and_float64():
     assert 0 < clipped, "no step was clipped: the test would not see the clipping"
     assert_close(losses, ref_losses, 0.0, 1e-4, "stage 11 vs float64: losses")
     for i, (p, q) in enumerate(zip(params, ref_params)):
-        assert np.linalg.norm(p - q) <= 1e-4 * np.linalg.norm(q), f"parameter {i} vs float64"
+        assert_close_by_norm(p, q, 1e-4, f"parameter {i} vs float64")
 
 
 def _launches_per_step(stage: int, protocol: Protocol) -> int:
@@ -214,5 +214,4 @@ def test_stage_11_trains_the_protocol_model_like_stage_10():  # GPU only: the em
     (losses, params), (ref_losses, ref_params) = _train(Protocol(), 11), _train(Protocol(), 10)
     assert_close(losses, ref_losses, 0.0, 1e-4, "784-256-128-10, stage 11 vs 10: losses")
     for i, (p, q) in enumerate(zip(params, ref_params, strict=True)):
-        relative = np.linalg.norm(p - q) / np.linalg.norm(q)
-        assert relative <= 1e-4, f"784-256-128-10, stage 11 vs 10: parameter {i} differs by {relative:.2e} relative"
+        assert_close_by_norm(p, q, 1e-4, f"784-256-128-10, stage 11 vs 10: parameter {i}")
