@@ -141,6 +141,46 @@ def test_graph_replay_and_direct_launches_agree_bit_for_bit():
 
 @pytest.mark.gpu
 @pytest.mark.emulated
+def test_the_batch_cursor_follows_consecutive_batches_and_is_rewritten_for_any_other():
+    """The kernel moves its cursor past each batch: consecutive batches of one array (an epoch's)
+    cost no write from the host; a batch anywhere else (a jump back, another array) is written.
+    Either way each step trains on its own rows: the losses and parameters are those of steps
+    whose cursor is written every time, bit for bit."""
+    from minitorch_cuda.cuda.persistent_step import PersistentStep
+
+    x, y = mnist_shaped(4 * NARROW.batch_size)
+    order = [0, 1, 2, 3, 1, 0, 2]  # in order, then jumps back and forward
+
+    def run(write_every_step: bool):
+        with mt.use_stage(13):
+            net = make_net(NARROW, "cuda")
+            step = PersistentStep(net, nn.CrossEntropyWithSoftmax(), optim.RmsProp(net.parameters(), NARROW.lr,
+                                  NARROW.decay), NARROW.max_norm, NARROW.batch_size)  # fmt: skip
+            xs, ys = mt.tensor(x, "cuda").data, mt.tensor(y, "cuda").data
+            other = mt.tensor(x[: NARROW.batch_size], "cuda").data  # batch 0's rows in another array
+            writes, losses = [], []
+            rows = NARROW.batch_size
+            for i in [*order, None]:  # None: batch 0's rows, in another array
+                xb = other if i is None else xs.view((rows, 784), (784, 1), i * rows * 784)
+                yb = ys.view((rows, 10), (10, 1), (i or 0) * rows * 10)
+                if write_every_step:
+                    step._batch_at = None
+                with mt.profiler.count() as counts:
+                    losses.append(step.step(xb, yb))
+                writes.append(counts.htod_copies)
+            return np.array(losses), [p.numpy() for p in net.parameters()], writes
+
+    losses, params, writes = run(write_every_step=False)
+    ref_losses, ref_params, _ = run(write_every_step=True)
+    assert writes[1:4] == [0, 0, 0], f"consecutive batches wrote the cursor: {writes}"
+    assert writes[0] == 1 and all(w == 1 for w in writes[4:]), f"a jump did not write the cursor: {writes}"
+    assert np.array_equal(losses, ref_losses)
+    assert all(np.array_equal(a, b) for a, b in zip(params, ref_params))
+    assert len(set(losses[:4])) == 4 and losses[5] != losses[0]  # each step saw its own batch, trained on
+
+
+@pytest.mark.gpu
+@pytest.mark.emulated
 def test_grids_of_1_2_and_3_blocks_compute_the_same_bits():
     from minitorch_cuda.cuda.persistent_step import PersistentStep
 

@@ -253,7 +253,7 @@ SPECS.update(
         "matmul_bf16": KernelSpec("mma.cu", _MATMUL),
         "persistent_step": KernelSpec(
             "persistent_step.cu",
-            "const PersistentLayer* layers, int n_layers, const float* x, const float* target, int rows, "
+            "const PersistentLayer* layers, int n_layers, PersistentBatch* batch, int rows, "
             "float* row_loss, float* partials, int n_partials, float* loss, GridBarrier* barrier, int rmsprop, "
             "float lr, float decay, float eps, float max_norm",
         ),

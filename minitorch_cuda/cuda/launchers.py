@@ -238,20 +238,21 @@ def multi_clip_rmsprop_grid(
 
 
 def persistent_step(
-    layers, n_layers: int, x, target, rows: int, row_loss, partials, n_partials: int, loss, barrier,
+    layers, n_layers: int, batch, rows: int, row_loss, partials, n_partials: int, loss, barrier,
     rmsprop: bool, lr: float, decay: float, eps: float, max_norm: float, *, blocks: int = 0, timed: int = 0,
     kernel: str | Kernel = "persistent_step", phase_ns=None,
 ):  # fmt: skip
     """Stage 13: the training step of the MLP that the table ``layers`` describes, one block of
     PS_THREADS per multiprocessor (``blocks``: fewer, at least 1). Its grid barriers wait for
     every block, so all must be resident at once: never more blocks than multiprocessors.
+    ``batch``: the step's PersistentBatch cursor (the rows' addresses), moved past them by the kernel.
     ``phase_ns``: the clock's buffer of a ``kernel`` built with PS_PHASE_CLOCK (one more argument)."""
     most = multiprocessors()
     blocks = blocks or most
     if not 1 <= blocks <= most:
         raise ValueError(f"persistent_step needs 1..{most} blocks (one per multiprocessor at most), not {blocks}")
     args = (
-        layers, n_layers, x, target, rows, row_loss, partials, n_partials, loss, barrier,
+        layers, n_layers, batch, rows, row_loss, partials, n_partials, loss, barrier,
         int(rmsprop), float(lr), float(decay), float(eps), float(max_norm),
     )  # fmt: skip
     args += () if phase_ns is None else (phase_ns,)

@@ -8,10 +8,15 @@ not fit, for any other. It packs, once, a device-side table of the layers: the p
 and the RmsProp state are the framework's own tensors (the kernel updates them in place, so
 they read as usual afterwards), and the gradients, activations and deltas are buffers of
 its own for up to ``max_rows`` rows. A step is one launch on the batch's rows as they lie
-(no copy) and a 4-byte read-back of the loss; where CUDA graphs are on (stage 11 up) the
-launch is captured and replayed by ``graphs.GraphedStep`` like stage 11's step. The
-optimizer's ``lr``, ``decay`` and ``eps`` are read at each launch (a captured graph keeps
-those of its capture, as stage 11's does). Gradients never reach ``p.grad``: after a step
+(no copy) and a 4-byte read-back of the loss. The kernel finds the rows through a cursor on
+the device (persistent_step.cu's PersistentBatch) and moves it past them, so consecutive
+batches of one array, as ``Trainer.epoch`` hands them out, need no write from the host
+between steps: the host keeps where the cursor points and writes it (8 + 8 bytes) only
+where the next batch lies elsewhere. Where CUDA graphs are on (stage 11 up) the launch is
+captured once per batch size after one eager step and replayed: a step is then one
+``cuGraphLaunch`` and the read-back, without the two copies into static inputs that stage
+11's ``GraphedStep`` needs. The optimizer's ``lr``, ``decay`` and ``eps`` are read at each
+launch (a captured graph keeps those of its capture, as stage 11's does). Gradients never reach ``p.grad``: after a step
 they are gone, as after stage 11's ``zero_grad``.
 
 With ``split=True`` a layer whose forward has a long k over few tiles is split along k
@@ -31,7 +36,7 @@ import numpy as np
 
 from .. import nn, optim, stages
 from . import graphs, launchers
-from .array import DeviceArray
+from .array import ITEMSIZE, DeviceArray
 from .kernel_table import KERNEL_DIR, PERSISTENT, SPECS, prepare_signature
 from .ops_tensor import full, item
 from .runtime import Kernel, compile_module, copy_dtoh, copy_htod
@@ -161,7 +166,9 @@ class PersistentStep:
         self.row_loss = DeviceArray.empty((max_rows,))
         self.loss = DeviceArray.empty(())
         self.barrier = full((2,), 0.0)  # GridBarrier {count, generation}: zero bits, once
-        self._graphed = None
+        self.batch = DeviceArray.empty((4,))  # PersistentBatch {x, target}: two 8-byte addresses
+        self._batch_at: tuple[int, int] | None = None  # where the kernel left it: the host's copy
+        self._graphs: dict[int, graphs.Graph] = {}  # per batch size, captured after one eager step
         # what the kernel does between its grid barriers (2L + 1, and one per split layer), in order
         forward = [
             [f"forward {i} slices", f"forward {i} sum"] if s > 1 else [f"forward {i}"]
@@ -173,6 +180,14 @@ class PersistentStep:
     def launch(self, x: DeviceArray, y: DeviceArray, kernel="persistent_step", phase_ns=None) -> DeviceArray:
         """Queue one step on the batch (x, y); returns the loss array, nothing read back.
         ``kernel``, ``phase_ns``: phase_clock_kernel() and its clock's buffer (phase_times)."""
+        self._point_at(x, y)
+        self._launch(x.shape[0], kernel, phase_ns)
+        self._moved_past(x, y)
+        return self.loss
+
+    def _point_at(self, x: DeviceArray, y: DeviceArray) -> None:
+        """Check the batch, then aim the kernel's cursor at its rows: a 16-byte write, only
+        where the cursor is not there already (it is after the previous batch of the array)."""
         rows = x.shape[0]
         if x.shape != (rows, self.n_in) or y.shape != (rows, self.n_out) or not 1 <= rows <= self.max_rows:
             raise ValueError(
@@ -181,14 +196,22 @@ class PersistentStep:
             )
         if not (x.is_contiguous() and y.is_contiguous()):
             raise ValueError("the persistent step reads the batch in place: its rows must be contiguous")
+        if self._batch_at != (x.ptr, y.ptr):
+            copy_htod(self.batch.ptr, np.array([x.ptr, y.ptr], np.uint64).view(np.float32))
+        self._batch_at = None  # unknown until the launch is queued (a failed one leaves it so)
+
+    def _moved_past(self, x: DeviceArray, y: DeviceArray) -> None:
+        """Where the kernel leaves the cursor: just past the batch's rows (persistent_step.cu)."""
+        self._batch_at = (x.ptr + ITEMSIZE * x.size, y.ptr + ITEMSIZE * y.size)
+
+    def _launch(self, rows: int, kernel="persistent_step", phase_ns=None) -> None:
         opt = self.optimizer
         decay, eps = (opt.decay, opt.eps) if self.rmsprop else (0.0, 0.0)
         launchers.persistent_step(
-            self.table, self.n_layers, x, y, rows, self.row_loss, self.partials, self.n_partials, self.loss,
+            self.table, self.n_layers, self.batch, rows, self.row_loss, self.partials, self.n_partials, self.loss,
             self.barrier, self.rmsprop, opt.lr, decay, eps, self.max_norm, blocks=self.blocks, kernel=kernel,
             phase_ns=phase_ns,
         )  # fmt: skip
-        return self.loss
 
     def phase_times(self, x: DeviceArray, y: DeviceArray, steps: int) -> dict:
         """``steps`` steps on (x, y) of the kernel built with PS_PHASE_CLOCK, launched directly
@@ -218,9 +241,19 @@ class PersistentStep:
         }
 
     def step(self, x: DeviceArray, y: DeviceArray) -> float:
-        """One training step and its loss, through a CUDA graph where graphs are on now."""
-        if stages.cuda_graphs() and graphs.usable_now():
-            if self._graphed is None:
-                self._graphed = graphs.GraphedStep(self.launch, graphs.CudaGraphDevice())
-            return self._graphed(x, y)
-        return item(self.launch(x, y), 0)
+        """One training step and its loss, through a CUDA graph where graphs are on now: the
+        first step of each batch size runs eagerly (it compiles the kernel), then is captured."""
+        rows = x.shape[0]
+        graph = self._graphs.get(rows)
+        if graph is None or not (stages.cuda_graphs() and graphs.usable_now()):
+            loss = item(self.launch(x, y), 0)
+            if graph is None and stages.cuda_graphs() and graphs.usable_now():
+                graph = graphs.Graph()
+                with graph.capture():  # recorded, not run: the cursor's address, not the batch's
+                    self._launch(rows)
+                self._graphs[rows] = graph
+            return loss
+        self._point_at(x, y)
+        graph.launch()
+        self._moved_past(x, y)
+        return item(self.loss, 0)

@@ -23,6 +23,11 @@
 // of a bias gradient, a row of the loss) handed to blocks grid-stride, and every value is
 // computed by one thread (or warp) in a fixed order: the results are the same, bit for
 // bit, for every grid size. Sums over k run in order, with fmaf, as matmul_regtiled's do.
+// The batch is read through a cursor (PersistentBatch): every block reads it at its start,
+// and block 0 moves it past the batch's rows at its end, when every block has passed the
+// first grid barrier and so has read it. A graph replayed on the consecutive batches of one
+// array then needs nothing from the host between steps but the launch (the host writes the
+// cursor only where the next batch lies elsewhere, as at the start of an epoch).
 // Built with -DPS_PHASE_CLOCK, the kernel takes one more argument, phase_ns, where block 0's
 // thread 0 writes %globaltimer at its start, after every grid barrier and at its end (the
 // phases' times as block 0 sees them: each includes the wait for the slowest block).
@@ -59,6 +64,11 @@ __device__ __forceinline__ unsigned long long globaltimer_ns() {
 enum { ACT_NONE = 0, ACT_RELU = 1, ACT_SIGMOID = 2 };
 
 // One layer as cuda/persistent_step.py packs it (96 bytes, the same field order).
+struct PersistentBatch {
+    const float* x;       // rows x n_in of the first layer
+    const float* target;  // rows x n_out of the last
+};
+
 struct PersistentLayer {
     float* w;       // n_in x n_out
     float* b;       // n_out
@@ -275,13 +285,16 @@ __device__ __forceinline__ void update(float* p, const float* g, float* v, int n
 // Grid: one block per multiprocessor at most (every block must be resident: the grid
 // barriers wait for all of them); block: PS_THREADS. rows <= the rows the out/delta buffers
 // hold; partials: every layer's gW tiles and gb chunks (n_partials slots); row_loss: rows;
+// batch: where this step's rows lie, moved past them at the end;
 // phase_ns (PS_PHASE_CLOCK only): 2 + the grid barriers, 2L + 2 + the split layers.
 extern "C" __global__ void __launch_bounds__(PS_THREADS) persistent_step(
-    const PersistentLayer* layers, int n_layers, const float* x, const float* target, int rows, float* row_loss,
+    const PersistentLayer* layers, int n_layers, PersistentBatch* batch, int rows, float* row_loss,
     float* partials, int n_partials, float* loss, GridBarrier* barrier, int rmsprop, float lr, float decay, float eps,
     float max_norm PS_CLOCK_PARAM) {
     PS_STAMPS;
     PS_STAMP();
+    const float* const x = batch->x;  // before the first barrier, in every block (see the top)
+    const float* const target = batch->target;
     for (int l = 0; l < n_layers; ++l) {
         const float* in = l == 0 ? x : layers[l - 1].out;
         if (layers[l].k_splits > 1) {
@@ -313,6 +326,9 @@ extern "C" __global__ void __launch_bounds__(PS_THREADS) persistent_step(
         float total = 0.0f;
         for (int r = 0; r < rows; ++r) total += row_loss[r];
         loss[0] = (1.0f / rows) * total;  // softmax_xent_fused: scale * sum
+        // Every block read the cursor before the first barrier: moving it now races with none.
+        batch->x = x + (long long)rows * layers[0].n_in;
+        batch->target = target + (long long)rows * layers[n_layers - 1].n_out;
     }
     PS_STAMP();
 }
