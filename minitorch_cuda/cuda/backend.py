@@ -11,6 +11,7 @@ only *how* an op runs, never *what* it computes.
 from __future__ import annotations
 
 from .. import stages
+from . import graphs
 from .ops_math import (  # noqa: F401
     affine,
     backward_seed,
@@ -61,17 +62,11 @@ def lean_backward_enabled() -> bool:
 
 def graphs_enabled() -> bool:
     """Whether a training step should go through a CUDA graph now (stage 11 on)."""
-    if not stages.cuda_graphs():
-        return False
-    from . import graphs
-
-    return graphs.usable_now()
+    return stages.cuda_graphs() and graphs.usable_now()
 
 
 def graphed_step(body):
     """``body(x, y) -> loss`` over device arrays, captured and replayed per batch shape."""
-    from . import graphs
-
     return graphs.GraphedStep(body, graphs.CudaGraphDevice())
 
 
