@@ -106,35 +106,56 @@ __device__ __forceinline__ float activate_backward(int act, float g, float y) {
 // PS_TILE_K along k are staged in shared memory, each thread loading PS_TILE_K / PS_TILE
 // elements of each operand with consecutive threads on consecutive addresses: a few long
 // slices, so that few waits for memory and block barriers lie on the path of a long k (784).
-// Every thread of the block calls it (it synchronizes the block).
+// The next slice's loads are issued into registers before the current slice's products, so
+// its wait for memory overlaps them (the sums, and so the bits, are those of one slice after
+// another). Every thread of the block calls it (it synchronizes the block).
 __device__ __forceinline__ float tile_product(const float* a, const float* b, int M, int N, int K, bool ta, bool tb,
                                               int m0, int n0, int k_begin, int k_end) {
+    constexpr int J = PS_TILE_K / PS_TILE;  // elements of each operand a thread stages per slice
     __shared__ float as[PS_TILE][PS_TILE_K + 1];  // as[m][k]; +1: no bank conflicts when written transposed
     __shared__ float bs[PS_TILE_K][PS_TILE + 1];  // bs[k][n]
     const int tx = threadIdx.x % PS_TILE, ty = threadIdx.x / PS_TILE;
-    float acc = 0.0f;
-    for (int k0 = k_begin; k0 < k_end; k0 += PS_TILE_K) {
+    float ra[J], rb[J];  // the slice in flight
+    auto load = [&](int k0) {
 #pragma unroll
-        for (int j = 0; j < PS_TILE_K / PS_TILE; ++j) {
+        for (int j = 0; j < J; ++j) {
             const int i = threadIdx.x + PS_THREADS * j;  // element i of a slice of PS_TILE x PS_TILE_K
             const int along = i % PS_TILE_K, across = i / PS_TILE_K;  // k-contiguous storage
             const int fast = i % PS_TILE, slow = i / PS_TILE;          // m- or n-contiguous storage
             if (!ta) {
                 const int m = m0 + across, k = k0 + along;
-                as[across][along] = m < M && k < k_end ? a[m * K + k] : 0.0f;
+                ra[j] = m < M && k < k_end ? a[m * K + k] : 0.0f;
             } else {
                 const int m = m0 + fast, k = k0 + slow;
-                as[fast][slow] = m < M && k < k_end ? a[k * M + m] : 0.0f;
+                ra[j] = m < M && k < k_end ? a[k * M + m] : 0.0f;
             }
             if (!tb) {
                 const int n = n0 + fast, k = k0 + slow;
-                bs[slow][fast] = k < k_end && n < N ? b[k * N + n] : 0.0f;
+                rb[j] = k < k_end && n < N ? b[k * N + n] : 0.0f;
             } else {
                 const int n = n0 + across, k = k0 + along;
-                bs[along][across] = k < k_end && n < N ? b[n * K + k] : 0.0f;
+                rb[j] = k < k_end && n < N ? b[n * K + k] : 0.0f;
             }
         }
+    };
+    auto store = [&]() {  // where element i goes does not depend on the slice
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+            const int i = threadIdx.x + PS_THREADS * j;
+            const int along = i % PS_TILE_K, across = i / PS_TILE_K;
+            const int fast = i % PS_TILE, slow = i / PS_TILE;
+            if (!ta) as[across][along] = ra[j];
+            else as[fast][slow] = ra[j];
+            if (!tb) bs[slow][fast] = rb[j];
+            else bs[along][across] = rb[j];
+        }
+    };
+    float acc = 0.0f;
+    load(k_begin);
+    for (int k0 = k_begin; k0 < k_end; k0 += PS_TILE_K) {
+        store();
         __syncthreads();
+        if (k0 + PS_TILE_K < k_end) load(k0 + PS_TILE_K);  // in flight during the products below
         const int steps = min(PS_TILE_K, k_end - k0);  // no products of the zero padding
         for (int kk = 0; kk < steps; ++kk) acc = fmaf(as[ty][kk], bs[kk][tx], acc);
         __syncthreads();
