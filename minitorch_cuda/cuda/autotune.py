@@ -4,8 +4,10 @@ The key is whatever decides the fastest variant (for matmul: M, N, K, the flags,
 the batch and whether the operands allow vector loads). The tuner is pure
 Python: the backend hands it a ``time_ms(name)`` callable that launches one
 variant and measures it with CUDA events, so the bookkeeping is testable on a
-machine without a GPU. Every decision is recorded in ``choices()`` (a
-JSON-serializable dict) so that the benchmark can save what it ran.
+machine without a GPU, and optionally a ``charge_ms(name)`` for what a variant
+costs beyond its GPU time (the host time of its extra launches). Every decision
+is recorded in ``choices()`` (a JSON-serializable dict) so that the benchmark can
+save what it ran.
 
 Set ``MINITORCH_CUDA_AUTOTUNE=0`` to skip the timing and take the heuristic
 choice (the first candidate that fits), e.g. for reproducible profiles.
@@ -21,8 +23,10 @@ from collections.abc import Callable, Hashable, Sequence
 @dataclasses.dataclass
 class Decision:
     choice: str
-    timings_ms: dict[str, float]  # empty when the heuristic decided
+    timings_ms: dict[str, float]  # the GPU times as measured; empty when the heuristic decided
     how: str  # "timed" or "heuristic"
+    # added to a candidate's timing before comparing (its extra launches' host time); absent: none
+    charges_ms: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 class Autotuner:
@@ -38,10 +42,13 @@ class Autotuner:
         key: Hashable,
         candidates: Sequence[str],
         time_ms: Callable[[str], float],
+        charge_ms: Callable[[str], float] | None = None,
     ) -> str:
         """The fastest of ``candidates`` for ``key``: timed once, then remembered.
         ``time_ms(name)`` runs one candidate and returns its time in milliseconds;
-        it is called ``repeats`` times per candidate and the minimum counts."""
+        it is called ``repeats`` times per candidate and the minimum counts.
+        ``charge_ms(name)``: milliseconds the candidate costs beyond that (asked once, only
+        when timing); the least timing + charge wins."""
         if not candidates:
             raise ValueError(f"autotune {family}: no candidate kernels for {key}")
         found = self.cached(family, key)
@@ -56,8 +63,10 @@ class Autotuner:
             )
         else:
             timings = {name: min(time_ms(name) for _ in range(self.repeats)) for name in candidates}
-            best = min(timings, key=timings.__getitem__)
-            decision = Decision(best, timings, "timed")
+            charges = {name: charge_ms(name) for name in candidates} if charge_ms else {}
+            charges = {name: ms for name, ms in charges.items() if ms}
+            best = min(timings, key=lambda name: timings[name] + charges.get(name, 0.0))
+            decision = Decision(best, timings, "timed", charges)
         self._decisions[(family, key)] = decision
         return decision.choice
 
@@ -68,14 +77,19 @@ class Autotuner:
         return found.choice if found is not None else None
 
     def choices(self) -> dict[str, dict]:
-        """Every decision so far: ``{"family key": {"choice", "how", "timings_ms"}}``."""
-        return {
-            f"{family} {_format_key(key)}": dataclasses.asdict(decision)
-            for (family, key), decision in self._decisions.items()
-        }
+        """Every decision so far: ``{"family key": {"choice", "how", "timings_ms"}}``, and
+        ``"charges_ms"`` where a candidate was charged (the choice is the least timing + charge)."""
+        return {f"{family} {_format_key(key)}": _record(d) for (family, key), d in self._decisions.items()}
 
     def clear(self) -> None:
         self._decisions.clear()
+
+
+def _record(decision: Decision) -> dict:
+    record = dataclasses.asdict(decision)
+    if not record["charges_ms"]:
+        del record["charges_ms"]
+    return record
 
 
 def _format_key(key: Hashable) -> str:

@@ -116,6 +116,9 @@ REGTILED_TILES: dict[str, tuple[int, int, int, int]] = {
     "128x64x8t128": (128, 64, 8, 128),
     "256x128x8": (256, 128, 8, 256),
 }
+# The register tiles with a split-K twin (matmul_regtiled_splitk_{tile}): those whose grids leave
+# SMs idle at 1024^3 on 132 SMs (128 x 128: 64 blocks, 128 x 64: 128, 256 x 128: 32).
+REGTILED_SPLITK_TILES = ("128x128x8", "128x64x8t128", "256x128x8")
 # Tile shapes of matmul_pipelined.cu (cp.async into shared-memory stages): name suffix ->
 # (BM, BN, BK, threads, stages).
 PIPELINED_TILES: dict[str, tuple[int, int, int, int, int]] = {
@@ -143,7 +146,8 @@ def pipelined_shared_bytes(tile: str) -> int:
     return stages * bk * (bm + 4 + bn + 4) * 4
 
 
-# its split-K twins write each K-slice's partial product; matmul_splitk_reduce sums them in order
+# the split-K twins (pipelined and register-tiled) write each K-slice's partial product;
+# matmul_splitk_reduce sums them in order
 _SPLITK = _MATMUL.replace("float* c", "float* partial") + ", int k_splits"
 # the lean step's (stage 11): a split-K product reduced by its last block per tile, with the bias
 # and ReLU epilogue, for these tiles (the skinny forward products); and the backward products
@@ -206,6 +210,7 @@ SPECS.update(
         "softmax_rows_block": KernelSpec("vectorized.cu", "float* out, const float* in, int rows, int cols"),
         "softmax_rows_online": KernelSpec("vectorized.cu", "float* out, const float* in, int rows, int cols"),
         **{f"matmul_regtiled_{t}": KernelSpec("matmul_regtiled.cu", _MATMUL) for t in REGTILED_TILES},
+        **{f"matmul_regtiled_splitk_{t}": KernelSpec("matmul_regtiled.cu", _SPLITK) for t in REGTILED_SPLITK_TILES},
         **{f"matmul_bias_act_{t}": KernelSpec("fused.cu", _BIAS_ACT) for t in REGTILED_TILES},
         **{
             f"matmul_pipelined_{t}": KernelSpec("matmul_pipelined.cu", _MATMUL, pipelined_shared_bytes(t))

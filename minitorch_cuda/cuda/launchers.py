@@ -23,6 +23,8 @@ import dataclasses
 import functools
 import math
 import re
+import statistics
+import time
 
 from . import registry
 from .array import ITEMSIZE
@@ -32,6 +34,7 @@ from .kernel_table import (
     MULTI_TENSOR_SLOTS,
     PERSISTENT,
     PIPELINED_TILES,
+    REGTILED_SPLITK_TILES,
     REGTILED_TILES,
     SPECS,
     SPLITK_BIAS_ACT_TILES,
@@ -237,20 +240,29 @@ def multi_clip_rmsprop_grid(
 # --- the whole training step: one persistent kernel ------------------------------------------
 
 
+def resident_blocks() -> int:
+    """The most blocks of persistent_step resident at once: PS_BLOCKS_PER_SM per multiprocessor,
+    which its __launch_bounds__ leaves the registers for (the CPU emulator holds one block per
+    "multiprocessor" at a time)."""
+    from .driver import EMULATED
+
+    return multiprocessors() * (1 if EMULATED else PERSISTENT["BLOCKS_PER_SM"])
+
+
 def persistent_step(
     layers, n_layers: int, batch, rows: int, row_loss, partials, n_partials: int, loss, barrier,
     rmsprop: bool, lr: float, decay: float, eps: float, max_norm: float, *, blocks: int = 0, timed: int = 0,
     kernel: str | Kernel = "persistent_step", phase_ns=None,
 ):  # fmt: skip
     """Stage 13: the training step of the MLP that the table ``layers`` describes, one block of
-    PS_THREADS per multiprocessor (``blocks``: fewer, at least 1). Its grid barriers wait for
-    every block, so all must be resident at once: never more blocks than multiprocessors.
+    PS_THREADS per multiprocessor (``blocks``: from 1 to resident_blocks()). Its grid barriers
+    wait for every block, so all must be resident at once.
     ``batch``: the step's PersistentBatch cursor (the rows' addresses), moved past them by the kernel.
     ``phase_ns``: the clock's buffer of a ``kernel`` built with PS_PHASE_CLOCK (one more argument)."""
-    most = multiprocessors()
-    blocks = blocks or most
+    most = resident_blocks()
+    blocks = blocks or multiprocessors()
     if not 1 <= blocks <= most:
-        raise ValueError(f"persistent_step needs 1..{most} blocks (one per multiprocessor at most), not {blocks}")
+        raise ValueError(f"persistent_step needs 1..{most} blocks (all resident at once), not {blocks}")
     args = (
         layers, n_layers, batch, rows, row_loss, partials, n_partials, loss, barrier,
         int(rmsprop), float(lr), float(decay), float(eps), float(max_norm),
@@ -273,6 +285,33 @@ def floor(kernel: str | Kernel, *args, blocks: int = 1, timed: int = 0) -> float
     if not 1 <= blocks <= most:
         raise ValueError(f"{name} needs 1..{most} blocks (one per multiprocessor at most), not {blocks}")
     return _go(kernel, (blocks, 1, 1), (PERSISTENT["THREADS"], 1, 1), args, timed, (blocks,))
+
+
+HOST_LAUNCH_SAMPLES = 300
+HOST_LAUNCH_EMULATED_MS = 0.010  # nominal: the emulator runs kernels on the host, nothing to measure
+
+
+@functools.cache
+def host_launch_ms() -> float:
+    """Host milliseconds one launch through this module costs (the registry, PyCUDA's prepared
+    call, the counters, the stage's checks): the median over HOST_LAUNCH_SAMPLES launches of
+    floor_empty, measured once per process and left out of the counters (measuring is not the
+    program's work). A host-bound training step pays this for every launch it makes."""
+    from .. import profiler
+    from .driver import EMULATED
+
+    if EMULATED:
+        return HOST_LAUNCH_EMULATED_MS
+    before = profiler.counters.snapshot()
+    floor("floor_empty")  # compiled and loaded before the clock starts
+    seconds = []
+    for _ in range(HOST_LAUNCH_SAMPLES):
+        start = time.perf_counter()
+        floor("floor_empty")
+        seconds.append(time.perf_counter() - start)
+    for name, value in before.items():
+        setattr(profiler.counters, name, value)
+    return statistics.median(seconds) * 1e3
 
 
 # --- matmul ------------------------------------------------------------------------------------
@@ -379,12 +418,17 @@ def regtiled_tile(c, a, b, g: Gemm) -> str:
     return tuner.pick("matmul_regtiled", key, tiles, lambda t: matmul_regtiled(c, a, b, g, tile=t, timed=True))
 
 
-def matmul_regtiled(c, a, b, g: Gemm, *, tile: str | None = None, timed: int = 0):
+def matmul_regtiled(c, a, b, g: Gemm, *, tile: str | None = None, splits: int = 1, timed: int = 0):
     """Stage 9: ``matmul_regtiled_{tile}`` (tile None: the autotuned one), a BM x BN tile of C
-    per block, each thread a TM x TN register tile."""
+    per block, each thread a TM x TN register tile. ``splits`` > 1: its split-K twin
+    ``matmul_regtiled_splitk_{tile}`` (REGTILED_SPLITK_TILES), reduced by split_k."""
     tile = tile or regtiled_tile(c, a, b, g)
     bm, bn, _, threads = REGTILED_TILES[tile]
-    return _go(f"matmul_regtiled_{tile}", g.grid(bm, bn), (threads, 1, 1), (c, a, b, *g.args), timed, (g,))
+    if splits == 1:
+        return _go(f"matmul_regtiled_{tile}", g.grid(bm, bn), (threads, 1, 1), (c, a, b, *g.args), timed, (g,))
+    if tile not in REGTILED_SPLITK_TILES:
+        raise ValueError(f"no split-K twin of register tile {tile}: the tiles are {', '.join(REGTILED_SPLITK_TILES)}")
+    return split_k(f"matmul_regtiled_splitk_{tile}", c, a, b, g, (bm, bn, threads), splits, timed)
 
 
 # Split-K: a product of few output tiles leaves SMs idle (1024^3 in 128 x 128 tiles is 64 blocks
@@ -395,10 +439,17 @@ SPLITK_COUNTS = (2, 4, 8, 16)
 SPLITK_MIN_TILES = 4
 
 
+def block_tile(tile: str) -> tuple[int, int, int]:
+    """(BM, BN, BK) of a pipelined or register-tiled tile (64x64x16, a name in both tables, is
+    the same block tile in both)."""
+    bm, bn, bk, *_ = PIPELINED_TILES[tile] if tile in PIPELINED_TILES else REGTILED_TILES[tile]
+    return bm, bn, bk
+
+
 def splitk_counts(g: Gemm, tile: str) -> list[int]:
-    """The K-splits worth timing for this tile: none when its grid already covers every SM,
-    else each count from 2 up to the first whose blocks cover them all."""
-    bm, bn, bk, _, _ = PIPELINED_TILES[tile]
+    """The K-splits worth timing for this tile (pipelined or register-tiled): none when its grid
+    already covers every SM, else each count from 2 up to the first whose blocks cover them all."""
+    bm, bn, bk = block_tile(tile)
     blocks, sms = g.batch * _cdiv(g.M, bm) * _cdiv(g.N, bn), multiprocessors()
     counts = []
     for splits in SPLITK_COUNTS if blocks < sms else ():
@@ -419,46 +470,79 @@ def matmul_pipelined(c, a, b, g: Gemm, *, tile: str, splits: int = 1, kernel: Ke
     if splits == 1:
         kernel = kernel or f"matmul_pipelined_{tile}"
         return _go(kernel, g.grid(bm, bn), (threads, 1, 1), (c, a, b, *g.args), timed, (g,))
+    return split_k(kernel or f"matmul_pipelined_splitk_{tile}", c, a, b, g, (bm, bn, threads), splits, timed)
+
+
+SPLITK_LAUNCHES = 2  # split_k's: the sliced product, then the reduction
+
+
+def split_k(kernel: str | Kernel, c, a, b, g: Gemm, tile: tuple[int, int, int], splits: int, timed: int):
+    """A split-K product in SPLITK_LAUNCHES launches: ``kernel`` (a ``*_splitk_*`` twin, block
+    tile ``(BM, BN, threads)``) writes each of ``splits`` K-slices of every matrix to scratch,
+    partial + z * M * N for grid z = batch * splits; matmul_splitk_reduce then sums the slices in
+    order 0, 1, ... into c (deterministic: no atomics)."""
     from .memory import DeviceBuffer
 
+    bm, bn, threads = tile
     mn, grid = g.M * g.N, g.grid(bm, bn)
     partial = DeviceBuffer(ITEMSIZE * g.batch * splits * mn)  # the pool reuses it in stream order
     args = (partial.ptr, a, b, *g.args, splits)
-    kernel = kernel or f"matmul_pipelined_splitk_{tile}"
     times = [_go(kernel, (*grid[:2], g.batch * splits), (threads, 1, 1), args, timed, (g,))]
     reduce_args = (c, partial.ptr, mn, splits, g.batch * mn)
     times.append(elementwise("matmul_splitk_reduce", g.batch * mn, *reduce_args, timed=timed))
     return _total(times)
 
 
-def matmul_pipelined_splitk(c, a, b, g: Gemm, *, tile: str, timed: int = 0):
-    """matmul_pipelined at the split count that first covers every SM (splitk_counts' last),
-    for the benchmark's table; a product that needs no split is refused (ValueError)."""
+def matmul_splitk_covering(c, a, b, g: Gemm, *, launcher, tile: str, timed: int = 0):
+    """``launcher`` (matmul_pipelined or matmul_regtiled) at the split count that first covers
+    every SM (splitk_counts' last), for the benchmark's table; a product that needs no split is
+    refused (ValueError)."""
     counts = splitk_counts(g, tile)
     if not counts:
         raise ValueError(f"{tile} tiles of {g} cover every SM or leave too few K-tiles: no split-K")
-    return matmul_pipelined(c, a, b, g, tile=tile, splits=counts[-1], timed=timed)
+    return launcher(c, a, b, g, tile=tile, splits=counts[-1], timed=timed)
 
 
 def sgemm_candidates(g: Gemm) -> list[str]:
-    """Stage 9's variants for this problem: every pipelined tile that fits, and its split-K
-    counts. Tiles for wave quantization at 1024^3 on 132 SMs: 128 x 128 gives 64 blocks (48% of
-    the SMs busy), 128 x 64 gives 128 (97%), 64 x 64 gives 256 (at most 2 per SM, 97% on
-    average); split-K 2 brings 128 x 128 to 128 blocks. Outputs as narrow as 10 columns fit the
-    32 x 32 tile only."""
+    """Stage 9's variants for this problem beyond the register-tiled winner: every pipelined tile
+    that fits and its split-K counts, then the split-K counts of the register tiles that have a
+    split-K twin (``128x128x8_splitk2``). Tiles for wave quantization at 1024^3 on 132 SMs:
+    128 x 128 gives 64 blocks (48% of the SMs busy), 128 x 64 gives 128 (97%), 64 x 64 gives 256
+    (at most 2 per SM, 97% on average); split-K 2 brings 128 x 128 to 128 blocks. Outputs as
+    narrow as 10 columns fit the 32 x 32 tile only."""
     from .autotune import fits
 
     names = []
     for tile, (bm, bn, *_) in PIPELINED_TILES.items():
         if fits(bm, bn, g.M, g.N):
             names += [f"pipelined_{tile}"] + [f"pipelined_{tile}_splitk{s}" for s in splitk_counts(g, tile)]
+    for tile in REGTILED_SPLITK_TILES:
+        bm, bn, *_ = REGTILED_TILES[tile]
+        if fits(bm, bn, g.M, g.N):
+            names += [f"{tile}_splitk{s}" for s in splitk_counts(g, tile)]
     return names
+
+
+def sgemm_parts(variant: str) -> tuple[str, str, int]:
+    """(family, tile, splits) of a stage-9 variant: ``128x128x8`` is ("regtiled", "128x128x8", 1),
+    ``128x128x8_splitk2`` ("regtiled", ..., 2), ``pipelined_64x64x16_splitk4`` ("pipelined", ...)."""
+    family = "pipelined" if variant.startswith("pipelined_") else "regtiled"
+    tile, _, split = variant.removeprefix("pipelined_").partition("_splitk")
+    return family, tile, int(split) if split else 1
+
+
+def sgemm_charge_ms(variant: str) -> float:
+    """What ``variant`` costs the host beyond one launch: host_launch_ms for each launch more
+    (split-K's reduction). The tuner adds it to the GPU time, so that in a host-bound step (the
+    MNIST products) a split wins only where it saves more GPU time than its launch costs."""
+    return (SPLITK_LAUNCHES - 1) * host_launch_ms() if sgemm_parts(variant)[2] > 1 else 0.0
 
 
 def sgemm_variant(c, a, b, g: Gemm) -> str:
     """Stage 9's kernel for this problem: the register-tiled winner (regtiled_tile) timed against
-    the pipelined variants, the fastest kept for the shape, so a shape only ever gains. On the
-    CPU emulator nothing more is timed: the register-tiled choice stands."""
+    the pipelined and split-K variants (sgemm_candidates), each charged its extra launches'
+    host time (sgemm_charge_ms), the least kept for the shape, so a shape only ever gains. On
+    the CPU emulator nothing more is timed: the register-tiled choice stands."""
     from .autotune import tuner
     from .driver import EMULATED
 
@@ -467,18 +551,19 @@ def sgemm_variant(c, a, b, g: Gemm) -> str:
     if choice is not None:
         return choice
     candidates = [regtiled_tile(c, a, b, g)] + ([] if EMULATED else sgemm_candidates(g))
-    return tuner.pick("matmul_sgemm", key, candidates, lambda v: matmul_sgemm(c, a, b, g, variant=v, timed=True))
+    return tuner.pick(
+        "matmul_sgemm", key, candidates,
+        lambda v: matmul_sgemm(c, a, b, g, variant=v, timed=True), charge_ms=sgemm_charge_ms,
+    )  # fmt: skip
 
 
 def matmul_sgemm(c, a, b, g: Gemm, *, variant: str | None = None, timed: int = 0):
-    """Stage 9's product: ``variant`` a register-tiled tile (``128x128x8``) or a pipelined one
-    (``pipelined_128x128x16``, ``pipelined_64x64x16_splitk4``); None: the autotuned one."""
-    variant = variant or sgemm_variant(c, a, b, g)
-    if variant in REGTILED_TILES:
-        return matmul_regtiled(c, a, b, g, tile=variant, timed=timed)
-    _, tile, *split = variant.split("_")
-    splits = int(split[0].removeprefix("splitk")) if split else 1
-    return matmul_pipelined(c, a, b, g, tile=tile, splits=splits, timed=timed)
+    """Stage 9's product: ``variant`` a register-tiled tile (``128x128x8``), its split-K
+    (``128x128x8_splitk2``) or a pipelined one (``pipelined_128x128x16``,
+    ``pipelined_64x64x16_splitk4``); None: the autotuned one."""
+    family, tile, splits = sgemm_parts(variant or sgemm_variant(c, a, b, g))
+    launcher = matmul_pipelined if family == "pipelined" else matmul_regtiled
+    return launcher(c, a, b, g, tile=tile, splits=splits, timed=timed)
 
 
 def matmul_bias_act(c, a, b, bias, g: Gemm, relu: bool, *, tile: str | None = None, timed: int = 0):
@@ -732,8 +817,12 @@ MATMULS = {
     "matmul_sgemm": matmul_sgemm,
     **{f"matmul_pipelined_{t}": functools.partial(matmul_pipelined, tile=t) for t in PIPELINED_TILES},
     **{
-        f"matmul_pipelined_splitk_{t}": functools.partial(matmul_pipelined_splitk, tile=t)
+        f"matmul_pipelined_splitk_{t}": functools.partial(matmul_splitk_covering, launcher=matmul_pipelined, tile=t)
         for t in ("128x128x16", "64x64x16", "32x32x16")
+    },
+    **{
+        f"matmul_regtiled_splitk_{t}": functools.partial(matmul_splitk_covering, launcher=matmul_regtiled, tile=t)
+        for t in REGTILED_SPLITK_TILES
     },
     "matmul_tf32": matmul_tf32,
     "matmul_bf16": matmul_bf16,

@@ -7,6 +7,8 @@
 // backward, read from its output), and `colsum` (N) gets the column sums of op(B) over K,
 // summed by the first row of blocks from the tiles they stage anyway (a weight gradient's
 // bias gradient: db = column sums of dY for dW = X^T dY); batch 1 only.
+// Split-K (k_splits > 1, no bias, ReLU, mask or colsum): block z computes K-slice
+// z % k_splits of matrix z / k_splits, whole BK-tiles split evenly, into c + z * M * N.
 // A block of NT = (BM/TM) (BN/TN) threads computes a BM x BN tile of C; each
 // thread a TM x TN register tile, as TM/4 x TN/4 groups of 4 x 4 spread over the
 // block tile (rows c * RT*4 + ty*4 + i), so that the float4 reads of shared memory
@@ -31,7 +33,7 @@ template <int BM, int BN, int BK, int TM, int TN>
 __device__ __forceinline__ void regtiled_body(float* c, const float* a, const float* b, const float* bias,
                                               int M, int N, int K, int ta, int tb, int stride_a, int stride_b,
                                               int relu, const float* mask = nullptr,
-                                              float* colsum = nullptr) {
+                                              float* colsum = nullptr, int k_splits = 1) {
     static_assert(TM % 4 == 0 && TN % 4 == 0 && BK % 4 == 0, "register tiles are groups of 4 x 4");
     constexpr int RT = BM / TM, CT = BN / TN, NT = RT * CT;
     constexpr int SA = BM + RT_PAD, SB = BN + RT_PAD;
@@ -47,11 +49,11 @@ __device__ __forceinline__ void regtiled_body(float* c, const float* a, const fl
     const int tid = threadIdx.x;
     const int tx = tid % CT, ty = tid / CT;
     const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
-    const long long z = blockIdx.z;
-    a += z * stride_a;
-    b += z * stride_b;
+    const long long z = blockIdx.z, matrix = z / k_splits;
+    a += matrix * stride_a;
+    b += matrix * stride_b;
     c += z * M * N;
-    if (mask != nullptr) mask += z * M * N;
+    if (mask != nullptr) mask += matrix * M * N;
     // Column tid of this block's op(B), summed over every K-slice, in k order (deterministic).
     const bool sums = colsum != nullptr && blockIdx.y == 0 && tid < BN;
     float col_acc = 0.0f;
@@ -66,8 +68,14 @@ __device__ __forceinline__ void regtiled_body(float* c, const float* a, const fl
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
 
-    // Global (row, col) of the slice that starts at k0, staged into registers.
-    auto load = [&](int k0) {
+    // This block's K-tiles: first, first + 1, ... (all of them unless split).
+    const int all_tiles = (K + BK - 1) / BK, per_split = (all_tiles + k_splits - 1) / k_splits;
+    const int first = (int)(z % k_splits) * per_split;
+    const int tiles = min(all_tiles - first, per_split);  // < 1: a slice past the end, no tiles
+
+    // Global (row, col) of this block's K-tile t, staged into registers (zeros past K).
+    auto load = [&](int t) {
+        const int k0 = (first + t) * BK;
         if (ta) LoadAT::load(ra, a, K, M, k0, row0, vec_a, tid);
         else LoadA::load(ra, a, M, K, row0, k0, vec_a, tid);
         if (tb) LoadBT::load(rb, b, N, K, col0, k0, vec_b, tid);
@@ -80,13 +88,12 @@ __device__ __forceinline__ void regtiled_body(float* c, const float* a, const fl
         else LoadB::store(&Bs[buf][0][0], SB, false, rb, tid, Identity());
     };
 
-    const int tiles = (K + BK - 1) / BK;
     load(0);
     store(0);
     __syncthreads();
     for (int t = 0; t < tiles; ++t) {
         const int cur = t & 1;
-        if (t + 1 < tiles) load((t + 1) * BK);  // in flight while we multiply
+        if (t + 1 < tiles) load(t + 1);  // in flight while we multiply
 #pragma unroll
         for (int k = 0; k < BK; ++k) {
             float fa[TM], fb[TN];
