@@ -57,6 +57,18 @@ def count() -> Iterator[Counters]:
             setattr(delta, name, value - before[name])
 
 
+@contextlib.contextmanager
+def uncounted() -> Iterator[None]:
+    """Work that is not the program's (measuring the machine) counted apart: the counters the
+    program reads neither grow nor go back meanwhile."""
+    global counters
+    kept, counters = counters, Counters()
+    try:
+        yield
+    finally:
+        counters = kept
+
+
 @dataclasses.dataclass
 class Record:
     name: str
