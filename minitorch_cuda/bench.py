@@ -222,9 +222,13 @@ def profile_stage(stage: int, data, steps: int = 20, keep: int = 400) -> dict:
     with stages.use_stage(stage):
         trainer = train.Trainer(train.Protocol(), "cuda")
         trainer.epoch(data.x_train, data.y_train, max_batches=3)
-        xb, yb = data.x_train[:64], data.y_train[:64]
+        rows = trainer.protocol.batch_size
+        # consecutive batches, as an epoch hands them out (stage 13 reads the next one in place)
+        batches = [(data.x_train[i * rows : (i + 1) * rows], data.y_train[i * rows : (i + 1) * rows])
+                   for i in range(steps + 1)]  # fmt: skip
+        trainer.step(*batches[0])
         with profiler.count() as counts, profiler.profile() as prof:
-            for _ in range(steps):
+            for xb, yb in batches[1:]:
                 trainer.step(xb, yb)
         return {
             "stage": stage,

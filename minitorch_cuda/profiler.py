@@ -57,18 +57,6 @@ def count() -> Iterator[Counters]:
             setattr(delta, name, value - before[name])
 
 
-@contextlib.contextmanager
-def uncounted() -> Iterator[None]:
-    """Work that is not the program's (measuring the machine) counted apart: the counters the
-    program reads neither grow nor go back meanwhile."""
-    global counters
-    kept, counters = counters, Counters()
-    try:
-        yield
-    finally:
-        counters = kept
-
-
 @dataclasses.dataclass
 class Record:
     name: str
@@ -188,6 +176,19 @@ def draw_timeline(events: list, ax=None):
 
 
 _active: Profile | None = None
+
+
+@contextlib.contextmanager
+def uncounted() -> Iterator[None]:
+    """Work that is not the program's (measuring the machine), counted apart and not profiled:
+    the counters the program reads neither grow nor go back meanwhile."""
+    global counters, _active
+    kept, counters = counters, Counters()
+    profiling, _active = _active, None
+    try:
+        yield
+    finally:
+        counters, _active = kept, profiling
 
 
 def active() -> Profile | None:
