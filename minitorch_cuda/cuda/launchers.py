@@ -240,29 +240,20 @@ def multi_clip_rmsprop_grid(
 # --- the whole training step: one persistent kernel ------------------------------------------
 
 
-def resident_blocks() -> int:
-    """The most blocks of persistent_step resident at once: PS_BLOCKS_PER_SM per multiprocessor,
-    which its __launch_bounds__ leaves the registers for (the CPU emulator holds one block per
-    "multiprocessor" at a time)."""
-    from .driver import EMULATED
-
-    return multiprocessors() * (1 if EMULATED else PERSISTENT["BLOCKS_PER_SM"])
-
-
 def persistent_step(
     layers, n_layers: int, batch, rows: int, row_loss, partials, n_partials: int, loss, barrier,
     rmsprop: bool, lr: float, decay: float, eps: float, max_norm: float, *, blocks: int = 0, timed: int = 0,
     kernel: str | Kernel = "persistent_step", phase_ns=None,
 ):  # fmt: skip
     """Stage 13: the training step of the MLP that the table ``layers`` describes, one block of
-    PS_THREADS per multiprocessor (``blocks``: from 1 to resident_blocks()). Its grid barriers
-    wait for every block, so all must be resident at once.
+    PS_THREADS per multiprocessor (``blocks``: fewer, at least 1). Its grid barriers wait for
+    every block, so all must be resident at once: never more blocks than multiprocessors.
     ``batch``: the step's PersistentBatch cursor (the rows' addresses), moved past them by the kernel.
     ``phase_ns``: the clock's buffer of a ``kernel`` built with PS_PHASE_CLOCK (one more argument)."""
-    most = resident_blocks()
-    blocks = blocks or multiprocessors()
+    most = multiprocessors()
+    blocks = blocks or most
     if not 1 <= blocks <= most:
-        raise ValueError(f"persistent_step needs 1..{most} blocks (all resident at once), not {blocks}")
+        raise ValueError(f"persistent_step needs 1..{most} blocks (one per multiprocessor at most), not {blocks}")
     args = (
         layers, n_layers, batch, rows, row_loss, partials, n_partials, loss, barrier,
         int(rmsprop), float(lr), float(decay), float(eps), float(max_norm),

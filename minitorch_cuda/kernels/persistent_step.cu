@@ -37,7 +37,6 @@
 #define PS_THREADS 256  // threads of a block: one per element of a PS_TILE x PS_TILE tile
 #define PS_TILE 16    // output tiles of PS_TILE x PS_TILE
 #define PS_TILE_K 64  // the slice of k staged in shared memory at once (a multiple of PS_TILE)
-#define PS_BLOCKS_PER_SM 2  // blocks a multiprocessor can hold at once (__launch_bounds__ keeps room for them)
 
 #ifdef PS_PHASE_CLOCK
 #define PS_CLOCK_PARAM , unsigned long long* phase_ns
@@ -304,12 +303,12 @@ __device__ __forceinline__ void update(float* p, const float* g, float* v, int n
     }
 }
 
-// Grid: PS_BLOCKS_PER_SM blocks per multiprocessor at most (every block must be resident: the
-// grid barriers wait for all of them); block: PS_THREADS. rows <= the rows the out/delta buffers
+// Grid: one block per multiprocessor at most (every block must be resident: the grid
+// barriers wait for all of them); block: PS_THREADS. rows <= the rows the out/delta buffers
 // hold; partials: every layer's gW tiles and gb chunks (n_partials slots); row_loss: rows;
 // batch: where this step's rows lie, moved past them at the end;
 // phase_ns (PS_PHASE_CLOCK only): 2 + the grid barriers, 2L + 2 + the split layers.
-extern "C" __global__ void __launch_bounds__(PS_THREADS, PS_BLOCKS_PER_SM) persistent_step(
+extern "C" __global__ void __launch_bounds__(PS_THREADS) persistent_step(
     const PersistentLayer* layers, int n_layers, PersistentBatch* batch, int rows, float* row_loss,
     float* partials, int n_partials, float* loss, GridBarrier* barrier, int rmsprop, float lr, float decay, float eps,
     float max_norm PS_CLOCK_PARAM) {
