@@ -40,9 +40,9 @@ class DeviceArray:
         return len(self.shape)
 
     def is_contiguous(self) -> bool:
-        return all(
-            stride == expected or dim == 1
-            for dim, stride, expected in zip(self.shape, self.strides, contiguous_strides(self.shape))
+        row_major = contiguous_strides(self.shape)
+        return self.strides == row_major or all(
+            stride == expected or dim == 1 for dim, stride, expected in zip(self.shape, self.strides, row_major)
         )
 
     def view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int | None = None) -> DeviceArray:

@@ -55,8 +55,9 @@ def assign(dst: DeviceArray, src: np.ndarray) -> None:
 
 def item(x: DeviceArray, flat_index: int) -> float:
     """One element read back to the host (a blocking 4-byte copy)."""
-    coords = np.unravel_index(flat_index, x.shape) if x.shape else ()
-    element = x.offset + int(np.dot(coords, x.strides)) if x.shape else x.offset
+    element = x.offset  # the first element, as a loss read back every step is: no index arithmetic
+    if flat_index and x.shape:
+        element += int(np.dot(np.unravel_index(flat_index, x.shape), x.strides))
     host = np.empty(1, dtype=np.float32)
     copy_dtoh(host, x.buffer.ptr + ITEMSIZE * element)
     return float(host[0])
