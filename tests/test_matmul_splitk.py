@@ -1,5 +1,5 @@
 """Stage 9's register-tiled split-K (matmul_regtiled_splitk_*, kernels/matmul_regtiled.cu) against
-float64, and the sgemm tuner's launch charge (launchers.sgemm_charge_ms).
+float64, and the sgemm tuner's host time per variant (launchers.sgemm_host_ms).
 
 The emulated runs (a subprocess with MINITORCH_CUDA_EMULATE=1) check every K-slice the split
 kernel writes against the float64 product over that slice's K range, not only their sum: a slice
@@ -104,7 +104,7 @@ def test_k_slices_cover_k_once_in_whole_tiles():
     assert _k_slices(17, 8, 4) == [(0, 8), (8, 16), (16, 17), (17, 17)]  # 3 tiles: the last slice empty
 
 
-# The candidates on an H200's 132 SMs, and the launch charge with the emulator's nominal host cost.
+# The candidates on an H200's 132 SMs, and their host time with the emulator's nominal launch cost.
 CHOICES = """
 import json
 from minitorch_cuda.cuda import launchers
@@ -122,14 +122,14 @@ print(json.dumps({
     "parts": [launchers.sgemm_parts(v) for v in ("128x128x8", "128x64x8t128_splitk2", "pipelined_128x128x16s3",
                                                  "pipelined_64x64x16_splitk4")],
     "host": launchers.host_launch_ms(),
-    "charges": {v: launchers.sgemm_charge_ms(v) for v in ("64x64x16", "256x128x8_splitk4",
+    "host_ms": {v: launchers.sgemm_host_ms(v) for v in ("64x64x16", "256x128x8_splitk4",
                                                            "pipelined_32x32x16", "pipelined_32x32x16_splitk8")},
 }))
 """
 
 
 @needs_gpp
-def test_split_candidates_of_the_register_tiles_and_their_charge():
+def test_split_candidates_of_the_register_tiles_and_their_host_time():
     env = {**os.environ, "MINITORCH_CUDA_EMULATE": "1", "PYTHONPATH": str(ROOT)}
     result = subprocess.run([sys.executable, "-c", CHOICES], env=env, capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -145,44 +145,50 @@ def test_split_candidates_of_the_register_tiles_and_their_charge():
                             ["pipelined", "128x128x16s3", 1], ["pipelined", "64x64x16", 4]]  # fmt: skip
     host = got["host"]
     assert host > 0
-    assert got["charges"] == {"64x64x16": 0.0, "256x128x8_splitk4": host, "pipelined_32x32x16": 0.0,
-                              "pipelined_32x32x16_splitk8": host}  # fmt: skip
+    assert got["host_ms"] == {"64x64x16": host, "256x128x8_splitk4": 2 * host, "pipelined_32x32x16": host,
+                              "pipelined_32x32x16_splitk8": 2 * host}  # fmt: skip
 
 
-# --- CPU: the launch charge in the tuner ----------------------------------------------------------
+# --- CPU: the host's time in the tuner -----------------------------------------------------------
 
 
-def _charge(name: str) -> float:
-    return 0.010 if "splitk" in name else 0.0  # one more launch, 10 us of host time
+def _host(name: str) -> float:
+    return 0.020 if "splitk" in name else 0.010  # 10 us of host time a launch; a split has two
 
 
 @pytest.mark.parametrize(
-    ("split_ms", "expected"),
-    [(0.027, "pipelined_32x32x16_splitk8"), (0.035, "32x32x8")],  # saves 15.8 us, then 7.8 us of GPU time
+    ("split_ms", "plain_ms", "expected"),
+    [
+        (0.027, 0.0428, "split"),  # the GPU is slower than the host either way: the faster GPU time wins
+        (0.012, 0.0150, "plain"),  # the split's GPU time hides under its two launches: 20 us against 15
+        (0.0887, 0.0951, "split"),  # 1024^3: the host's 20 us hide under the product's 89 us
+    ],
 )
-def test_a_split_wins_only_by_more_than_its_launch_costs(split_ms, expected):
-    fake = {"32x32x8": 0.0428, "pipelined_32x32x16": 0.0502, "pipelined_32x32x16_splitk8": split_ms}
+def test_a_split_wins_where_the_gpu_not_the_host_is_what_the_product_waits_for(split_ms, plain_ms, expected):
+    fake = {"plain": plain_ms, "split": split_ms}
+    names = {"plain": "32x32x8", "split": "pipelined_32x32x16_splitk8"}
+    timings = {names[k]: v for k, v in fake.items()}
+    untimed = Autotuner(enabled=True, repeats=3)
+    assert untimed.pick("sgemm", (64, 256, 784), list(timings), timings.__getitem__) == names[min(fake, key=fake.get)]
     tuner = Autotuner(enabled=True, repeats=3)
-    assert tuner.pick("sgemm", (64, 256, 784), list(fake), fake.__getitem__) == "pipelined_32x32x16_splitk8"
-    charged = Autotuner(enabled=True, repeats=3)
-    assert charged.pick("sgemm", (64, 256, 784), list(fake), fake.__getitem__, charge_ms=_charge) == expected
-    record = charged.choices()["sgemm 64,256,784"]
-    # the measured times as they were; the charge beside them, only where there was one
-    assert record == {"choice": expected, "how": "timed", "timings_ms": fake,
-                      "charges_ms": {"pipelined_32x32x16_splitk8": 0.010}}  # fmt: skip
+    assert tuner.pick("sgemm", (64, 256, 784), list(timings), timings.__getitem__, host_ms=_host) == names[expected]
+    record = tuner.choices()["sgemm 64,256,784"]
+    # the measured GPU times as they were; the host's beside them
+    assert record == {"choice": names[expected], "how": "timed", "timings_ms": timings,
+                      "host_ms": {"32x32x8": 0.010, "pipelined_32x32x16_splitk8": 0.020}}  # fmt: skip
     json.dumps(record)
 
 
-def test_no_charge_is_recorded_where_none_applied():
+def test_no_host_time_is_recorded_where_none_was_given():
     tuner = Autotuner(enabled=True, repeats=1)
-    tuner.pick("sgemm", 1, ["a", "b"], {"a": 2.0, "b": 1.0}.__getitem__, charge_ms=lambda name: 0.0)
+    tuner.pick("sgemm", 1, ["a", "b"], {"a": 2.0, "b": 1.0}.__getitem__)
     assert tuner.choices()["sgemm 1"] == {"choice": "b", "how": "timed", "timings_ms": {"a": 2.0, "b": 1.0}}
     heuristic = Autotuner(enabled=False)
 
     def never(name):
-        pytest.fail("the heuristic times nothing and charges nothing")
+        pytest.fail("the heuristic times nothing and asks for no host time")
 
-    heuristic.pick("sgemm", 1, ["a", "b"], never, charge_ms=never)
+    heuristic.pick("sgemm", 1, ["a", "b"], never, host_ms=never)
     assert heuristic.choices()["sgemm 1"]["choice"] == "a"
 
 

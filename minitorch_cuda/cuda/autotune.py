@@ -4,8 +4,8 @@ The key is whatever decides the fastest variant (for matmul: M, N, K, the flags,
 the batch and whether the operands allow vector loads). The tuner is pure
 Python: the backend hands it a ``time_ms(name)`` callable that launches one
 variant and measures it with CUDA events, so the bookkeeping is testable on a
-machine without a GPU, and optionally a ``charge_ms(name)`` for what a variant
-costs beyond its GPU time (the host time of its extra launches). Every decision
+machine without a GPU, and optionally a ``host_ms(name)``, the host's time to launch
+a variant: it costs the longer of the two. Every decision
 is recorded in ``choices()`` (a JSON-serializable dict) so that the benchmark can
 save what it ran.
 
@@ -25,8 +25,9 @@ class Decision:
     choice: str
     timings_ms: dict[str, float]  # the GPU times as measured; empty when the heuristic decided
     how: str  # "timed" or "heuristic"
-    # added to a candidate's timing before comparing (its extra launches' host time); absent: none
-    charges_ms: dict[str, float] = dataclasses.field(default_factory=dict)
+    # the host's time to launch each candidate, where it was given: a candidate costs the longer
+    # of that and its GPU time
+    host_ms: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 class Autotuner:
@@ -42,13 +43,15 @@ class Autotuner:
         key: Hashable,
         candidates: Sequence[str],
         time_ms: Callable[[str], float],
-        charge_ms: Callable[[str], float] | None = None,
+        host_ms: Callable[[str], float] | None = None,
     ) -> str:
         """The fastest of ``candidates`` for ``key``: timed once, then remembered.
         ``time_ms(name)`` runs one candidate and returns its time in milliseconds;
         it is called ``repeats`` times per candidate and the minimum counts.
-        ``charge_ms(name)``: milliseconds the candidate costs beyond that (asked once, only
-        when timing); the least timing + charge wins."""
+        ``host_ms(name)``: the host's milliseconds to launch the candidate (asked only when
+        timing). A step whose host queues one launch after another pays the longer of the two:
+        a split into two launches that saves GPU time wins only where the GPU, not the host,
+        was what the product waited for."""
         if not candidates:
             raise ValueError(f"autotune {family}: no candidate kernels for {key}")
         found = self.cached(family, key)
@@ -63,10 +66,9 @@ class Autotuner:
             )
         else:
             timings = {name: min(time_ms(name) for _ in range(self.repeats)) for name in candidates}
-            charges = {name: charge_ms(name) for name in candidates} if charge_ms else {}
-            charges = {name: ms for name, ms in charges.items() if ms}
-            best = min(timings, key=lambda name: timings[name] + charges.get(name, 0.0))
-            decision = Decision(best, timings, "timed", charges)
+            host = {name: host_ms(name) for name in candidates} if host_ms else {}
+            best = min(timings, key=lambda name: max(timings[name], host.get(name, 0.0)))
+            decision = Decision(best, timings, "timed", host)
         self._decisions[(family, key)] = decision
         return decision.choice
 
@@ -78,7 +80,8 @@ class Autotuner:
 
     def choices(self) -> dict[str, dict]:
         """Every decision so far: ``{"family key": {"choice", "how", "timings_ms"}}``, and
-        ``"charges_ms"`` where a candidate was charged (the choice is the least timing + charge)."""
+        ``"host_ms"`` where the host's launch times were given (the choice: the least of each
+        candidate's longer time)."""
         return {f"{family} {_format_key(key)}": _record(d) for (family, key), d in self._decisions.items()}
 
     def clear(self) -> None:
@@ -87,8 +90,8 @@ class Autotuner:
 
 def _record(decision: Decision) -> dict:
     record = dataclasses.asdict(decision)
-    if not record["charges_ms"]:
-        del record["charges_ms"]
+    if not record["host_ms"]:
+        del record["host_ms"]
     return record
 
 
