@@ -93,6 +93,24 @@ def on(device: str, stage: int | None):
     return mt.use_stage(stage) if device == "cuda" and stage is not None else contextlib.nullcontext()
 
 
+def sm90_build(source, tmp_path, *flags: str) -> dict:
+    """nvcc's sm_90 cubin of a kernels/ file and ptxas's -v report of it: {entry: KernelResources}.
+    Fails the test where nvcc fails or warns (the build tests of the Hopper kernels share it)."""
+    import subprocess
+
+    from minitorch_cuda.cuda.kernel_table import KERNEL_DIR
+    from minitorch_cuda.cuda.nvcc_check import parse_resources
+
+    done = subprocess.run(
+        ["nvcc", "-cubin", "-arch=sm_90", "-Xptxas", "-v", *flags, "-I", str(KERNEL_DIR),
+         "-o", str(tmp_path / "kernel.cubin"), str(source)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    log = done.stderr + done.stdout
+    assert done.returncode == 0 and "warning" not in log.lower(), log
+    return {kernel.name: kernel for kernel in parse_resources(log)}
+
+
 def assert_close(actual, ref, atol: float = 1e-5, rtol: float = 1e-4, what: str = "") -> None:
     """``|actual - ref| <= atol + rtol * |ref|`` elementwise, shapes equal, no nan/inf
     where the reference is finite; on failure name the first mismatches."""

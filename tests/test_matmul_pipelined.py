@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import sm90_build
 
 from minitorch_cuda.cuda.kernel_table import PIPELINED_TILES, REGTILED_TILES
 
@@ -195,22 +195,14 @@ def test_builds_for_sm_90_without_spills_and_fits_its_blocks(tmp_path):
     launch gives (its stages of A^T and B, rows padded by 4) within an H200 SM for those blocks."""
     from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, SPECS
 
-    done = subprocess.run(
-        ["nvcc", "-cubin", "-arch=sm_90", "-Xptxas", "-v", "-I", str(KERNEL_DIR), "-o", str(tmp_path / "p.cubin"),
-         str(KERNEL_DIR / "matmul_pipelined.cu")],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    log = done.stderr + done.stdout
-    assert done.returncode == 0 and "warning" not in log.lower(), log
-    report = dict(re.findall(r"Function properties for (\w+)\n(.*?)(?=ptxas info\s+: Compile time)", log, re.S))
+    report = sm90_build(KERNEL_DIR / "matmul_pipelined.cu", tmp_path)
     for tile, (bm, bn, bk, threads, stages) in PIPELINED_TILES.items():
         blocks = RESIDENT[tile]
         for name in (f"matmul_pipelined_{tile}", f"matmul_pipelined_splitk_{tile}"):
-            text = report[name]
-            assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in text, (name, text)
-            registers = int(re.search(r"Used (\d+) registers", text).group(1))
-            assert registers * threads * blocks <= 65536, (name, registers)
-            assert not re.search(r"[1-9]\d* bytes smem", text), (name, text)
+            kernel = report[name]
+            assert kernel.stack_bytes == kernel.spill_stores == kernel.spill_loads == 0, kernel
+            assert kernel.registers * threads * blocks <= 65536, kernel
+            assert kernel.shared_bytes == 0, kernel  # no static shared memory: the launch gives it
             shared = SPECS[name].shared_bytes
             assert shared == stages * bk * (bm + 4 + bn + 4) * 4, (name, shared)
             assert (shared + 1024) * blocks <= 228 * 1024, (name, shared)  # + 1 KB the SM keeps per block

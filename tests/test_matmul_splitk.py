@@ -19,6 +19,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import sm90_build
 from test_matmul_pipelined import CASES, ROOT, _inputs, _reference, _wrong, needs_gpp
 
 from minitorch_cuda.cuda.autotune import Autotuner
@@ -200,14 +201,7 @@ def test_split_twins_build_for_sm_90_without_spills_within_their_blocks(tmp_path
     """ptxas's report: each split-K twin, like its plain kernel, without stack or spills and with
     registers for the blocks per SM its __launch_bounds__ asks (the same as the plain one's)."""
     source = (KERNEL_DIR / "matmul_regtiled.cu").read_text()
-    done = subprocess.run(
-        ["nvcc", "-cubin", "-arch=sm_90", "-Xptxas", "-v", "-I", str(KERNEL_DIR), "-o", str(tmp_path / "r.cubin"),
-         str(KERNEL_DIR / "matmul_regtiled.cu")],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    log = done.stderr + done.stdout
-    assert done.returncode == 0 and "warning" not in log.lower(), log
-    report = dict(re.findall(r"Function properties for (\w+)\n(.*?)(?=ptxas info\s+: Compile time)", log, re.S))
+    report = sm90_build(KERNEL_DIR / "matmul_regtiled.cu", tmp_path)
     for tile in REGTILED_SPLITK_TILES:
         shape = r"(\d+), (\d+), (\d+), (\d+), (\d+), (\d+)\)"
         plain = re.search(rf"^REGTILED\(matmul_regtiled_{tile}, {shape}", source, re.M).groups()
@@ -215,10 +209,9 @@ def test_split_twins_build_for_sm_90_without_spills_within_their_blocks(tmp_path
         assert split == plain, (tile, split, plain)
         threads, blocks = REGTILED_TILES[tile][3], int(split[-1])
         for name in (f"matmul_regtiled_{tile}", f"matmul_regtiled_splitk_{tile}"):
-            text = report[name]
-            assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in text, (name, text)
-            registers = int(re.search(r"Used (\d+) registers", text).group(1))
-            assert registers * threads * blocks <= 65536, (name, registers)
+            kernel = report[name]
+            assert kernel.stack_bytes == kernel.spill_stores == kernel.spill_loads == 0, kernel
+            assert kernel.registers * threads * blocks <= 65536, kernel
 
 
 # --- GPU: the benchmark's sizes ---------------------------------------------------------------------
