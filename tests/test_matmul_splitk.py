@@ -9,7 +9,6 @@ The large sizes, the timing and the host-launch measurement need a GPU.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -20,7 +19,7 @@ import sys
 import numpy as np
 import pytest
 from conftest import sm90_build
-from test_matmul_pipelined import CASES, ROOT, _inputs, _reference, _wrong, needs_gpp
+from test_matmul_pipelined import CASES, ROOT, _big, _inputs, _wrong, needs_gpp
 
 from minitorch_cuda.cuda.autotune import Autotuner
 from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, REGTILED_SPLITK_TILES, REGTILED_TILES
@@ -215,12 +214,6 @@ def test_split_twins_build_for_sm_90_without_spills_within_their_blocks(tmp_path
 
 
 # --- GPU: the benchmark's sizes ---------------------------------------------------------------------
-
-
-@functools.cache
-def _big(n: int):
-    a, b = _inputs((n, n, n, 0, 0, (), ()), seed=n)
-    return a, b, *_reference(a, b, False, False)
 
 
 @pytest.mark.gpu
