@@ -16,8 +16,8 @@ where the next batch lies elsewhere. Where CUDA graphs are on (stage 11 up) the 
 captured once per batch size after one eager step and replayed: a step is then one
 ``cuGraphLaunch`` and the read-back, without the two copies into static inputs that stage
 11's ``GraphedStep`` needs. The optimizer's ``lr``, ``decay`` and ``eps`` are read at each
-launch (a captured graph keeps those of its capture, as stage 11's does). Gradients never reach ``p.grad``: after a step
-they are gone, as after stage 11's ``zero_grad``.
+launch (a captured graph keeps those of its capture, as stage 11's does). Gradients never
+reach ``p.grad``: after a step they are gone, as after stage 11's ``zero_grad``.
 
 With ``split=True`` a layer whose forward has a long k over few tiles is split along k
 (``forward_splits``: from the shapes alone, so every grid computes the same bits), at the cost of
@@ -26,8 +26,7 @@ against 57.3 us unsplit, block 0's start to its end (the phase medians of book/r
 which experiments.latency_floor times both ways): with tile_product's prefetch of the next k-slice,
 the unsplit first forward's 13 slices cost what the split's slices and their sum do. The kernel
 without the prefetch and the batch cursor (book/results/ch21_floor_static_inputs.json) took
-78.8 us split against 88.3 us unsplit.
-``split=False`` gives the unsplit kernel.
+78.8 us split against 88.3 us unsplit. ``split=False`` gives the unsplit kernel.
 ``phase_times`` runs steps of the kernel built with PS_PHASE_CLOCK and returns each phase's
 microseconds from the GPU's %globaltimer.
 """
@@ -248,10 +247,11 @@ class PersistentStep:
         """One training step and its loss, through a CUDA graph where graphs are on now: the
         first step of each batch size runs eagerly (it compiles the kernel), then is captured."""
         rows = x.shape[0]
-        graph = self._graphs.get(rows)
-        if graph is None or not (stages.cuda_graphs() and graphs.usable_now()):
+        graphed = stages.cuda_graphs() and graphs.usable_now()
+        graph = self._graphs.get(rows) if graphed else None
+        if graph is None:
             loss = item(self.launch(x, y), 0)
-            if graph is None and stages.cuda_graphs() and graphs.usable_now():
+            if graphed:  # compiled now: capture this batch size for the steps to come
                 graph = graphs.Graph()
                 with graph.capture():  # recorded, not run: the cursor's address, not the batch's
                     self._launch(rows)
