@@ -531,8 +531,8 @@ def sgemm_host_ms(variant: str) -> float:
 def sgemm_variant(c, a, b, g: Gemm) -> str:
     """Stage 9's kernel for this problem: the register-tiled winner (regtiled_tile) timed against
     the pipelined and split-K variants (sgemm_candidates), each at the longer of its GPU time
-    and its launches' host time (sgemm_host_ms), the least kept for the shape. On
-    the CPU emulator nothing more is timed: the register-tiled choice stands."""
+    and its launches' host time (sgemm_host_ms), the least kept for the shape. On the CPU
+    emulator nothing more is timed: the register-tiled choice stands."""
     from .autotune import tuner
     from .driver import EMULATED
 
