@@ -63,12 +63,13 @@ __device__ __forceinline__ unsigned long long globaltimer_ns() {
 
 enum { ACT_NONE = 0, ACT_RELU = 1, ACT_SIGMOID = 2 };
 
-// One layer as cuda/persistent_step.py packs it (96 bytes, the same field order).
+// Where a step's rows lie (see the top): cuda/persistent_step.py writes it, the kernel moves it.
 struct PersistentBatch {
     const float* x;       // rows x n_in of the first layer
     const float* target;  // rows x n_out of the last
 };
 
+// One layer as cuda/persistent_step.py packs it (96 bytes, the same field order).
 struct PersistentLayer {
     float* w;       // n_in x n_out
     float* b;       // n_out
