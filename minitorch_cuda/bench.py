@@ -223,9 +223,10 @@ def profile_stage(stage: int, data, steps: int = 20, keep: int = 400) -> dict:
         trainer = train.Trainer(train.Protocol(), "cuda")
         trainer.epoch(data.x_train, data.y_train, max_batches=3)
         rows = trainer.protocol.batch_size
-        # consecutive batches, as an epoch hands them out (stage 13 reads the next one in place)
-        batches = [(data.x_train[i * rows : (i + 1) * rows], data.y_train[i * rows : (i + 1) * rows])
-                   for i in range(steps + 1)]  # fmt: skip
+        # consecutive batches, as an epoch hands them out (stage 13 reads the next one in place),
+        # from the first again where the split has fewer than steps + 1
+        starts = [i % (len(data.x_train) // rows) * rows for i in range(steps + 1)]
+        batches = [(data.x_train[s : s + rows], data.y_train[s : s + rows]) for s in starts]
         trainer.step(*batches[0])
         with profiler.count() as counts, profiler.profile() as prof:
             for xb, yb in batches[1:]:
