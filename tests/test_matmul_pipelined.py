@@ -88,14 +88,21 @@ def _wrong(out, a, b, ta, tb) -> int:
     return int(np.sum(~(np.abs(out - ref) <= 1e-5 * scale + 1e-6)))
 
 
+def run_emulated(script: str, *args: str) -> str:
+    """``script`` (with ``args``) in a Python of its own on the CPU emulator: its output; the test
+    fails with the script's error where it fails."""
+    env = {**os.environ, "MINITORCH_CUDA_EMULATE": "1", "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-c", script, *args]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
 def _emulated(variant: str, lag: int, tmp_path: Path, seed: int) -> list[int]:
     """Wrong elements per case of ``variant`` run on the emulator."""
     pairs = [_inputs(case, seed + i) for i, case in enumerate(CASES)]
     np.savez(tmp_path / "inputs.npz", **{f"{x}{i}": v for i, p in enumerate(pairs) for x, v in zip("ab", p)})
-    env = {**os.environ, "MINITORCH_CUDA_EMULATE": "1", "PYTHONPATH": str(ROOT)}
-    args = [sys.executable, "-c", EMULATED_RUN, variant, str(lag), str(tmp_path), json.dumps(CASES)]
-    result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert result.returncode == 0, result.stderr[-3000:]
+    run_emulated(EMULATED_RUN, variant, str(lag), str(tmp_path), json.dumps(CASES))
     outputs = np.load(tmp_path / "outputs.npz")
     return [_wrong(outputs[f"c{i}"], *pair, case[3], case[4]) for i, (pair, case) in enumerate(zip(pairs, CASES))]
 
@@ -145,10 +152,7 @@ print(json.dumps({
 
 @needs_gpp
 def test_split_counts_fill_the_multiprocessors_and_the_emulator_times_no_new_variant():
-    env = {**os.environ, "MINITORCH_CUDA_EMULATE": "1", "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-c", CHOICES], env=env, capture_output=True, text=True, cwd=ROOT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    got = json.loads(result.stdout)
+    got = json.loads(run_emulated(CHOICES))
     assert got["1024 128"] == [2, 4]  # 64 blocks for 132 SMs: 128, then 256
     assert got["1024 64"] == []  # 256 blocks already cover them
     assert got["64x10x128"] == [2]  # 8 K-tiles: 2 slices of 4, not 4 of 2

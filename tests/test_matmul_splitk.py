@@ -10,16 +10,13 @@ The large sizes, the timing and the host-launch measurement need a GPU.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from conftest import sm90_build
-from test_matmul_pipelined import CASES, ROOT, _big, _inputs, _wrong, needs_gpp
+from test_matmul_pipelined import CASES, _big, _inputs, _wrong, needs_gpp, run_emulated
 
 from minitorch_cuda.cuda.autotune import Autotuner
 from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, REGTILED_SPLITK_TILES, REGTILED_TILES
@@ -84,10 +81,7 @@ def test_each_split_and_every_slice_match_float64_on_the_emulator(tile, tmp_path
     cases = CASES + MORE_CASES
     pairs = [_inputs(case, len(tile) + i) for i, case in enumerate(cases)]
     np.savez(tmp_path / "inputs.npz", **{f"{x}{i}": v for i, p in enumerate(pairs) for x, v in zip("ab", p)})
-    env = {**os.environ, "MINITORCH_CUDA_EMULATE": "1", "PYTHONPATH": str(ROOT)}
-    args = [sys.executable, "-c", EMULATED_RUN, tile, json.dumps(SPLITS), str(tmp_path), json.dumps(cases)]
-    result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert result.returncode == 0, result.stderr[-3000:]
+    run_emulated(EMULATED_RUN, tile, json.dumps(SPLITS), str(tmp_path), json.dumps(cases))
     outputs = np.load(tmp_path / "outputs.npz")
     bk = REGTILED_TILES[tile][2]
     wrong = {
@@ -130,10 +124,7 @@ print(json.dumps({
 
 @needs_gpp
 def test_split_candidates_of_the_register_tiles_and_their_host_time():
-    env = {**os.environ, "MINITORCH_CUDA_EMULATE": "1", "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-c", CHOICES], env=env, capture_output=True, text=True, cwd=ROOT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    got = json.loads(result.stdout)
+    got = json.loads(run_emulated(CHOICES))
     # 1024^3 on 132 SMs: 64 blocks of 128 x 128 (2: 128, 4: 256), 128 of 128 x 64, 32 of 256 x 128
     assert got["counts"] == {"128x128x8": [2, 4], "128x64x8t128": [2], "256x128x8": [2, 4, 8], "64x64x16": []}
     assert got["1024"] == ["128x128x8_splitk2", "128x128x8_splitk4", "128x64x8t128_splitk2", "256x128x8_splitk2",
