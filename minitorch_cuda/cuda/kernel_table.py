@@ -119,6 +119,9 @@ REGTILED_TILES: dict[str, tuple[int, int, int, int]] = {
 # The register tiles with a split-K twin (matmul_regtiled_splitk_{tile}): those whose grids leave
 # SMs idle at 1024^3 on 132 SMs (128 x 128: 64 blocks, 128 x 64: 128, 256 x 128: 32).
 REGTILED_SPLITK_TILES = ("128x128x8", "128x64x8t128", "256x128x8")
+# The register tiles with exact twins (matmul_regtiled_exact_{tile}, and _splitk_exact_ for the
+# split-K ones): unchecked loads for the products they divide exactly (launchers.exact_fit).
+REGTILED_EXACT_TILES = REGTILED_SPLITK_TILES
 # Tile shapes of matmul_pipelined.cu (cp.async into shared-memory stages): name suffix ->
 # (BM, BN, BK, threads, stages).
 PIPELINED_TILES: dict[str, tuple[int, int, int, int, int]] = {
@@ -211,6 +214,11 @@ SPECS.update(
         "softmax_rows_online": KernelSpec("vectorized.cu", "float* out, const float* in, int rows, int cols"),
         **{f"matmul_regtiled_{t}": KernelSpec("matmul_regtiled.cu", _MATMUL) for t in REGTILED_TILES},
         **{f"matmul_regtiled_splitk_{t}": KernelSpec("matmul_regtiled.cu", _SPLITK) for t in REGTILED_SPLITK_TILES},
+        **{f"matmul_regtiled_exact_{t}": KernelSpec("matmul_regtiled.cu", _MATMUL) for t in REGTILED_EXACT_TILES},
+        **{
+            f"matmul_regtiled_splitk_exact_{t}": KernelSpec("matmul_regtiled.cu", _SPLITK)
+            for t in REGTILED_EXACT_TILES
+        },
         **{f"matmul_bias_act_{t}": KernelSpec("fused.cu", _BIAS_ACT) for t in REGTILED_TILES},
         **{
             f"matmul_pipelined_{t}": KernelSpec("matmul_pipelined.cu", _MATMUL, pipelined_shared_bytes(t))

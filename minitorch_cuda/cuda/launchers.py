@@ -34,6 +34,7 @@ from .kernel_table import (
     MULTI_TENSOR_SLOTS,
     PERSISTENT,
     PIPELINED_TILES,
+    REGTILED_EXACT_TILES,
     REGTILED_SPLITK_TILES,
     REGTILED_TILES,
     SPECS,
@@ -410,14 +411,33 @@ def regtiled_tile(c, a, b, g: Gemm) -> str:
 def matmul_regtiled(c, a, b, g: Gemm, *, tile: str | None = None, splits: int = 1, timed: int = 0):
     """Stage 9: ``matmul_regtiled_{tile}`` (tile None: the autotuned one), a BM x BN tile of C
     per block, each thread a TM x TN register tile. ``splits`` > 1: its split-K twin
-    ``matmul_regtiled_splitk_{tile}`` (REGTILED_SPLITK_TILES), reduced by split_k."""
+    ``matmul_regtiled_splitk_{tile}`` (REGTILED_SPLITK_TILES), reduced by split_k. Where
+    exact_fit holds, the kernel's exact twin (``_exact_`` before the tile) runs instead."""
     tile = tile or regtiled_tile(c, a, b, g)
     bm, bn, _, threads = REGTILED_TILES[tile]
+    exact = "exact_" if exact_fit(a, b, g, tile, splits) else ""
     if splits == 1:
-        return _go(f"matmul_regtiled_{tile}", g.grid(bm, bn), (threads, 1, 1), (c, a, b, *g.args), timed, (g,))
+        grid = g.grid(bm, bn)
+        return _go(f"matmul_regtiled_{exact}{tile}", grid, (threads, 1, 1), (c, a, b, *g.args), timed, (g,))
     if tile not in REGTILED_SPLITK_TILES:
         raise ValueError(f"no split-K twin of register tile {tile}: the tiles are {', '.join(REGTILED_SPLITK_TILES)}")
-    return split_k(f"matmul_regtiled_splitk_{tile}", c, a, b, g, (bm, bn, threads), splits, timed)
+    return split_k(f"matmul_regtiled_splitk_{exact}{tile}", c, a, b, g, (bm, bn, threads), splits, timed)
+
+
+def exact_fit(a, b, g: Gemm, tile: str, splits: int = 1) -> bool:
+    """Whether the exact twin of register tile ``tile`` may compute this product (EXACT in
+    matmul_regtiled.cuh): a tile in REGTILED_EXACT_TILES, no transposes, BM, BN and BK dividing
+    M, N and K, a K-tile in every one of ``splits`` slices, and every row of A and B a whole
+    number of float4s from a 16-byte aligned start (each matrix of a batch too)."""
+    if tile not in REGTILED_EXACT_TILES or g.ta or g.tb:
+        return False
+    bm, bn, bk, _ = REGTILED_TILES[tile]
+    k_tiles = g.K // bk
+    slice_tiles = _cdiv(k_tiles, splits)  # regtiled_body's per_split: the last slice has the rest
+    return (
+        g.M % bm == 0 and g.N % bn == 0 and g.K % bk == 0 and (splits - 1) * slice_tiles < k_tiles
+        and g.N % 4 == 0 and g.stride_a % 4 == 0 and g.stride_b % 4 == 0 and aligned16(a, b)
+    )  # fmt: skip
 
 
 # Split-K: a product of few output tiles leaves SMs idle (1024^3 in 128 x 128 tiles is 64 blocks

@@ -258,7 +258,7 @@ TOPICS: dict[str, Topic] = {
             Run(
                 "ours 4096^3 and 1024^3",
                 "ch16_ours",
-                "regex:^matmul_(regtiled_(128x128x8|64x64x16)|pipelined_128x128x16s3|pipelined_splitk_128x128x16s3"
+                "regex:^matmul_(regtiled_((exact_)?128x128x8|64x64x16)|pipelined_128x128x16s3|pipelined_splitk_128x128x16s3"
                 "|splitk_reduce)$",
                 5,
                 5,

@@ -30,6 +30,7 @@
 #include "block_reduce.cuh"
 #include "grid_barrier.cuh"
 #include "matmul_regtiled.cuh"
+#include "param_run.cuh"
 
 #define BIAS_ACT(NAME, BM, BN, BK, TM, TN, MIN_BLOCKS)                                       \
 extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN), MIN_BLOCKS) NAME(          \
@@ -203,7 +204,8 @@ extern "C" __global__ void multi_clip_scale(const float* partials, int n_partial
 }
 
 // Block: 256 threads; grid (blocks, 1, 1), blocks <= multiprocessors (grid_barrier.cuh's rule):
-// the launcher's. partials: gridDim.x floats; barrier zeroed once, left zeroed.
+// the launcher's. partials: gridDim.x floats; barrier zeroed once, left zeroed. The tensors are
+// one run of elements (param_run.cuh): a thread's loads of every tensor are in flight at once.
 extern "C" __global__ void multi_clip_rmsprop_grid(float* partials, GridBarrier* barrier, float max_norm, float lr,
                                                    float decay, float eps,
                                                    float* p0, float* p1, float* p2, float* p3, float* p4, float* p5,
@@ -214,22 +216,26 @@ extern "C" __global__ void multi_clip_rmsprop_grid(float* partials, GridBarrier*
                                                    float* v6, float* v7,
                                                    int n0, int n1, int n2, int n3, int n4, int n5, int n6, int n7) {
     __shared__ float smem[33];
-    const int first = blockIdx.x * blockDim.x + threadIdx.x, step = gridDim.x * blockDim.x;
-    float acc = 0.0f;
-    for (int t = 0; t < 8; ++t) {
-        const float* g = slot(t, g0, g1, g2, g3, g4, g5, g6, g7);
-        const int n = slot(t, n0, n1, n2, n3, n4, n5, n6, n7);
-        for (int i = first; i < n; i += step) acc += g[i] * g[i];
+    __shared__ ParamRun run;
+    if (threadIdx.x == 0) {
+        long long end = 0;
+        run.count = 0;
+        for (int t = 0; t < 8; ++t) {
+            const int n = slot(t, n0, n1, n2, n3, n4, n5, n6, n7);
+            if (n == 0) continue;
+            const int r = run.count++;
+            run.p[r] = slot(t, p0, p1, p2, p3, p4, p5, p6, p7);
+            run.g[r] = slot(t, g0, g1, g2, g3, g4, g5, g6, g7);
+            run.v[r] = slot(t, v0, v1, v2, v3, v4, v5, v6, v7);
+            run.end[r] = end += n;
+        }
     }
-    acc = block_reduce_shuffle<SumOp>(acc, smem);
+    __syncthreads();
+    if (run.count == 0) return;  // every block alike: no barrier is left waiting
+    const long long first = blockIdx.x * blockDim.x + threadIdx.x, step = gridDim.x * blockDim.x;
+    const float acc = block_reduce_shuffle<SumOp>(run_sumsq<8>(run, first, step, 0.0f), smem);
     if (threadIdx.x == 0) partials[blockIdx.x] = acc;
     grid_barrier(barrier);
     const float factor = clip_factor(partials, gridDim.x, max_norm, smem);
-    for (int t = 0; t < 8; ++t) {
-        float* p = slot(t, p0, p1, p2, p3, p4, p5, p6, p7);
-        float* g = slot(t, g0, g1, g2, g3, g4, g5, g6, g7);
-        float* v = slot(t, v0, v1, v2, v3, v4, v5, v6, v7);
-        const int n = slot(t, n0, n1, n2, n3, n4, n5, n6, n7);
-        for (int i = first; i < n; i += step) clipped_rmsprop(p, g, v, i, factor, lr, decay, eps);
-    }
+    run_clipped_step<8>(run, first, step, factor, lr, decay, eps, true);
 }

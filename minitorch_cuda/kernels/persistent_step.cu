@@ -18,7 +18,8 @@
 //   update               every block sums the partials in one fixed order: the global norm,
 //                        the clip factor max_norm / (norm + 1e-6) where norm > max_norm (as
 //                        optim.cu's clip_scale); then p, v of every parameter (optim.cu's
-//                        formulas); block 0 writes the mean loss
+//                        formulas), all layers as one run of elements (param_run.cuh);
+//                        block 0 writes the mean loss
 // Work is split into jobs of fixed shape (PS_TILE x PS_TILE output tiles, PS_THREADS columns
 // of a bias gradient, a row of the loss) handed to blocks grid-stride, and every value is
 // computed by one thread (or warp) in a fixed order: the results are the same, bit for
@@ -33,6 +34,7 @@
 // phases' times as block 0 sees them: each includes the wait for the slowest block).
 #include "block_reduce.cuh"
 #include "grid_barrier.cuh"
+#include "param_run.cuh"
 
 #define PS_THREADS 256  // threads of a block: one per element of a PS_TILE x PS_TILE tile
 #define PS_TILE 16    // output tiles of PS_TILE x PS_TILE
@@ -289,18 +291,29 @@ __device__ __forceinline__ float clip_factor(const float* partials, int n_partia
     return norm > max_norm ? max_norm / (norm + 1e-6f) : 1.0f;
 }
 
-__device__ __forceinline__ void update(float* p, const float* g, float* v, int n, float factor, int rmsprop, float lr, float decay,
-                       float eps) {
-    for (int i = blockIdx.x * PS_THREADS + threadIdx.x; i < n; i += gridDim.x * PS_THREADS) {
-        float gi = g[i];
-        if (factor != 1.0f) gi *= factor;
-        if (rmsprop) {
-            const float vi = decay * v[i] + (1.0f - decay) * gi * gi;
-            v[i] = vi;
-            p[i] -= lr * gi / (sqrtf(vi) + eps);
-        } else {
-            p[i] -= lr * gi;
+// Every parameter's step, the layers' weights and biases as runs of elements (param_run.cuh),
+// PARAM_RUN_MAX / 2 layers to a run: a thread's loads of all of them are in flight at once.
+__device__ __forceinline__ void update(const PersistentLayer* layers, int n_layers, float factor, int rmsprop, float lr,
+                                       float decay, float eps) {
+    __shared__ ParamRun run;
+    const long long first = blockIdx.x * PS_THREADS + threadIdx.x, step = gridDim.x * PS_THREADS;
+    for (int l0 = 0; l0 < n_layers; l0 += PARAM_RUN_MAX / 2) {
+        __syncthreads();  // the previous run is done with
+        if (threadIdx.x == 0) {
+            long long end = 0;
+            run.count = 0;
+            for (int l = l0; l < min(n_layers, l0 + PARAM_RUN_MAX / 2); ++l) {
+                const PersistentLayer& layer = layers[l];
+                const int r = run.count;
+                run.p[r] = layer.w, run.g[r] = layer.gw, run.v[r] = rmsprop ? layer.vw : nullptr;
+                run.end[r] = end += (long long)layer.n_in * layer.n_out;
+                run.p[r + 1] = layer.b, run.g[r + 1] = layer.gb, run.v[r + 1] = rmsprop ? layer.vb : nullptr;
+                run.end[r + 1] = end += layer.n_out;
+                run.count += 2;
+            }
         }
+        __syncthreads();
+        run_clipped_step<8>(run, first, step, factor, lr, decay, eps, false);
     }
 }
 
@@ -339,11 +352,7 @@ extern "C" __global__ void __launch_bounds__(PS_THREADS) persistent_step(
         PS_STAMP();
     }
     const float factor = clip_factor(partials, n_partials, max_norm);
-    for (int l = 0; l < n_layers; ++l) {
-        const PersistentLayer& layer = layers[l];
-        update(layer.w, layer.gw, layer.vw, layer.n_in * layer.n_out, factor, rmsprop, lr, decay, eps);
-        update(layer.b, layer.gb, layer.vb, layer.n_out, factor, rmsprop, lr, decay, eps);
-    }
+    update(layers, n_layers, factor, rmsprop, lr, decay, eps);
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         float total = 0.0f;
         for (int r = 0; r < rows; ++r) total += row_loss[r];

@@ -1,0 +1,147 @@
+"""The exact twins of stage 9's large register tiles (matmul_regtiled[_splitk]_exact_*, EXACT in
+kernels/matmul_regtiled.cuh): where launchers.exact_fit lets them run, and that they compute the
+plain kernels' bits.
+
+The emulated run launches each exact twin and its plain kernel directly on products the tile
+divides, at one and several K-slices, in a batch with strides and with one operand broadcast:
+the same bits, and the float64 product. exact_fit's rules, and the launcher's choice of kernel,
+are checked without launching anything (on the emulator's pass, which imports the launchers).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import numpy as np
+import pytest
+from conftest import sm90_build
+from test_matmul_pipelined import _inputs, _wrong, needs_gpp, run_emulated
+
+from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, REGTILED_EXACT_TILES, REGTILED_TILES
+
+# Per tile: (M, N, K, batch of A, batch of B) the tile divides, small for the emulator.
+# K in 3, 5 or 6 tiles of 8: each of SPLITS leaves no slice empty (exact_fit's rule).
+CASES = {
+    "128x128x8": [(128, 256, 40, (), ()), (128, 128, 24, (2,), (2,))],
+    "128x64x8t128": [(256, 64, 40, (), ()), (128, 128, 48, (2,), ())],
+    "256x128x8": [(256, 128, 40, (), ()), (256, 256, 24, (), (2,))],
+}
+SPLITS = (1, 2, 3)
+
+EMULATED_RUN = """
+import json, sys
+import numpy as np
+from minitorch_cuda.cuda import backend, registry, runtime
+from minitorch_cuda.cuda.kernel_table import REGTILED_TILES
+from minitorch_cuda.cuda.launchers import Gemm, exact_fit
+
+tile, splits, folder = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+bm, bn, _, threads = REGTILED_TILES[tile]
+inputs = np.load(f"{folder}/inputs.npz")
+outputs = {}
+for i in range(len(json.loads(sys.argv[4]))):
+    a, b = inputs[f"a{i}"], inputs[f"b{i}"]
+    da, db = backend.from_numpy(a), backend.from_numpy(b)
+    g = Gemm.of(a, b)
+    for s in splits:
+        assert exact_fit(da, db, g, tile, s), (tile, g, s)
+        for kind in ("", "exact_"):
+            name = f"matmul_regtiled_{kind}{tile}" if s == 1 else f"matmul_regtiled_splitk_{kind}{tile}"
+            out = backend.from_numpy(np.full((g.batch * s, g.M, g.N), np.nan, np.float32))
+            extra = () if s == 1 else (s,)
+            runtime.launch(registry.get(name), (*g.grid(bm, bn)[:2], g.batch * s), (threads, 1, 1),
+                           out.ptr, da.ptr, db.ptr, *g.args, *extra)
+            outputs[f"{kind}{i}_{s}"] = backend.to_numpy(out)
+np.savez(f"{folder}/outputs.npz", **outputs)
+"""
+
+
+@needs_gpp
+@pytest.mark.parametrize("tile", REGTILED_EXACT_TILES)
+def test_exact_twins_compute_the_plain_kernels_bits_on_the_emulator(tile, tmp_path):
+    cases = CASES[tile]
+    pairs = [_inputs((M, N, K, 0, 0, ba, bb), seed=len(tile) + i) for i, (M, N, K, ba, bb) in enumerate(cases)]
+    np.savez(tmp_path / "inputs.npz", **{f"{x}{i}": v for i, p in enumerate(pairs) for x, v in zip("ab", p)})
+    run_emulated(EMULATED_RUN, tile, json.dumps(SPLITS), str(tmp_path), json.dumps(cases))
+    outputs = np.load(tmp_path / "outputs.npz")
+    for i, (a, b) in enumerate(pairs):
+        for s in SPLITS:
+            plain, exact = outputs[f"{i}_{s}"], outputs[f"exact_{i}_{s}"]
+            assert np.array_equal(plain, exact), f"{tile}, case {i}, {s} slices: the exact twin's bits differ"
+            total = exact.reshape(-1, s, *exact.shape[-2:]).sum(axis=1, dtype=np.float64)
+            assert _wrong(total, a, b, False, False) == 0, f"{tile}, case {i}, {s} slices against float64"
+
+
+class _Aligned:
+    """An operand at a given device address: what exact_fit reads of an array."""
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+
+A, B = _Aligned(256), _Aligned(4096)
+
+
+@pytest.mark.gpu
+@pytest.mark.emulated
+def test_exact_fit_takes_only_products_the_tile_divides():
+    from minitorch_cuda.cuda import launchers
+
+    g = launchers.Gemm
+    assert launchers.exact_fit(A, B, g(4096, 4096, 4096), "256x128x8")
+    assert launchers.exact_fit(A, B, g(1024, 1024, 1024), "256x128x8", splits=4)
+    assert launchers.exact_fit(A, B, g(256, 128, 64, stride_a=256 * 64, batch=3), "256x128x8")
+    refused = {
+        "a plain tile without a twin": (g(1024, 1024, 1024), "64x64x16", 1),
+        "M not a multiple of BM": (g(1000, 1024, 1024), "256x128x8", 1),
+        "N not a multiple of BN": (g(1024, 1000, 1024), "128x128x8", 1),
+        "K not a multiple of BK": (g(1024, 1024, 1020), "128x128x8", 1),
+        "A transposed": (g(1024, 1024, 1024, ta=True), "128x128x8", 1),
+        "B transposed": (g(1024, 1024, 1024, tb=True), "128x128x8", 1),
+        "a batch stride off float4s": (g(128, 128, 8, stride_a=130, batch=2), "128x128x8", 1),
+        "an empty K-slice (5 tiles in 4 slices of 2)": (g(128, 128, 40), "128x128x8", 4),
+    }
+    for why, (problem, tile, splits) in refused.items():
+        assert not launchers.exact_fit(A, B, problem, tile, splits), why
+    assert not launchers.exact_fit(_Aligned(260), B, g(4096, 4096, 4096), "256x128x8"), "A off a 16-byte start"
+    assert all(t in REGTILED_TILES for t in REGTILED_EXACT_TILES)
+
+
+@pytest.mark.gpu
+@pytest.mark.emulated
+def test_the_launcher_takes_the_exact_twin_where_it_fits(monkeypatch):
+    from minitorch_cuda.cuda import launchers
+
+    launched = []
+    monkeypatch.setattr(launchers, "_go", lambda kernel, *rest: launched.append(kernel))
+    monkeypatch.setattr(launchers, "split_k", lambda kernel, *rest: launched.append(kernel))
+    g = launchers.Gemm
+    launchers.matmul_regtiled(A, A, B, g(4096, 4096, 4096), tile="256x128x8")
+    launchers.matmul_regtiled(A, A, B, g(4000, 4096, 4096), tile="256x128x8")
+    launchers.matmul_regtiled(A, A, B, g(1024, 1024, 1024), tile="256x128x8", splits=4)
+    launchers.matmul_regtiled(A, A, B, g(1024, 1024, 1024, tb=True), tile="256x128x8", splits=4)
+    assert launched == [
+        "matmul_regtiled_exact_256x128x8",
+        "matmul_regtiled_256x128x8",
+        "matmul_regtiled_splitk_exact_256x128x8",
+        "matmul_regtiled_splitk_256x128x8",
+    ]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_exact_twins_build_for_sm_90_like_their_plain_kernels(tmp_path):
+    """ptxas's report: each exact twin with its plain kernel's launch bounds, without stack or
+    spills, and with no more registers than those bounds leave it."""
+    source = (KERNEL_DIR / "matmul_regtiled.cu").read_text()
+    report = sm90_build(KERNEL_DIR / "matmul_regtiled.cu", tmp_path)
+    shape = r"(\d+), (\d+), (\d+), (\d+), (\d+), (\d+)"
+    for tile in REGTILED_EXACT_TILES:
+        plain = re.search(rf"^REGTILED\(matmul_regtiled_{tile}, {shape}\)", source, re.M).groups()
+        for name in (f"matmul_regtiled_exact_{tile}", f"matmul_regtiled_splitk_exact_{tile}"):
+            twin = re.search(rf"^REGTILED(?:_SPLITK)?_AS\({name}, {shape}, true\)", source, re.M).groups()
+            assert twin == plain, (name, twin, plain)
+            kernel, blocks = report[name], int(twin[-1])
+            assert kernel.stack_bytes == kernel.spill_stores == kernel.spill_loads == 0, kernel
+            assert kernel.registers * REGTILED_TILES[tile][3] * blocks <= 65536, kernel
