@@ -335,7 +335,8 @@ def test_the_pipelined_topic_profiles_every_kernel_its_question_names() -> None:
     ours = ncu.TOPICS["ch16_pipelined"].runs[0]
     pattern = re.compile(ours.kernels.removeprefix("regex:"))
     wanted = ["matmul_regtiled_128x128x8", "matmul_regtiled_exact_128x128x8", "matmul_pipelined_128x128x16s3",
-              "matmul_regtiled_64x64x16", "matmul_pipelined_splitk_128x128x16s3", "matmul_splitk_reduce"]  # fmt: skip
+              "matmul_regtiled_64x64x16", "matmul_pipelined_splitk_128x128x16s3", "matmul_splitk_reduce",
+              "matmul_splitk_reduce4"]  # fmt: skip
     assert all(name in SPECS and pattern.search(name) for name in wanted)
     others = [k for k in SPECS if k.startswith("matmul") and k not in wanted]
     assert others and not [k for k in others if pattern.search(k)]  # the two-stage pipeline, other tiles
@@ -426,7 +427,7 @@ ncu.WORKLOADS["ch16_ours"]()
 run = ncu.TOPICS["ch16_pipelined"].runs[0]
 kept = [k for k in launched if re.search(run.kernels.removeprefix("regex:"), k)]
 assert len(kept) == run.skip + run.count and kept[: run.skip] == kept[run.skip :], kept
-assert "matmul_splitk_reduce" in kept and "matmul_pipelined_splitk_128x128x16s3" in kept, kept
+assert "matmul_splitk_reduce4" in kept and "matmul_pipelined_splitk_128x128x16s3" in kept, kept
 
 lean = re.compile(r"^(matmul_grad_|matmul_bias_act_|matmul_pipelined_splitk_bias_act_|softmax_xent_grad$"
                   r"|multi_clip_rmsprop_grid$)")

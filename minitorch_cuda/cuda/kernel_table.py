@@ -244,9 +244,10 @@ SPECS.update(
             "float* partials, GridBarrier* barrier, float max_norm, float lr, float decay, float eps, "
             f"{_slots('float*', 'p')}, {_slots('float*', 'g')}, {_slots('float*', 'v')}, {_slots('int', 'n')}",
         ),
-        "matmul_splitk_reduce": KernelSpec(
-            "matmul_pipelined.cu", "float* c, const float* partial, int mn, int k_splits, int n"
-        ),
+        **{
+            name: KernelSpec("matmul_pipelined.cu", "float* c, const float* partial, int mn, int k_splits, int n")
+            for name in ("matmul_splitk_reduce", "matmul_splitk_reduce4")
+        },
         "softmax_xent_fused": KernelSpec(
             "fused.cu",
             "float* probs, float* loss, const float* logits, const float* target, int rows, int cols, float scale",

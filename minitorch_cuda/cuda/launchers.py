@@ -489,7 +489,8 @@ def split_k(kernel: str | Kernel, c, a, b, g: Gemm, tile: tuple[int, int, int], 
     """A split-K product in SPLITK_LAUNCHES launches: ``kernel`` (a ``*_splitk_*`` twin, block
     tile ``(BM, BN, threads)``) writes each of ``splits`` K-slices of every matrix to scratch,
     partial + z * M * N for grid z = batch * splits; matmul_splitk_reduce then sums the slices in
-    order 0, 1, ... into c (deterministic: no atomics)."""
+    order 0, 1, ... into c (deterministic: no atomics), four outputs a thread (matmul_splitk_reduce4)
+    where M * N is a multiple of 4 and c starts 16-byte aligned."""
     from .memory import DeviceBuffer
 
     bm, bn, threads = tile
@@ -498,7 +499,10 @@ def split_k(kernel: str | Kernel, c, a, b, g: Gemm, tile: tuple[int, int, int], 
     args = (partial.ptr, a, b, *g.args, splits)
     times = [_go(kernel, (*grid[:2], g.batch * splits), (threads, 1, 1), args, timed, (g,))]
     reduce_args = (c, partial.ptr, mn, splits, g.batch * mn)
-    times.append(elementwise("matmul_splitk_reduce", g.batch * mn, *reduce_args, timed=timed))
+    if mn % 4 == 0 and aligned16(c, partial):
+        times.append(elementwise("matmul_splitk_reduce4", _cdiv(g.batch * mn, 4), *reduce_args, timed=timed))
+    else:
+        times.append(elementwise("matmul_splitk_reduce", g.batch * mn, *reduce_args, timed=timed))
     return _total(times)
 
 

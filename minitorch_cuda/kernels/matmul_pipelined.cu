@@ -4,7 +4,8 @@
 //   matmul_pipelined_splitk_T   the same over K slices: grid z = batch * k_splits; block z
 //                               computes slice z % k_splits of matrix z / k_splits into
 //                               partial + z * M * N; matmul_splitk_reduce then sums the slices
-//                               in order 0, 1, ... (deterministic: no atomics)
+//                               in order 0, 1, ... (deterministic: no atomics); matmul_splitk_reduce4
+//                               the same, a float4 of outputs per thread
 //   matmul_pipelined_splitk_bias_act_T   the split-K product and its reduction in one launch,
 //                               with act(sum + bias[col]) (act 1: ReLU) as the epilogue (the
 //                               lean step, stage 11, for skinny forward products such as
@@ -213,6 +214,22 @@ extern "C" __global__ void matmul_splitk_reduce(float* c, const float* partial, 
     float sum = 0.0f;
     for (int s = 0; s < k_splits; ++s) sum += p[(long long)s * mn];
     c[e] = sum;
+}
+
+// The same sums four outputs at a time, with float4 loads and stores, where mn is a multiple of
+// 4 and c and partial start 16-byte aligned (the launcher's choice): thread e sums quad e, every
+// slice's load issued before the first add. The same bits as matmul_splitk_reduce.
+extern "C" __global__ void matmul_splitk_reduce4(float* c, const float* partial, int mn, int k_splits, int n) {
+    const long long e = 4ll * (blockIdx.x * blockDim.x + threadIdx.x);
+    if (e >= n) return;
+    const float4* p = reinterpret_cast<const float4*>(partial + (e / mn) * k_splits * mn + e % mn);
+    const long long step = mn / 4;
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int s = 0; s < k_splits; ++s) {
+        const float4 v = p[s * step];
+        sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+    }
+    *reinterpret_cast<float4*>(c + e) = sum;
 }
 
 // The last block of an output tile to finish its slice: the CUDA Programming Guide's
