@@ -51,7 +51,8 @@ STEPS = (
     Step("fused_kernels", 10, "fused epilogue, loss and optimizer"),
     Step("cuda_graphs", 11, "training step in a CUDA graph"),
     # Split-K forward, bias and ReLU backward in the products, the loss's gradient written forward,
-    # clipping and RmsProp across a grid barrier: 10 launches per MNIST step where stage 10 has 19.
+    # clipping and RmsProp across a grid barrier: 10 launches per MNIST step where stage 10 has 19;
+    # and the graph fetches its batch through a cursor (one kernel more, no copies from the host).
     Step("lean_step", 11, "fewer, fuller kernels for the graphed step"),
     Step("tensor_cores", 12, "TF32 tensor-core matmul"),  # 10-bit mantissa: ~1e-3 relative error
     # The protocol's model only (train.Trainer checks the fit); its kernel computes in FP32.

@@ -5,7 +5,9 @@ the numbers; ``test_host_path`` profiles, and a profiled step never goes through
 graph. Here a subprocess trains at stage 11 on ``standin_pycuda`` (whose
 ``cuda.bindings`` stand-in accepts every capture) and logs every launch, copy and
 graph call: the first batch of a shape runs the step eagerly and captures the
-same kernels, every later one is two copies, one graph launch and one read-back.
+same kernels; every later one is one graph launch and one read-back (the lean step's
+graph fetches its batch through a cursor), or two copies before them (the graph alone,
+without the lean step, as chapter 18 builds it).
 The framework's ``GraphedStep`` also passes exercise 18.1's check, on the fake
 device the exercise is written against.
 """
@@ -60,15 +62,15 @@ rows = 64 * 3 + 48
 x = mt.tensor(rng.random((rows, 784), dtype=np.float32), "cuda")
 y = mt.tensor(np.eye(10, dtype=np.float32)[rng.integers(0, 10, rows)], "cuda")
 steps = {{}}
-for stage in (10, 11):
-    with mt.use_stage(stage):
+for key, stage, without in (("10", 10, ()), ("11", 11, ()), ("11 graph only", 11, ("lean_step",))):
+    with mt.use_stage(stage, without=without):
         trainer = Trainer(Protocol(), "cuda")
         for start in (0, 64, 128, 192, 0, 192):
             log.clear()
             with profiler.count() as c:
                 trainer.step(x[start : start + 64], y[start : start + 64])
-            steps.setdefault(stage, []).append({{"rows": min(64, rows - start), "log": list(log),
-                                                 "counters": c.snapshot()}})
+            steps.setdefault(key, []).append({{"rows": min(64, rows - start), "log": list(log),
+                                               "counters": c.snapshot()}})
 result = checks.run_check("18.1", graphs.GraphedStep)
 print(json.dumps({{"steps": steps, "check": [result.passed, str(result)]}}))
 """
@@ -96,27 +98,35 @@ FOLDED = {"sum_axis", "ew_relu_backward", "xent_backward", "ew_fill", "multi_sum
 
 def test_a_new_shape_runs_eagerly_then_captures_the_same_kernels(traced) -> None:
     stage10, stage11 = traced["steps"]["10"], traced["steps"]["11"]
-    for new, first_use in ((0, 3), (3, 0)):  # the first 64-row batch, the first 48-row one
+    for new, first_use in ((0, 4), (3, 0)):  # the first 64-row batch, the first 48-row one
         log = stage11[new]["log"]
         eager, captured = kernels(log, False), kernels(log, True)
-        # the first step zeroes (fills) the lean step's resident buffers once: the backward seed,
-        # the split-K tile counters, the optimizer's grid barrier
+        # the first step zeroes (fills) the lean step's resident buffers once: the fetch's counter,
+        # the backward seed, the split-K tile counters, the optimizer's grid barrier
         fills = [k for k in eager if k[0].startswith("ew_fill")]
         assert len(fills) == first_use, (new, eager)
         assert [k for k in eager if k not in fills] == captured and captured, (new, eager, captured)
         assert [e[0] for e in log if e[0] != "launch"] == ["dtod", "dtod", "dtoh"], log
-        names = [k[0] for k in captured]
-        assert len(names) == 10 and not [n for n in names if n.removesuffix("_vec4") in FOLDED], names
+        names = [k[0] for k in captured]  # the graph fetches its batch, then the lean step's 10 kernels
+        assert names[0] == "fetch_batch" and len(names) == 11, names
+        assert not [n for n in names if n.removesuffix("_vec4") in FOLDED], names
         tuned10 = [k[0] for k in kernels(stage10[new + 1 if new == 0 else 5]["log"], False)]  # a tuned stage 10 step
         assert len(tuned10) == 19 and sum(n.removesuffix("_vec4") in FOLDED for n in tuned10) == 9, tuned10
 
 
 def test_every_later_batch_is_a_replay(traced) -> None:
-    for step in (1, 2, 4, 5):
+    # batches 0, 64, 128, (192: a new shape), 0, 192: the lean graph fetches its own, and the host
+    # writes the cursor (16 bytes) only at the two jumps; the graph alone (chapter 18) copies each
+    for step, jump in ((1, False), (2, False), (4, True), (5, True)):
         entry = traced["steps"]["11"][step]
+        assert [e[0] for e in entry["log"]] == ["graph launch", "dtoh"], entry["log"]
+        c = entry["counters"]
+        assert (c["launches"], c["syncs"], c["allocations"]) == (1, 0, 0), c
+        assert (c["htod_copies"], c["htod_bytes"]) == ((1, 16) if jump else (0, 0)), (step, c)
+        assert c["pool_hits"] + c["pool_misses"] == 0, c
+        entry = traced["steps"]["11 graph only"][step]
         rows = entry["rows"]
         assert [e[0] for e in entry["log"]] == ["dtod", "dtod", "graph launch", "dtoh"], entry["log"]
         assert [e[1] for e in entry["log"] if e[0] == "dtod"] == [4 * rows * 784, 4 * rows * 10]
         c = entry["counters"]
         assert (c["launches"], c["syncs"], c["htod_copies"], c["allocations"]) == (1, 0, 0, 0), c
-        assert c["pool_hits"] + c["pool_misses"] == 0, c

@@ -215,3 +215,35 @@ def test_stage_11_trains_the_protocol_model_like_stage_10():  # GPU only: the em
     assert_close(losses, ref_losses, 0.0, 1e-4, "784-256-128-10, stage 11 vs 10: losses")
     for i, (p, q) in enumerate(zip(params, ref_params, strict=True)):
         assert_close_by_norm(p, q, 1e-4, f"784-256-128-10, stage 11 vs 10: parameter {i}")
+
+
+@pytest.mark.emulated
+def test_the_lean_graph_fetches_each_batch_through_its_cursor():
+    """Stage 11's graph fetches its batch itself (graphs.FetchingGraphedStep): over consecutive
+    batches, a jump back, another array and a last partial batch, the same losses and parameters
+    bit for bit as the same lean kernels launched directly, and a replay writes the cursor (16
+    bytes) only where the batch does not follow the one before."""
+    x, y = mnist_shaped(4 * NARROW.batch_size + 9)
+    rows = NARROW.batch_size
+    starts = [0, rows, 2 * rows, 0, 3 * rows, 4 * rows, None]  # None: batch 0's rows in another array
+    runs = {}
+    for without in ((), ("cuda_graphs",)):
+        with mt.use_stage(11, without=without):
+            trainer = Trainer(NARROW, "cuda")
+            tx, ty = mt.tensor(x, "cuda"), mt.tensor(y, "cuda")
+            other_x, other_y = mt.tensor(x[:rows], "cuda"), mt.tensor(y[:rows], "cuda")
+            losses, writes = [], []
+            for start in starts:
+                xb, yb = (other_x, other_y) if start is None else (tx[start : start + rows], ty[start : start + rows])
+                with mt.profiler.count() as counts:
+                    losses.append(trainer.step(xb, yb))
+                writes.append((counts.htod_copies, counts.dtod_copies))
+            runs[without] = losses, [p.numpy() for p in trainer.net.parameters()], writes
+    (losses, params, writes), (eager_losses, eager_params, _) = runs[()], runs[("cuda_graphs",)]
+    assert losses == eager_losses
+    assert all(np.array_equal(a, b) for a, b in zip(params, eager_params, strict=True))
+    # steps 0 and 5 capture (a new shape: GraphedStep's copies, then the eager step); 1, 2 follow
+    # the batch before; 3 jumps back, 4 jumps ahead, 6 is another array
+    assert [writes[i] for i in (1, 2)] == [(0, 0), (0, 0)], writes
+    assert [writes[i] for i in (3, 4, 6)] == [(1, 0), (1, 0), (1, 0)], writes
+    assert len(set(losses)) == len(losses), "each step saw its own batch"

@@ -162,7 +162,7 @@ def test_the_batch_cursor_follows_consecutive_batches_and_is_rewritten_for_any_o
                 xb = other if i is None else xs.view((rows, 784), (784, 1), i * rows * 784)
                 yb = ys.view((rows, 10), (10, 1), (i or 0) * rows * 10)
                 if write_every_step:
-                    step._batch_at = None
+                    step.batch.forget()
                 with mt.profiler.count() as counts:
                     losses.append(step.step(xb, yb))
                 writes.append(counts.htod_copies)

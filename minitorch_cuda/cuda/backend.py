@@ -66,8 +66,10 @@ def graphs_enabled() -> bool:
 
 
 def graphed_step(body):
-    """``body(x, y) -> loss`` over device arrays, captured and replayed per batch shape."""
-    return graphs.GraphedStep(body, graphs.CudaGraphDevice())
+    """``body(x, y) -> loss`` over device arrays, captured and replayed per batch shape; with the
+    lean step, the graph fetches each batch itself (graphs.FetchingGraphedStep)."""
+    step = graphs.FetchingGraphedStep if stages.lean_step() else graphs.GraphedStep
+    return step(body, graphs.CudaGraphDevice())
 
 
 def synchronize_device() -> None:

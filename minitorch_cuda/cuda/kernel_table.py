@@ -267,9 +267,13 @@ SPECS.update(
         "matmul_bf16": KernelSpec("mma.cu", _MATMUL),
         "persistent_step": KernelSpec(
             "persistent_step.cu",
-            "const PersistentLayer* layers, int n_layers, PersistentBatch* batch, int rows, "
+            "const PersistentLayer* layers, int n_layers, BatchCursor* batch, int rows, "
             "float* row_loss, float* partials, int n_partials, float* loss, GridBarrier* barrier, int rmsprop, "
             "float lr, float decay, float eps, float max_norm",
+        ),
+        "fetch_batch": KernelSpec(
+            "batch_cursor.cu",
+            "BatchCursor* cursor, float* x, float* target, int x_size, int target_size, unsigned int* arrived",
         ),
         # chapter 21's floors: an empty launch, and grid barriers alone (persistent_step's)
         "floor_empty": KernelSpec("floor.cu", ""),

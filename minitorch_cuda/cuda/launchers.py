@@ -241,6 +241,15 @@ def multi_clip_rmsprop_grid(
 # --- the whole training step: one persistent kernel ------------------------------------------
 
 
+def fetch_batch(cursor, x, target, arrived, *, timed: int = 0):
+    """Stage 11's lean graph: copy the rows where ``cursor`` (a BatchCursor) points into ``x``
+    and ``target`` (the graph's static inputs, whose sizes say how many), then move it past
+    them. ``arrived``: one zeroed unsigned int, left zeroed. A block per multiprocessor."""
+    args = (cursor, x, target, x.size, target.size, arrived)
+    return _go("fetch_batch", (multiprocessors(), 1, 1), (BLOCK, 1, 1), args, timed, (x.size, target.size))
+
+
+
 def persistent_step(
     layers, n_layers: int, batch, rows: int, row_loss, partials, n_partials: int, loss, barrier,
     rmsprop: bool, lr: float, decay: float, eps: float, max_norm: float, *, blocks: int = 0, timed: int = 0,
@@ -249,7 +258,7 @@ def persistent_step(
     """Stage 13: the training step of the MLP that the table ``layers`` describes, one block of
     PS_THREADS per multiprocessor (``blocks``: fewer, at least 1). Its grid barriers wait for
     every block, so all must be resident at once: never more blocks than multiprocessors.
-    ``batch``: the step's PersistentBatch cursor (the rows' addresses), moved past them by the kernel.
+    ``batch``: the step's BatchCursor (the rows' addresses), moved past them by the kernel.
     ``phase_ns``: the clock's buffer of a ``kernel`` built with PS_PHASE_CLOCK (one more argument)."""
     most = multiprocessors()
     blocks = blocks or most

@@ -9,10 +9,9 @@ and the RmsProp state are the framework's own tensors (the kernel updates them i
 they read as usual afterwards), and the gradients, activations and deltas are buffers of
 its own for up to ``max_rows`` rows. A step is one launch on the batch's rows as they lie
 (no copy) and a 4-byte read-back of the loss. The kernel finds the rows through a cursor on
-the device (persistent_step.cu's PersistentBatch) and moves it past them, so consecutive
-batches of one array, as ``Trainer.epoch`` hands them out, need no write from the host
-between steps: the host keeps where the cursor points and writes it (8 + 8 bytes) only
-where the next batch lies elsewhere. Where CUDA graphs are on (stage 11 up) the launch is
+the device (batch_cursor.BatchCursor) and moves it past them, so consecutive batches of one
+array, as ``Trainer.epoch`` hands them out, need no write from the host between steps.
+Where CUDA graphs are on (stage 11 up) the launch is
 captured once per batch size after one eager step and replayed: a step is then one
 ``cuGraphLaunch`` and the read-back, without the two copies into static inputs that stage
 11's ``GraphedStep`` needs. The optimizer's ``lr``, ``decay`` and ``eps`` are read at each
@@ -39,7 +38,8 @@ import numpy as np
 
 from .. import nn, optim, stages
 from . import graphs, launchers
-from .array import ITEMSIZE, DeviceArray
+from .array import DeviceArray
+from .batch_cursor import BatchCursor
 from .kernel_table import KERNEL_DIR, PERSISTENT, SPECS, prepare_signature
 from .ops_tensor import full, item
 from .runtime import Kernel, compile_module, copy_dtoh, copy_htod
@@ -169,8 +169,7 @@ class PersistentStep:
         self.row_loss = DeviceArray.empty((max_rows,))
         self.loss = DeviceArray.empty(())
         self.barrier = full((2,), 0.0)  # GridBarrier {count, generation}: zero bits, once
-        self.batch = DeviceArray.empty((4,))  # PersistentBatch {x, target}: two 8-byte addresses
-        self._batch_at: tuple[int, int] | None = None  # where the kernel left it: the host's copy
+        self.batch = BatchCursor()  # where the step's rows lie: the kernel moves it past them
         self._graphs: dict[int, graphs.Graph] = {}  # per batch size, captured after one eager step
         # what the kernel does between its grid barriers (2L + 1, and one per split layer), in order
         forward = [
@@ -185,35 +184,26 @@ class PersistentStep:
         ``kernel``, ``phase_ns``: phase_clock_kernel() and its clock's buffer (phase_times)."""
         self._point_at(x, y)
         self._launch(x.shape[0], kernel, phase_ns)
-        self._moved_past(x, y)
+        self.batch.moved_past(x, y)
         return self.loss
 
     def _point_at(self, x: DeviceArray, y: DeviceArray) -> None:
-        """Check the batch, then aim the kernel's cursor at its rows: a 16-byte write, only
-        where the cursor is not there already (it is after the previous batch of the array)."""
+        """Check the batch, then aim the kernel's cursor at its rows (BatchCursor.point_at)."""
         rows = x.shape[0]
         if x.shape != (rows, self.n_in) or y.shape != (rows, self.n_out) or not 1 <= rows <= self.max_rows:
             raise ValueError(
                 f"the persistent step takes 1..{self.max_rows} rows of {self.n_in} inputs and {self.n_out} "
                 f"targets, got inputs {x.shape} and targets {y.shape}"
             )
-        if not (x.is_contiguous() and y.is_contiguous()):
-            raise ValueError("the persistent step reads the batch in place: its rows must be contiguous")
-        if self._batch_at != (x.ptr, y.ptr):
-            copy_htod(self.batch.ptr, np.array([x.ptr, y.ptr], np.uint64).view(np.float32))
-        self._batch_at = None  # unknown until the launch is queued (a failed one leaves it so)
-
-    def _moved_past(self, x: DeviceArray, y: DeviceArray) -> None:
-        """Where the kernel leaves the cursor: just past the batch's rows (persistent_step.cu)."""
-        self._batch_at = (x.ptr + ITEMSIZE * x.size, y.ptr + ITEMSIZE * y.size)
+        self.batch.point_at(x, y)
 
     def _launch(self, rows: int, kernel="persistent_step", phase_ns=None) -> None:
         opt = self.optimizer
         decay, eps = (opt.decay, opt.eps) if self.rmsprop else (0.0, 0.0)
         launchers.persistent_step(
-            self.table, self.n_layers, self.batch, rows, self.row_loss, self.partials, self.n_partials, self.loss,
-            self.barrier, self.rmsprop, opt.lr, decay, eps, self.max_norm, blocks=self.blocks, kernel=kernel,
-            phase_ns=phase_ns,
+            self.table, self.n_layers, self.batch.array, rows, self.row_loss, self.partials, self.n_partials,
+            self.loss, self.barrier, self.rmsprop, opt.lr, decay, eps, self.max_norm, blocks=self.blocks,
+            kernel=kernel, phase_ns=phase_ns,
         )  # fmt: skip
 
     def phase_times(self, x: DeviceArray, y: DeviceArray, steps: int) -> dict:
@@ -259,5 +249,5 @@ class PersistentStep:
             return loss
         self._point_at(x, y)
         graph.launch()
-        self._moved_past(x, y)
+        self.batch.moved_past(x, y)
         return item(self.loss, 0)

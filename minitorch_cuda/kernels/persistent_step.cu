@@ -24,7 +24,7 @@
 // of a bias gradient, a row of the loss) handed to blocks grid-stride, and every value is
 // computed by one thread (or warp) in a fixed order: the results are the same, bit for
 // bit, for every grid size. Sums over k run in order, with fmaf, as matmul_regtiled's do.
-// The batch is read through a cursor (PersistentBatch): every block reads it at its start,
+// The batch is read through a cursor (batch_cursor.cuh): every block reads it at its start,
 // and block 0 moves it past the batch's rows at its end, when every block has passed the
 // first grid barrier and so has read it. A graph replayed on the consecutive batches of one
 // array then needs nothing from the host between steps but the launch (the host writes the
@@ -32,6 +32,7 @@
 // Built with -DPS_PHASE_CLOCK, the kernel takes one more argument, phase_ns, where block 0's
 // thread 0 writes %globaltimer at its start, after every grid barrier and at its end (the
 // phases' times as block 0 sees them: each includes the wait for the slowest block).
+#include "batch_cursor.cuh"
 #include "block_reduce.cuh"
 #include "grid_barrier.cuh"
 #include "param_run.cuh"
@@ -64,12 +65,6 @@ __device__ __forceinline__ unsigned long long globaltimer_ns() {
 #endif
 
 enum { ACT_NONE = 0, ACT_RELU = 1, ACT_SIGMOID = 2 };
-
-// Where a step's rows lie (see the top): cuda/persistent_step.py writes it, the kernel moves it.
-struct PersistentBatch {
-    const float* x;       // rows x n_in of the first layer
-    const float* target;  // rows x n_out of the last
-};
 
 // One layer as cuda/persistent_step.py packs it (96 bytes, the same field order).
 struct PersistentLayer {
@@ -323,7 +318,7 @@ __device__ __forceinline__ void update(const PersistentLayer* layers, int n_laye
 // batch: where this step's rows lie, moved past them at the end;
 // phase_ns (PS_PHASE_CLOCK only): 2 + the grid barriers, 2L + 2 + the split layers.
 extern "C" __global__ void __launch_bounds__(PS_THREADS) persistent_step(
-    const PersistentLayer* layers, int n_layers, PersistentBatch* batch, int rows, float* row_loss,
+    const PersistentLayer* layers, int n_layers, BatchCursor* batch, int rows, float* row_loss,
     float* partials, int n_partials, float* loss, GridBarrier* barrier, int rmsprop, float lr, float decay, float eps,
     float max_norm PS_CLOCK_PARAM) {
     PS_STAMPS;
