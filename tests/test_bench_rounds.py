@@ -135,3 +135,46 @@ def test_a_ladder_run_writes_the_records_its_chapters_read() -> None:
     assert record_names([0, 1, 8]) == ("bench_stages", "profiles")
     assert record_names(list(range(14))) == ("bench_beyond", "profiles_beyond")
     assert record_names([9]) == ("bench_beyond", "profiles_beyond")
+
+
+@pytest.mark.gpu
+@pytest.mark.emulated
+def test_the_matmul_table_interleaves_every_kernel_and_cublas_sample_by_sample(monkeypatch) -> None:
+    """bench.matmul_gflops with fake launchers and a fake cuBLAS on the emulator: a warm-up of
+    each, then rounds that time every kernel and both cuBLAS modes in turn, each reported as the
+    median of its samples; a kernel that refuses the shape is skipped with its reason."""
+    from minitorch_cuda.cuda import launchers
+
+    log, seconds = [], {"k_fast": [1e-3, 9e-3, 2e-3], "k_slow": [4e-3, 5e-3, 6e-3]}
+
+    def fake(name):
+        def launch(c, a, b, g, *, timed=0):
+            if name == "k_refuses":
+                raise ValueError("does not fit")
+            log.append(name if timed > 1 else f"{name} warm-up")
+            return seconds[name][len([e for e in log if e == name]) - 1] * 1e3  # ms per launch
+
+        return launch
+
+    names = ("k_fast", "k_slow", "k_refuses")
+    monkeypatch.setattr(bench, "MATMUL_SIZES", [("16^3", 16, 16, 16)])
+    monkeypatch.setattr(bench, "MATMUL_KERNELS", dict.fromkeys(names, ""))
+    monkeypatch.setattr(launchers, "MATMULS", {n: fake(n) for n in names})
+    monkeypatch.setattr(launchers, "regtiled_tile", lambda *args: "32x32x8")
+
+    def cublas(M, N, K, tf32=False):
+        key = "cublas_tf32" if tf32 else "cublas"
+        log.append(f"{key} warm-up")
+        return lambda: (log.append(key), 8e-3)[1]
+
+    monkeypatch.setattr(bench, "_cublas_sampler", cublas)
+    table = bench.matmul_gflops(repeats=3)
+    round_ = ["k_fast", "k_slow", "cublas", "cublas_tf32"]
+    warmups = ["k_fast warm-up", "k_slow warm-up", "cublas warm-up", "cublas_tf32 warm-up"]
+    assert log == warmups + round_ * 3, log
+    row = table["rows"][0]
+    flops = 2 * 16**3
+    assert row["gflops"]["k_fast"] == pytest.approx(flops / 1e9 / 2e-3)  # the median, not the mean
+    assert row["gflops"]["k_slow"] == pytest.approx(flops / 1e9 / 5e-3)
+    assert row["gflops"]["cublas"] == pytest.approx(flops / 1e9 / 8e-3)
+    assert row["skipped"] == {"k_refuses": "does not fit"} and table["interleaved"]
