@@ -370,9 +370,6 @@ def _cublas_sampler(M: int, N: int, K: int, tf32: bool = False):
     def sample() -> float:
         torch.backends.cuda.matmul.allow_tf32 = tf32
         try:
-            # one product untimed first: after the mode changes, PyTorch's first call pays the host's
-            # choice of kernel again (at 1024^3 that had cuBLAS's samples 25% slower than in a burst)
-            torch.matmul(a, b)
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             for _ in range(INNER):
