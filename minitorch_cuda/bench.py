@@ -242,11 +242,7 @@ def profile_stage(stage: int, data, steps: int = 20, keep: int = 400) -> dict:
 
 def matmul_gflops(repeats: int = 20) -> dict:
     """GFLOP/s of each matmul kernel (launchers.MATMULS, as the backend launches it) and of
-    cuBLAS (through PyTorch, FP32 and TF32) on the same shapes, in one run. The samples are
-    interleaved: each of ``repeats`` rounds times INNER launches of every kernel and of cuBLAS in
-    turn, and each reports its median, so that a drift of the GPU's clocks during the run (cuBLAS
-    TF32 at 4096^3 ran between 325 and 400 TFLOP/s from run to run) moves every ratio's two
-    sides alike."""
+    cuBLAS (through PyTorch, FP32 and TF32) on the same shapes, in one run."""
     from .cuda import launchers
     from .cuda.array import DeviceArray
     from .cuda.autotune import tuner
@@ -260,30 +256,22 @@ def matmul_gflops(repeats: int = 20) -> dict:
         c = DeviceArray.empty((M, N))
         g = launchers.Gemm(M, N, K)
         row = {"label": label, "M": M, "N": N, "K": K, "gflops": {}, "skipped": {}}
-        samplers = {}
         for name in MATMUL_KERNELS:
             if name in SLOW_KERNELS and M * N * K > 1024**3:
                 continue
-            launch = functools.partial(launchers.MATMULS[name], c, a, b, g)
             try:
-                launch(timed=1)  # warm-up: module load, autotuning, caches
+                seconds = kernel_seconds(functools.partial(launchers.MATMULS[name], c, a, b, g), repeats)
             except ValueError as exc:  # the kernel cannot take this problem (or this GPU)
                 row["skipped"][name] = str(exc)
                 continue
-            samplers[name] = functools.partial(lambda launch: launch(timed=INNER) / 1e3, launch)
+            row["gflops"][name] = g.flops / 1e9 / seconds
         row["regtiled_variant"] = launchers.regtiled_tile(c, a, b, g)
         for key, tf32 in (("cublas", False), ("cublas_tf32", True)):
-            sampler = _cublas_sampler(M, N, K, tf32)
-            if sampler:
-                samplers[key] = sampler
-        samples = {name: [] for name in samplers}
-        for _ in range(repeats):
-            for name, sample in samplers.items():
-                samples[name].append(sample())
-        for name, seconds in samples.items():
-            row["gflops"][name] = g.flops / 1e9 / float(np.median(seconds))
+            seconds = _cublas_seconds(M, N, K, repeats, tf32)
+            if seconds:
+                row["gflops"][key] = g.flops / 1e9 / seconds
         rows.append(row)
-    return {"rows": rows, "repeats": repeats, "interleaved": True, "autotune": tuner.choices()}
+    return {"rows": rows, "repeats": repeats, "autotune": tuner.choices()}
 
 
 def bandwidth_table(repeats: int = 10) -> dict:
@@ -356,38 +344,26 @@ def _median_seconds(call, repeats: int, drv) -> float:
     return float(np.median(times))
 
 
-def _cublas_sampler(M: int, N: int, K: int, tf32: bool = False):
-    """A callable that times INNER cuBLAS products (through PyTorch) between two events and
-    returns seconds per product, warmed up; None where PyTorch is not installed. ``tf32``: TF32
-    against TF32, set for each sample and switched back after it."""
+def _cublas_seconds(M: int, N: int, K: int, repeats: int, tf32: bool = False) -> float | None:
     try:
         import torch
     except ImportError:
         return None
+    torch.backends.cuda.matmul.allow_tf32 = tf32  # FP32 against FP32, TF32 against TF32
     a = torch.randn(M, K, device="cuda")
     b = torch.randn(K, N, device="cuda")
-
-    def sample() -> float:
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        try:
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(INNER):
-                torch.matmul(a, b)
-            stop.record()
-            stop.synchronize()
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = False
-        return start.elapsed_time(stop) / 1e3 / INNER
-
-    sample()  # warm-up: cuBLAS's handle and its choice of kernel
-    return sample
-
-
-def _cublas_seconds(M: int, N: int, K: int, repeats: int, tf32: bool = False) -> float | None:
-    """Median seconds per cuBLAS product over ``repeats`` samples (None without PyTorch)."""
-    sample = _cublas_sampler(M, N, K, tf32)
-    return float(np.median([sample() for _ in range(repeats)])) if sample else None
+    torch.matmul(a, b)
+    times = []
+    for _ in range(repeats):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(INNER):
+            torch.matmul(a, b)
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) / 1e3 / INNER)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return float(np.median(times))
 
 
 def ladder_notes(rows: list[dict]) -> list[str]:
