@@ -84,17 +84,25 @@ class Trainer:
         self._persistent = None  # stage 13: the step as one kernel (False: the model does not fit)
 
     def step(self, xb: Tensor, yb: Tensor) -> float:
+        """One training step and its loss, read back."""
+        return self.queue_step(xb, yb)()
+
+    def queue_step(self, xb: Tensor, yb: Tensor) -> Callable[[], float]:
+        """Queue one training step; returns the call that reads its loss back (the one read-back
+        per step, which waits for the device). What the host does between the two runs while the
+        device works (``epoch`` slices the next batch there); read the loss before queueing the
+        next step, which may overwrite it."""
         persistent = self._persistent_step(xb)
         if persistent is not None:
-            return persistent.step(xb.data, yb.data)
+            return persistent.queue(xb.data, yb.data)
         if xb.backend.graphs_enabled():
             if self._graphed is None:  # the graph sees device arrays; the step wraps them in tensors
                 device = xb.device
                 self._graphed = xb.backend.graphed_step(
                     lambda x, y: self.device_step(Tensor(x, device), Tensor(y, device)).data
                 )
-            return self._graphed(xb.data, yb.data)  # replays the captured step; reads back the loss
-        return self.device_step(xb, yb).item()  # the one read-back per step
+            return self._graphed.queue(xb.data, yb.data)  # replays the captured step
+        return self.device_step(xb, yb).item
 
     def _persistent_step(self, xb: Tensor):
         """Stage 13's one-kernel step, built at the first step on CUDA, for the model, loss and
@@ -133,20 +141,29 @@ class Trainer:
     ) -> float:
         """Shuffle on the device (one gather of the whole split), then step through
         contiguous batches of it. Returns the mean loss. ``on_step(loss)`` is called
-        after every step (a progress bar, for example)."""
+        after every step (a progress bar, for example). The next batch is sliced while the
+        device runs the step before it (between queue_step and its read-back), so that the
+        host's slicing is not on the path from one step to the next."""
         order = self.rng.permutation(len(x)) if order is None else order
         x_shuffled, y_shuffled = x[order], y[order]
-        total, steps = 0.0, 0
-        for start in range(0, len(x), self.protocol.batch_size):
-            stop = min(start + self.protocol.batch_size, len(x))
-            loss = self.step(x_shuffled[start:stop], y_shuffled[start:stop])
+        size = self.protocol.batch_size
+        starts = list(range(0, len(x), size))[: max_batches or None]
+
+        def batch(start: int) -> tuple[Tensor, Tensor]:
+            stop = min(start + size, len(x))
+            return x_shuffled[start:stop], y_shuffled[start:stop]
+
+        total = 0.0
+        read = self.queue_step(*batch(starts[0]))
+        for i in range(len(starts)):
+            following = batch(starts[i + 1]) if i + 1 < len(starts) else None
+            loss = read()
             total += loss
-            steps += 1
             if on_step is not None:
                 on_step(loss)
-            if steps == max_batches:
-                break
-        return total / steps
+            if following is not None:
+                read = self.queue_step(*following)
+        return total / len(starts)
 
 
 def accuracy(net: nn.Module, x: Tensor, labels: np.ndarray, batch: int = 2000) -> float:

@@ -60,9 +60,7 @@ def _losses_from(device: str, stage: int | None, order: np.ndarray) -> list[floa
         y = mt.tensor(data.y_train[:n].numpy(), device)
         trainer = Trainer(protocol, device, net=net)
         losses: list[float] = []
-        step = trainer.step
-        trainer.step = lambda xb, yb: losses.append(step(xb, yb)) or losses[-1]
-        trainer.epoch(x, y, max_batches=STEPS, order=order)
+        trainer.epoch(x, y, max_batches=STEPS, order=order, on_step=losses.append)
     assert len(losses) == STEPS
     return losses
 
@@ -99,3 +97,37 @@ def test_cpu_steps_learn_and_are_reproducible():
     first = _losses_from("cpu", None, order)
     assert first == _losses_from("cpu", None, order)
     assert np.mean(first[-5:]) < np.mean(first[:5]), first
+
+
+def test_an_epoch_slices_the_next_batch_while_the_step_before_it_runs(monkeypatch):
+    """Trainer.epoch queues a step, slices the next batch, then reads the step's loss back: the
+    host's slicing is off the path from one step to the next, and every loss is still read before
+    the next step is queued (the protocol's read-back every step). The losses are those of
+    stepping through the batches one by one."""
+    from minitorch_cuda.tensor import Tensor
+
+    protocol = Protocol(hidden=(8,), batch_size=4)
+    rng = np.random.default_rng(0)
+    x = mt.tensor(rng.random((10, 784), dtype=np.float32), "cpu")
+    y = mt.tensor(np.eye(10, dtype=np.float32)[rng.integers(0, 10, 10)], "cpu")
+    by_hand = Trainer(protocol, "cpu")
+    expected = [by_hand.step(x[s : s + 4], y[s : s + 4]) for s in (0, 4, 8)]
+
+    trainer, log, losses = Trainer(protocol, "cpu"), [], []
+    getitem, queue = Tensor.__getitem__, trainer.queue_step
+
+    def logged_getitem(self, index):
+        if isinstance(index, slice) and self.shape[1] == 784:
+            log.append(f"slice {index.start}")
+        return getitem(self, index)
+
+    def logged_queue(xb, yb):
+        log.append("queue")
+        read = queue(xb, yb)
+        return lambda: (log.append("read"), read())[1]
+
+    monkeypatch.setattr(Tensor, "__getitem__", logged_getitem)
+    trainer.queue_step = logged_queue
+    mean = trainer.epoch(x, y, order=np.arange(10), on_step=losses.append)
+    assert log == ["slice 0", "queue", "slice 4", "read", "queue", "slice 8", "read", "queue", "read"], log
+    assert losses == expected and mean == pytest.approx(sum(expected) / 3)

@@ -217,6 +217,11 @@ class GraphedStep:
         graph.launch()
         return device.read(loss)
 
+    def queue(self, xb, yb) -> Callable[[], float]:
+        """The step, for ``Trainer.queue_step``: here it runs and reads back at once."""
+        loss = self(xb, yb)
+        return lambda: loss
+
 
 class FetchingGraphedStep(GraphedStep):
     """GraphedStep whose graph fetches its own batch (the lean step, stage 11): ``fetch_batch``
@@ -237,14 +242,19 @@ class FetchingGraphedStep(GraphedStep):
         super().__init__(fetching, device)
 
     def __call__(self, xb, yb) -> float:
+        return self.queue(xb, yb)()
+
+    def queue(self, xb, yb) -> Callable[[], float]:
+        """Queue the step; returns the call that reads its loss back (before the next step's
+        queue, which overwrites it). A new shape runs GraphedStep's first step and reads at once."""
         xb, yb = contiguous(xb), contiguous(yb)  # the fetch reads whole rows in place
         self.cursor.point_at(xb, yb)
         key = (xb.shape, yb.shape)
         if key not in self.graphs:
             value = super().__call__(xb, yb)
-        else:
-            _, _, graph, loss = self.graphs[key]
-            graph.launch()
-            value = self.device.read(loss)
+            self.cursor.moved_past(xb, yb)
+            return lambda: value
+        _, _, graph, loss = self.graphs[key]
+        graph.launch()
         self.cursor.moved_past(xb, yb)
-        return value
+        return lambda: self.device.read(loss)

@@ -33,6 +33,7 @@ microseconds from the GPU's %globaltimer.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import numpy as np
 
@@ -234,8 +235,14 @@ class PersistentStep:
         }
 
     def step(self, x: DeviceArray, y: DeviceArray) -> float:
-        """One training step and its loss, through a CUDA graph where graphs are on now: the
-        first step of each batch size runs eagerly (it compiles the kernel), then is captured."""
+        """One training step and its loss."""
+        return self.queue(x, y)()
+
+    def queue(self, x: DeviceArray, y: DeviceArray) -> Callable[[], float]:
+        """Queue one training step; returns the call that reads its loss back (before the next
+        step's queue, which overwrites it). Through a CUDA graph where graphs are on now: the
+        first step of each batch size runs eagerly (it compiles the kernel), is read back at
+        once, then captured."""
         rows = x.shape[0]
         graphed = stages.cuda_graphs() and graphs.usable_now()
         graph = self._graphs.get(rows) if graphed else None
@@ -246,8 +253,8 @@ class PersistentStep:
                 with graph.capture():  # recorded, not run: the cursor's address, not the batch's
                     self._launch(rows)
                 self._graphs[rows] = graph
-            return loss
+            return lambda: loss
         self._point_at(x, y)
         graph.launch()
         self.batch.moved_past(x, y)
-        return item(self.loss, 0)
+        return functools.partial(item, self.loss, 0)
