@@ -20,10 +20,10 @@ reach ``p.grad``: after a step they are gone, as after stage 11's ``zero_grad``.
 
 With ``split=True`` a layer whose forward has a long k over few tiles is split along k
 (``forward_splits``: from the shapes alone, so every grid computes the same bits), at the cost of
-one grid barrier more. It is on by default. On the H200 the protocol's kernel takes 57.2 us split
-against 57.3 us unsplit, block 0's start to its end (the phase medians of book/results/ch21_floor.json,
+one grid barrier more. It is on by default. On the H200 the protocol's kernel takes 51.4 us split
+against 53.2 us unsplit, block 0's start to its end (the phase medians of book/results/ch21_floor.json,
 which experiments.latency_floor times both ways): with tile_product's prefetch of the next k-slice,
-the unsplit first forward's 13 slices cost what the split's slices and their sum do. The kernel
+the unsplit first forward's 13 slices cost about what the split's slices and their sum do. The kernel
 without the prefetch and the batch cursor (book/results/ch21_floor_static_inputs.json) took
 78.8 us split against 88.3 us unsplit. ``split=False`` gives the unsplit kernel.
 ``phase_times`` runs steps of the kernel built with PS_PHASE_CLOCK and returns each phase's
