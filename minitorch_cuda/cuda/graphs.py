@@ -228,7 +228,7 @@ class FetchingGraphedStep(GraphedStep):
     at the head of the captured step copies the rows where a BatchCursor points into the static
     inputs and moves the cursor past them. A replay on the next batch of the same array is then
     one ``cuGraphLaunch`` and the read-back, without the two copies a replay otherwise queues from
-    the host (about 18 us of the host's time a step on the H200 machine); the host writes the
+    the host (18 us of the host's time a step, measured once on the H200 machine); the host writes the
     cursor only where the batch lies elsewhere. The first batch of a shape goes through
     GraphedStep's own path (its copies, the eager step, the capture), the cursor aimed at it."""
 

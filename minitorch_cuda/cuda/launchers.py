@@ -249,7 +249,6 @@ def fetch_batch(cursor, x, target, arrived, *, timed: int = 0):
     return _go("fetch_batch", (multiprocessors(), 1, 1), (BLOCK, 1, 1), args, timed, (x.size, target.size))
 
 
-
 def persistent_step(
     layers, n_layers: int, batch, rows: int, row_loss, partials, n_partials: int, loss, barrier,
     rmsprop: bool, lr: float, decay: float, eps: float, max_norm: float, *, blocks: int = 0, timed: int = 0,
