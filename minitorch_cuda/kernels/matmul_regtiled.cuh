@@ -19,11 +19,10 @@
 // other buffer, so one barrier per slice suffices.
 // EXACT (the matmul_regtiled_exact_* kernels): the launcher's promise (launchers.exact_fit)
 // that ta = tb = 0, the tiles divide M, N and K exactly, every K-slice has a tile and every
-// row starts a float4. The
-// loads then need no checks, and a thread's addresses move by a constant per K-tile
-// (ExactLoader): at 4096^3 the checks and the address arithmetic of each K-tile were a fifth
-// of the instructions issued, against cuBLAS's 12% (ncu_ch16_pipelined.json). The products and
-// their order are the same, so are the bits.
+// row starts a float4. The loads then need no checks, and a thread's addresses move by a
+// constant per K-tile (ExactLoader): at 4096^3 the checks and the address arithmetic of each
+// K-tile were a fifth of the instructions issued, against cuBLAS's 12% (ncu_ch16_pipelined.json).
+// The products and their order are the same, so are the bits.
 #pragma once
 #include "tile_load.cuh"
 
