@@ -179,8 +179,8 @@ def test_matmul_wgmma_transposes_what_wgmma_cannot_read():
     assert done.returncode == 0, done.stderr[-3000:]
     calls = [(name, tuple(grid), tuple(block), tuple(args)) for name, grid, block, args in json.loads(done.stdout)]
     M, N, K, batch = 70, 300, 36, 3
-    transpose_a = ("transpose_2d", (3, 2, batch), (32, 8, 1), (K, M, M * K))  # (R, C, in_stride) of A
-    transpose_b = ("transpose_2d", (10, 2, 1), (32, 8, 1), (K, N, 0))
+    transpose_a = ("transpose_2d", (2, 1, batch), (32, 8, 1), (K, M, M * K))  # (R, C, in_stride) of A
+    transpose_b = ("transpose_2d", (5, 1, 1), (32, 8, 1), (K, N, 0))
     wgmma = ("matmul_tf32_wgmma", (2, 1, batch), (256, 1, 1))
     assert calls == [
         transpose_b,

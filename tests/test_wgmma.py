@@ -134,14 +134,16 @@ def test_matmul_wgmma_takes_every_flag_pair(ta, tb, shape, broadcast_b):
 
 
 @pytest.mark.gpu
-def test_transpose_2d_is_exact():
+@pytest.mark.emulated
+@pytest.mark.parametrize(("rows", "cols"), [(37, 70), (130, 64), (64, 193)])  # partial, whole and mixed tiles
+def test_transpose_2d_is_exact(rows, cols):
     from minitorch_cuda.cuda import backend, launchers
     from minitorch_cuda.cuda.array import DeviceArray
 
-    x = np.random.default_rng(19).standard_normal((3, 37, 70)).astype(np.float32)
-    out = DeviceArray.empty((3, 70, 37))
-    launchers.transpose(out, backend.from_numpy(x), 37, 70, 37 * 70, 3)
+    x = np.random.default_rng(19).standard_normal((3, rows, cols)).astype(np.float32)
+    out = DeviceArray.empty((3, cols, rows))
+    launchers.transpose(out, backend.from_numpy(x), rows, cols, rows * cols, 3)
     np.testing.assert_array_equal(backend.to_numpy(out), np.swapaxes(x, 1, 2))
-    once = DeviceArray.empty((1, 70, 37))
-    launchers.transpose(once, backend.from_numpy(x[0]), 37, 70, 0, 1)  # a broadcast operand: once
+    once = DeviceArray.empty((1, cols, rows))
+    launchers.transpose(once, backend.from_numpy(x[0]), rows, cols, 0, 1)  # a broadcast operand: once
     np.testing.assert_array_equal(backend.to_numpy(once)[0], x[0].T)

@@ -177,8 +177,8 @@ def softmax_xent_grad(grad, loss, logits, target, rows: int, cols: int, scale: f
 
 def transpose(out, x, rows: int, cols: int, stride: int, count: int = 1, *, timed: int = 0):
     """``count`` rows x cols matrices, ``stride`` floats apart, transposed into ``out``:
-    32 x 32 tiles staged in shared memory, 32 x 8 threads each."""
-    grid = (_cdiv(cols, 32), _cdiv(rows, 32), count)
+    64 x 64 tiles staged in shared memory, 32 x 8 threads each (layout.cu)."""
+    grid = (_cdiv(cols, 64), _cdiv(rows, 64), count)
     return _go("transpose_2d", grid, (32, 8, 1), (out, x, rows, cols, stride), timed, (count, rows, cols))
 
 

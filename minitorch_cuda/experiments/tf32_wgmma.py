@@ -6,8 +6,10 @@ The wgmma kernel computes C = A B^T from K-contiguous operands: "matmul_tf32_wgm
 alone, given B^T. mma.sync gets A and B as stored, as stage 12's mma.sync path does for a @ b.
 "matmul_wgmma a @ b" is what stage 12 runs from 1024^3 multiply-adds up on Hopper
 (ops_matmul.WGMMA_MIN_PRODUCT): the same launcher given B as stored, which transposes it first.
-The "matmul_tf32_wgmma_tma" rows are wgmma_tma.cu, with 128 x 256 and 128 x 128 tiles (not on
-stage 12's route until these numbers say it should be).
+The "matmul_tf32_wgmma_tma" rows are wgmma_tma.cu, with 128 x 256 and 128 x 128 tiles, given B^T;
+"matmul_tf32_wgmma_tma a @ b" is stage 12's route from 1024^3 up: the same kernel after the
+transpose of B. "transposes" times that transpose (transpose_2d, n x n) beside a device-to-device
+copy of the same bytes, its bandwidth peer.
 Before timing, each result at 264 x 260 x 300 is held to float64 (largest error relative to
 |A| |B|). Every launch goes through cuda/launchers.py, as the backend's does.
 """
@@ -33,6 +35,7 @@ CASES = {  # row: (launcher, whether B is handed over as B^T, N x K)
     # wgmma_tma.cu (TMA, mbarriers, warp specialization, persistent blocks), given B^T like the first row
     "matmul_tf32_wgmma_tma": (launchers.matmul_tf32_wgmma_tma, True),
     "matmul_tf32_wgmma_tma 128x128": (functools.partial(launchers.matmul_tf32_wgmma_tma, bn=128), True),
+    "matmul_tf32_wgmma_tma a @ b": (launchers.matmul_tf32_wgmma_tma, False),
 }
 
 
@@ -54,12 +57,24 @@ def max_error(name: str, rng) -> float:
     return float(np.max(np.abs(backend.to_numpy(c) - a64 @ b64) / (np.abs(a64) @ np.abs(b64))))
 
 
+def transpose_row(n: int, drv) -> dict:
+    """Microseconds and GB/s (bytes read plus written) of transpose_2d on an n x n matrix and of
+    a device-to-device copy of it, in the same run."""
+    x, out = DeviceArray.empty((n, n)), DeviceArray.empty((n, n))
+    transpose_s = bench.kernel_seconds(functools.partial(launchers.transpose, out, x, n, n, 0), 10)
+    copy_s = bench._median_seconds(lambda: drv.memcpy_dtod(out.ptr, x.ptr, 4 * n * n), 10, drv)
+    moved = 2 * 4 * n * n / 1e9
+    return {"transpose_us": transpose_s * 1e6, "copy_us": copy_s * 1e6,
+            "transpose_gbps": moved / transpose_s, "copy_gbps": moved / copy_s}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", required=True)
     args = parser.parse_args()
     refuse_emulated("python -m minitorch_cuda.experiments.tf32_wgmma")
     import pycuda.autoprimaryctx  # noqa: F401  (imported here: the refusal above comes first)
+    import pycuda.driver as drv
 
     rng = np.random.default_rng(0)
     rows = {}
@@ -75,11 +90,14 @@ def main() -> None:
         print(name, row, flush=True)
     cublas = {str(n): 2 * n**3 / bench._cublas_seconds(n, n, n, 10, True) / 1e9 for n in SIZES}
     print("cublas tf32", cublas)
+    transposes = {str(n): transpose_row(n, drv) for n in SIZES}
+    print("transposes", transposes)
     out = {
         "command": "python3 -m minitorch_cuda.experiments.tf32_wgmma --json ...",
         "recorded": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "kernels": rows,
         "cublas_tf32_gflops": cublas,
+        "transposes": transposes,
         "fraction_of_cublas": {name: {n: row["gflops"][n] / cublas[n] for n in cublas} for name, row in rows.items()},
     }
     with open(args.json, "w") as f:

@@ -2,7 +2,7 @@
 //   strided_copy   out (contiguous) = in viewed through up to 4 dims of shape/strides;
 //                  makes transposed views contiguous (materialized transposes, stages 0-2)
 //   transpose_2d   out[z] (C x R) = in[z] (R x C)^T through a shared tile, so that reads and
-//                  writes are both coalesced (K-contiguous operands for wgmma.cu)
+//                  writes are both coalesced (K-contiguous operands for the wgmma kernels)
 extern "C" __global__ void strided_copy(float* out, const float* in, int n,
                                         int d1, int d2, int d3,
                                         int s0, int s1, int s2, int s3) {
@@ -17,18 +17,40 @@ extern "C" __global__ void strided_copy(float* out, const float* in, int n,
     out[i] = in[(long long)i0 * s0 + (long long)i1 * s1 + (long long)i2 * s2 + (long long)i3 * s3];
 }
 
-// Block (32, 8): a 32 x 32 tile, each thread four elements. in_stride is the distance between
-// the matrices of a batch (grid.z of them); the output matrices are packed.
-extern "C" __global__ void transpose_2d(float* out, const float* in, int R, int C, int in_stride) {
-    __shared__ float tile[32][33];  // + 1: a column of the tile lies in 32 different banks
+// A 64 x 64 tile a block of (32, 8) threads, each thread 16 elements: it issues all 16 loads
+// before its first store, so that an SM has up to 64 KB of reads in flight (8 blocks of 8 KB):
+// a copy this size is bound by how many bytes are in flight (chapter 19 measures it). in_stride is the distance between the matrices of a batch
+// (grid.z of them); the output matrices are packed.
+#define TR_TILE 64
+#define TR_ROWS 8  // blockDim.y
+#define TR_EACH (TR_TILE / TR_ROWS)  // rows a thread moves per column
+extern "C" __global__ void __launch_bounds__(32 * TR_ROWS)
+    transpose_2d(float* out, const float* in, int R, int C, int in_stride) {
+    __shared__ float tile[TR_TILE][TR_TILE + 1];  // + 1: a column of the tile lies in 32 different banks
     in += blockIdx.z * (long long)in_stride;
     out += blockIdx.z * (long long)R * C;
-    const int r0 = blockIdx.y * 32, c0 = blockIdx.x * 32, x = threadIdx.x;
-    for (int i = threadIdx.y; i < 32; i += blockDim.y) {  // input row r0 + i, along its columns
-        if (r0 + i < R && c0 + x < C) tile[i][x] = in[(long long)(r0 + i) * C + c0 + x];
+    const int r0 = blockIdx.y * TR_TILE, c0 = blockIdx.x * TR_TILE, x = threadIdx.x, y = threadIdx.y;
+    float v[2][TR_EACH];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // input rows r0 + y + 8 i, columns c0 + x and c0 + x + 32
+#pragma unroll
+        for (int i = 0; i < TR_EACH; ++i) {
+            const int r = r0 + y + TR_ROWS * i, c = c0 + x + 32 * h;
+            v[h][i] = r < R && c < C ? in[(long long)r * C + c] : 0.0f;
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int i = 0; i < TR_EACH; ++i) tile[y + TR_ROWS * i][x + 32 * h] = v[h][i];
     }
     __syncthreads();
-    for (int i = threadIdx.y; i < 32; i += blockDim.y) {  // output row c0 + i, along its columns
-        if (c0 + i < C && r0 + x < R) out[(long long)(c0 + i) * R + r0 + x] = tile[x][i];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // output rows c0 + y + 8 i, columns r0 + x and r0 + x + 32
+#pragma unroll
+        for (int i = 0; i < TR_EACH; ++i) {
+            const int c = c0 + y + TR_ROWS * i, r = r0 + x + 32 * h;
+            if (c < C && r < R) out[(long long)c * R + r] = tile[x + 32 * h][y + TR_ROWS * i];
+        }
     }
 }
