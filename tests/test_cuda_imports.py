@@ -62,4 +62,3 @@ def test_a_source_is_compiled_once_per_process_and_build() -> None:
     result = subprocess.run([sys.executable, "-c", COMPILE_ONCE], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "['sm_90', 'sm_90', 'sm_90a']"
-

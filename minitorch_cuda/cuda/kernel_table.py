@@ -24,6 +24,7 @@ def nvcc_command(arch: str, nvcc: str = "nvcc") -> list[str]:
     does (add ``-o`` and the source); for tools that run nvcc themselves."""
     return [nvcc, "-cubin", f"-arch={arch}", f"-I{KERNEL_DIR}", *NVCC_OPTIONS]
 
+
 _BINARY = "float* out, const float* a, const float* b, int n, int b_div, int b_mod"
 _UNARY = "float* out, const float* a, int n"
 
@@ -216,8 +217,7 @@ SPECS.update(
         **{f"matmul_regtiled_splitk_{t}": KernelSpec("matmul_regtiled.cu", _SPLITK) for t in REGTILED_SPLITK_TILES},
         **{f"matmul_regtiled_exact_{t}": KernelSpec("matmul_regtiled.cu", _MATMUL) for t in REGTILED_EXACT_TILES},
         **{
-            f"matmul_regtiled_splitk_exact_{t}": KernelSpec("matmul_regtiled.cu", _SPLITK)
-            for t in REGTILED_EXACT_TILES
+            f"matmul_regtiled_splitk_exact_{t}": KernelSpec("matmul_regtiled.cu", _SPLITK) for t in REGTILED_EXACT_TILES
         },
         **{f"matmul_bias_act_{t}": KernelSpec("fused.cu", _BIAS_ACT) for t in REGTILED_TILES},
         **{
