@@ -6,9 +6,11 @@ in its `tf32` part): a kernel that hangs the GPU here cannot stall the other tes
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -147,3 +149,42 @@ def test_transpose_2d_is_exact(rows, cols):
     once = DeviceArray.empty((1, cols, rows))
     launchers.transpose(once, backend.from_numpy(x[0]), rows, cols, 0, 1)  # a broadcast operand: once
     np.testing.assert_array_equal(backend.to_numpy(once)[0], x[0].T)
+
+
+KEEPS_ROWS = """
+import json, sys
+sys.path.insert(0, {tests!r})
+import standin_pycuda  # noqa: F401  (no device: every launch succeeds and computes nothing)
+from minitorch_cuda import bench
+from minitorch_cuda.cuda.runtime import KernelError
+from minitorch_cuda.experiments import tf32_wgmma as t
+
+bench._cublas_seconds = lambda M, N, K, repeats, tf32: 1e-3
+bench.kernel_seconds = lambda call, repeats: 2e-3
+t.transpose_row = lambda n, drv: {{"transpose_us": 1.0}}
+def max_error(name, rng):
+    if name == "matmul_tf32_wgmma_tma 128x128":
+        raise KernelError("an illegal memory access (stand-in)")
+    return 0.0
+t.max_error = max_error
+sys.argv = ["tf32_wgmma", "--json", {path!r}]
+t.main()
+"""
+
+
+def test_the_tf32_experiment_keeps_the_rows_measured_before_a_fault(tmp_path):
+    """A kernel that faults breaks the CUDA context for the rest of the process: the experiment
+    measures its peers first, writes the record after every row, names the row that failed
+    and exits non-zero, so the rows before it survive (stand-in driver, no GPU)."""
+    path = tmp_path / "tf32.json"
+    code = KEEPS_ROWS.format(tests=str(Path(__file__).parent), path=str(path))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "matmul_tf32_wgmma_tma 128x128 failed" in done.stderr
+    record = json.loads(path.read_text())
+    measured = [name for name in record["kernels"] if "error" not in record["kernels"][name]]
+    assert measured == ["matmul_tf32_wgmma", "matmul_tf32_async", "matmul_wgmma a @ b", "matmul_tf32_wgmma_tma",
+                        "matmul_tf32_wgmma_tma a @ b"]  # fmt: skip
+    assert record["kernels"]["matmul_tf32_wgmma_tma 128x128"] == {"error": "an illegal memory access (stand-in)"}
+    assert record["fraction_of_cublas"]["matmul_tf32_wgmma"] == {n: 0.5 for n in ("1024", "2048", "4096")}
+    assert set(record["transposes"]) == {"1024", "2048", "4096"}

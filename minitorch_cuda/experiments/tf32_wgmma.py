@@ -25,6 +25,7 @@ from minitorch_cuda import bench
 from minitorch_cuda.cuda import backend, launchers, registry
 from minitorch_cuda.cuda.array import DeviceArray
 from minitorch_cuda.cuda.kernel_table import SPECS
+from minitorch_cuda.cuda.runtime import KernelError
 from minitorch_cuda.needs_gpu import refuse_emulated
 
 SIZES = (1024, 2048, 4096)
@@ -34,8 +35,8 @@ CASES = {  # row: (launcher, whether B is handed over as B^T, N x K)
     "matmul_wgmma a @ b": (launchers.matmul_tf32_wgmma, False),
     # wgmma_tma.cu (TMA, mbarriers, warp specialization, persistent blocks), given B^T like the first row
     "matmul_tf32_wgmma_tma": (launchers.matmul_tf32_wgmma_tma, True),
+    "matmul_tf32_wgmma_tma a @ b": (launchers.matmul_tf32_wgmma_tma, False),  # stage 12's route
     "matmul_tf32_wgmma_tma 128x128": (functools.partial(launchers.matmul_tf32_wgmma_tma, bn=128), True),
-    "matmul_tf32_wgmma_tma a @ b": (launchers.matmul_tf32_wgmma_tma, False),
 }
 
 
@@ -77,30 +78,41 @@ def main() -> None:
     import pycuda.driver as drv
 
     rng = np.random.default_rng(0)
-    rows = {}
-    for name, (launch, b_transposed) in CASES.items():
-        row = {"max_rel_err": max_error(name, rng), "gflops": {}}
-        if name in SPECS:  # a kernel of its own (not a route through one)
-            row["registers"] = registry.get(name).function.num_regs
-        for n in SIZES:
-            _, _, problem, da, db = operands(rng, n, n, n, b_transposed)
-            call = functools.partial(launch, DeviceArray.empty((n, n)), da, db, problem)
-            row["gflops"][str(n)] = problem.flops / bench.kernel_seconds(call, 10) / 1e9
-        rows[name] = row
-        print(name, row, flush=True)
+    # The peers first, then one kernel row at a time, the record rewritten after each: a kernel
+    # that faults leaves the CUDA context unusable, and the rows before it must not be lost.
     cublas = {str(n): 2 * n**3 / bench._cublas_seconds(n, n, n, 10, True) / 1e9 for n in SIZES}
-    print("cublas tf32", cublas)
+    print("cublas tf32", cublas, flush=True)
     transposes = {str(n): transpose_row(n, drv) for n in SIZES}
-    print("transposes", transposes)
+    print("transposes", transposes, flush=True)
     out = {
         "command": "python3 -m minitorch_cuda.experiments.tf32_wgmma --json ...",
         "recorded": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "kernels": rows,
+        "kernels": {},
         "cublas_tf32_gflops": cublas,
         "transposes": transposes,
-        "fraction_of_cublas": {name: {n: row["gflops"][n] / cublas[n] for n in cublas} for name, row in rows.items()},
+        "fraction_of_cublas": {},
     }
-    with open(args.json, "w") as f:
+    for name, (launch, b_transposed) in CASES.items():
+        try:
+            row = {"max_rel_err": max_error(name, rng), "gflops": {}}
+            if name in SPECS:  # a kernel of its own (not a route through one)
+                row["registers"] = registry.get(name).function.num_regs
+            for n in SIZES:
+                _, _, problem, da, db = operands(rng, n, n, n, b_transposed)
+                call = functools.partial(launch, DeviceArray.empty((n, n)), da, db, problem)
+                row["gflops"][str(n)] = problem.flops / bench.kernel_seconds(call, 10) / 1e9
+        except (KernelError, drv.Error) as exc:  # a fault, or a call on the context it broke
+            out["kernels"][name] = {"error": str(exc)}
+            _write(args.json, out)
+            raise SystemExit(f"{name} failed; the rows before it are in {args.json}: {exc}") from None
+        out["kernels"][name] = row
+        out["fraction_of_cublas"][name] = {n: row["gflops"][n] / cublas[n] for n in cublas}
+        _write(args.json, out)
+        print(name, row, flush=True)
+
+
+def _write(path: str, out: dict) -> None:
+    with open(path, "w") as f:
         json.dump(out, f, indent=1)
 
 
