@@ -4,14 +4,14 @@
 
 The wgmma kernel computes C = A B^T from K-contiguous operands: "matmul_tf32_wgmma" times it
 alone, given B^T. mma.sync gets A and B as stored, as stage 12's mma.sync path does for a @ b.
-"matmul_wgmma a @ b" is what stage 12 runs from 1024^3 multiply-adds up on Hopper
-(ops_matmul.WGMMA_MIN_PRODUCT): the same launcher given B as stored, which transposes it first.
+"matmul_wgmma a @ b" is the same launcher given B as stored, which transposes it first.
 The "matmul_tf32_wgmma_tma" rows are wgmma_tma.cu, with 128 x 256 and 128 x 128 tiles, given B^T;
-"matmul_tf32_wgmma_tma a @ b" is stage 12's route from 1024^3 up: the same kernel after the
-transpose of B. "transposes" times that transpose (transpose_2d, n x n) beside a device-to-device
-copy of the same bytes, its bandwidth peer.
+"matmul_tf32_wgmma_tma a @ b" is stage 12's route from 1024^3 multiply-adds up on Hopper
+(ops_matmul.WGMMA_MIN_PRODUCT): the same kernel after the transpose of B. "transposes" times that
+transpose (transpose_2d, n x n) beside a device-to-device copy of the same bytes, its bandwidth peer.
 Before timing, each result at 264 x 260 x 300 is held to float64 (largest error relative to
-|A| |B|). Every launch goes through cuda/launchers.py, as the backend's does.
+|A| |B|). Every launch goes through cuda/launchers.py, as the backend's does. The record is
+written after every row: a kernel that faults is recorded with its error, the rows before it kept.
 """
 
 import argparse
