@@ -17,10 +17,12 @@ extern "C" __global__ void strided_copy(float* out, const float* in, int n,
     out[i] = in[(long long)i0 * s0 + (long long)i1 * s1 + (long long)i2 * s2 + (long long)i3 * s3];
 }
 
-// A 64 x 64 tile a block of (32, 8) threads, each thread 16 elements: it issues all 16 loads
-// before its first store, so that an SM has up to 64 KB of reads in flight (8 blocks of 8 KB):
-// a copy this size is bound by how many bytes are in flight (chapter 19 measures it). in_stride is the distance between the matrices of a batch
-// (grid.z of them); the output matrices are packed.
+// A 64 x 64 tile a block of (32, 8) threads, each thread 16 elements. The loops unroll at compile
+// time, so a thread issues all 16 loads before its first store and an SM of 8 blocks has up to
+// 128 KB of reads in flight: a copy is bound by its bytes in flight (chapter 15). The 32 x 32
+// version before it looped to a runtime bound, one load a thread in flight (one ld.global in
+// its PTX loop). in_stride is the distance between the matrices of a batch (grid.z of them);
+// the output matrices are packed.
 #define TR_TILE 64
 #define TR_ROWS 8  // blockDim.y
 #define TR_EACH (TR_TILE / TR_ROWS)  // rows a thread moves per column
