@@ -286,6 +286,17 @@ def test_check_mode_flags_stale_files_and_outputs(tmp_path) -> None:
     assert generate.main(["--check", *args]) == 1
 
 
+def test_an_exercise_keeps_its_solutions_jupytext_version(tmp_path) -> None:
+    """The header names the jupytext that wrote the solution, whichever jupytext is installed:
+    a jupytext release must not make every exercise stale (CI on 6 December, 1.19.6 -> 1.19.7)."""
+    text = (ROOT / "solutions" / "02_floating_point.md").read_text()
+    solution = tmp_path / "02_floating_point.md"
+    solution.write_text(generate.JUPYTEXT_VERSION.sub("    jupytext_version: 0.0.1", text, count=1))
+    exercise = generate.student_notebook(solution)
+    assert [m.group(0).strip() for m in generate.JUPYTEXT_VERSION.finditer(exercise)] == ["jupytext_version: 0.0.1"]
+    assert "Exercise 2." in exercise  # the solution blocks became stubs as before
+
+
 def test_the_instructor_guide_lists_which_exercises_need_a_gpu() -> None:
     """Its section "Which exercises need a GPU" names every exercise once, in the right group."""
     import re

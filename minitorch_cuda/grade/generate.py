@@ -23,6 +23,7 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN = re.compile(r"^(\s*)(#|//) BEGIN SOLUTION\s*$")
 END = re.compile(r"^\s*(#|//) END SOLUTION\s*$")
+JUPYTEXT_VERSION = re.compile(r"^\s*jupytext_version: .*$", re.M)  # a line of the notebook's header
 
 
 class MarkerError(ValueError):
@@ -64,7 +65,11 @@ def student_notebook(solution: Path) -> str:
             cell.source, None if exercise_id is None else str(exercise_id), f"{solution.name} cell {index}"
         )
         cell.outputs, cell.execution_count = [], None
-    return jupytext.writes(nb, fmt="md:myst")
+    text = jupytext.writes(nb, fmt="md:myst")
+    # The header keeps the solution's jupytext_version, not the installed jupytext's: a new jupytext
+    # release would otherwise make every exercise stale against unchanged solutions.
+    stamp = JUPYTEXT_VERSION.search(solution.read_text())
+    return JUPYTEXT_VERSION.sub(lambda _: stamp.group(0), text, count=1) if stamp else text
 
 
 def has_outputs(path: Path) -> bool:
