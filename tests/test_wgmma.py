@@ -152,7 +152,7 @@ def test_transpose_2d_is_exact(rows, cols):
 
 
 KEEPS_ROWS = """
-import json, sys
+import sys
 sys.path.insert(0, {tests!r})
 import standin_pycuda  # noqa: F401  (no device: every launch succeeds and computes nothing)
 from minitorch_cuda import bench

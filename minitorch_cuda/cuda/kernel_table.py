@@ -193,6 +193,7 @@ def _wgmma_launch(d: dict[str, int]) -> tuple[tuple[int, int, int], int]:
 
 
 ASYNC_TILE, ASYNC_SMEM_BYTES = async_launch(kernel_defines("mma_async.cu", "ASYNC"))
+TRANSPOSE = kernel_defines("layout.cu", "TR")  # {"TILE": ..., "ROWS": ...}: transpose_2d's tile and block
 PERSISTENT = kernel_defines("persistent_step.cu", "PS")  # {"THREADS": ..., "TILE": ...}: its job shapes
 WGMMA_TILE, WGMMA_SMEM_BYTES = _wgmma_launch(kernel_defines("wgmma.cu", "WG"))
 

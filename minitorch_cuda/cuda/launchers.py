@@ -39,6 +39,7 @@ from .kernel_table import (
     REGTILED_TILES,
     SPECS,
     SPLITK_BIAS_ACT_TILES,
+    TRANSPOSE,
     WGMMA_TILE,
 )
 from .runtime import Kernel, launch, multiprocessors, time_launch_ms
@@ -176,10 +177,12 @@ def softmax_xent_grad(grad, loss, logits, target, rows: int, cols: int, scale: f
 
 
 def transpose(out, x, rows: int, cols: int, stride: int, count: int = 1, *, timed: int = 0):
-    """``count`` rows x cols matrices, ``stride`` floats apart, transposed into ``out``:
-    64 x 64 tiles staged in shared memory, 32 x 8 threads each (layout.cu)."""
-    grid = (_cdiv(cols, 64), _cdiv(rows, 64), count)
-    return _go("transpose_2d", grid, (32, 8, 1), (out, x, rows, cols, stride), timed, (count, rows, cols))
+    """``count`` rows x cols matrices, ``stride`` floats apart, transposed into ``out``: square
+    tiles staged in shared memory, a block of 32 x ROWS threads each (layout.cu's TR_ shape)."""
+    tile = TRANSPOSE["TILE"]
+    grid = (_cdiv(cols, tile), _cdiv(rows, tile), count)
+    block = (32, TRANSPOSE["ROWS"], 1)
+    return _go("transpose_2d", grid, block, (out, x, rows, cols, stride), timed, (count, rows, cols))
 
 
 # --- multi-tensor apply: up to MULTI_TENSOR_SLOTS tensors a launch ------------------------------

@@ -23,18 +23,19 @@ extern "C" __global__ void strided_copy(float* out, const float* in, int n,
 // version before it looped to a runtime bound, one load a thread in flight (one ld.global in
 // its PTX loop). in_stride is the distance between the matrices of a batch (grid.z of them);
 // the output matrices are packed.
-#define TR_TILE 64
+#define TR_TILE 64  // a multiple of 32: a warp moves 32 columns of a row
 #define TR_ROWS 8  // blockDim.y
 #define TR_EACH (TR_TILE / TR_ROWS)  // rows a thread moves per column
+#define TR_SPANS (TR_TILE / 32)  // 32-column spans a thread moves per row
 extern "C" __global__ void __launch_bounds__(32 * TR_ROWS)
     transpose_2d(float* out, const float* in, int R, int C, int in_stride) {
     __shared__ float tile[TR_TILE][TR_TILE + 1];  // + 1: a column of the tile lies in 32 different banks
     in += blockIdx.z * (long long)in_stride;
     out += blockIdx.z * (long long)R * C;
     const int r0 = blockIdx.y * TR_TILE, c0 = blockIdx.x * TR_TILE, x = threadIdx.x, y = threadIdx.y;
-    float v[2][TR_EACH];
+    float v[TR_SPANS][TR_EACH];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {  // input rows r0 + y + 8 i, columns c0 + x and c0 + x + 32
+    for (int h = 0; h < TR_SPANS; ++h) {  // input rows r0 + y + 8 i, columns c0 + x + 32 h
 #pragma unroll
         for (int i = 0; i < TR_EACH; ++i) {
             const int r = r0 + y + TR_ROWS * i, c = c0 + x + 32 * h;
@@ -42,13 +43,13 @@ extern "C" __global__ void __launch_bounds__(32 * TR_ROWS)
         }
     }
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < TR_SPANS; ++h) {
 #pragma unroll
         for (int i = 0; i < TR_EACH; ++i) tile[y + TR_ROWS * i][x + 32 * h] = v[h][i];
     }
     __syncthreads();
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {  // output rows c0 + y + 8 i, columns r0 + x and r0 + x + 32
+    for (int h = 0; h < TR_SPANS; ++h) {  // output rows c0 + y + 8 i, columns r0 + x + 32 h
 #pragma unroll
         for (int i = 0; i < TR_EACH; ++i) {
             const int c = c0 + y + TR_ROWS * i, r = r0 + x + 32 * h;
