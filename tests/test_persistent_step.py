@@ -1,10 +1,11 @@
 """Stage 13: the protocol's whole training step as one persistent kernel.
 
 Its losses and parameters after 20 steps against stage 10's (1e-4 relative) and against a
-float64 numpy model of the same steps; ReLU and Sigmoid, RmsProp and SGD; grids of 1, 2 and 3
-blocks giving the same bits; the first layer's forward split along k (NARROW's 784 -> 37 at 21
-rows into 3 slices, the protocol's 784 -> 256 into 2) and not; the phase clock's build, which
-trains the same bits; the models that do not fit, named; the sm_90 builds without spills. The
+float64 numpy model of the same steps; ReLU and Sigmoid, RmsProp and SGD; one layer to four,
+one tile of rows and two; grids of 1, 2 and 3 blocks giving the same bits; the first layer's
+forward split along k (NARROW's 784 -> 37 at 21 rows into 24 slices, the protocol's 784 -> 256
+into 16) and not; the phase clock's build, which trains the same bits; the models that do not
+fit, named; the sm_90 builds without spills. The
 CUDA tests run on the CPU emulator too (marked ``emulated`` here), on a narrow MNIST-shaped
 model with odd sizes; the protocol's own 784-256-128-10 model is GPU-only, as it
 takes the emulator a minute.
@@ -27,6 +28,11 @@ from minitorch_cuda.train import Protocol, Trainer, make_net
 
 STEPS = 20
 NARROW = Protocol(hidden=(37, 19), batch_size=21, max_norm=0.5)  # partial tiles, a last batch of 16, clipping
+SHAPES = {
+    "narrow": NARROW,
+    "one layer, two tiles of rows": Protocol(hidden=(), batch_size=70, max_norm=0.5),
+    "four layers": Protocol(hidden=(37, 19, 23), batch_size=21, max_norm=0.5),
+}
 
 
 def mnist_shaped(rows: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -103,9 +109,13 @@ def _assert_same_training(got, ref, what: str, rtol: float = 1e-4, params_by_nor
 
 @pytest.mark.gpu
 @pytest.mark.emulated
-@pytest.mark.parametrize(("activation", "optimizer"), [("relu", "rmsprop"), ("sigmoid", "sgd")])
-def test_stage_13_trains_like_stage_10_and_float64(activation, optimizer):
-    protocol = dataclasses.replace(NARROW, activation=activation)
+@pytest.mark.parametrize(
+    ("shape", "activation", "optimizer"),
+    [("narrow", "relu", "rmsprop"), ("narrow", "sigmoid", "sgd"), ("one layer, two tiles of rows", "relu", "rmsprop"),
+     ("four layers", "sigmoid", "rmsprop")],
+)  # fmt: skip
+def test_stage_13_trains_like_stage_10_and_float64(shape, activation, optimizer):
+    protocol = dataclasses.replace(SHAPES[shape], activation=activation)
     losses, params = _train(protocol, 13, optimizer)
     _assert_same_training((losses, params), _train(protocol, 10, optimizer), "stage 13 vs stage 10")
     ref_losses, ref_params, clipped = _reference(protocol, optimizer)
@@ -190,7 +200,7 @@ def test_grids_of_1_2_and_3_blocks_compute_the_same_bits():
             opt = optim.RmsProp(net.parameters(), NARROW.lr, NARROW.decay)
             step = PersistentStep(net, nn.CrossEntropyWithSoftmax(), opt, NARROW.max_norm, NARROW.batch_size, blocks,
                                   split=True)  # fmt: skip
-            assert step.k_splits == [3, 1, 1]
+            assert step.k_splits == [24, 1, 1]
             rows = [slice(i, i + NARROW.batch_size) for i in range(0, len(x), NARROW.batch_size)]
             losses = [step.step(mt.tensor(x[r], "cuda").data, mt.tensor(y[r], "cuda").data) for r in rows]
             results.append((losses, [p.numpy() for p in net.parameters()]))
@@ -204,11 +214,12 @@ def test_grids_of_1_2_and_3_blocks_compute_the_same_bits():
 def test_forward_splits_follow_the_shapes():
     from minitorch_cuda.cuda.persistent_step import forward_splits
 
-    # the protocol's layers at 64 rows: 784 -> 256 (64 tiles, 13 chunks of k) splits in 2; the others keep
-    # fewer than 2 x SPLIT_CHUNKS chunks of k; NARROW's 784 -> 37 at 21 rows (6 tiles) in 3 (13 // 4)
-    assert [forward_splits(64, a, b) for a, b in ((784, 256), (256, 128), (128, 10))] == [2, 1, 1]
-    assert forward_splits(21, 784, 37) == 3 and forward_splits(21, 37, 19) == 1
-    assert forward_splits(256, 784, 256) == 1  # 256 tiles: enough jobs without a split
+    # the protocol's first layer at 64 rows: 8 tiles of 64 x 32, so 16 slices (128 jobs), each 3 or 4 of
+    # the 49 chunks of 16; NARROW's 784 -> 37 at 21 rows (2 tiles): 24, its 49 chunks 2 a slice at least
+    assert forward_splits(64, 784, 256) == 16 and forward_splits(21, 784, 37) == 24
+    assert forward_splits(256, 784, 256) == 4  # 32 tiles
+    assert forward_splits(1024, 784, 256) == 1  # 128 tiles: enough jobs without a split
+    assert forward_splits(64, 20, 256) == 1  # 2 chunks of k: too short to split
 
 
 def _one_step(split: bool, clocked: bool = False, steps: int = 1):
@@ -242,8 +253,8 @@ def test_the_split_forward_agrees_with_the_unsplit_one_and_float64():
     w, b = (p.numpy().astype(np.float64) for p in make_net(NARROW, "cpu").parameters()[:2])
     ref = np.maximum(x.astype(np.float64) @ w + b, 0)
     split, unsplit = _one_step(True), _one_step(False)
-    assert split[0].k_splits == [3, 1, 1] and unsplit[0].k_splits == [1, 1, 1]
-    assert split[0].phases[:2] == ["forward 1 slices", "forward 1 sum"] and unsplit[0].phases[0] == "forward 1"
+    assert split[0].k_splits == [24, 1, 1] and unsplit[0].k_splits == [1, 1, 1]
+    assert split[0].phases == unsplit[0].phases == ["forward 1", "rows", "gradients", "update"]
     for what, out in (("split", split[1]), ("unsplit", unsplit[1])):
         assert_close(out, ref, 1e-6, 1e-5, f"{what}: layer 1's activations vs float64")
     assert_close(np.array(split[2]), np.array(unsplit[2]), 0.0, 1e-5, "split vs unsplit: the loss")
@@ -257,9 +268,8 @@ def test_the_phase_clock_times_every_phase_and_trains_the_same_bits():
     step, out, _, params, times = _one_step(True, clocked=True, steps=3)
     _, plain_out, _, plain_params, _ = _one_step(True, steps=3)
     assert np.array_equal(out, plain_out) and all(np.array_equal(a, b) for a, b in zip(params, plain_params))
-    names = ["forward 1 slices", "forward 1 sum", "forward 2", "forward 3", "loss"]
-    assert [r["phase"] for r in times["phases"]] == [*names, "backward 3", "backward 2", "backward 1", "update"]
-    assert times["grid_barriers"] == 8 and times["steps"] == 3 and times["k_splits"] == [3, 1, 1]
+    assert [r["phase"] for r in times["phases"]] == ["forward 1", "rows", "gradients", "update"]
+    assert times["grid_barriers"] == 3 and times["steps"] == 3 and times["k_splits"] == [24, 1, 1]
     assert all(r["median_us"] > 0 and r["mean_us"] > 0 for r in times["phases"])
     assert times["total"]["mean_us"] == pytest.approx(sum(r["mean_us"] for r in times["phases"]))
 
@@ -273,6 +283,11 @@ def _misfits() -> list:
         (lambda: nn.Sequential(ff(784, 10), nn.Sigmoid()), None, r"the last layer \(Sigmoid\)"),
         (lambda: ff(784, 10), None, "the model is a FeedForward"),
         (lambda: nn.Sequential(ff(784, 10)), "sgd-reversed", "exactly the model.s parameters, in their order"),
+        (
+            lambda: nn.Sequential(ff(784, 2040), nn.ReLU(), ff(2040, 10)),
+            None,
+            "the layers' outputs sum to 2050 values a row, more than the 2048 that the kernel keeps",
+        ),
     ]
 
 

@@ -18,14 +18,14 @@ captured once per batch size after one eager step and replayed: a step is then o
 launch (a captured graph keeps those of its capture, as stage 11's does). Gradients never
 reach ``p.grad``: after a step they are gone, as after stage 11's ``zero_grad``.
 
-With ``split=True`` a layer whose forward has a long k over few tiles is split along k
-(``forward_splits``: from the shapes alone, so every grid computes the same bits), at the cost of
-one grid barrier more. It is on by default. On the H200 the protocol's kernel takes 51.4 us split
-against 53.2 us unsplit, block 0's start to its end (the phase medians of book/results/ch21_floor.json,
-which experiments.latency_floor times both ways): with tile_product's prefetch of the next k-slice,
-the unsplit first forward's 13 slices cost about what the split's slices and their sum do. The kernel
-without the prefetch and the batch cursor (book/results/ch21_floor_static_inputs.json) took
-78.8 us split against 88.3 us unsplit. ``split=False`` gives the unsplit kernel.
+The kernel has four phases and three grid barriers whatever the depth: the first layer's
+products in tiles and slices of k; then a block per row of the batch carries it through the
+later layers, the loss and the deltas down to the first layer (a row needs no other row for
+that); then every gradient; then the clipped update (persistent_step.cu says why). A row's
+outputs of every layer live in shared memory: a model whose layers' widths sum to more than
+PS_ROW_FLOATS does not fit. ``split`` (on by default) slices the first layer's k by
+``forward_splits``' rule, from the shapes alone, so every grid computes the same bits;
+``split=False`` gives one slice, for the comparison chapter 21 makes.
 ``phase_times`` runs steps of the kernel built with PS_PHASE_CLOCK and returns each phase's
 microseconds from the GPU's %globaltimer.
 """
@@ -49,13 +49,12 @@ ACTIVATION_CODES = {nn.ReLU: 1, nn.Sigmoid: 2}  # persistent_step.cu's ACT_RELU,
 _POINTERS = ("w", "b", "gw", "gb", "vw", "vb", "out", "delta", "split")
 _INTS = ("n_in", "n_out", "act", "partial0", "k_splits", "pad")  # pad: the C struct's 8-byte alignment
 LAYER = np.dtype([(name, "<u8") for name in _POINTERS] + [(n, "<i4") for n in _INTS])
-# forward_splits' rule. SPLIT_JOBS: the jobs a split forward aims at, about the multiprocessors of
+# forward_splits' rule. SPLIT_JOBS: the jobs the first forward aims at, about the multiprocessors of
 # the GPUs the course runs on (132 on an H200); a constant, never the grid's size, so that the
-# bits do not depend on the grid. SPLIT_CHUNKS: the fewest PS_TILE_K chunks of k a slice keeps: a
-# split saves the chunks it takes off the longest job and costs a grid barrier (1.8 us on an H200)
-# and a pass over the layer's output, which shorter slices would not repay.
+# bits do not depend on the grid. SPLIT_CHUNKS: the fewest PS_CHUNK chunks of k a slice keeps (its
+# tile's loads are then one wait for memory for a few products).
 SPLIT_JOBS = 128
-SPLIT_CHUNKS = 4
+SPLIT_CHUNKS = 2
 
 
 class DoesNotFit(ValueError):
@@ -108,13 +107,17 @@ def _cdiv(n: int, d: int) -> int:
 
 
 def forward_splits(rows: int, n_in: int, n_out: int) -> int:
-    """Slices of k in the forward of a layer n_in -> n_out at ``rows`` rows (1: not split): as
-    many as bring its jobs (tiles x slices) up to SPLIT_JOBS, each slice SPLIT_CHUNKS chunks of
-    k at least. The protocol's 784 -> 256 at 64 rows: 2 (64 tiles of 13 chunks become 128 jobs
-    of 6 or 7); its 256 -> 128 (4 chunks) and 128 -> 10 (2 chunks): 1."""
-    tiles = _cdiv(rows, PERSISTENT["TILE"]) * _cdiv(n_out, PERSISTENT["TILE"])
-    splits = min(SPLIT_JOBS // tiles, _cdiv(n_in, PERSISTENT["TILE_K"]) // SPLIT_CHUNKS)
-    return splits if splits >= 2 else 1
+    """Slices of k in the first layer's forward, n_in -> n_out at ``rows`` rows (1: not split): as
+    many as bring its jobs (tiles x slices) up to SPLIT_JOBS, each slice SPLIT_CHUNKS chunks of k
+    at least. The protocol's 784 -> 256 at 64 rows: 16 (8 tiles of 64 x 32, 49 chunks of 16)."""
+    tiles = _cdiv(rows, PERSISTENT["BM"]) * _cdiv(n_out, PERSISTENT["BN"])
+    splits = min(SPLIT_JOBS // tiles, _cdiv(n_in, PERSISTENT["CHUNK"]) // SPLIT_CHUNKS)
+    return max(splits, 1)
+
+
+def layer_jobs(n_in: int, n_out: int) -> int:
+    """The gradient phase's jobs of a layer (its slots of partials): gW tiles, then gb chunks."""
+    return _cdiv(n_in, PERSISTENT["BM"]) * _cdiv(n_out, PERSISTENT["BN"]) + _cdiv(n_out, PERSISTENT["THREADS"])
 
 
 @functools.cache
@@ -133,7 +136,7 @@ class PersistentStep:
     def __init__(
         self, net: nn.Module, loss_fn, optimizer, max_norm: float, max_rows: int, blocks: int = 0, split: bool = True
     ):
-        """``split`` splits the long-k forwards by forward_splits' rule (see the module's docstring)."""
+        """``split`` slices the first layer's k by forward_splits' rule (see the module's docstring)."""
         chain = layer_chain(net)
         _check_loss_and_optimizer(net, loss_fn, optimizer)
         if not max_norm > 0 or max_rows < 1:
@@ -143,13 +146,19 @@ class PersistentStep:
         state = {id(p): v for p, v in zip(optimizer.params, optimizer.state)} if self.rmsprop else {}
         table = np.zeros(len(chain), LAYER)
         self.buffers: list[DeviceArray] = []  # alive as long as the table points at them
+        self.k_splits: list[int] = []  # slices of k in each layer's forward (the first's only may split)
+        widths = sum(layer.weight.shape[1] for layer, _ in chain)
+        if widths > PERSISTENT["ROW_FLOATS"]:
+            raise DoesNotFit(
+                f"the layers' outputs sum to {widths} values a row, more than the {PERSISTENT['ROW_FLOATS']} "
+                "that the kernel keeps of a row in shared memory"
+            )
         partial0 = 0
-        self.k_splits = []
-        for row, (layer, act) in zip(table, chain):
+        for i, (row, (layer, act)) in enumerate(zip(table, chain)):
             n_in, n_out = layer.weight.shape
-            k_splits = forward_splits(max_rows, n_in, n_out) if split else 1
+            k_splits = (forward_splits(max_rows, n_in, n_out) if split else 1) if i == 0 else 1
             shapes = [(n_in, n_out), (n_out,), (max_rows, n_out), (max_rows, n_out)]
-            shapes += [(k_splits, max_rows, n_out)] if k_splits > 1 else []  # the partial tiles
+            shapes += [(k_splits, max_rows, n_out)] if i == 0 else []  # the first layer's partial tiles
             own = [DeviceArray.empty(shape) for shape in shapes]
             self.buffers += own
             gw, gb, out, delta, scratch = (*own, None)[:5]
@@ -160,8 +169,7 @@ class PersistentStep:
             row["n_in"], row["n_out"], row["act"], row["partial0"] = n_in, n_out, act, partial0
             row["k_splits"] = k_splits
             self.k_splits.append(k_splits)
-            partial0 += _cdiv(n_in, PERSISTENT["TILE"]) * _cdiv(n_out, PERSISTENT["TILE"])
-            partial0 += _cdiv(n_out, PERSISTENT["THREADS"])
+            partial0 += layer_jobs(n_in, n_out)
         self.n_layers, self.n_in, self.n_out = len(chain), chain[0][0].weight.shape[0], chain[-1][0].weight.shape[1]
         self.n_partials = partial0
         self.table = DeviceArray.empty((table.nbytes // 4,))
@@ -172,13 +180,7 @@ class PersistentStep:
         self.barrier = full((2,), 0.0)  # GridBarrier {count, generation}: zero bits, once
         self.batch = BatchCursor()  # where the step's rows lie: the kernel moves it past them
         self._graphs: dict[int, graphs.Graph] = {}  # per batch size, captured after one eager step
-        # what the kernel does between its grid barriers (2L + 1, and one per split layer), in order
-        forward = [
-            [f"forward {i} slices", f"forward {i} sum"] if s > 1 else [f"forward {i}"]
-            for i, s in enumerate(self.k_splits, 1)
-        ]  # fmt: skip
-        backward = [f"backward {i}" for i in range(self.n_layers, 0, -1)]
-        self.phases = [name for names in forward for name in names] + ["loss", *backward, "update"]
+        self.phases = ["forward 1", "rows", "gradients", "update"]  # between its grid barriers, in order
 
     def launch(self, x: DeviceArray, y: DeviceArray, kernel="persistent_step", phase_ns=None) -> DeviceArray:
         """Queue one step on the batch (x, y); returns the loss array, nothing read back.

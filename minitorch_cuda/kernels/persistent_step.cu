@@ -4,26 +4,29 @@
 //                     FeedForward layers (each with a bias, then ReLU, Sigmoid or nothing)
 //                     described by a device-side table; one block per multiprocessor, all
 //                     resident at once, phases separated by grid barriers (grid_barrier.cuh)
-// Phases, for L layers (2L + 1 grid barriers, and one more per split layer):
-//   forward l = 1..L     A_l = act_l(A_{l-1} W_l + b_l), A_0 = x          barrier after each
-//                        split layers (k_splits > 1, a long k over few tiles: the host's rule,
-//                        from the shapes alone): each job (tile, slice of k in whole PS_TILE_K
-//                        chunks) writes its partial tile to the layer's scratch, barrier, then
-//                        each element sums its k_splits partials in slice order, + b_l, act_l
-//   loss                 a warp per row: softmax, the row's cross-entropy, and
-//                        D_L = (softmax - target) / rows                   barrier
-//   backward l = L..1    gW_l = A_{l-1}^T D_l, gb_l = column sums of D_l, and (l > 1)
-//                        D_{l-1} = (D_l W_l^T) * act_{l-1}'(A_{l-1}); the sum of squares
-//                        of each gradient tile into its own slot of partials   barrier after each
-//   update               every block sums the partials in one fixed order: the global norm,
-//                        the clip factor max_norm / (norm + 1e-6) where norm > max_norm (as
-//                        optim.cu's clip_scale); then p, v of every parameter (optim.cu's
-//                        formulas), all layers as one run of elements (param_run.cuh);
-//                        block 0 writes the mean loss
-// Work is split into jobs of fixed shape (PS_TILE x PS_TILE output tiles, PS_THREADS columns
-// of a bias gradient, a row of the loss) handed to blocks grid-stride, and every value is
-// computed by one thread (or warp) in a fixed order: the results are the same, bit for
-// bit, for every grid size. Sums over k run in order, with fmaf, as matmul_regtiled's do.
+// Four phases and three grid barriers, whatever the number of layers L:
+//   forward 1   the first layer's products X W_1 in tiles and slices of k: job (tile, slice s)
+//               writes its partial tile to the layer's scratch split[s] (k_splits slices, the
+//               host's rule from the shapes)                                        barrier
+//   rows        a block per row of the batch, the row's vectors in shared memory: the first
+//               layer's partials summed in slice order, + b_1, act_1; the forward of every
+//               later layer; the row's softmax cross-entropy and D_L = (softmax - target) / rows;
+//               then D_{l-1} = (D_l W_l^T) * act_{l-1}'(A_{l-1}) down to D_1. Every A_l and
+//               D_l of the row is also written to global memory, for the next phase  barrier
+//   gradients   gW_l = A_{l-1}^T D_l in tiles, gb_l = column sums of D_l; each job's sum of
+//               squares into its own slot of partials                                barrier
+//   update      every block sums the partials in one fixed order: the global norm, the clip
+//               factor max_norm / (norm + 1e-6) where norm > max_norm (as optim.cu's
+//               clip_scale); then p, v of every parameter (optim.cu's formulas), all layers as
+//               one run of elements (param_run.cuh); block 0 writes the mean loss
+// Why rows: from the first layer's sums to D_1, a row of the batch needs nothing from any other
+// row, so one block can carry it through every layer with no grid barrier; the first design
+// (a barrier after each layer's forward and backward, 2L + 1 of them) spent about half its
+// time in barriers and in phases too short to fill the GPU. What rows costs instead: its
+// products are matrix-vector products, and each row's block reads the weights of the layers
+// after the first from L2 (160 KB for the protocol's 256 -> 128 -> 10).
+// Every value is computed by one thread (or warp) in an order fixed by the shapes: the
+// results are the same, bit for bit, for every grid size.
 // The batch is read through a cursor (batch_cursor.cuh): every block reads it at its start,
 // and block 0 moves it past the batch's rows at its end, when every block has passed the
 // first grid barrier and so has read it. A graph replayed on the consecutive batches of one
@@ -37,9 +40,18 @@
 #include "grid_barrier.cuh"
 #include "param_run.cuh"
 
-#define PS_THREADS 256  // threads of a block: one per element of a PS_TILE x PS_TILE tile
-#define PS_TILE 16    // output tiles of PS_TILE x PS_TILE
-#define PS_TILE_K 64  // the slice of k staged in shared memory at once (a multiple of PS_TILE)
+#define PS_THREADS 256      // threads of a block
+#define PS_BM 64            // tiles of PS_BM x PS_BN outputs (the first forward, the gradients),
+#define PS_BN 32            //   a thread's 2 x 4 of them in registers
+#define PS_BK 64            // the slice of k a tile stages in shared memory at once
+#define PS_CHUNK 16         // the first forward's slices of k are whole chunks of PS_CHUNK
+#define PS_ROW_FLOATS 2048  // a row's outputs of every layer (and its deltas) in shared memory
+#define PS_ROW_LOADS 32     // weights a thread of rows has in flight at once
+
+// One buffer of shared memory, laid out by each phase in turn: a tile's operands, or a row.
+#define PS_TILE_FLOATS (PS_BK * (PS_BM + 1) + PS_BK * PS_BN)
+#define PS_ROWS_FLOATS (2 * PS_ROW_FLOATS + PS_THREADS)
+#define PS_SMEM_FLOATS (PS_TILE_FLOATS > PS_ROWS_FLOATS ? PS_TILE_FLOATS : PS_ROWS_FLOATS)
 
 #ifdef PS_PHASE_CLOCK
 #define PS_CLOCK_PARAM , unsigned long long* phase_ns
@@ -76,11 +88,11 @@ struct PersistentLayer {
     float* vb;
     float* out;     // rows x n_out: act(A W + b), the logits for the last layer
     float* delta;   // rows x n_out: d loss / d (A W + b)
-    float* split;   // k_splits x rows x n_out: the forward's partial tiles (null where k_splits is 1)
+    float* split;   // k_splits x rows x n_out: the first layer's partial tiles (null for the others)
     int n_in, n_out;
     int act;        // ACT_*, applied to this layer's output
     int partial0;   // this layer's first slot in partials: its gW tiles, then its gb chunks
-    int k_splits;   // slices of k in the forward (1: one job per tile, no scratch)
+    int k_splits;   // the first layer: slices of k in its forward (1: one per tile); the others: 1
 };
 
 __device__ __forceinline__ int cdiv(int n, int d) { return (n + d - 1) / d; }
@@ -98,181 +110,315 @@ __device__ __forceinline__ float activate_backward(int act, float g, float y) {
     return g;
 }
 
-// Thread t's element (m0 + t / PS_TILE, n0 + t % PS_TILE) of C = op(A) op(B), C M x N with
-// inner size K, summed over k in [k_begin, k_end) (k_begin a multiple of PS_TILE_K); op
-// transposes A (stored K x M) where ta, B (stored N x K) where tb. Slices of
-// PS_TILE_K along k are staged in shared memory, each thread loading PS_TILE_K / PS_TILE
-// elements of each operand with consecutive threads on consecutive addresses: a few long
-// slices, so that few waits for memory and block barriers lie on the path of a long k (784).
-// The next slice's loads are issued into registers before the current slice's products, so
-// its wait for memory overlaps them (the sums, and so the bits, are those of one slice after
-// another). Every thread of the block calls it (it synchronizes the block).
-__device__ __forceinline__ float tile_product(const float* a, const float* b, int M, int N, int K, bool ta, bool tb,
-                                              int m0, int n0, int k_begin, int k_end) {
-    constexpr int J = PS_TILE_K / PS_TILE;  // elements of each operand a thread stages per slice
-    __shared__ float as[PS_TILE][PS_TILE_K + 1];  // as[m][k]; +1: no bank conflicts when written transposed
-    __shared__ float bs[PS_TILE_K][PS_TILE + 1];  // bs[k][n]
-    const int tx = threadIdx.x % PS_TILE, ty = threadIdx.x / PS_TILE;
-    float ra[J], rb[J];  // the slice in flight
+// C[m0.., n0..] += op(A) B over k in [k_begin, k_end), a PS_BM x PS_BN tile, thread t's
+// 2 x 4 outputs (rows m0 + 2 (t / 8) + i, columns n0 + 4 (t % 8) + j) into acc. A is M x K
+// (a[m K + k]), or K x M where TA (a[k M + m]); B is K x N. Slices of PS_BK along k are staged
+// in shared memory, each thread loading 16 elements of A and 8 of B with consecutive threads on
+// consecutive addresses; the next slice's loads are issued into registers before the current
+// slice's products, so that its wait for memory overlaps them. Each k then costs a thread two
+// scalar and one 16-byte shared load for 8 fmaf (a warp's loads are two broadcasts and one
+// 128-byte row). Every thread of the block calls it (it synchronizes the block).
+template <bool TA>
+__device__ __forceinline__ void tile_product(float (&acc)[2][4], float* smem, const float* a, const float* b, int M,
+                                             int N, int K, int m0, int n0, int k_begin, int k_end) {
+    constexpr int JA = PS_BM * PS_BK / PS_THREADS, JB = PS_BK * PS_BN / PS_THREADS;
+    float(*as)[PS_BM + 1] = reinterpret_cast<float(*)[PS_BM + 1]>(smem);  // as[k][m]; +1: no bank conflicts
+    float(*bs)[PS_BN] = reinterpret_cast<float(*)[PS_BN]>(smem + PS_BK * (PS_BM + 1));  // bs[k][n]
+    const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
+    float ra[JA], rb[JB];  // the slice in flight
     auto load = [&](int k0) {
 #pragma unroll
-        for (int j = 0; j < J; ++j) {
-            const int i = threadIdx.x + PS_THREADS * j;  // element i of a slice of PS_TILE x PS_TILE_K
-            const int along = i % PS_TILE_K, across = i / PS_TILE_K;  // k-contiguous storage
-            const int fast = i % PS_TILE, slow = i / PS_TILE;          // m- or n-contiguous storage
-            if (!ta) {
-                const int m = m0 + across, k = k0 + along;
-                ra[j] = m < M && k < k_end ? a[m * K + k] : 0.0f;
-            } else {
-                const int m = m0 + fast, k = k0 + slow;
-                ra[j] = m < M && k < k_end ? a[k * M + m] : 0.0f;
-            }
-            if (!tb) {
-                const int n = n0 + fast, k = k0 + slow;
-                rb[j] = k < k_end && n < N ? b[k * N + n] : 0.0f;
-            } else {
-                const int n = n0 + across, k = k0 + along;
-                rb[j] = k < k_end && n < N ? b[n * K + k] : 0.0f;
-            }
+        for (int j = 0; j < JA; ++j) {
+            const int i = threadIdx.x + PS_THREADS * j;
+            const int m = m0 + (TA ? i % PS_BM : i / PS_BK), k = k0 + (TA ? i / PS_BM : i % PS_BK);
+            ra[j] = m < M && k < k_end ? a[TA ? (long long)k * M + m : (long long)m * K + k] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < JB; ++j) {
+            const int i = threadIdx.x + PS_THREADS * j, n = n0 + i % PS_BN, k = k0 + i / PS_BN;
+            rb[j] = k < k_end && n < N ? b[(long long)k * N + n] : 0.0f;
         }
     };
     auto store = [&]() {  // where element i goes does not depend on the slice
 #pragma unroll
-        for (int j = 0; j < J; ++j) {
+        for (int j = 0; j < JA; ++j) {
             const int i = threadIdx.x + PS_THREADS * j;
-            const int along = i % PS_TILE_K, across = i / PS_TILE_K;
-            const int fast = i % PS_TILE, slow = i / PS_TILE;
-            if (!ta) as[across][along] = ra[j];
-            else as[fast][slow] = ra[j];
-            if (!tb) bs[slow][fast] = rb[j];
-            else bs[along][across] = rb[j];
+            if (TA) as[i / PS_BM][i % PS_BM] = ra[j];
+            else as[i % PS_BK][i / PS_BK] = ra[j];
+        }
+#pragma unroll
+        for (int j = 0; j < JB; ++j) {
+            const int i = threadIdx.x + PS_THREADS * j;
+            bs[i / PS_BN][i % PS_BN] = rb[j];
         }
     };
-    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
     load(k_begin);
-    for (int k0 = k_begin; k0 < k_end; k0 += PS_TILE_K) {
+    for (int k0 = k_begin; k0 < k_end; k0 += PS_BK) {
         store();
         __syncthreads();
-        if (k0 + PS_TILE_K < k_end) load(k0 + PS_TILE_K);  // in flight during the products below
-        const int steps = min(PS_TILE_K, k_end - k0);  // no products of the zero padding
-        for (int kk = 0; kk < steps; ++kk) acc = fmaf(as[ty][kk], bs[kk][tx], acc);
+        if (k0 + PS_BK < k_end) load(k0 + PS_BK);  // in flight during the products below
+        const int steps = min(PS_BK, k_end - k0);  // no products of the zero padding
+#pragma unroll 4
+        for (int kk = 0; kk < steps; ++kk) {
+            const float a0 = as[kk][2 * ty], a1 = as[kk][2 * ty + 1];
+            const float4 bk = *reinterpret_cast<const float4*>(&bs[kk][4 * tx]);
+            const float bv[4] = {bk.x, bk.y, bk.z, bk.w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                acc[0][j] = fmaf(a0, bv[j], acc[0][j]);
+                acc[1][j] = fmaf(a1, bv[j], acc[1][j]);
+            }
+        }
         __syncthreads();
     }
-    return acc;
 }
 
-__device__ __forceinline__ void forward_layer(const PersistentLayer& layer, const float* in, int rows) {
-    const int N = layer.n_out, tiles_n = cdiv(N, PS_TILE), tiles = cdiv(rows, PS_TILE) * tiles_n;
-    for (int job = blockIdx.x; job < tiles; job += gridDim.x) {
-        const int m0 = job / tiles_n * PS_TILE, n0 = job % tiles_n * PS_TILE;
-        const float acc = tile_product(in, layer.w, rows, N, layer.n_in, false, false, m0, n0, 0, layer.n_in);
-        const int m = m0 + threadIdx.x / PS_TILE, n = n0 + threadIdx.x % PS_TILE;
-        if (m < rows && n < N) layer.out[m * N + n] = activate(layer.act, acc + layer.b[n]);
-    }
+// acc's elements that lie inside C (M x N) into c; returns the thread's sum of their squares.
+__device__ __forceinline__ float store_tile(const float (&acc)[2][4], float* c, int M, int N, int m0, int n0) {
+    float sumsq = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int m = m0 + 2 * (threadIdx.x / 8) + i, n = n0 + 4 * (threadIdx.x % 8) + j;
+            if (m < M && n < N) {
+                c[(long long)m * N + n] = acc[i][j];
+                sumsq = fmaf(acc[i][j], acc[i][j], sumsq);
+            }
+        }
+    return sumsq;
 }
 
-// Slice s of k_splits covers the PS_TILE_K chunks [s c / S, (s + 1) c / S) of the c chunks of
-// k: as even as whole chunks allow, and fixed by the shapes (so are the bits).
+// Slice s of k_splits covers the PS_CHUNK chunks [s c / S, (s + 1) c / S) of the c chunks of k:
+// as even as whole chunks allow, and fixed by the shapes (so are the bits).
 __device__ __forceinline__ int slice_begin(int s, int k_splits, int K) {
-    return (int)((long long)s * cdiv(K, PS_TILE_K) / k_splits) * PS_TILE_K;
+    return (int)((long long)s * cdiv(K, PS_CHUNK) / k_splits) * PS_CHUNK;
 }
 
-// A split layer's first half: job (tile, s) writes its tile's sum over slice s of k to split[s].
-__device__ __forceinline__ void forward_slices(const PersistentLayer& layer, const float* in, int rows) {
+// forward 1: job (tile, s) writes its tile's sum over slice s of k to split[s] (rows x n_out).
+__device__ __forceinline__ void forward_first(const PersistentLayer& layer, const float* x, int rows, float* smem) {
     const int N = layer.n_out, K = layer.n_in, S = layer.k_splits;
-    const int tiles_n = cdiv(N, PS_TILE), tiles = cdiv(rows, PS_TILE) * tiles_n;
+    const int tiles_n = cdiv(N, PS_BN), tiles = cdiv(rows, PS_BM) * tiles_n;
     for (int job = blockIdx.x; job < tiles * S; job += gridDim.x) {
         const int tile = job / S, s = job % S;
-        const int m0 = tile / tiles_n * PS_TILE, n0 = tile % tiles_n * PS_TILE;
-        const int k_end = min(slice_begin(s + 1, S, K), K);
-        const float acc = tile_product(in, layer.w, rows, N, K, false, false, m0, n0, slice_begin(s, S, K), k_end);
-        const int m = m0 + threadIdx.x / PS_TILE, n = n0 + threadIdx.x % PS_TILE;
-        if (m < rows && n < N) layer.split[(s * rows + m) * N + n] = acc;
+        const int m0 = tile / tiles_n * PS_BM, n0 = tile % tiles_n * PS_BN;
+        float acc[2][4];
+        tile_product<false>(acc, smem, x, layer.w, rows, N, K, m0, n0, slice_begin(s, S, K),
+                            min(slice_begin(s + 1, S, K), K));
+        store_tile(acc, layer.split + (long long)s * rows * N, rows, N, m0, n0);
     }
 }
 
-// Its second half, after a barrier: each element's partials in slice order, + bias, act.
-__device__ __forceinline__ void forward_sum(const PersistentLayer& layer, int rows) {
-    const int N = layer.n_out, n_out = rows * N;
-    for (int i = blockIdx.x * PS_THREADS + threadIdx.x; i < n_out; i += gridDim.x * PS_THREADS) {
-        float acc = layer.split[i];
-        for (int s = 1; s < layer.k_splits; ++s) acc += layer.split[s * n_out + i];
-        layer.out[i] = activate(layer.act, acc + layer.b[i % N]);
+// rows, the first layer: row r's partials in slice order, + bias, act, into out (shared) and
+// the layer's out (global).
+__device__ __forceinline__ void first_row(const PersistentLayer& layer, int r, int rows, float* out) {
+    const int N = layer.n_out, S = layer.k_splits;
+    const long long plane = (long long)rows * N;
+    for (int n = threadIdx.x; n < N; n += PS_THREADS) {
+        const float* p = layer.split + (long long)r * N + n;
+        float z = 0.0f;
+        for (int s0 = 0; s0 < S; s0 += 8) {  // 8 loads in flight, summed in slice order
+            float part[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) part[u] = s0 + u < S ? p[(s0 + u) * plane] : 0.0f;
+#pragma unroll
+            for (int u = 0; u < 8; ++u)
+                if (s0 + u < S) z += part[u];
+        }
+        const float y = activate(layer.act, z + layer.b[n]);
+        out[n] = y;
+        layer.out[(long long)r * N + n] = y;
+    }
+    __syncthreads();
+}
+
+// rows, a later layer: out = act(in W + b) for row r. Thread t takes column c = t % T of each
+// pass of T columns (T: a power of two from 32 to PS_THREADS, the fewest that cover n_out) and
+// the k of group g = t / T (PS_THREADS / T groups, each a contiguous stretch of k); the groups'
+// sums meet in red, in group order. A warp reads 32 consecutive weights of a row of W, and a
+// thread has PS_ROW_LOADS of them in flight.
+__device__ __forceinline__ void forward_row(const PersistentLayer& layer, int r, const float* in, float* out,
+                                            float* red) {
+    const int K = layer.n_in, N = layer.n_out;
+    int T = 32;
+    while (T < N && T < PS_THREADS) T *= 2;
+    const int G = PS_THREADS / T, g = threadIdx.x / T, c = threadIdx.x % T;
+    const int k0 = g * K / G, k1 = (g + 1) * K / G;
+    for (int n0 = 0; n0 < N; n0 += T) {
+        const int n = n0 + c;
+        float acc = 0.0f;
+        if (n < N) {
+            for (int kb = k0; kb < k1; kb += PS_ROW_LOADS) {
+                float w[PS_ROW_LOADS];
+#pragma unroll
+                for (int u = 0; u < PS_ROW_LOADS; ++u) w[u] = kb + u < k1 ? layer.w[(long long)(kb + u) * N + n] : 0.0f;
+#pragma unroll
+                for (int u = 0; u < PS_ROW_LOADS; ++u)
+                    if (kb + u < k1) acc = fmaf(in[kb + u], w[u], acc);
+            }
+        }
+        red[threadIdx.x] = acc;
+        __syncthreads();
+        if (g == 0 && n < N) {
+            float z = red[c];
+            for (int h = 1; h < G; ++h) z += red[h * T + c];
+            const float y = activate(layer.act, z + layer.b[n]);
+            out[n] = y;
+            layer.out[(long long)r * N + n] = y;
+        }
+        __syncthreads();
     }
 }
 
-// A warp per row: the row's loss into row_loss, and D = scale * (softmax - target), as
-// softmax_xent_fused and xent_backward compute them. The loop runs over the block's groups
-// of PS_THREADS / 32 rows (grid-stride), the same trip count in every warp, and a warp past
-// the last row computes row rows - 1 without storing it: the shuffles never sit in
-// divergent code (which made ptxas spill the convergence-barrier registers).
-__device__ __forceinline__ void loss_rows(const PersistentLayer& last, const float* target, int rows, float* row_loss) {
-    const int lane = threadIdx.x & 31, per_block = PS_THREADS / 32, cols = last.n_out;
-    const float scale = 1.0f / rows;
-    for (int first = blockIdx.x * per_block; first < rows; first += gridDim.x * per_block) {
-        const int row = first + threadIdx.x / 32, safe = min(row, rows - 1);
-        const bool mine = row < rows;
-        const float* z = last.out + safe * cols;
-        const float* t = target + safe * cols;
-        float* d = last.delta + safe * cols;
+// rows, the loss: warp 0 takes row r's logits z (shared): the row's loss into row_loss[r], and
+// its D = (softmax - target) / rows into d (shared) and the layer's delta, as
+// softmax_xent_fused and xent_backward compute them.
+__device__ __forceinline__ void loss_row(const PersistentLayer& last, const float* target, int r, int rows,
+                                         const float* z, float* d, float* row_loss) {
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x, cols = last.n_out;
+        const float scale = 1.0f / rows;
+        const float* t = target + (long long)r * cols;
         float m = -CUDART_INF_F;
-        for (int c0 = 0; c0 < cols; c0 += 32) m = fmaxf(m, c0 + lane < cols ? z[c0 + lane] : -CUDART_INF_F);
+        for (int c = lane; c < cols; c += 32) m = fmaxf(m, z[c]);
         m = warp_allreduce<MaxOp>(m);
         float s = 0.0f;
-        for (int c0 = 0; c0 < cols; c0 += 32) s += c0 + lane < cols ? expf(z[c0 + lane] - m) : 0.0f;
+        for (int c = lane; c < cols; c += 32) s += expf(z[c] - m);
         s = warp_allreduce<SumOp>(s);
         const float log_s = logf(s);
         float loss = 0.0f;
-        for (int c0 = 0; c0 < cols; c0 += 32) {
-            const int c = c0 + lane;
-            if (c < cols) {
-                const float zc = z[c] - m;
-                if (mine) d[c] = scale * (expf(zc) / s - t[c]);
-                loss -= t[c] * (zc - log_s);
-            }
+        for (int c = lane; c < cols; c += 32) {
+            const float zc = z[c] - m, tc = t[c];
+            const float dc = scale * (expf(zc) / s - tc);
+            d[c] = dc;
+            last.delta[(long long)r * cols + c] = dc;
+            loss -= tc * (zc - log_s);
         }
         loss = warp_allreduce<SumOp>(loss);
-        if (mine && lane == 0) row_loss[row] = loss;
+        if (lane == 0) row_loss[r] = loss;
+    }
+    __syncthreads();
+}
+
+// rows, backward through a layer: d_prev = (d W^T) * act_prev'(a_prev) for row r. A warp takes
+// PS_ROW_J consecutive j (rows of W) at once, its lanes PS_ROW_LOADS / PS_ROW_J consecutive
+// stretches of 32 columns of each: every warp load is 32 consecutive weights. Each lane sums its
+// columns in order, then the warp's butterfly sums the lanes.
+#define PS_ROW_J 8
+__device__ __forceinline__ void backward_row(const PersistentLayer& layer, const PersistentLayer& prev, int r,
+                                             const float* d, const float* a_prev, float* d_prev) {
+    constexpr int PER_LANE = PS_ROW_LOADS / PS_ROW_J, WARPS = PS_THREADS / 32;
+    const int K = layer.n_in, N = layer.n_out, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int j0 = warp * PS_ROW_J; j0 < K; j0 += WARPS * PS_ROW_J) {
+        float acc[PS_ROW_J];
+#pragma unroll
+        for (int jj = 0; jj < PS_ROW_J; ++jj) acc[jj] = 0.0f;
+        for (int nb = 0; nb < N; nb += 32 * PER_LANE) {
+            float w[PS_ROW_J][PER_LANE];
+#pragma unroll
+            for (int jj = 0; jj < PS_ROW_J; ++jj)
+#pragma unroll
+                for (int u = 0; u < PER_LANE; ++u) {
+                    const int j = j0 + jj, n = nb + 32 * u + lane;
+                    w[jj][u] = j < K && n < N ? layer.w[(long long)j * N + n] : 0.0f;
+                }
+#pragma unroll
+            for (int u = 0; u < PER_LANE; ++u) {
+                const int n = nb + 32 * u + lane;
+                if (n < N) {
+                    const float dn = d[n];
+#pragma unroll
+                    for (int jj = 0; jj < PS_ROW_J; ++jj) acc[jj] = fmaf(dn, w[jj][u], acc[jj]);
+                }
+            }
+        }
+#pragma unroll
+        for (int jj = 0; jj < PS_ROW_J; ++jj) acc[jj] = warp_allreduce<SumOp>(acc[jj]);
+#pragma unroll
+        for (int jj = 0; jj < PS_ROW_J; ++jj) {
+            const int j = j0 + jj;
+            if (lane == jj && j < K) {
+                const float v = activate_backward(prev.act, acc[jj], a_prev[j]);
+                d_prev[j] = v;
+                prev.delta[(long long)r * K + j] = v;
+            }
+        }
+    }
+    __syncthreads();
+}
+
+// rows: a block per row, grid-stride. Layer l's output and delta lie at the same offset of
+// acts and deltas (the widths of the layers before it, summed: at most PS_ROW_FLOATS in all,
+// the host's rule).
+__device__ __forceinline__ void rows_phase(const PersistentLayer* layers, int n_layers, const float* target, int rows,
+                                           float* row_loss, float* smem) {
+    float* acts = smem;
+    float* deltas = smem + PS_ROW_FLOATS;
+    float* red = smem + 2 * PS_ROW_FLOATS;
+    for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+        first_row(layers[0], r, rows, acts);
+        int offset = 0;  // layer l's, as l goes up
+        for (int l = 1; l < n_layers; ++l) {
+            const int next = offset + layers[l - 1].n_out;
+            forward_row(layers[l], r, acts + offset, acts + next, red);
+            offset = next;
+        }
+        loss_row(layers[n_layers - 1], target, r, rows, acts + offset, deltas + offset, row_loss);
+        for (int l = n_layers - 1; l >= 1; --l) {
+            const int below = offset - layers[l - 1].n_out;
+            backward_row(layers[l], layers[l - 1], r, deltas + offset, acts + below, deltas + below);
+            offset = below;
+        }
     }
 }
 
-// Layer l's gradients and the delta of the layer before it (prev null for the first layer),
-// as one list of jobs: gW tiles, gb chunks, then tiles of the previous delta.
-__device__ __forceinline__ void backward_layer(const PersistentLayer& layer, const PersistentLayer* prev, const float* in, int rows,
-                               float* partials) {
-    __shared__ float smem[33];
-    const int n_in = layer.n_in, n_out = layer.n_out, tiles_n = cdiv(n_out, PS_TILE);
-    const int gw_tiles = cdiv(n_in, PS_TILE) * tiles_n, gb_chunks = cdiv(n_out, PS_THREADS);
-    const int in_tiles_n = cdiv(n_in, PS_TILE);
-    const int jobs = gw_tiles + gb_chunks + (prev ? cdiv(rows, PS_TILE) * in_tiles_n : 0);
+// gradients: per layer, its gW tiles then its gb chunks, as one list of jobs over the layers;
+// each job's sum of squares into its slot of partials (the layer's partial0 + its job).
+__device__ __forceinline__ void gradients(const PersistentLayer* layers, int n_layers, const float* x, int rows,
+                                          float* partials, float* smem) {
+    int jobs = 0;
+    for (int l = 0; l < n_layers; ++l)
+        jobs += cdiv(layers[l].n_in, PS_BM) * cdiv(layers[l].n_out, PS_BN) + cdiv(layers[l].n_out, PS_THREADS);
     for (int job = blockIdx.x; job < jobs; job += gridDim.x) {
-        if (job < gw_tiles) {  // gW = A^T D: n_in x n_out, summed over the rows
-            const int m0 = job / tiles_n * PS_TILE, n0 = job % tiles_n * PS_TILE;
-            const float g = tile_product(in, layer.delta, n_in, n_out, rows, true, false, m0, n0, 0, rows);
-            const int m = m0 + threadIdx.x / PS_TILE, n = n0 + threadIdx.x % PS_TILE;
-            const bool inside = m < n_in && n < n_out;
-            if (inside) layer.gw[m * n_out + n] = g;
-            const float sumsq = block_reduce_shuffle<SumOp>(inside ? g * g : 0.0f, smem);
-            if (threadIdx.x == 0) partials[layer.partial0 + job] = sumsq;
-        } else if (job < gw_tiles + gb_chunks) {  // gb: a thread per column, the rows in order
-            const int n = (job - gw_tiles) * PS_THREADS + threadIdx.x;
-            float g = 0.0f;
+        int l = 0, local = job;
+        for (;; ++l) {  // the job's layer, and its index among the layer's jobs
+            const int own = cdiv(layers[l].n_in, PS_BM) * cdiv(layers[l].n_out, PS_BN) +
+                            cdiv(layers[l].n_out, PS_THREADS);
+            if (local < own) break;
+            local -= own;
+        }
+        const PersistentLayer& layer = layers[l];
+        const int n_in = layer.n_in, n_out = layer.n_out, tiles_n = cdiv(n_out, PS_BN);
+        const int gw_tiles = cdiv(n_in, PS_BM) * tiles_n;
+        float sumsq = 0.0f;
+        if (local < gw_tiles) {  // gW = A^T D: n_in x n_out, summed over the rows
+            const int m0 = local / tiles_n * PS_BM, n0 = local % tiles_n * PS_BN;
+            float acc[2][4];
+            tile_product<true>(acc, smem, l == 0 ? x : layers[l - 1].out, layer.delta, n_in, n_out, rows, m0, n0, 0,
+                               rows);
+            sumsq = store_tile(acc, layer.gw, n_in, n_out, m0, n0);
+        } else {  // gb: a thread per column, the rows in order
+            const int n = (local - gw_tiles) * PS_THREADS + threadIdx.x;
             if (n < n_out) {
-                for (int r = 0; r < rows; ++r) g += layer.delta[r * n_out + n];
+                float g = 0.0f;
+                for (int r0 = 0; r0 < rows; r0 += 16) {  // 16 loads in flight
+                    float v[16];
+#pragma unroll
+                    for (int u = 0; u < 16; ++u) v[u] = r0 + u < rows ? layer.delta[(long long)(r0 + u) * n_out + n] : 0.0f;
+#pragma unroll
+                    for (int u = 0; u < 16; ++u)
+                        if (r0 + u < rows) g += v[u];
+                }
                 layer.gb[n] = g;
-            }
-            const float sumsq = block_reduce_shuffle<SumOp>(g * g, smem);
-            if (threadIdx.x == 0) partials[layer.partial0 + job] = sumsq;
-        } else {  // D_prev = (D W^T) * act'(A): rows x n_in
-            const int tile = job - gw_tiles - gb_chunks;
-            const int m0 = tile / in_tiles_n * PS_TILE, n0 = tile % in_tiles_n * PS_TILE;
-            const float g = tile_product(layer.delta, layer.w, rows, n_in, n_out, false, true, m0, n0, 0, n_out);
-            const int m = m0 + threadIdx.x / PS_TILE, n = n0 + threadIdx.x % PS_TILE;
-            if (m < rows && n < n_in) {
-                const int i = m * n_in + n;
-                prev->delta[i] = activate_backward(prev->act, g, prev->out[i]);
+                sumsq = g * g;
             }
         }
+        sumsq = block_reduce_shuffle<SumOp>(sumsq, smem);  // after the tile's last block barrier
+        if (threadIdx.x == 0) partials[layer.partial0 + local] = sumsq;
     }
 }
 
@@ -316,45 +462,37 @@ __device__ __forceinline__ void update(const PersistentLayer* layers, int n_laye
 // barriers wait for all of them); block: PS_THREADS. rows <= the rows the out/delta buffers
 // hold; partials: every layer's gW tiles and gb chunks (n_partials slots); row_loss: rows;
 // batch: where this step's rows lie, moved past them at the end;
-// phase_ns (PS_PHASE_CLOCK only): 2 + the grid barriers, 2L + 2 + the split layers.
-extern "C" __global__ void __launch_bounds__(PS_THREADS) persistent_step(
+// phase_ns (PS_PHASE_CLOCK only): 5 stamps, the start, after each of the 3 barriers, the end.
+extern "C" __global__ void __launch_bounds__(PS_THREADS, 1) persistent_step(
     const PersistentLayer* layers, int n_layers, BatchCursor* batch, int rows, float* row_loss,
     float* partials, int n_partials, float* loss, GridBarrier* barrier, int rmsprop, float lr, float decay, float eps,
     float max_norm PS_CLOCK_PARAM) {
+    __shared__ __align__(16) float smem[PS_SMEM_FLOATS];
     PS_STAMPS;
     PS_STAMP();
     const float* const x = batch->x;  // before the first barrier, in every block (see the top)
     const float* const target = batch->target;
-    for (int l = 0; l < n_layers; ++l) {
-        const float* in = l == 0 ? x : layers[l - 1].out;
-        if (layers[l].k_splits > 1) {
-            forward_slices(layers[l], in, rows);
-            grid_barrier(barrier);
-            PS_STAMP();
-            forward_sum(layers[l], rows);
-        } else {
-            forward_layer(layers[l], in, rows);
-        }
-        grid_barrier(barrier);
-        PS_STAMP();
-    }
-    loss_rows(layers[n_layers - 1], target, rows, row_loss);
+    forward_first(layers[0], x, rows, smem);
     grid_barrier(barrier);
     PS_STAMP();
-    for (int l = n_layers - 1; l >= 0; --l) {
-        backward_layer(layers[l], l == 0 ? nullptr : &layers[l - 1], l == 0 ? x : layers[l - 1].out, rows, partials);
-        grid_barrier(barrier);
-        PS_STAMP();
-    }
+    rows_phase(layers, n_layers, target, rows, row_loss, smem);
+    grid_barrier(barrier);
+    PS_STAMP();
+    gradients(layers, n_layers, x, rows, partials, smem);
+    grid_barrier(barrier);
+    PS_STAMP();
     const float factor = clip_factor(partials, n_partials, max_norm);
     update(layers, n_layers, factor, rmsprop, lr, decay, eps);
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
+    if (blockIdx.x == 0 && threadIdx.x < 32) {  // the mean loss: each lane's rows in order, then a butterfly
         float total = 0.0f;
-        for (int r = 0; r < rows; ++r) total += row_loss[r];
-        loss[0] = (1.0f / rows) * total;  // softmax_xent_fused: scale * sum
-        // Every block read the cursor before the first barrier: moving it now races with none.
-        batch->x = x + (long long)rows * layers[0].n_in;
-        batch->target = target + (long long)rows * layers[n_layers - 1].n_out;
+        for (int r = threadIdx.x; r < rows; r += 32) total += row_loss[r];
+        total = warp_allreduce<SumOp>(total);
+        if (threadIdx.x == 0) {
+            loss[0] = (1.0f / rows) * total;  // softmax_xent_fused: scale * sum
+            // Every block read the cursor before the first barrier: moving it now races with none.
+            batch->x = x + (long long)rows * layers[0].n_in;
+            batch->target = target + (long long)rows * layers[n_layers - 1].n_out;
+        }
     }
     PS_STAMP();
 }
