@@ -224,10 +224,9 @@ __device__ __forceinline__ void first_row(const PersistentLayer& layer, int r, i
         for (int s0 = 0; s0 < S; s0 += 8) {  // 8 loads in flight, summed in slice order
             float part[8];
 #pragma unroll
-            for (int u = 0; u < 8; ++u) part[u] = s0 + u < S ? p[(s0 + u) * plane] : 0.0f;
+            for (int u = 0; u < 8; ++u) part[u] = p[min(s0 + u, S - 1) * plane];  // clamped: no branch
 #pragma unroll
-            for (int u = 0; u < 8; ++u)
-                if (s0 + u < S) z += part[u];
+            for (int u = 0; u < 8; ++u) z += s0 + u < S ? part[u] : 0.0f;  // + 0: z unchanged
         }
         const float y = activate(layer.act, z + layer.b[n]);
         out[n] = y;
@@ -240,7 +239,8 @@ __device__ __forceinline__ void first_row(const PersistentLayer& layer, int r, i
 // pass of T columns (T: a power of two from 32 to PS_THREADS, the fewest that cover n_out) and
 // the k of group g = t / T (PS_THREADS / T groups, each a contiguous stretch of k); the groups'
 // sums meet in red, in group order. A warp reads 32 consecutive weights of a row of W, and a
-// thread has PS_ROW_LOADS of them in flight.
+// thread has PS_ROW_LOADS of them in flight (through the read-only path, __ldg: no block writes
+// a weight before the update, and the update's writes are read by the next launch only).
 __device__ __forceinline__ void forward_row(const PersistentLayer& layer, int r, const float* in, float* out,
                                             float* red) {
     const int K = layer.n_in, N = layer.n_out;
@@ -255,10 +255,11 @@ __device__ __forceinline__ void forward_row(const PersistentLayer& layer, int r,
             for (int kb = k0; kb < k1; kb += PS_ROW_LOADS) {
                 float w[PS_ROW_LOADS];
 #pragma unroll
-                for (int u = 0; u < PS_ROW_LOADS; ++u) w[u] = kb + u < k1 ? layer.w[(long long)(kb + u) * N + n] : 0.0f;
+                for (int u = 0; u < PS_ROW_LOADS; ++u)  // clamped, not branched: every load issued at once
+                    w[u] = __ldg(layer.w + (long long)min(kb + u, k1 - 1) * N + n);
 #pragma unroll
-                for (int u = 0; u < PS_ROW_LOADS; ++u)
-                    if (kb + u < k1) acc = fmaf(in[kb + u], w[u], acc);
+                for (int u = 0; u < PS_ROW_LOADS; ++u)  // 0 x a weight past k1: acc unchanged, no branch
+                    acc = fmaf(kb + u < k1 ? in[kb + u] : 0.0f, w[u], acc);
             }
         }
         red[threadIdx.x] = acc;
@@ -323,17 +324,15 @@ __device__ __forceinline__ void backward_row(const PersistentLayer& layer, const
             for (int jj = 0; jj < PS_ROW_J; ++jj)
 #pragma unroll
                 for (int u = 0; u < PER_LANE; ++u) {
-                    const int j = j0 + jj, n = nb + 32 * u + lane;
-                    w[jj][u] = j < K && n < N ? layer.w[(long long)j * N + n] : 0.0f;
+                    const int j = min(j0 + jj, K - 1), n = min(nb + 32 * u + lane, N - 1);  // clamped, as above
+                    w[jj][u] = __ldg(layer.w + (long long)j * N + n);
                 }
 #pragma unroll
             for (int u = 0; u < PER_LANE; ++u) {
                 const int n = nb + 32 * u + lane;
-                if (n < N) {
-                    const float dn = d[n];
+                const float dn = n < N ? d[n] : 0.0f;  // 0 past the row's end: acc unchanged, no branch
 #pragma unroll
-                    for (int jj = 0; jj < PS_ROW_J; ++jj) acc[jj] = fmaf(dn, w[jj][u], acc[jj]);
-                }
+                for (int jj = 0; jj < PS_ROW_J; ++jj) acc[jj] = fmaf(dn, w[jj][u], acc[jj]);
             }
         }
 #pragma unroll
@@ -408,10 +407,9 @@ __device__ __forceinline__ void gradients(const PersistentLayer* layers, int n_l
                 for (int r0 = 0; r0 < rows; r0 += 16) {  // 16 loads in flight
                     float v[16];
 #pragma unroll
-                    for (int u = 0; u < 16; ++u) v[u] = r0 + u < rows ? layer.delta[(long long)(r0 + u) * n_out + n] : 0.0f;
+                    for (int u = 0; u < 16; ++u) v[u] = layer.delta[(long long)min(r0 + u, rows - 1) * n_out + n];
 #pragma unroll
-                    for (int u = 0; u < 16; ++u)
-                        if (r0 + u < rows) g += v[u];
+                    for (int u = 0; u < 16; ++u) g += r0 + u < rows ? v[u] : 0.0f;
                 }
                 layer.gb[n] = g;
                 sumsq = g * g;
