@@ -23,7 +23,7 @@ products in tiles and slices of k; then a block per row of the batch carries it 
 later layers, the loss and the deltas down to the first layer (a row needs no other row for
 that); then every gradient; then the clipped update (persistent_step.cu says why). A row's
 outputs of every layer live in shared memory: a model whose layers' widths sum to more than
-PS_ROW_FLOATS / PS_ROW_GROUP (1024) does not fit. ``split`` (on by default) slices the first layer's k by
+PS_ROW_FLOATS does not fit. ``split`` (on by default) slices the first layer's k by
 ``forward_splits``' rule, from the shapes alone, so every grid computes the same bits;
 ``split=False`` gives one slice, for the comparison chapter 21 makes.
 ``phase_times`` runs steps of the kernel built with PS_PHASE_CLOCK and returns each phase's
@@ -147,13 +147,10 @@ class PersistentStep:
         table = np.zeros(len(chain), LAYER)
         self.buffers: list[DeviceArray] = []  # alive as long as the table points at them
         self.k_splits: list[int] = []  # slices of k in each layer's forward (the first's only may split)
-        widths, most = (
-            sum(layer.weight.shape[1] for layer, _ in chain),
-            PERSISTENT["ROW_FLOATS"] // PERSISTENT["ROW_GROUP"],
-        )
-        if widths > most:
+        widths = sum(layer.weight.shape[1] for layer, _ in chain)
+        if widths > PERSISTENT["ROW_FLOATS"]:
             raise DoesNotFit(
-                f"the layers' outputs sum to {widths} values a row, more than the {most} "
+                f"the layers' outputs sum to {widths} values a row, more than the {PERSISTENT['ROW_FLOATS']} "
                 "that the kernel keeps of a row in shared memory"
             )
         partial0 = 0

@@ -8,8 +8,7 @@
 //   forward 1   the first layer's products X W_1 in tiles and slices of k: job (tile, slice s)
 //               writes its partial tile to the layer's scratch split[s] (k_splits slices, the
 //               host's rule from the shapes)                                        barrier
-//   rows        a block per group of PS_ROW_GROUP rows of the batch, the rows' vectors in
-//               shared memory: the first
+//   rows        a block per row of the batch, the row's vectors in shared memory: the first
 //               layer's partials summed in slice order, + b_1, act_1; the forward of every
 //               later layer; the row's softmax cross-entropy and D_L = (softmax - target) / rows;
 //               then D_{l-1} = (D_l W_l^T) * act_{l-1}'(A_{l-1}) down to D_1. Every A_l and
@@ -24,8 +23,8 @@
 // row, so one block can carry it through every layer with no grid barrier; the first design
 // (a barrier after each layer's forward and backward, 2L + 1 of them) spent about half its
 // time in barriers and in phases too short to fill the GPU. What rows costs instead: its
-// products are matrix-vector products, and each group's block reads the weights of the layers
-// after the first from L2 (133 KB for the protocol's 256 -> 128 -> 10), forward and backward.
+// products are matrix-vector products, and each row's block reads the weights of the layers
+// after the first from L2 (160 KB for the protocol's 256 -> 128 -> 10).
 // Every value is computed by one thread (or warp) in an order fixed by the shapes: the
 // results are the same, bit for bit, for every grid size.
 // The batch is read through a cursor (batch_cursor.cuh): every block reads it at its start,
@@ -46,15 +45,12 @@
 #define PS_BN 32            //   a thread's 2 x 4 of them in registers
 #define PS_BK 64            // the slice of k a tile stages in shared memory at once
 #define PS_CHUNK 16         // the first forward's slices of k are whole chunks of PS_CHUNK
-#define PS_ROW_GROUP 4      // rows a block takes in the rows phase
-#define PS_ROW_FLOATS 4096  // a group's outputs of every layer (and its deltas) in shared memory
-#define PS_ROW_LOADS 32     // weights a thread of rows has in flight at once
-#define PS_ROW_J 8          //   in backward_row: PS_ROW_J rows of W, PS_ROW_LOADS / PS_ROW_J columns each
-static_assert(PS_ROW_GROUP <= PS_THREADS / 32, "loss_row gives each row of a group a warp");
+#define PS_ROW_FLOATS 2048  // a row's outputs of every layer (and its deltas) in shared memory
+#define PS_ROW_LOADS 64     // weights a thread of rows has in flight at once
 
 // One buffer of shared memory, laid out by each phase in turn: a tile's operands, or a row.
 #define PS_TILE_FLOATS (PS_BK * (PS_BM + 1) + PS_BK * PS_BN)
-#define PS_ROWS_FLOATS (2 * PS_ROW_FLOATS + PS_ROW_GROUP * PS_THREADS)
+#define PS_ROWS_FLOATS (2 * PS_ROW_FLOATS + PS_THREADS)
 #define PS_SMEM_FLOATS (PS_TILE_FLOATS > PS_ROWS_FLOATS ? PS_TILE_FLOATS : PS_ROWS_FLOATS)
 
 #ifdef PS_PHASE_CLOCK
@@ -217,21 +213,13 @@ __device__ __forceinline__ void forward_first(const PersistentLayer& layer, cons
     }
 }
 
-// The rows phase takes PS_ROW_GROUP rows a block: every weight it reads serves that many rows,
-// so the blocks read the later layers' weights rows / PS_ROW_GROUP times in all, not rows times.
-// Row i of a group keeps its outputs of every layer at acts + i * stride (stride: the layers'
-// widths summed), its deltas at the same offsets of deltas. A group's rows past the batch's end
-// repeat its last row (clamped: the code stays free of branches) and store nothing.
-
-// rows, the first layer: each row's partials in slice order, + bias, act, into out (shared) and
+// rows, the first layer: row r's partials in slice order, + bias, act, into out (shared) and
 // the layer's out (global).
-__device__ __forceinline__ void first_row(const PersistentLayer& layer, int r0, int nr, int rows, float* out,
-                                          int stride) {
+__device__ __forceinline__ void first_row(const PersistentLayer& layer, int r, int rows, float* out) {
     const int N = layer.n_out, S = layer.k_splits;
     const long long plane = (long long)rows * N;
-    for (int i = threadIdx.x; i < nr * N; i += PS_THREADS) {
-        const int rr = i / N, n = i % N;
-        const float* p = layer.split + (long long)(r0 + rr) * N + n;
+    for (int n = threadIdx.x; n < N; n += PS_THREADS) {
+        const float* p = layer.split + (long long)r * N + n;
         float z = 0.0f;
         for (int s0 = 0; s0 < S; s0 += 8) {  // 8 loads in flight, summed in slice order
             float part[8];
@@ -241,21 +229,20 @@ __device__ __forceinline__ void first_row(const PersistentLayer& layer, int r0, 
             for (int u = 0; u < 8; ++u) z += s0 + u < S ? part[u] : 0.0f;  // + 0: z unchanged
         }
         const float y = activate(layer.act, z + layer.b[n]);
-        out[rr * stride + n] = y;
-        layer.out[(long long)(r0 + rr) * N + n] = y;
+        out[n] = y;
+        layer.out[(long long)r * N + n] = y;
     }
     __syncthreads();
 }
 
-// rows, a later layer: out = act(in W + b) for each row of the group. Thread t takes column
-// c = t % T of each pass of T columns (T: a power of two from 32 to PS_THREADS, the fewest that
-// cover n_out) and the k of group g = t / T (PS_THREADS / T groups, each a contiguous stretch of
-// k); the groups' sums meet in red, in group order. A warp reads 32 consecutive weights of a row
-// of W, and a thread has PS_ROW_LOADS of them in flight (through the read-only path, __ldg: no
-// block writes a weight before the update, and the update's writes are read by the next launch
-// only), each used for every row of the group.
-__device__ __forceinline__ void forward_row(const PersistentLayer& layer, int r0, int nr, const float* in, float* out,
-                                            int stride, float* red) {
+// rows, a later layer: out = act(in W + b) for row r. Thread t takes column c = t % T of each
+// pass of T columns (T: a power of two from 32 to PS_THREADS, the fewest that cover n_out) and
+// the k of group g = t / T (PS_THREADS / T groups, each a contiguous stretch of k); the groups'
+// sums meet in red, in group order. A warp reads 32 consecutive weights of a row of W, and a
+// thread has PS_ROW_LOADS of them in flight (through the read-only path, __ldg: no block writes
+// a weight before the update, and the update's writes are read by the next launch only).
+__device__ __forceinline__ void forward_row(const PersistentLayer& layer, int r, const float* in, float* out,
+                                            float* red) {
     const int K = layer.n_in, N = layer.n_out;
     int T = 32;
     while (T < N && T < PS_THREADS) T *= 2;
@@ -263,9 +250,7 @@ __device__ __forceinline__ void forward_row(const PersistentLayer& layer, int r0
     const int k0 = g * K / G, k1 = (g + 1) * K / G;
     for (int n0 = 0; n0 < N; n0 += T) {
         const int n = n0 + c;
-        float acc[PS_ROW_GROUP];
-#pragma unroll
-        for (int rr = 0; rr < PS_ROW_GROUP; ++rr) acc[rr] = 0.0f;
+        float acc = 0.0f;
         if (n < N) {
             for (int kb = k0; kb < k1; kb += PS_ROW_LOADS) {
                 float w[PS_ROW_LOADS];
@@ -274,38 +259,29 @@ __device__ __forceinline__ void forward_row(const PersistentLayer& layer, int r0
                     w[u] = __ldg(layer.w + (long long)min(kb + u, k1 - 1) * N + n);
 #pragma unroll
                 for (int u = 0; u < PS_ROW_LOADS; ++u)  // 0 x a weight past k1: acc unchanged, no branch
-#pragma unroll
-                    for (int rr = 0; rr < PS_ROW_GROUP; ++rr)
-                        acc[rr] = fmaf(kb + u < k1 ? in[min(rr, nr - 1) * stride + kb + u] : 0.0f, w[u], acc[rr]);
+                    acc = fmaf(kb + u < k1 ? in[kb + u] : 0.0f, w[u], acc);
             }
         }
-#pragma unroll
-        for (int rr = 0; rr < PS_ROW_GROUP; ++rr) red[rr * PS_THREADS + threadIdx.x] = acc[rr];
+        red[threadIdx.x] = acc;
         __syncthreads();
         if (g == 0 && n < N) {
-            const float bias = layer.b[n];
-            for (int rr = 0; rr < nr; ++rr) {
-                float z = red[rr * PS_THREADS + c];
-                for (int h = 1; h < G; ++h) z += red[rr * PS_THREADS + h * T + c];
-                const float y = activate(layer.act, z + bias);
-                out[rr * stride + n] = y;
-                layer.out[(long long)(r0 + rr) * N + n] = y;
-            }
+            float z = red[c];
+            for (int h = 1; h < G; ++h) z += red[h * T + c];
+            const float y = activate(layer.act, z + layer.b[n]);
+            out[n] = y;
+            layer.out[(long long)r * N + n] = y;
         }
         __syncthreads();
     }
 }
 
-// rows, the loss: warp i takes row i of the group (its logits z, shared): the row's loss into
-// row_loss, and its D = (softmax - target) / rows into d (shared) and the layer's delta, as
+// rows, the loss: warp 0 takes row r's logits z (shared): the row's loss into row_loss[r], and
+// its D = (softmax - target) / rows into d (shared) and the layer's delta, as
 // softmax_xent_fused and xent_backward compute them.
-__device__ __forceinline__ void loss_row(const PersistentLayer& last, const float* target, int r0, int nr, int rows,
-                                         const float* z0, float* d0, int stride, float* row_loss) {
-    const int lane = threadIdx.x % 32, rr = threadIdx.x / 32, cols = last.n_out;
-    if (rr < nr) {
-        const int r = r0 + rr;
-        const float* z = z0 + rr * stride;
-        float* d = d0 + rr * stride;
+__device__ __forceinline__ void loss_row(const PersistentLayer& last, const float* target, int r, int rows,
+                                         const float* z, float* d, float* row_loss) {
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x, cols = last.n_out;
         const float scale = 1.0f / rows;
         const float* t = target + (long long)r * cols;
         float m = -CUDART_INF_F;
@@ -329,21 +305,19 @@ __device__ __forceinline__ void loss_row(const PersistentLayer& last, const floa
     __syncthreads();
 }
 
-// rows, backward through a layer: d_prev = (d W^T) * act_prev'(a_prev) for each row of the group.
-// A warp takes PS_ROW_J consecutive j (rows of W) at once, its lanes PS_ROW_LOADS / PS_ROW_J
-// consecutive stretches of 32 columns of each: every warp load is 32 consecutive weights, used
-// for every row of the group. Each lane sums its columns in order, then the warp's butterfly
-// sums the lanes.
-__device__ __forceinline__ void backward_row(const PersistentLayer& layer, const PersistentLayer& prev, int r0,
-                                             int nr, const float* d, const float* a_prev, float* d_prev, int stride) {
+// rows, backward through a layer: d_prev = (d W^T) * act_prev'(a_prev) for row r. A warp takes
+// PS_ROW_J consecutive j (rows of W) at once, its lanes PS_ROW_LOADS / PS_ROW_J consecutive
+// stretches of 32 columns of each: every warp load is 32 consecutive weights. Each lane sums its
+// columns in order, then the warp's butterfly sums the lanes.
+#define PS_ROW_J 16
+__device__ __forceinline__ void backward_row(const PersistentLayer& layer, const PersistentLayer& prev, int r,
+                                             const float* d, const float* a_prev, float* d_prev) {
     constexpr int PER_LANE = PS_ROW_LOADS / PS_ROW_J, WARPS = PS_THREADS / 32;
     const int K = layer.n_in, N = layer.n_out, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (int j0 = warp * PS_ROW_J; j0 < K; j0 += WARPS * PS_ROW_J) {
-        float acc[PS_ROW_GROUP][PS_ROW_J];
+        float acc[PS_ROW_J];
 #pragma unroll
-        for (int rr = 0; rr < PS_ROW_GROUP; ++rr)
-#pragma unroll
-            for (int jj = 0; jj < PS_ROW_J; ++jj) acc[rr][jj] = 0.0f;
+        for (int jj = 0; jj < PS_ROW_J; ++jj) acc[jj] = 0.0f;
         for (int nb = 0; nb < N; nb += 32 * PER_LANE) {
             float w[PS_ROW_J][PER_LANE];
 #pragma unroll
@@ -356,57 +330,46 @@ __device__ __forceinline__ void backward_row(const PersistentLayer& layer, const
 #pragma unroll
             for (int u = 0; u < PER_LANE; ++u) {
                 const int n = nb + 32 * u + lane;
+                const float dn = n < N ? d[n] : 0.0f;  // 0 past the row's end: acc unchanged, no branch
 #pragma unroll
-                for (int rr = 0; rr < PS_ROW_GROUP; ++rr) {
-                    const float dn = n < N ? d[min(rr, nr - 1) * stride + n] : 0.0f;  // 0 past the end: no branch
-#pragma unroll
-                    for (int jj = 0; jj < PS_ROW_J; ++jj) acc[rr][jj] = fmaf(dn, w[jj][u], acc[rr][jj]);
-                }
+                for (int jj = 0; jj < PS_ROW_J; ++jj) acc[jj] = fmaf(dn, w[jj][u], acc[jj]);
             }
         }
 #pragma unroll
-        for (int rr = 0; rr < PS_ROW_GROUP; ++rr)
+        for (int jj = 0; jj < PS_ROW_J; ++jj) acc[jj] = warp_allreduce<SumOp>(acc[jj]);
 #pragma unroll
-            for (int jj = 0; jj < PS_ROW_J; ++jj) acc[rr][jj] = warp_allreduce<SumOp>(acc[rr][jj]);
-#pragma unroll
-        for (int rr = 0; rr < PS_ROW_GROUP; ++rr)
-#pragma unroll
-            for (int jj = 0; jj < PS_ROW_J; ++jj) {
-                const int j = j0 + jj;
-                if (lane == jj && j < K && rr < nr) {
-                    const float v = activate_backward(prev.act, acc[rr][jj], a_prev[rr * stride + j]);
-                    d_prev[rr * stride + j] = v;
-                    prev.delta[(long long)(r0 + rr) * K + j] = v;
-                }
+        for (int jj = 0; jj < PS_ROW_J; ++jj) {
+            const int j = j0 + jj;
+            if (lane == jj && j < K) {
+                const float v = activate_backward(prev.act, acc[jj], a_prev[j]);
+                d_prev[j] = v;
+                prev.delta[(long long)r * K + j] = v;
             }
+        }
     }
     __syncthreads();
 }
 
-// rows: a group of PS_ROW_GROUP rows a block, grid-stride. Layer l's outputs and deltas lie at
-// the same offset of acts and deltas (the widths of the layers before it, summed), each row of
-// the group stride floats after the one before (stride x PS_ROW_GROUP <= PS_ROW_FLOATS, the
-// host's rule).
+// rows: a block per row, grid-stride. Layer l's output and delta lie at the same offset of
+// acts and deltas (the widths of the layers before it, summed: at most PS_ROW_FLOATS in all,
+// the host's rule).
 __device__ __forceinline__ void rows_phase(const PersistentLayer* layers, int n_layers, const float* target, int rows,
                                            float* row_loss, float* smem) {
     float* acts = smem;
     float* deltas = smem + PS_ROW_FLOATS;
     float* red = smem + 2 * PS_ROW_FLOATS;
-    int stride = 0;
-    for (int l = 0; l < n_layers; ++l) stride += layers[l].n_out;
-    for (int r0 = blockIdx.x * PS_ROW_GROUP; r0 < rows; r0 += gridDim.x * PS_ROW_GROUP) {
-        const int nr = min(PS_ROW_GROUP, rows - r0);
-        first_row(layers[0], r0, nr, rows, acts, stride);
+    for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+        first_row(layers[0], r, rows, acts);
         int offset = 0;  // layer l's, as l goes up
         for (int l = 1; l < n_layers; ++l) {
             const int next = offset + layers[l - 1].n_out;
-            forward_row(layers[l], r0, nr, acts + offset, acts + next, stride, red);
+            forward_row(layers[l], r, acts + offset, acts + next, red);
             offset = next;
         }
-        loss_row(layers[n_layers - 1], target, r0, nr, rows, acts + offset, deltas + offset, stride, row_loss);
+        loss_row(layers[n_layers - 1], target, r, rows, acts + offset, deltas + offset, row_loss);
         for (int l = n_layers - 1; l >= 1; --l) {
             const int below = offset - layers[l - 1].n_out;
-            backward_row(layers[l], layers[l - 1], r0, nr, deltas + offset, acts + below, deltas + below, stride);
+            backward_row(layers[l], layers[l - 1], r, deltas + offset, acts + below, deltas + below);
             offset = below;
         }
     }
