@@ -288,6 +288,11 @@ def _misfits() -> list:
             None,
             "the layers' outputs sum to 2050 values a row, more than the 2048 that the kernel keeps",
         ),
+        (
+            lambda: nn.Sequential(ff(784, 8), *[m for _ in range(16) for m in (nn.ReLU(), ff(8, 8))][:-1], ff(8, 10)),
+            None,
+            "the model has 17 FeedForward layers, more than the 16 of the kernel's layer table",
+        ),
     ]
 
 

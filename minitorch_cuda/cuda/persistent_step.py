@@ -147,6 +147,11 @@ class PersistentStep:
         table = np.zeros(len(chain), LAYER)
         self.buffers: list[DeviceArray] = []  # alive as long as the table points at them
         self.k_splits: list[int] = []  # slices of k in each layer's forward (the first's only may split)
+        if len(chain) > PERSISTENT["MAX_LAYERS"]:
+            raise DoesNotFit(
+                f"the model has {len(chain)} FeedForward layers, more than the {PERSISTENT['MAX_LAYERS']} "
+                "of the kernel's layer table"
+            )
         widths = sum(layer.weight.shape[1] for layer, _ in chain)
         if widths > PERSISTENT["ROW_FLOATS"]:
             raise DoesNotFit(

@@ -47,6 +47,7 @@
 #define PS_CHUNK 16         // the first forward's slices of k are whole chunks of PS_CHUNK
 #define PS_ROW_FLOATS 2048  // a row's outputs of every layer (and its deltas) in shared memory
 #define PS_ROW_LOADS 64     // weights a thread of rows has in flight at once
+#define PS_MAX_LAYERS 16    // the layer table is copied into shared memory (96 bytes a layer)
 
 // One buffer of shared memory, laid out by each phase in turn: a tile's operands, or a row.
 #define PS_TILE_FLOATS (PS_BK * (PS_BM + 1) + PS_BK * PS_BN)
@@ -220,6 +221,7 @@ __device__ __forceinline__ void first_row(const PersistentLayer& layer, int r, i
     const long long plane = (long long)rows * N;
     for (int n = threadIdx.x; n < N; n += PS_THREADS) {
         const float* p = layer.split + (long long)r * N + n;
+        const float bias = layer.b[n];  // in flight with the partials
         float z = 0.0f;
         for (int s0 = 0; s0 < S; s0 += 8) {  // 8 loads in flight, summed in slice order
             float part[8];
@@ -228,7 +230,7 @@ __device__ __forceinline__ void first_row(const PersistentLayer& layer, int r, i
 #pragma unroll
             for (int u = 0; u < 8; ++u) z += s0 + u < S ? part[u] : 0.0f;  // + 0: z unchanged
         }
-        const float y = activate(layer.act, z + layer.b[n]);
+        const float y = activate(layer.act, z + bias);
         out[n] = y;
         layer.out[(long long)r * N + n] = y;
     }
@@ -250,6 +252,7 @@ __device__ __forceinline__ void forward_row(const PersistentLayer& layer, int r,
     const int k0 = g * K / G, k1 = (g + 1) * K / G;
     for (int n0 = 0; n0 < N; n0 += T) {
         const int n = n0 + c;
+        const float bias = layer.b[min(n, N - 1)];  // in flight with the weights, not after the barrier
         float acc = 0.0f;
         if (n < N) {
             for (int kb = k0; kb < k1; kb += PS_ROW_LOADS) {
@@ -267,7 +270,7 @@ __device__ __forceinline__ void forward_row(const PersistentLayer& layer, int r,
         if (g == 0 && n < N) {
             float z = red[c];
             for (int h = 1; h < G; ++h) z += red[h * T + c];
-            const float y = activate(layer.act, z + layer.b[n]);
+            const float y = activate(layer.act, z + bias);
             out[n] = y;
             layer.out[(long long)r * N + n] = y;
         }
@@ -458,7 +461,8 @@ __device__ __forceinline__ void update(const PersistentLayer* layers, int n_laye
 
 // Grid: one block per multiprocessor at most (every block must be resident: the grid
 // barriers wait for all of them); block: PS_THREADS. rows <= the rows the out/delta buffers
-// hold; partials: every layer's gW tiles and gb chunks (n_partials slots); row_loss: rows;
+// hold; n_layers <= PS_MAX_LAYERS; partials: every layer's gW tiles and gb chunks (n_partials
+// slots); row_loss: rows;
 // batch: where this step's rows lie, moved past them at the end;
 // phase_ns (PS_PHASE_CLOCK only): 5 stamps, the start, after each of the 3 barriers, the end.
 extern "C" __global__ void __launch_bounds__(PS_THREADS, 1) persistent_step(
@@ -466,8 +470,16 @@ extern "C" __global__ void __launch_bounds__(PS_THREADS, 1) persistent_step(
     float* partials, int n_partials, float* loss, GridBarrier* barrier, int rmsprop, float lr, float decay, float eps,
     float max_norm PS_CLOCK_PARAM) {
     __shared__ __align__(16) float smem[PS_SMEM_FLOATS];
+    // The layer table in shared memory: every phase reads its fields again after each grid
+    // barrier (whose fence empties the L1 cache), and from global memory each such read was a
+    // round trip to L2 on the path of a phase.
+    __shared__ __align__(16) PersistentLayer table[PS_MAX_LAYERS];
     PS_STAMPS;
     PS_STAMP();
+    for (int i = threadIdx.x; i < n_layers * (int)(sizeof(PersistentLayer) / 4); i += PS_THREADS)
+        reinterpret_cast<int*>(table)[i] = reinterpret_cast<const int*>(layers)[i];
+    __syncthreads();
+    layers = table;
     const float* const x = batch->x;  // before the first barrier, in every block (see the top)
     const float* const target = batch->target;
     forward_first(layers[0], x, rows, smem);
