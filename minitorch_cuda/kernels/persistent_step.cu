@@ -470,9 +470,9 @@ extern "C" __global__ void __launch_bounds__(PS_THREADS, 1) persistent_step(
     float* partials, int n_partials, float* loss, GridBarrier* barrier, int rmsprop, float lr, float decay, float eps,
     float max_norm PS_CLOCK_PARAM) {
     __shared__ __align__(16) float smem[PS_SMEM_FLOATS];
-    // The layer table in shared memory: every phase reads its fields again after each grid
-    // barrier (whose fence empties the L1 cache), and from global memory each such read was a
-    // round trip to L2 on the path of a phase.
+    // The layer table in shared memory: the phases read its fields at every step of a row and
+    // after every grid barrier, and read from global memory they were a wait on the path of each
+    // (on the H100 the copy took the rows phase from 18.2 to 16.7 us).
     __shared__ __align__(16) PersistentLayer table[PS_MAX_LAYERS];
     PS_STAMPS;
     PS_STAMP();
