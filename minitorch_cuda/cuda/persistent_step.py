@@ -21,9 +21,10 @@ reach ``p.grad``: after a step they are gone, as after stage 11's ``zero_grad``.
 The kernel has four phases and three grid barriers whatever the depth: the first layer's
 products in tiles and slices of k; then a block per row of the batch carries it through the
 later layers, the loss and the deltas down to the first layer (a row needs no other row for
-that); then every gradient; then the clipped update (persistent_step.cu says why). A row's
-outputs of every layer live in shared memory: a model whose layers' widths sum to more than
-PS_ROW_FLOATS does not fit. ``split`` (on by default) slices the first layer's k by
+that); then every gradient; then the clipped update (persistent_step.cu says why). The layer
+table and a row's outputs of every layer live in shared memory: a model of more than
+PS_MAX_LAYERS (16) layers, or whose layers' widths sum to more than PS_ROW_FLOATS (2048), does
+not fit. ``split`` (on by default) slices the first layer's k by
 ``forward_splits``' rule, from the shapes alone, so every grid computes the same bits;
 ``split=False`` gives one slice, for the comparison chapter 21 makes.
 ``phase_times`` runs steps of the kernel built with PS_PHASE_CLOCK and returns each phase's
