@@ -154,6 +154,7 @@ def test_phase_times_clocks_stage_13_split_and_unsplit() -> None:
     assert [r["phase"] for r in split["phases"]] == ["forward 1", "rows", "gradients", "update"]
     assert split["k_splits"] == [24, 1, 1] and unsplit["k_splits"] == [1, 1, 1]
     assert split["steps"] == unsplit["steps"] == 2 and split["rows"] == 21
+    assert [r["step"] for r in split["row_steps"]][::4] == ["first layer's sum", "backward 3"]
     assert all(r["median_us"] > 0 for r in split["phases"] + unsplit["phases"])
 
 

@@ -270,6 +270,8 @@ def test_the_phase_clock_times_every_phase_and_trains_the_same_bits():
     assert np.array_equal(out, plain_out) and all(np.array_equal(a, b) for a, b in zip(params, plain_params))
     assert [r["phase"] for r in times["phases"]] == ["forward 1", "rows", "gradients", "update"]
     assert times["grid_barriers"] == 3 and times["steps"] == 3 and times["k_splits"] == [24, 1, 1]
+    steps = ["first layer's sum", "forward 2", "forward 3", "loss", "backward 3", "backward 2"]
+    assert [r["step"] for r in times["row_steps"]] == steps and all(r["median_us"] > 0 for r in times["row_steps"])
     assert all(r["median_us"] > 0 and r["mean_us"] > 0 for r in times["phases"])
     assert times["total"]["mean_us"] == pytest.approx(sum(r["mean_us"] for r in times["phases"]))
 

@@ -187,6 +187,9 @@ class PersistentStep:
         self.batch = BatchCursor()  # where the step's rows lie: the kernel moves it past them
         self._graphs: dict[int, graphs.Graph] = {}  # per batch size, captured after one eager step
         self.phases = ["forward 1", "rows", "gradients", "update"]  # between its grid barriers, in order
+        n = self.n_layers  # the steps of a row in the rows phase, in order
+        forward, backward = [f"forward {i}" for i in range(2, n + 1)], [f"backward {i}" for i in range(n, 1, -1)]
+        self.row_steps = ["first layer's sum", *forward, "loss", *backward]
 
     def launch(self, x: DeviceArray, y: DeviceArray, kernel="persistent_step", phase_ns=None) -> DeviceArray:
         """Queue one step on the batch (x, y); returns the loss array, nothing read back.
@@ -220,21 +223,28 @@ class PersistentStep:
         (they train the model, as ``step`` does): the median and mean microseconds of each phase
         of ``phases``, from one grid barrier's release to the next as block 0 sees it (so each
         includes the barrier and the wait for the slowest block), and of the whole kernel from
-        block 0's start to its end. On the CPU emulator they are the CPU's times."""
-        stamps = np.zeros(len(self.phases) + 1, np.uint64)
+        block 0's start to its end; ``row_steps``: the same of each step of block 0's first row in
+        the rows phase (``row_steps`` names them). On the CPU emulator they are the CPU's times."""
+        n_phase = PERSISTENT["PHASE_STAMPS"]
+        stamps = np.zeros(n_phase + len(self.row_steps) + 1, np.uint64)
         clock = DeviceArray.empty((2 * stamps.size,))  # 8 bytes a stamp
         kernel = phase_clock_kernel()
-        per_step = []
+        phase_us, row_us = [], []
         for _ in range(steps):
             self.launch(x, y, kernel, clock)
             copy_dtoh(stamps, clock.ptr)
-            per_step.append(np.diff(stamps.astype(np.int64)) / 1e3)
-        us = np.array(per_step)
-        total = us.sum(axis=1)
-        rows = [{"phase": name, "median_us": float(np.median(t)), "mean_us": float(t.mean())}
-                for name, t in zip(self.phases, us.T)]  # fmt: skip
+            ns = stamps.astype(np.int64)
+            phase_us.append(np.diff(ns[:n_phase]) / 1e3)
+            row_us.append(np.diff(ns[n_phase:]) / 1e3)
+
+        def spread(names, times, key):
+            return [{key: name, "median_us": float(np.median(t)), "mean_us": float(t.mean())}
+                    for name, t in zip(names, np.array(times).T)]  # fmt: skip
+
+        total = np.array(phase_us).sum(axis=1)
         return {
-            "phases": rows,
+            "phases": spread(self.phases, phase_us, "phase"),
+            "row_steps": spread(self.row_steps, row_us, "step"),
             "total": {"median_us": float(np.median(total)), "mean_us": float(total.mean())},
             "steps": steps,
             "rows": x.shape[0],

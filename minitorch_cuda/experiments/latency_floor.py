@@ -17,8 +17,9 @@ and the step of stages 10, 11 and 13 beside PyTorch's, all in one run on the GPU
 (e) torch.compile(mode="reduce-overhead") on the same protocol, where it compiles here; where
     not, the reason is recorded instead.
 (f) phases: stage 13's kernel built with PS_PHASE_CLOCK, each phase's microseconds between grid
-    barriers (%globaltimer, block 0) over PHASE_STEPS steps on one batch of the protocol, with
-    the forward's split along k (persistent_step.forward_splits) and without it.
+    barriers (%globaltimer, block 0), and each step of block 0's first row in the rows phase,
+    over PHASE_STEPS steps on one batch of the protocol, with the first forward's split along k
+    (persistent_step.forward_splits) and without it.
 Every launch goes through cuda/launchers.py and every graph through cuda/graphs.py, as the
 framework's own. Meant to take about a minute on an H200 (not yet timed there), most of it the
 epochs, compiling the kernels and torch.compile.
@@ -279,6 +280,8 @@ def summary(result: dict) -> str:
     for name, run in result.get("phases", {}).items():
         phases = ", ".join(f"{r['phase']} {r['median_us']:.1f}" for r in run["phases"])
         lines.append(f"{'stage 13 phases, ' + name:40s} {run['total']['median_us']:8.1f} us: {phases}")
+        steps = ", ".join(f"{r['step']} {r['median_us']:.1f}" for r in run.get("row_steps", []))
+        lines.append(f"{'  block 0, its first row':40s} {steps}")
     peers = [result[k] for k in ("torch", "torch_graph", "torch_compile") if result.get(k)]
     for row in result["stages"] + peers:
         name = row.get("name") or f"stage {row['stage']}"

@@ -35,7 +35,9 @@
 // cursor only where the next batch lies elsewhere, as at the start of an epoch).
 // Built with -DPS_PHASE_CLOCK, the kernel takes one more argument, phase_ns, where block 0's
 // thread 0 writes %globaltimer at its start, after every grid barrier and at its end (the
-// phases' times as block 0 sees them: each includes the wait for the slowest block).
+// phases' times as block 0 sees them: each includes the wait for the slowest block), then
+// at the start of block 0's first row and after each of that row's steps (the first layer's
+// sum, each later layer's forward, the loss, each backward): PS_PHASE_STAMPS + 2L + 1 stamps.
 #include "batch_cursor.cuh"
 #include "block_reduce.cuh"
 #include "grid_barrier.cuh"
@@ -55,8 +57,11 @@
 #define PS_ROWS_FLOATS (2 * PS_ROW_FLOATS + PS_THREADS)
 #define PS_SMEM_FLOATS (PS_TILE_FLOATS > PS_ROWS_FLOATS ? PS_TILE_FLOATS : PS_ROWS_FLOATS)
 
+#define PS_PHASE_STAMPS 5  // the start, after each of the 3 grid barriers, the end
+
 #ifdef PS_PHASE_CLOCK
 #define PS_CLOCK_PARAM , unsigned long long* phase_ns
+#define PS_CLOCK_ARG , phase_ns
 __device__ __forceinline__ unsigned long long globaltimer_ns() {
 #ifdef MINITORCH_CUDA_EMULATOR
     return __emu_globaltimer();  // the host's monotonic clock: the CPU's times, not a GPU's
@@ -72,10 +77,20 @@ __device__ __forceinline__ unsigned long long globaltimer_ns() {
         if (blockIdx.x == 0 && threadIdx.x == 0) phase_ns[stamp] = globaltimer_ns(); \
         ++stamp;                                                                     \
     } while (0)
+#define PS_ROW_STAMPS int row_stamp = 0
+#define PS_ROW_STAMP()                                                                 \
+    do {                                                                               \
+        if (blockIdx.x == 0 && r == 0 && threadIdx.x == 0)                             \
+            phase_ns[PS_PHASE_STAMPS + row_stamp] = globaltimer_ns();                  \
+        ++row_stamp;                                                                   \
+    } while (0)
 #else
 #define PS_CLOCK_PARAM
+#define PS_CLOCK_ARG
 #define PS_STAMPS
 #define PS_STAMP()
+#define PS_ROW_STAMPS
+#define PS_ROW_STAMP()
 #endif
 
 enum { ACT_NONE = 0, ACT_RELU = 1, ACT_SIGMOID = 2 };
@@ -358,22 +373,28 @@ __device__ __forceinline__ void backward_row(const PersistentLayer& layer, const
 // acts and deltas (the widths of the layers before it, summed: at most PS_ROW_FLOATS in all,
 // the host's rule).
 __device__ __forceinline__ void rows_phase(const PersistentLayer* layers, int n_layers, const float* target, int rows,
-                                           float* row_loss, float* smem) {
+                                           float* row_loss, float* smem PS_CLOCK_PARAM) {
     float* acts = smem;
     float* deltas = smem + PS_ROW_FLOATS;
     float* red = smem + 2 * PS_ROW_FLOATS;
     for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+        PS_ROW_STAMPS;
+        PS_ROW_STAMP();
         first_row(layers[0], r, rows, acts);
+        PS_ROW_STAMP();
         int offset = 0;  // layer l's, as l goes up
         for (int l = 1; l < n_layers; ++l) {
             const int next = offset + layers[l - 1].n_out;
             forward_row(layers[l], r, acts + offset, acts + next, red);
+            PS_ROW_STAMP();
             offset = next;
         }
         loss_row(layers[n_layers - 1], target, r, rows, acts + offset, deltas + offset, row_loss);
+        PS_ROW_STAMP();
         for (int l = n_layers - 1; l >= 1; --l) {
             const int below = offset - layers[l - 1].n_out;
             backward_row(layers[l], layers[l - 1], r, deltas + offset, acts + below, deltas + below);
+            PS_ROW_STAMP();
             offset = below;
         }
     }
@@ -465,7 +486,7 @@ __device__ __forceinline__ void update(const PersistentLayer* layers, int n_laye
 // hold; n_layers <= PS_MAX_LAYERS; partials: every layer's gW tiles and gb chunks (n_partials
 // slots); row_loss: rows;
 // batch: where this step's rows lie, moved past them at the end;
-// phase_ns (PS_PHASE_CLOCK only): 5 stamps, the start, after each of the 3 barriers, the end.
+// phase_ns (PS_PHASE_CLOCK only): PS_PHASE_STAMPS + 2L + 1 stamps (see the top).
 extern "C" __global__ void __launch_bounds__(PS_THREADS, 1) persistent_step(
     const PersistentLayer* layers, int n_layers, BatchCursor* batch, int rows, float* row_loss,
     float* partials, int n_partials, float* loss, GridBarrier* barrier, int rmsprop, float lr, float decay, float eps,
@@ -486,7 +507,7 @@ extern "C" __global__ void __launch_bounds__(PS_THREADS, 1) persistent_step(
     forward_first(layers[0], x, rows, smem);
     grid_barrier(barrier);
     PS_STAMP();
-    rows_phase(layers, n_layers, target, rows, row_loss, smem);
+    rows_phase(layers, n_layers, target, rows, row_loss, smem PS_CLOCK_ARG);
     grid_barrier(barrier);
     PS_STAMP();
     gradients(layers, n_layers, x, rows, partials, smem);
