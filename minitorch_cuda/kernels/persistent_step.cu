@@ -50,6 +50,7 @@
 #define PS_CHUNK 16         // the first forward's slices of k are whole chunks of PS_CHUNK
 #define PS_ROW_FLOATS 2048  // a row's outputs of every layer (and its deltas) in shared memory
 #define PS_ROW_LOADS 64     // weights a thread of rows has in flight at once
+#define PS_ROW_J 16         //   in backward_row: PS_ROW_J rows of W, PS_ROW_LOADS / PS_ROW_J columns each
 #define PS_MAX_LAYERS 16    // the layer table is copied into shared memory (96 bytes a layer)
 
 // One buffer of shared memory, laid out by each phase in turn: a tile's operands, or a row.
@@ -328,7 +329,6 @@ __device__ __forceinline__ void loss_row(const PersistentLayer& last, const floa
 // PS_ROW_J consecutive j (rows of W) at once, its lanes PS_ROW_LOADS / PS_ROW_J consecutive
 // stretches of 32 columns of each: every warp load is 32 consecutive weights. Each lane sums its
 // columns in order, then the warp's butterfly sums the lanes.
-#define PS_ROW_J 16
 __device__ __forceinline__ void backward_row(const PersistentLayer& layer, const PersistentLayer& prev, int r,
                                              const float* d, const float* a_prev, float* d_prev) {
     constexpr int PER_LANE = PS_ROW_LOADS / PS_ROW_J, WARPS = PS_THREADS / 32;
