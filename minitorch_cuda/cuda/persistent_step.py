@@ -103,6 +103,21 @@ def _check_loss_and_optimizer(net: nn.Module, loss_fn, optimizer) -> None:
         raise DoesNotFit("a parameter is not a contiguous CUDA tensor")
 
 
+def _check_sizes(chain: list[tuple[nn.FeedForward, int]]) -> None:
+    """The kernel keeps the layer table and a row's outputs of every layer in shared memory."""
+    if len(chain) > PERSISTENT["MAX_LAYERS"]:
+        raise DoesNotFit(
+            f"the model has {len(chain)} FeedForward layers, more than the {PERSISTENT['MAX_LAYERS']} "
+            "of the kernel's layer table"
+        )
+    widths = sum(layer.weight.shape[1] for layer, _ in chain)
+    if widths > PERSISTENT["ROW_FLOATS"]:
+        raise DoesNotFit(
+            f"the layers' outputs sum to {widths} values a row, more than the {PERSISTENT['ROW_FLOATS']} "
+            "that the kernel keeps of a row in shared memory"
+        )
+
+
 def _cdiv(n: int, d: int) -> int:
     return -(-n // d)
 
@@ -139,6 +154,7 @@ class PersistentStep:
     ):
         """``split`` slices the first layer's k by forward_splits' rule (see the module's docstring)."""
         chain = layer_chain(net)
+        _check_sizes(chain)
         _check_loss_and_optimizer(net, loss_fn, optimizer)
         if not max_norm > 0 or max_rows < 1:
             raise ValueError(f"max_norm must be positive and max_rows at least 1, got {max_norm!r} and {max_rows!r}")
@@ -148,17 +164,6 @@ class PersistentStep:
         table = np.zeros(len(chain), LAYER)
         self.buffers: list[DeviceArray] = []  # alive as long as the table points at them
         self.k_splits: list[int] = []  # slices of k in each layer's forward (the first's only may split)
-        if len(chain) > PERSISTENT["MAX_LAYERS"]:
-            raise DoesNotFit(
-                f"the model has {len(chain)} FeedForward layers, more than the {PERSISTENT['MAX_LAYERS']} "
-                "of the kernel's layer table"
-            )
-        widths = sum(layer.weight.shape[1] for layer, _ in chain)
-        if widths > PERSISTENT["ROW_FLOATS"]:
-            raise DoesNotFit(
-                f"the layers' outputs sum to {widths} values a row, more than the {PERSISTENT['ROW_FLOATS']} "
-                "that the kernel keeps of a row in shared memory"
-            )
         partial0 = 0
         for i, (row, (layer, act)) in enumerate(zip(table, chain)):
             n_in, n_out = layer.weight.shape
