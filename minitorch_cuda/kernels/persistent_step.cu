@@ -24,7 +24,7 @@
 // (a barrier after each layer's forward and backward, 2L + 1 of them) paid 8 barriers of 1.85 us
 // and the least a phase costs nine times (51 us a step on the H200, chapter 21). What rows
 // costs instead: its products are matrix-vector products, a chain of dependent steps a row, and
-// each row's block reads the weights of the layers after the first (132 KB for the protocol's
+// each row's block reads the weights of the layers after the first (133 KB for the protocol's
 // 256 -> 128 -> 10), forward and backward.
 // Every value is computed by one thread (or warp) in an order fixed by the shapes: the
 // results are the same, bit for bit, for every grid size.
