@@ -400,22 +400,16 @@ __device__ __forceinline__ void rows_phase(const PersistentLayer* layers, int n_
     }
 }
 
-// gradients: per layer, its gW tiles then its gb chunks, as one list of jobs over the layers;
-// each job's sum of squares into its slot of partials (the layer's partial0 + its job).
+// gradients: per layer, its gW tiles then its gb chunks, as one list of jobs over the layers,
+// job j in slot j of partials (its sum of squares): the host lays the slots out
+// (persistent_step.layer_jobs), each layer's from its partial0, n_partials in all.
 __device__ __forceinline__ void gradients(const PersistentLayer* layers, int n_layers, const float* x, int rows,
-                                          float* partials, float* smem) {
-    int jobs = 0;
-    for (int l = 0; l < n_layers; ++l)
-        jobs += cdiv(layers[l].n_in, PS_BM) * cdiv(layers[l].n_out, PS_BN) + cdiv(layers[l].n_out, PS_THREADS);
-    for (int job = blockIdx.x; job < jobs; job += gridDim.x) {
-        int l = 0, local = job;
-        for (;; ++l) {  // the job's layer, and its index among the layer's jobs
-            const int own = cdiv(layers[l].n_in, PS_BM) * cdiv(layers[l].n_out, PS_BN) +
-                            cdiv(layers[l].n_out, PS_THREADS);
-            if (local < own) break;
-            local -= own;
-        }
+                                          float* partials, int n_partials, float* smem) {
+    for (int job = blockIdx.x; job < n_partials; job += gridDim.x) {
+        int l = n_layers - 1;
+        while (layers[l].partial0 > job) --l;  // the job's layer: the last to begin at or before it
         const PersistentLayer& layer = layers[l];
+        const int local = job - layer.partial0;
         const int n_in = layer.n_in, n_out = layer.n_out, tiles_n = cdiv(n_out, PS_BN);
         const int gw_tiles = cdiv(n_in, PS_BM) * tiles_n;
         float sumsq = 0.0f;
@@ -441,7 +435,7 @@ __device__ __forceinline__ void gradients(const PersistentLayer* layers, int n_l
             }
         }
         sumsq = block_reduce_shuffle<SumOp>(sumsq, smem);  // after the tile's last block barrier
-        if (threadIdx.x == 0) partials[layer.partial0 + local] = sumsq;
+        if (threadIdx.x == 0) partials[job] = sumsq;
     }
 }
 
@@ -510,7 +504,7 @@ extern "C" __global__ void __launch_bounds__(PS_THREADS, 1) persistent_step(
     rows_phase(layers, n_layers, target, rows, row_loss, smem PS_CLOCK_ARG);
     grid_barrier(barrier);
     PS_STAMP();
-    gradients(layers, n_layers, x, rows, partials, smem);
+    gradients(layers, n_layers, x, rows, partials, n_partials, smem);
     grid_barrier(barrier);
     PS_STAMP();
     const float factor = clip_factor(partials, n_partials, max_norm);
