@@ -125,6 +125,8 @@ def test_the_experiment_records_every_part(tmp_path, monkeypatch) -> None:
     phases = record["phases"]
     assert phases["split"]["k_splits"] == [16, 1, 1] and phases["unsplit"]["k_splits"] == [1, 1, 1]
     assert phases["split"]["grid_barriers"] == phases["unsplit"]["grid_barriers"] == 3
+    assert set(phases) == set(latency_floor.PHASE_VARIANTS)
+    assert all(500 < run["sm_clock_mhz"]["median"] < 5000 for run in phases.values())  # any GPU's clock
     # Block 0's start to its end lies within one step of stage 13 as the rounds timed it (a factor 2
     # of slack), and above what the grid barriers alone cost (each at least an L2 round trip: 1.85 us
     # on the H200, 0.3 us far below any GPU's). One profiled launch is no yardstick: pytest's workers
@@ -140,7 +142,7 @@ def test_the_experiment_records_every_part(tmp_path, monkeypatch) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.emulated
-def test_phase_times_clocks_stage_13_split_and_unsplit() -> None:
+def test_phase_times_clocks_stage_13_split_unsplit_and_unstaged() -> None:
     import minitorch_cuda as mt
     from minitorch_cuda.data import one_hot
     from minitorch_cuda.train import Protocol
@@ -149,13 +151,14 @@ def test_phase_times_clocks_stage_13_split_and_unsplit() -> None:
     rng = np.random.default_rng(0)
     x, y = mt.tensor(rng.random((21, 784), np.float32), "cuda"), mt.tensor(one_hot(rng.integers(0, 10, 21)), "cuda")
     got = latency_floor.phase_times(protocol, x, y, steps=2, warmup=1)
-    split, unsplit = got["split"], got["unsplit"]
+    split, unsplit, unstaged = got["split"], got["unsplit"], got["unstaged"]
     assert [r["phase"] for r in split["phases"]] == [r["phase"] for r in unsplit["phases"]]
+    assert [r["phase"] for r in split["phases"]] == [r["phase"] for r in unstaged["phases"]]
     assert [r["phase"] for r in split["phases"]] == ["forward 1", "rows", "gradients", "update"]
-    assert split["k_splits"] == [24, 1, 1] and unsplit["k_splits"] == [1, 1, 1]
-    assert split["steps"] == unsplit["steps"] == 2 and split["rows"] == 21
+    assert split["k_splits"] == unstaged["k_splits"] == [24, 1, 1] and unsplit["k_splits"] == [1, 1, 1]
+    assert split["steps"] == unsplit["steps"] == unstaged["steps"] == 2 and split["rows"] == 21
     assert [r["step"] for r in split["row_steps"]][::4] == ["first layer's sum", "backward 3"]
-    assert all(r["median_us"] > 0 for r in split["phases"] + unsplit["phases"])
+    assert all(r["median_us"] > 0 for r in split["phases"] + unsplit["phases"] + unstaged["phases"])
 
 
 def test_step_timelines_lays_one_step_back_to_back() -> None:

@@ -222,9 +222,10 @@ def test_forward_splits_follow_the_shapes():
     assert forward_splits(64, 20, 256) == 1  # 2 chunks of k: too short to split
 
 
-def _one_step(split: bool, clocked: bool = False, steps: int = 1):
+def _one_step(split: bool, clocked: bool = False, steps: int = 1, stage: bool = True):
     """``steps`` steps of NARROW's model on one batch (the kernel with the phase clock where
-    ``clocked``): the step, its first layer's activations (of the last step), losses, parameters."""
+    ``clocked``; the later layers' weights read from global memory unless ``stage``): the step,
+    its first layer's activations (of the last step), losses, parameters."""
     from minitorch_cuda.cuda.persistent_step import PersistentStep
     from minitorch_cuda.cuda.runtime import copy_dtoh
 
@@ -234,7 +235,9 @@ def _one_step(split: bool, clocked: bool = False, steps: int = 1):
         for mine, cpu in zip(net.parameters(), make_net(NARROW, "cpu").parameters()):
             mine.assign(cpu.numpy())
         opt = optim.RmsProp(net.parameters(), NARROW.lr, NARROW.decay)
-        step = PersistentStep(net, nn.CrossEntropyWithSoftmax(), opt, NARROW.max_norm, NARROW.batch_size, split=split)
+        step = PersistentStep(
+            net, nn.CrossEntropyWithSoftmax(), opt, NARROW.max_norm, NARROW.batch_size, split=split, stage=stage
+        )
         xd, yd = mt.tensor(x, "cuda").data, mt.tensor(y, "cuda").data
         if clocked:
             losses = [None] * steps
@@ -274,6 +277,32 @@ def test_the_phase_clock_times_every_phase_and_trains_the_same_bits():
     assert [r["step"] for r in times["row_steps"]] == steps and all(r["median_us"] > 0 for r in times["row_steps"])
     assert all(r["median_us"] > 0 and r["mean_us"] > 0 for r in times["phases"])
     assert times["total"]["mean_us"] == pytest.approx(sum(r["mean_us"] for r in times["phases"]))
+    assert times["sm_clock_mhz"]["median"] > 0  # cycles counted over the kernel's time
+
+
+@pytest.mark.gpu
+@pytest.mark.emulated
+def test_staged_weights_train_the_same_bits_as_weights_read_from_global_memory():
+    staged, out, losses, params, _ = _one_step(True, steps=3)
+    unstaged, plain_out, plain_losses, plain_params, _ = _one_step(True, steps=3, stage=False)
+    # NARROW's later layers, 37 x 19 = 703 floats (rounded up to 704 for 16-byte copies) and 19 x 10
+    assert staged.staged_bytes == 4 * (704 + 190) and unstaged.staged_bytes == 0
+    assert losses == plain_losses and np.array_equal(out, plain_out)
+    assert all(np.array_equal(a, b) for a, b in zip(params, plain_params))
+
+
+@pytest.mark.gpu
+@pytest.mark.emulated  # pure arithmetic, but its module needs a CUDA runtime to import
+def test_the_later_layers_are_staged_all_together_or_not_at_all():
+    from minitorch_cuda.cuda.persistent_step import layer_chain, staged_bytes, staged_offsets
+
+    chain = layer_chain(make_net(Protocol(hidden=(256, 128)), "cpu"))  # the protocol's 784-256-128-10
+    assert staged_offsets(chain, 1 << 20) == [-1, 0, 32768] and staged_bytes(chain, [-1, 0, 32768]) == 4 * 34048
+    assert staged_offsets(chain, 4 * 34048) == [-1, 0, 32768]
+    assert staged_offsets(chain, 4 * 34048 - 1) == [-1, -1, -1]  # one byte short: none staged
+    assert staged_bytes(chain, [-1, -1, -1]) == 0
+    one = layer_chain(make_net(Protocol(hidden=()), "cpu"))
+    assert staged_offsets(one, 1 << 20) == [-1] and staged_bytes(one, [-1]) == 0  # nothing after the first
 
 
 def _misfits() -> list:

@@ -255,13 +255,14 @@ def fetch_batch(cursor, x, target, arrived, *, timed: int = 0):
 def persistent_step(
     layers, n_layers: int, batch, rows: int, row_loss, partials, n_partials: int, loss, barrier,
     rmsprop: bool, lr: float, decay: float, eps: float, max_norm: float, *, blocks: int = 0, timed: int = 0,
-    kernel: str | Kernel = "persistent_step", phase_ns=None,
+    kernel: str | Kernel = "persistent_step", phase_ns=None, shared_bytes: int = 0,
 ):  # fmt: skip
     """Stage 13: the training step of the MLP that the table ``layers`` describes, one block of
     PS_THREADS per multiprocessor (``blocks``: fewer, at least 1). Its grid barriers wait for
     every block, so all must be resident at once: never more blocks than multiprocessors.
     ``batch``: the step's BatchCursor (the rows' addresses), moved past them by the kernel.
-    ``phase_ns``: the clock's buffer of a ``kernel`` built with PS_PHASE_CLOCK (one more argument)."""
+    ``phase_ns``: the clock's buffer of a ``kernel`` built with PS_PHASE_CLOCK (one more argument).
+    ``shared_bytes``: the dynamic shared memory of the staged weights (at most persistent_step_staging_bytes())."""
     most = multiprocessors()
     blocks = blocks or most
     if not 1 <= blocks <= most:
@@ -271,7 +272,19 @@ def persistent_step(
         int(rmsprop), float(lr), float(decay), float(eps), float(max_norm),
     )  # fmt: skip
     args += () if phase_ns is None else (phase_ns,)
+    kernel = _sized(_kernel(kernel), shared_bytes) if shared_bytes else kernel
     return _go(kernel, (blocks, 1, 1), (PERSISTENT["THREADS"], 1, 1), args, timed, (rows,))
+
+
+def persistent_step_staging_bytes() -> int:
+    """The most dynamic shared memory persistent_step can have on this GPU: room for the later
+    layers' weights that its rows phase reads."""
+    return _kernel("persistent_step").dynamic_shared_limit()
+
+
+@functools.cache
+def _sized(kernel: Kernel, shared_bytes: int) -> Kernel:
+    return kernel.with_shared_bytes(shared_bytes)
 
 
 # --- the latency floor (chapter 21): launches that do no work --------------------------------

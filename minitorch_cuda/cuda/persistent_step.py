@@ -48,7 +48,7 @@ from .runtime import Kernel, compile_module, copy_dtoh, copy_htod
 
 ACTIVATION_CODES = {nn.ReLU: 1, nn.Sigmoid: 2}  # persistent_step.cu's ACT_RELU, ACT_SIGMOID; 0: none
 _POINTERS = ("w", "b", "gw", "gb", "vw", "vb", "out", "delta", "split")
-_INTS = ("n_in", "n_out", "act", "partial0", "k_splits", "pad")  # pad: the C struct's 8-byte alignment
+_INTS = ("n_in", "n_out", "act", "partial0", "k_splits", "staged")
 LAYER = np.dtype([(name, "<u8") for name in _POINTERS] + [(n, "<i4") for n in _INTS])
 # forward_splits' rule. SPLIT_JOBS: the jobs the first forward aims at, about the multiprocessors of
 # the GPUs the course runs on (132 on an H200); a constant, never the grid's size, so that the
@@ -131,6 +131,26 @@ def forward_splits(rows: int, n_in: int, n_out: int) -> int:
     return max(splits, 1)
 
 
+def staged_offsets(chain: list[tuple[nn.FeedForward, int]], limit_bytes: int) -> list[int]:
+    """Where each layer's weights lie in the rows phase's shared memory (floats, each a multiple
+    of 4 for 16-byte copies), -1 for the first layer (the rows phase reads only its sums): every
+    later layer staged if all of them fit in ``limit_bytes``, none otherwise (their reads then go
+    to global memory, as with ``stage=False``)."""
+    offsets, end = [-1], 0
+    for layer, _ in chain[1:]:
+        offsets.append(end)
+        end += _cdiv(layer.weight.shape[0] * layer.weight.shape[1], 4) * 4
+    return offsets if 0 < 4 * end <= limit_bytes else [-1] * len(chain)
+
+
+def staged_bytes(chain: list[tuple[nn.FeedForward, int]], offsets: list[int]) -> int:
+    """The dynamic shared memory of ``staged_offsets``' layout: its last layer's end."""
+    if offsets[-1] < 0:
+        return 0
+    last = chain[-1][0].weight.shape
+    return 4 * (offsets[-1] + last[0] * last[1])
+
+
 def layer_jobs(n_in: int, n_out: int) -> int:
     """The gradient phase's jobs of a layer (its slots of partials): gW tiles, then gb chunks."""
     return _cdiv(n_in, PERSISTENT["BM"]) * _cdiv(n_out, PERSISTENT["BN"]) + _cdiv(n_out, PERSISTENT["THREADS"])
@@ -150,9 +170,11 @@ class PersistentStep:
     """One model's step as one kernel: ``step(x, y) -> loss`` on device arrays."""
 
     def __init__(
-        self, net: nn.Module, loss_fn, optimizer, max_norm: float, max_rows: int, blocks: int = 0, split: bool = True
-    ):
-        """``split`` slices the first layer's k by forward_splits' rule (see the module's docstring)."""
+        self, net: nn.Module, loss_fn, optimizer, max_norm: float, max_rows: int, blocks: int = 0, split: bool = True,
+        stage: bool = True,
+    ):  # fmt: skip
+        """``split`` slices the first layer's k by forward_splits' rule; ``stage`` copies the later
+        layers' weights into shared memory where they fit (see the module's docstring)."""
         chain = layer_chain(net)
         _check_sizes(chain)
         _check_loss_and_optimizer(net, loss_fn, optimizer)
@@ -163,6 +185,7 @@ class PersistentStep:
         state = {id(p): v for p, v in zip(optimizer.params, optimizer.state)} if self.rmsprop else {}
         table = np.zeros(len(chain), LAYER)
         self.buffers: list[DeviceArray] = []  # alive as long as the table points at them
+        staged = staged_offsets(chain, launchers.persistent_step_staging_bytes() if stage else 0)
         self.k_splits: list[int] = []  # slices of k in each layer's forward (the first's only may split)
         partial0 = 0
         for i, (row, (layer, act)) in enumerate(zip(table, chain)):
@@ -178,11 +201,12 @@ class PersistentStep:
             for name, array in zip(_POINTERS, arrays):
                 row[name] = 0 if array is None else array.ptr
             row["n_in"], row["n_out"], row["act"], row["partial0"] = n_in, n_out, act, partial0
-            row["k_splits"] = k_splits
+            row["k_splits"], row["staged"] = k_splits, staged[i]
             self.k_splits.append(k_splits)
             partial0 += layer_jobs(n_in, n_out)
         self.n_layers, self.n_in, self.n_out = len(chain), chain[0][0].weight.shape[0], chain[-1][0].weight.shape[1]
         self.n_partials = partial0
+        self.staged_bytes = staged_bytes(chain, staged)  # each launch's dynamic shared memory
         self.table = DeviceArray.empty((table.nbytes // 4,))
         copy_htod(self.table.ptr, table.view(np.float32))
         self.partials = DeviceArray.empty((partial0,))
@@ -220,7 +244,7 @@ class PersistentStep:
         launchers.persistent_step(
             self.table, self.n_layers, self.batch.array, rows, self.row_loss, self.partials, self.n_partials,
             self.loss, self.barrier, self.rmsprop, opt.lr, decay, eps, self.max_norm, blocks=self.blocks,
-            kernel=kernel, phase_ns=phase_ns,
+            kernel=kernel, phase_ns=phase_ns, shared_bytes=self.staged_bytes,
         )  # fmt: skip
 
     def phase_times(self, x: DeviceArray, y: DeviceArray, steps: int) -> dict:
@@ -229,18 +253,21 @@ class PersistentStep:
         of ``phases``, from one grid barrier's release to the next as block 0 sees it (so each
         includes the barrier and the wait for the slowest block), and of the whole kernel from
         block 0's start to its end; ``row_steps``: the same of each step of block 0's first row in
-        the rows phase (``row_steps`` names them). On the CPU emulator they are the CPU's times."""
-        n_phase = PERSISTENT["PHASE_STAMPS"]
-        stamps = np.zeros(n_phase + len(self.row_steps) + 1, np.uint64)
+        the rows phase (``row_steps`` names them); ``sm_clock_mhz``: block 0's SM clock over the
+        kernel (clock64 cycles per %globaltimer nanosecond). On the CPU emulator they are the CPU's
+        times and cycles."""
+        n_phase, n_row = PERSISTENT["PHASE_STAMPS"], len(self.row_steps) + 1
+        stamps = np.zeros(n_phase + n_row + 1, np.uint64)  # the last: block 0's clock cycles
         clock = DeviceArray.empty((2 * stamps.size,))  # 8 bytes a stamp
         kernel = phase_clock_kernel()
-        phase_us, row_us = [], []
+        phase_us, row_us, mhz = [], [], []
         for _ in range(steps):
             self.launch(x, y, kernel, clock)
             copy_dtoh(stamps, clock.ptr)
             ns = stamps.astype(np.int64)
             phase_us.append(np.diff(ns[:n_phase]) / 1e3)
-            row_us.append(np.diff(ns[n_phase:]) / 1e3)
+            row_us.append(np.diff(ns[n_phase : n_phase + n_row]) / 1e3)
+            mhz.append(ns[-1] / max(ns[n_phase - 1] - ns[0], 1) * 1e3)  # cycles per ns, x 1000
 
         def spread(names, times, key):
             return [{key: name, "median_us": float(np.median(t)), "mean_us": float(t.mean())}
@@ -251,9 +278,11 @@ class PersistentStep:
             "phases": spread(self.phases, phase_us, "phase"),
             "row_steps": spread(self.row_steps, row_us, "step"),
             "total": {"median_us": float(np.median(total)), "mean_us": float(total.mean())},
+            "sm_clock_mhz": {"median": float(np.median(mhz)), "mean": float(np.mean(mhz))},
             "steps": steps,
             "rows": x.shape[0],
             "k_splits": self.k_splits,
+            "staged_bytes": self.staged_bytes,
             "grid_barriers": len(self.phases) - 1,
         }
 

@@ -173,6 +173,27 @@ class Kernel:
     def launch_async(self, grid: tuple, block: tuple, stream, *args) -> None:
         self.function.prepared_async_call(grid, block, stream, *args, shared_size=self.shared_bytes)
 
+    def dynamic_shared_limit(self) -> int:
+        """The most dynamic shared memory a launch of this kernel can have on this GPU: a block's
+        opt-in maximum less the kernel's static shared memory."""
+        optin = drv.Context.get_device().get_attribute(drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        return optin - self.function.get_attribute(drv.function_attribute.SHARED_SIZE_BYTES)
+
+    def with_shared_bytes(self, shared_bytes: int) -> Kernel:
+        """The same function, every launch with ``shared_bytes`` of dynamic shared memory: for a
+        kernel whose need follows its problem (stage 13's staged weights)."""
+        if not 0 <= shared_bytes <= self.dynamic_shared_limit():
+            raise ValueError(
+                f"{self.name} can have 0..{self.dynamic_shared_limit()} bytes of dynamic shared memory on this GPU, "
+                f"not {shared_bytes}"
+            )
+        attribute = drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES
+        if shared_bytes > self.function.get_attribute(attribute):  # raised, never lowered: other sizes stay valid
+            self.function.set_attribute(attribute, shared_bytes)
+        sized = Kernel.__new__(Kernel)
+        sized.name, sized.function, sized.shared_bytes = self.name, self.function, shared_bytes
+        return sized
+
 
 class DriverKernel(Kernel):
     """A kernel that takes a structure by value (a 128-byte TMA descriptor, ``128s`` in its

@@ -18,8 +18,9 @@ and the step of stages 10, 11 and 13 beside PyTorch's, all in one run on the GPU
     not, the reason is recorded instead.
 (f) phases: stage 13's kernel built with PS_PHASE_CLOCK, each phase's microseconds between grid
     barriers (%globaltimer, block 0), and each step of block 0's first row in the rows phase,
-    over PHASE_STEPS steps on one batch of the protocol, with the first forward's split along k
-    (persistent_step.forward_splits) and without it.
+    over PHASE_STEPS steps on one batch of the protocol, and block 0's SM clock over the kernel:
+    as stage 13 runs it, without the first forward's split along k (persistent_step.forward_splits)
+    and without the later layers' weights staged in shared memory (PHASE_VARIANTS).
 Every launch goes through cuda/launchers.py and every graph through cuda/graphs.py, as the
 framework's own. It took 42 s on an H100 (6 December), most of it the epochs, compiling the
 kernels and torch.compile.
@@ -42,6 +43,8 @@ STAGES = (10, 11, 13)
 TIMELINE_STAGES = (11, 13)
 BARRIER_COUNTS = (200, 2200)  # two counts: the difference is barriers alone
 PHASE_STEPS = 200
+# (f)'s variants of stage 13's kernel: PersistentStep's options for each
+PHASE_VARIANTS = {"split": {}, "unsplit": {"split": False}, "unstaged": {"stage": False}}
 
 
 def spread_us(seconds: list[float]) -> dict:
@@ -226,19 +229,19 @@ def steps(data, rounds: int, warmup: int, use_torch: bool, progress) -> dict:
 
 def phase_times(protocol: train.Protocol, x, y, steps: int, warmup: int = 5) -> dict:
     """(f) stage 13's phases on the batch (x, y) (tensors of ``protocol.batch_size`` rows or fewer),
-    split and unsplit, each on a fresh model of the protocol: PersistentStep.phase_times after
+    for each of PHASE_VARIANTS on a fresh model of the protocol: PersistentStep.phase_times after
     ``warmup`` clocked steps (module load, caches); %globaltimer ticks are coarse on some GPUs, so
     means are kept beside the medians."""
     from minitorch_cuda import nn, optim, stages
     from minitorch_cuda.cuda.persistent_step import PersistentStep
 
     result = {}
-    for name, split in (("split", True), ("unsplit", False)):
+    for name, options in PHASE_VARIANTS.items():
         with stages.use_stage(13):
             net = train.make_net(protocol, "cuda")
             opt = optim.RmsProp(net.parameters(), protocol.lr, protocol.decay)
             step = PersistentStep(net, nn.CrossEntropyWithSoftmax(), opt, protocol.max_norm, protocol.batch_size,
-                                  split=split)  # fmt: skip
+                                  **options)  # fmt: skip
             step.phase_times(x.data, y.data, warmup)
             result[name] = step.phase_times(x.data, y.data, steps)
     return result
@@ -282,6 +285,8 @@ def summary(result: dict) -> str:
         lines.append(f"{'stage 13 phases, ' + name:40s} {run['total']['median_us']:8.1f} us: {phases}")
         steps = ", ".join(f"{r['step']} {r['median_us']:.1f}" for r in run.get("row_steps", []))
         lines.append(f"{'  block 0, its first row':40s} {steps}")
+        if "sm_clock_mhz" in run:
+            lines.append(f"{'  block 0, SM clock':40s} {run['sm_clock_mhz']['median']:8.0f} MHz")
     peers = [result[k] for k in ("torch", "torch_graph", "torch_compile") if result.get(k)]
     for row in result["stages"] + peers:
         name = row.get("name") or f"stage {row['stage']}"

@@ -37,7 +37,8 @@
 // thread 0 writes %globaltimer at its start, after every grid barrier and at its end (the
 // phases' times as block 0 sees them: each includes the wait for the slowest block), then
 // at the start of block 0's first row and after each of that row's steps (the first layer's
-// sum, each later layer's forward, the loss, each backward): PS_PHASE_STAMPS + 2L + 1 stamps.
+// sum, each later layer's forward, the loss, each backward), and last the SM clock cycles
+// (clock64) from block 0's start to its end: PS_PHASE_STAMPS + 2L + 2 values.
 #include "batch_cursor.cuh"
 #include "block_reduce.cuh"
 #include "grid_barrier.cuh"
@@ -52,6 +53,7 @@
 #define PS_ROW_LOADS 64     // weights a thread of rows has in flight at once
 #define PS_ROW_J 16         //   in backward_row: PS_ROW_J rows of W, PS_ROW_LOADS / PS_ROW_J columns each
 #define PS_MAX_LAYERS 16    // the layer table is copied into shared memory (96 bytes a layer)
+#define PS_STAGE_LOADS 16   // 16-byte loads a thread has in flight while it stages the weights
 
 // One buffer of shared memory, laid out by each phase in turn: a tile's operands, or a row.
 #define PS_TILE_FLOATS (PS_BK * (PS_BM + 1) + PS_BK * PS_BN)
@@ -72,7 +74,16 @@ __device__ __forceinline__ unsigned long long globaltimer_ns() {
     return t;
 #endif
 }
-#define PS_STAMPS int stamp = 0
+#define PS_STAMPS                \
+    int stamp = 0;               \
+    const long long cycles0 = clock64()
+// block 0's SM clock cycles from its start to its end, after the row stamps: with the
+// %globaltimer stamps, the clock's rate while the kernel ran
+#define PS_CYCLES(n_layers)                                                                           \
+    do {                                                                                              \
+        if (blockIdx.x == 0 && threadIdx.x == 0)                                                      \
+            phase_ns[PS_PHASE_STAMPS + 2 * (n_layers) + 1] = (unsigned long long)(clock64() - cycles0); \
+    } while (0)
 #define PS_STAMP()                                                                   \
     do {                                                                             \
         if (blockIdx.x == 0 && threadIdx.x == 0) phase_ns[stamp] = globaltimer_ns(); \
@@ -92,6 +103,7 @@ __device__ __forceinline__ unsigned long long globaltimer_ns() {
 #define PS_STAMP()
 #define PS_ROW_STAMPS
 #define PS_ROW_STAMP()
+#define PS_CYCLES(n_layers)
 #endif
 
 enum { ACT_NONE = 0, ACT_RELU = 1, ACT_SIGMOID = 2 };
@@ -111,6 +123,8 @@ struct PersistentLayer {
     int act;        // ACT_*, applied to this layer's output
     int partial0;   // this layer's first slot in partials: its gW tiles, then its gb chunks
     int k_splits;   // the first layer: slices of k in its forward (1: one per tile); the others: 1
+    int staged;     // a later layer: where the rows phase finds w in the staged shared memory (in
+                    // floats, a multiple of 4), or -1: it reads w from global memory instead
 };
 
 __device__ __forceinline__ int cdiv(int n, int d) { return (n + d - 1) / d; }
@@ -257,11 +271,10 @@ __device__ __forceinline__ void first_row(const PersistentLayer& layer, int r, i
 // rows, a later layer: out = act(in W + b) for row r. Thread t takes column c = t % T of each
 // pass of T columns (T: a power of two from 32 to PS_THREADS, the fewest that cover n_out) and
 // the k of group g = t / T (PS_THREADS / T groups, each a contiguous stretch of k); the groups'
-// sums meet in red, in group order. A warp reads 32 consecutive weights of a row of W, and a
-// thread has PS_ROW_LOADS of them in flight (through the read-only path, __ldg: no block writes
-// a weight before the update, and the update's writes are read by the next launch only).
-__device__ __forceinline__ void forward_row(const PersistentLayer& layer, int r, const float* in, float* out,
-                                            float* red) {
+// sums meet in red, in group order. A warp reads 32 consecutive weights of a row of W (w_row:
+// the staged copy in shared memory, or W itself), and a thread has PS_ROW_LOADS of them in flight.
+__device__ __forceinline__ void forward_row(const PersistentLayer& layer, const float* w_row, int r, const float* in,
+                                            float* out, float* red) {
     const int K = layer.n_in, N = layer.n_out;
     int T = 32;
     while (T < N && T < PS_THREADS) T *= 2;
@@ -276,7 +289,7 @@ __device__ __forceinline__ void forward_row(const PersistentLayer& layer, int r,
                 float w[PS_ROW_LOADS];
 #pragma unroll
                 for (int u = 0; u < PS_ROW_LOADS; ++u)  // clamped, not branched: every load issued at once
-                    w[u] = __ldg(layer.w + (long long)min(kb + u, k1 - 1) * N + n);
+                    w[u] = w_row[min(kb + u, k1 - 1) * N + n];
 #pragma unroll
                 for (int u = 0; u < PS_ROW_LOADS; ++u)  // 0 x a weight past k1: acc unchanged, no branch
                     acc = fmaf(kb + u < k1 ? in[kb + u] : 0.0f, w[u], acc);
@@ -329,8 +342,9 @@ __device__ __forceinline__ void loss_row(const PersistentLayer& last, const floa
 // PS_ROW_J consecutive j (rows of W) at once, its lanes PS_ROW_LOADS / PS_ROW_J consecutive
 // stretches of 32 columns of each: every warp load is 32 consecutive weights. Each lane sums its
 // columns in order, then the warp's butterfly sums the lanes.
-__device__ __forceinline__ void backward_row(const PersistentLayer& layer, const PersistentLayer& prev, int r,
-                                             const float* d, const float* a_prev, float* d_prev) {
+__device__ __forceinline__ void backward_row(const PersistentLayer& layer, const float* w_row,
+                                             const PersistentLayer& prev, int r, const float* d, const float* a_prev,
+                                             float* d_prev) {
     constexpr int PER_LANE = PS_ROW_LOADS / PS_ROW_J, WARPS = PS_THREADS / 32;
     const int K = layer.n_in, N = layer.n_out, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (int j0 = warp * PS_ROW_J; j0 < K; j0 += WARPS * PS_ROW_J) {
@@ -344,7 +358,7 @@ __device__ __forceinline__ void backward_row(const PersistentLayer& layer, const
 #pragma unroll
                 for (int u = 0; u < PER_LANE; ++u) {
                     const int j = min(j0 + jj, K - 1), n = min(nb + 32 * u + lane, N - 1);  // clamped, as above
-                    w[jj][u] = __ldg(layer.w + (long long)j * N + n);
+                    w[jj][u] = w_row[j * N + n];
                 }
 #pragma unroll
             for (int u = 0; u < PER_LANE; ++u) {
@@ -369,11 +383,46 @@ __device__ __forceinline__ void backward_row(const PersistentLayer& layer, const
     __syncthreads();
 }
 
+// The later layers' weights into this block's shared memory, where the host staged them (the
+// layer's staged offset): 16-byte loads, a thread's all in flight at once (PS_STAGE_LOADS).
+// Where the weights' address or count is not a multiple of 16 bytes, one float at a time.
+__device__ __forceinline__ void stage_weights(const PersistentLayer* layers, int n_layers, float* staged) {
+    for (int l = 1; l < n_layers; ++l) {
+        const PersistentLayer& layer = layers[l];
+        if (layer.staged < 0) continue;
+        const int n = layer.n_in * layer.n_out;
+        float* dst = staged + layer.staged;
+        const bool vector = n % 4 == 0 && reinterpret_cast<unsigned long long>(layer.w) % 16 == 0;
+        const int items = vector ? n / 4 : n;
+        for (int i0 = threadIdx.x; i0 < items; i0 += PS_THREADS * PS_STAGE_LOADS) {
+            float4 v[PS_STAGE_LOADS];
+#pragma unroll
+            for (int u = 0; u < PS_STAGE_LOADS; ++u) {  // clamped, as the rows' loads
+                const int i = min(i0 + u * PS_THREADS, items - 1);
+                v[u] = vector ? __ldg(reinterpret_cast<const float4*>(layer.w) + i) : make_float4(__ldg(layer.w + i), 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < PS_STAGE_LOADS; ++u) {
+                const int i = i0 + u * PS_THREADS;
+                if (i < items) {
+                    if (vector) reinterpret_cast<float4*>(dst)[i] = v[u];
+                    else dst[i] = v[u].x;
+                }
+            }
+        }
+    }
+}
+
+// Where the rows phase reads layer l's weights: the staged copy, or W in global memory.
+__device__ __forceinline__ const float* row_weights(const PersistentLayer& layer, const float* staged) {
+    return layer.staged >= 0 ? staged + layer.staged : layer.w;
+}
+
 // rows: a block per row, grid-stride. Layer l's output and delta lie at the same offset of
 // acts and deltas (the widths of the layers before it, summed: at most PS_ROW_FLOATS in all,
 // the host's rule).
 __device__ __forceinline__ void rows_phase(const PersistentLayer* layers, int n_layers, const float* target, int rows,
-                                           float* row_loss, float* smem PS_CLOCK_PARAM) {
+                                           float* row_loss, float* smem, const float* staged PS_CLOCK_PARAM) {
     float* acts = smem;
     float* deltas = smem + PS_ROW_FLOATS;
     float* red = smem + 2 * PS_ROW_FLOATS;
@@ -385,7 +434,7 @@ __device__ __forceinline__ void rows_phase(const PersistentLayer* layers, int n_
         int offset = 0;  // layer l's, as l goes up
         for (int l = 1; l < n_layers; ++l) {
             const int next = offset + layers[l - 1].n_out;
-            forward_row(layers[l], r, acts + offset, acts + next, red);
+            forward_row(layers[l], row_weights(layers[l], staged), r, acts + offset, acts + next, red);
             PS_ROW_STAMP();
             offset = next;
         }
@@ -393,7 +442,8 @@ __device__ __forceinline__ void rows_phase(const PersistentLayer* layers, int n_
         PS_ROW_STAMP();
         for (int l = n_layers - 1; l >= 1; --l) {
             const int below = offset - layers[l - 1].n_out;
-            backward_row(layers[l], layers[l - 1], r, deltas + offset, acts + below, deltas + below);
+            backward_row(layers[l], row_weights(layers[l], staged), layers[l - 1], r, deltas + offset, acts + below,
+                         deltas + below);
             PS_ROW_STAMP();
             offset = below;
         }
@@ -480,7 +530,8 @@ __device__ __forceinline__ void update(const PersistentLayer* layers, int n_laye
 // hold; n_layers <= PS_MAX_LAYERS; partials: every layer's gW tiles and gb chunks (n_partials
 // slots); row_loss: rows;
 // batch: where this step's rows lie, moved past them at the end;
-// phase_ns (PS_PHASE_CLOCK only): PS_PHASE_STAMPS + 2L + 1 stamps (see the top).
+// phase_ns (PS_PHASE_CLOCK only): PS_PHASE_STAMPS + 2L + 2 values (see the top);
+// dynamic shared memory: the staged weights (each later layer's staged offset + n_in n_out floats).
 extern "C" __global__ void __launch_bounds__(PS_THREADS, 1) persistent_step(
     const PersistentLayer* layers, int n_layers, BatchCursor* batch, int rows, float* row_loss,
     float* partials, int n_partials, float* loss, GridBarrier* barrier, int rmsprop, float lr, float decay, float eps,
@@ -490,6 +541,8 @@ extern "C" __global__ void __launch_bounds__(PS_THREADS, 1) persistent_step(
     // after every grid barrier, and read from global memory they were a wait on the path of each
     // (on the H100 the copy took the rows phase from 18.2 to 16.7 us).
     __shared__ __align__(16) PersistentLayer table[PS_MAX_LAYERS];
+    extern __shared__ float4 staged4[];  // the later layers' weights, where the host staged them (16-byte aligned)
+    float* const staged = reinterpret_cast<float*>(staged4);
     PS_STAMPS;
     PS_STAMP();
     for (int i = threadIdx.x; i < n_layers * (int)(sizeof(PersistentLayer) / 4); i += PS_THREADS)
@@ -499,9 +552,14 @@ extern "C" __global__ void __launch_bounds__(PS_THREADS, 1) persistent_step(
     const float* const x = batch->x;  // before the first barrier, in every block (see the top)
     const float* const target = batch->target;
     forward_first(layers[0], x, rows, smem);
-    grid_barrier(barrier);
+    // The weights are staged while the slower blocks finish their first forward: after this
+    // block's arrival, before its wait (no block writes a weight before the update, after the
+    // third barrier). Only blocks that carry a row need them.
+    const unsigned int ticket = grid_arrive(barrier);
+    if (blockIdx.x < rows) stage_weights(layers, n_layers, staged);
+    grid_wait(barrier, ticket);
     PS_STAMP();
-    rows_phase(layers, n_layers, target, rows, row_loss, smem PS_CLOCK_ARG);
+    rows_phase(layers, n_layers, target, rows, row_loss, smem, staged PS_CLOCK_ARG);
     grid_barrier(barrier);
     PS_STAMP();
     gradients(layers, n_layers, x, rows, partials, n_partials, smem);
@@ -521,4 +579,5 @@ extern "C" __global__ void __launch_bounds__(PS_THREADS, 1) persistent_step(
         }
     }
     PS_STAMP();
+    PS_CYCLES(n_layers);
 }
