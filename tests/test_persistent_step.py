@@ -32,6 +32,7 @@ SHAPES = {
     "narrow": NARROW,
     "one layer, two tiles of rows": Protocol(hidden=(), batch_size=70, max_norm=0.5),
     "four layers": Protocol(hidden=(37, 19, 23), batch_size=21, max_norm=0.5),
+    "widths of 16-byte rows": Protocol(hidden=(40, 24), batch_size=21, max_norm=0.5),  # staged 16 bytes a copy
 }
 
 
@@ -112,7 +113,7 @@ def _assert_same_training(got, ref, what: str, rtol: float = 1e-4, params_by_nor
 @pytest.mark.parametrize(
     ("shape", "activation", "optimizer"),
     [("narrow", "relu", "rmsprop"), ("narrow", "sigmoid", "sgd"), ("one layer, two tiles of rows", "relu", "rmsprop"),
-     ("four layers", "sigmoid", "rmsprop")],
+     ("four layers", "sigmoid", "rmsprop"), ("widths of 16-byte rows", "relu", "sgd")],
 )  # fmt: skip
 def test_stage_13_trains_like_stage_10_and_float64(shape, activation, optimizer):
     protocol = dataclasses.replace(SHAPES[shape], activation=activation)
@@ -285,8 +286,8 @@ def test_the_phase_clock_times_every_phase_and_trains_the_same_bits():
 def test_staged_weights_train_the_same_bits_as_weights_read_from_global_memory():
     staged, out, losses, params, _ = _one_step(True, steps=3)
     unstaged, plain_out, plain_losses, plain_params, _ = _one_step(True, steps=3, stage=False)
-    # NARROW's later layers, 37 x 19 = 703 floats (rounded up to 704 for 16-byte copies) and 19 x 10
-    assert staged.staged_bytes == 4 * (704 + 190) and unstaged.staged_bytes == 0
+    # NARROW's later layers: W_2 and b_2, 38 rows of 20 floats; W_3 and b_3, 20 rows of 12
+    assert staged.staged_bytes == 4 * (38 * 20 + 20 * 12) and unstaged.staged_bytes == 0
     assert losses == plain_losses and np.array_equal(out, plain_out)
     assert all(np.array_equal(a, b) for a, b in zip(params, plain_params))
 
@@ -294,15 +295,19 @@ def test_staged_weights_train_the_same_bits_as_weights_read_from_global_memory()
 @pytest.mark.gpu
 @pytest.mark.emulated  # pure arithmetic, but its module needs a CUDA runtime to import
 def test_the_later_layers_are_staged_all_together_or_not_at_all():
-    from minitorch_cuda.cuda.persistent_step import layer_chain, staged_bytes, staged_offsets
+    from minitorch_cuda.cuda.persistent_step import layer_chain, staged_bytes, staged_ld, staging
 
+    # row strides of 4 q floats, q odd: 16-byte rows whose chunks fall in distinct banks, 8 rows at a time
+    assert [staged_ld(n) for n in (1, 4, 5, 8, 10, 19, 128, 129)] == [4, 4, 12, 12, 12, 20, 132, 132]
     chain = layer_chain(make_net(Protocol(hidden=(256, 128)), "cpu"))  # the protocol's 784-256-128-10
-    assert staged_offsets(chain, 1 << 20) == [-1, 0, 32768] and staged_bytes(chain, [-1, 0, 32768]) == 4 * 34048
-    assert staged_offsets(chain, 4 * 34048) == [-1, 0, 32768]
-    assert staged_offsets(chain, 4 * 34048 - 1) == [-1, -1, -1]  # one byte short: none staged
-    assert staged_bytes(chain, [-1, -1, -1]) == 0
+    layout = [(-1, 0), (0, 132), (257 * 132, 12)]  # W_2 and b_2: 257 rows of 132; W_3 and b_3: 129 rows of 12
+    size = 4 * (257 * 132 + 129 * 12)
+    assert staging(chain, 1 << 20) == layout and staged_bytes(chain, layout) == size
+    assert staging(chain, size) == layout
+    assert staging(chain, size - 1) == [(-1, 0)] * 3  # one byte short: none staged
+    assert staged_bytes(chain, [(-1, 0)] * 3) == 0
     one = layer_chain(make_net(Protocol(hidden=()), "cpu"))
-    assert staged_offsets(one, 1 << 20) == [-1] and staged_bytes(one, [-1]) == 0  # nothing after the first
+    assert staging(one, 1 << 20) == [(-1, 0)] and staged_bytes(one, [(-1, 0)]) == 0  # nothing after the first
 
 
 def _misfits() -> list:

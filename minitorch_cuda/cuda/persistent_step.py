@@ -48,7 +48,7 @@ from .runtime import Kernel, compile_module, copy_dtoh, copy_htod
 
 ACTIVATION_CODES = {nn.ReLU: 1, nn.Sigmoid: 2}  # persistent_step.cu's ACT_RELU, ACT_SIGMOID; 0: none
 _POINTERS = ("w", "b", "gw", "gb", "vw", "vb", "out", "delta", "split")
-_INTS = ("n_in", "n_out", "act", "partial0", "k_splits", "staged")
+_INTS = ("n_in", "n_out", "act", "partial0", "k_splits", "staged", "staged_ld", "pad")  # pad: 8-byte alignment
 LAYER = np.dtype([(name, "<u8") for name in _POINTERS] + [(n, "<i4") for n in _INTS])
 # forward_splits' rule. SPLIT_JOBS: the jobs the first forward aims at, about the multiprocessors of
 # the GPUs the course runs on (132 on an H200); a constant, never the grid's size, so that the
@@ -131,24 +131,30 @@ def forward_splits(rows: int, n_in: int, n_out: int) -> int:
     return max(splits, 1)
 
 
-def staged_offsets(chain: list[tuple[nn.FeedForward, int]], limit_bytes: int) -> list[int]:
-    """Where each layer's weights lie in the rows phase's shared memory (floats, each a multiple
-    of 4 for 16-byte copies), -1 for the first layer (the rows phase reads only its sums): every
-    later layer staged if all of them fit in ``limit_bytes``, none otherwise (their reads then go
-    to global memory, as with ``stage=False``)."""
-    offsets, end = [-1], 0
+def staged_ld(n_out: int) -> int:
+    """The row stride of a layer's staged weights: n_out rounded up to 4 q floats with q odd, so that
+    rows start 16 bytes apart and 8 consecutive rows' 16-byte chunks lie in distinct banks."""
+    q = _cdiv(n_out, 4)
+    return 4 * (q | 1)
+
+
+def staging(chain: list[tuple[nn.FeedForward, int]], limit_bytes: int) -> list[tuple[int, int]]:
+    """(offset, row stride) of each layer's staged weights and bias (its n_in rows of W at the
+    stride, then b) in the rows phase's shared memory, in floats; (-1, 0) for the first layer (the
+    rows phase reads only its sums). Every later layer is staged if all fit in ``limit_bytes``,
+    none otherwise: their reads then go to global memory, as with ``stage=False``."""
+    layout, end = [(-1, 0)], 0
     for layer, _ in chain[1:]:
-        offsets.append(end)
-        end += _cdiv(layer.weight.shape[0] * layer.weight.shape[1], 4) * 4
-    return offsets if 0 < 4 * end <= limit_bytes else [-1] * len(chain)
+        n_in, n_out = layer.weight.shape
+        layout.append((end, staged_ld(n_out)))
+        end += (n_in + 1) * staged_ld(n_out)
+    return layout if 0 < 4 * end <= limit_bytes else [(-1, 0)] * len(chain)
 
 
-def staged_bytes(chain: list[tuple[nn.FeedForward, int]], offsets: list[int]) -> int:
-    """The dynamic shared memory of ``staged_offsets``' layout: its last layer's end."""
-    if offsets[-1] < 0:
-        return 0
-    last = chain[-1][0].weight.shape
-    return 4 * (offsets[-1] + last[0] * last[1])
+def staged_bytes(chain: list[tuple[nn.FeedForward, int]], layout: list[tuple[int, int]]) -> int:
+    """The dynamic shared memory of ``staging``'s layout: its last layer's end."""
+    offset, ld = layout[-1]
+    return 0 if offset < 0 else 4 * (offset + (chain[-1][0].weight.shape[0] + 1) * ld)
 
 
 def layer_jobs(n_in: int, n_out: int) -> int:
@@ -185,7 +191,7 @@ class PersistentStep:
         state = {id(p): v for p, v in zip(optimizer.params, optimizer.state)} if self.rmsprop else {}
         table = np.zeros(len(chain), LAYER)
         self.buffers: list[DeviceArray] = []  # alive as long as the table points at them
-        staged = staged_offsets(chain, launchers.persistent_step_staging_bytes() if stage else 0)
+        layout = staging(chain, launchers.persistent_step_staging_bytes() if stage else 0)
         self.k_splits: list[int] = []  # slices of k in each layer's forward (the first's only may split)
         partial0 = 0
         for i, (row, (layer, act)) in enumerate(zip(table, chain)):
@@ -201,12 +207,12 @@ class PersistentStep:
             for name, array in zip(_POINTERS, arrays):
                 row[name] = 0 if array is None else array.ptr
             row["n_in"], row["n_out"], row["act"], row["partial0"] = n_in, n_out, act, partial0
-            row["k_splits"], row["staged"] = k_splits, staged[i]
+            row["k_splits"], (row["staged"], row["staged_ld"]) = k_splits, layout[i]
             self.k_splits.append(k_splits)
             partial0 += layer_jobs(n_in, n_out)
         self.n_layers, self.n_in, self.n_out = len(chain), chain[0][0].weight.shape[0], chain[-1][0].weight.shape[1]
         self.n_partials = partial0
-        self.staged_bytes = staged_bytes(chain, staged)  # each launch's dynamic shared memory
+        self.staged_bytes = staged_bytes(chain, layout)  # each launch's dynamic shared memory
         self.table = DeviceArray.empty((table.nbytes // 4,))
         copy_htod(self.table.ptr, table.view(np.float32))
         self.partials = DeviceArray.empty((partial0,))

@@ -7,11 +7,6 @@
 //   grid_barrier(bar)   every thread of every block calls it, the same number of times;
 //                       it returns when all blocks have arrived, with every write any
 //                       block made before arriving visible to every thread after it.
-//   grid_arrive(bar) -> ticket, then grid_wait(bar, ticket)
-//                       the same barrier in two halves, for work between them that needs
-//                       nothing from other blocks and writes nothing they read before the
-//                       barrier (a block's own shared memory): it runs while the slower
-//                       blocks arrive, instead of after the barrier.
 //
 // It needs every block of the grid running at once (co-resident): a block waiting at
 // the barrier keeps its multiprocessor, so a block that could start only after another
@@ -35,10 +30,6 @@ struct GridBarrier {
 // A spinning fiber would never let the others run: the runtime provides the barrier
 // (the block's threads meet as at __syncthreads, then the blocks meet), with its checks.
 __device__ inline void grid_barrier(GridBarrier* bar, EMU_SITE) { __emu_grid_barrier(bar, __file, __line); }
-// The work between the halves touches only the block's own memory: before the barrier or
-// after it, the results are the same, so the emulator's barrier is the wait.
-__device__ inline unsigned int grid_arrive(GridBarrier*) { return 0; }
-__device__ inline void grid_wait(GridBarrier* bar, unsigned int, EMU_SITE) { __emu_grid_barrier(bar, __file, __line); }
 #else
 // Why it is correct (the PTX memory model, gpu scope):
 // - generation is read before arriving: the last block may complete the barrier and
@@ -57,32 +48,23 @@ __device__ inline void grid_wait(GridBarrier* bar, unsigned int, EMU_SITE) { __e
 // - the acquire fence after seeing the new generation, then __syncthreads: every
 //   block's writes before its arrival are visible to thread 0 and through the block
 //   barrier to all the block's threads.
-// grid_arrive returns thread 0's ticket (the generation it saw); the other threads' is unused.
-__device__ __forceinline__ unsigned int grid_arrive(GridBarrier* bar) {
+__device__ __forceinline__ void grid_barrier(GridBarrier* bar) {
     __syncthreads();
-    unsigned int seen = 0;
     if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
-        seen = *(volatile unsigned int*)&bar->generation;
+        volatile unsigned int* generation = &bar->generation;
+        const unsigned int seen = *generation;
         __threadfence();  // release: the block's writes (and the read of seen) before arriving
         const unsigned int blocks = gridDim.x * gridDim.y * gridDim.z;
         if (atomicAdd(&bar->count, 1u) == blocks - 1) {
             atomicExch(&bar->count, 0u);
             __threadfence();  // the reset lands before anyone can arrive at the next barrier
             atomicAdd(&bar->generation, 1u);
+        } else {
+            while (*generation == seen) {
+            }
         }
-    }
-    return seen;
-}
-
-__device__ __forceinline__ void grid_wait(GridBarrier* bar, unsigned int seen) {
-    if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
-        volatile unsigned int* generation = &bar->generation;
-        while (*generation == seen) {
-        }  // the last arriver has bumped it already: no wait
         __threadfence();  // acquire: every block's writes before its arrival
     }
     __syncthreads();
 }
-
-__device__ __forceinline__ void grid_barrier(GridBarrier* bar) { grid_wait(bar, grid_arrive(bar)); }
 #endif

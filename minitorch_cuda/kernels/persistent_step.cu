@@ -39,6 +39,8 @@
 // at the start of block 0's first row and after each of that row's steps (the first layer's
 // sum, each later layer's forward, the loss, each backward), and last the SM clock cycles
 // (clock64) from block 0's start to its end: PS_PHASE_STAMPS + 2L + 2 values.
+#include <cuda_pipeline.h>
+
 #include "batch_cursor.cuh"
 #include "block_reduce.cuh"
 #include "grid_barrier.cuh"
@@ -50,10 +52,7 @@
 #define PS_BK 64            // the slice of k a tile stages in shared memory at once
 #define PS_CHUNK 16         // the first forward's slices of k are whole chunks of PS_CHUNK
 #define PS_ROW_FLOATS 2048  // a row's outputs of every layer (and its deltas) in shared memory
-#define PS_ROW_LOADS 64     // weights a thread of rows has in flight at once
-#define PS_ROW_J 16         //   in backward_row: PS_ROW_J rows of W, PS_ROW_LOADS / PS_ROW_J columns each
-#define PS_MAX_LAYERS 16    // the layer table is copied into shared memory (96 bytes a layer)
-#define PS_STAGE_LOADS 16   // 16-byte loads a thread has in flight while it stages the weights
+#define PS_MAX_LAYERS 16    // the layer table is copied into shared memory (104 bytes a layer)
 
 // One buffer of shared memory, laid out by each phase in turn: a tile's operands, or a row.
 #define PS_TILE_FLOATS (PS_BK * (PS_BM + 1) + PS_BK * PS_BN)
@@ -123,8 +122,12 @@ struct PersistentLayer {
     int act;        // ACT_*, applied to this layer's output
     int partial0;   // this layer's first slot in partials: its gW tiles, then its gb chunks
     int k_splits;   // the first layer: slices of k in its forward (1: one per tile); the others: 1
-    int staged;     // a later layer: where the rows phase finds w in the staged shared memory (in
-                    // floats, a multiple of 4), or -1: it reads w from global memory instead
+    int staged;     // a later layer: where its staged copy of w, then b, begins in the dynamic shared
+                    // memory (in floats, a multiple of 4), or -1: the rows phase reads w and b in
+                    // global memory instead
+    int staged_ld;  // the staged copy's row stride: n_out rounded up to 4 q floats with q odd (16-byte
+                    // rows; 8 consecutive rows' 16-byte chunks fall in distinct banks)
+    int pad;        // the struct's 8-byte alignment
 };
 
 __device__ __forceinline__ int cdiv(int n, int d) { return (n + d - 1) / d; }
@@ -268,44 +271,68 @@ __device__ __forceinline__ void first_row(const PersistentLayer& layer, int r, i
     __syncthreads();
 }
 
-// rows, a later layer: out = act(in W + b) for row r. Thread t takes column c = t % T of each
-// pass of T columns (T: a power of two from 32 to PS_THREADS, the fewest that cover n_out) and
-// the k of group g = t / T (PS_THREADS / T groups, each a contiguous stretch of k); the groups'
-// sums meet in red, in group order. A warp reads 32 consecutive weights of a row of W (w_row:
-// the staged copy in shared memory, or W itself), and a thread has PS_ROW_LOADS of them in flight.
-__device__ __forceinline__ void forward_row(const PersistentLayer& layer, const float* w_row, int r, const float* in,
-                                            float* out, float* red) {
-    const int K = layer.n_in, N = layer.n_out;
+// rows, a matrix-vector product: z_o = sum_i v_i W[o, i] for the n_out outputs o, W read at
+// w[o * ld + i] (BY_ROW, the backward's W^T: a thread walks a row of W) or w[i * ld + o] (the
+// forward's W: consecutive threads on consecutive outputs), then epilogue(o, z_o). Thread t
+// takes output o = t % T of each pass of T outputs (T: a power of two from 32 to PS_THREADS, the
+// fewest that cover n_out) and the i of group g = t / T (PS_THREADS / T groups, each a contiguous
+// stretch of i); a thread sums its stretch in 4 running sums (i mod 4) for 4 independent chains
+// of fmaf, the groups' sums meet in red, in group order. Every weight is one shared-memory load
+// (the staged copy, whose row stride keeps both directions free of bank conflicts) for one fmaf:
+// the products cost a few instructions each, where the rows phase was bound by instructions
+// before (a warp issued about 25 for each of its fmaf, chapter 21). Where the weights were not
+// staged, the same loads go to global memory.
+template <bool BY_ROW, class Epilogue>
+__device__ __forceinline__ void row_product(int n_out, int n_red, const float* w, int ld, const float* v, float* red,
+                                            Epilogue epilogue) {
     int T = 32;
-    while (T < N && T < PS_THREADS) T *= 2;
+    while (T < n_out && T < PS_THREADS) T *= 2;
     const int G = PS_THREADS / T, g = threadIdx.x / T, c = threadIdx.x % T;
-    const int k0 = g * K / G, k1 = (g + 1) * K / G;
-    for (int n0 = 0; n0 < N; n0 += T) {
-        const int n = n0 + c;
-        const float bias = layer.b[min(n, N - 1)];  // in flight with the weights, not after the barrier
-        float acc = 0.0f;
-        if (n < N) {
-            for (int kb = k0; kb < k1; kb += PS_ROW_LOADS) {
-                float w[PS_ROW_LOADS];
+    const int i0 = g * n_red / G, i1 = (g + 1) * n_red / G;
+    for (int o0 = 0; o0 < n_out; o0 += T) {
+        const int o = min(o0 + c, n_out - 1);  // clamped: every thread reaches the block barriers
+        const float* wo = BY_ROW ? w + o * ld : w + o;
+        const int step = BY_ROW ? 1 : ld;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        int i = i0;
+#pragma unroll 2
+        for (; i + 4 <= i1; i += 4)
 #pragma unroll
-                for (int u = 0; u < PS_ROW_LOADS; ++u)  // clamped, not branched: every load issued at once
-                    w[u] = w_row[min(kb + u, k1 - 1) * N + n];
-#pragma unroll
-                for (int u = 0; u < PS_ROW_LOADS; ++u)  // 0 x a weight past k1: acc unchanged, no branch
-                    acc = fmaf(kb + u < k1 ? in[kb + u] : 0.0f, w[u], acc);
-            }
-        }
-        red[threadIdx.x] = acc;
+            for (int u = 0; u < 4; ++u) acc[u] = fmaf(v[i + u], wo[(i + u) * step], acc[u]);
+        for (; i < i1; ++i) acc[0] = fmaf(v[i], wo[i * step], acc[0]);
+        red[threadIdx.x] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
         __syncthreads();
-        if (g == 0 && n < N) {
+        if (g == 0 && o0 + c < n_out) {
             float z = red[c];
             for (int h = 1; h < G; ++h) z += red[h * T + c];
-            const float y = activate(layer.act, z + bias);
-            out[n] = y;
-            layer.out[(long long)r * N + n] = y;
+            epilogue(o0 + c, z);
         }
         __syncthreads();
     }
+}
+
+// Where the rows phase reads a later layer's parameters: the staged copy (W's rows at a stride of
+// staged_ld, then b) or W (row stride n_out) and b in global memory.
+struct RowWeights {
+    const float* w;
+    const float* b;
+    int ld;
+};
+__device__ __forceinline__ RowWeights row_weights(const PersistentLayer& layer, const float* staged) {
+    if (layer.staged < 0) return RowWeights{layer.w, layer.b, layer.n_out};
+    const float* w = staged + layer.staged;
+    return RowWeights{w, w + layer.n_in * layer.staged_ld, layer.staged_ld};
+}
+
+// rows, a later layer: out = act(in W + b) for row r, into out (shared) and the layer's out.
+__device__ __forceinline__ void forward_row(const PersistentLayer& layer, RowWeights w, int r, const float* in,
+                                            float* out, float* red) {
+    const int N = layer.n_out;
+    row_product<false>(N, layer.n_in, w.w, w.ld, in, red, [&](int n, float z) {
+        const float y = activate(layer.act, z + w.b[n]);
+        out[n] = y;
+        layer.out[(long long)r * N + n] = y;
+    });
 }
 
 // rows, the loss: warp 0 takes row r's logits z (shared): the row's loss into row_loss[r], and
@@ -338,84 +365,38 @@ __device__ __forceinline__ void loss_row(const PersistentLayer& last, const floa
     __syncthreads();
 }
 
-// rows, backward through a layer: d_prev = (d W^T) * act_prev'(a_prev) for row r. A warp takes
-// PS_ROW_J consecutive j (rows of W) at once, its lanes PS_ROW_LOADS / PS_ROW_J consecutive
-// stretches of 32 columns of each: every warp load is 32 consecutive weights. Each lane sums its
-// columns in order, then the warp's butterfly sums the lanes.
-__device__ __forceinline__ void backward_row(const PersistentLayer& layer, const float* w_row,
-                                             const PersistentLayer& prev, int r, const float* d, const float* a_prev,
-                                             float* d_prev) {
-    constexpr int PER_LANE = PS_ROW_LOADS / PS_ROW_J, WARPS = PS_THREADS / 32;
-    const int K = layer.n_in, N = layer.n_out, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    for (int j0 = warp * PS_ROW_J; j0 < K; j0 += WARPS * PS_ROW_J) {
-        float acc[PS_ROW_J];
-#pragma unroll
-        for (int jj = 0; jj < PS_ROW_J; ++jj) acc[jj] = 0.0f;
-        for (int nb = 0; nb < N; nb += 32 * PER_LANE) {
-            float w[PS_ROW_J][PER_LANE];
-#pragma unroll
-            for (int jj = 0; jj < PS_ROW_J; ++jj)
-#pragma unroll
-                for (int u = 0; u < PER_LANE; ++u) {
-                    const int j = min(j0 + jj, K - 1), n = min(nb + 32 * u + lane, N - 1);  // clamped, as above
-                    w[jj][u] = w_row[j * N + n];
-                }
-#pragma unroll
-            for (int u = 0; u < PER_LANE; ++u) {
-                const int n = nb + 32 * u + lane;
-                const float dn = n < N ? d[n] : 0.0f;  // 0 past the row's end: acc unchanged, no branch
-#pragma unroll
-                for (int jj = 0; jj < PS_ROW_J; ++jj) acc[jj] = fmaf(dn, w[jj][u], acc[jj]);
-            }
-        }
-#pragma unroll
-        for (int jj = 0; jj < PS_ROW_J; ++jj) acc[jj] = warp_allreduce<SumOp>(acc[jj]);
-#pragma unroll
-        for (int jj = 0; jj < PS_ROW_J; ++jj) {
-            const int j = j0 + jj;
-            if (lane == jj && j < K) {
-                const float v = activate_backward(prev.act, acc[jj], a_prev[j]);
-                d_prev[j] = v;
-                prev.delta[(long long)r * K + j] = v;
-            }
-        }
-    }
-    __syncthreads();
+// rows, backward through a layer: d_prev = (d W^T) * act_prev'(a_prev) for row r, into d_prev
+// (shared) and the previous layer's delta.
+__device__ __forceinline__ void backward_row(const PersistentLayer& layer, RowWeights w, const PersistentLayer& prev,
+                                             int r, const float* d, const float* a_prev, float* d_prev, float* red) {
+    const int K = layer.n_in;
+    row_product<true>(K, layer.n_out, w.w, w.ld, d, red, [&](int j, float z) {
+        const float v = activate_backward(prev.act, z, a_prev[j]);
+        d_prev[j] = v;
+        prev.delta[(long long)r * K + j] = v;
+    });
 }
 
-// The later layers' weights into this block's shared memory, where the host staged them (the
-// layer's staged offset): 16-byte loads, a thread's all in flight at once (PS_STAGE_LOADS).
-// Where the weights' address or count is not a multiple of 16 bytes, one float at a time.
+// The later layers' weights and biases into this block's shared memory, each row of W at a stride
+// of staged_ld floats, then b: asynchronous copies (cp.async), issued at the kernel's start so
+// that they land while the block computes its first forward; the rows phase waits for them. A
+// warp copies a row at a time, 16 bytes a copy where the rows allow it (n_out a multiple of 4, W
+// and b 16-byte aligned), else 4.
 __device__ __forceinline__ void stage_weights(const PersistentLayer* layers, int n_layers, float* staged) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (int l = 1; l < n_layers; ++l) {
         const PersistentLayer& layer = layers[l];
         if (layer.staged < 0) continue;
-        const int n = layer.n_in * layer.n_out;
-        float* dst = staged + layer.staged;
-        const bool vector = n % 4 == 0 && reinterpret_cast<unsigned long long>(layer.w) % 16 == 0;
-        const int items = vector ? n / 4 : n;
-        for (int i0 = threadIdx.x; i0 < items; i0 += PS_THREADS * PS_STAGE_LOADS) {
-            float4 v[PS_STAGE_LOADS];
-#pragma unroll
-            for (int u = 0; u < PS_STAGE_LOADS; ++u) {  // clamped, as the rows' loads
-                const int i = min(i0 + u * PS_THREADS, items - 1);
-                v[u] = vector ? __ldg(reinterpret_cast<const float4*>(layer.w) + i) : make_float4(__ldg(layer.w + i), 0, 0, 0);
-            }
-#pragma unroll
-            for (int u = 0; u < PS_STAGE_LOADS; ++u) {
-                const int i = i0 + u * PS_THREADS;
-                if (i < items) {
-                    if (vector) reinterpret_cast<float4*>(dst)[i] = v[u];
-                    else dst[i] = v[u].x;
-                }
-            }
+        const int N = layer.n_out;
+        const bool aligned = (reinterpret_cast<unsigned long long>(layer.w) | reinterpret_cast<unsigned long long>(layer.b)) % 16 == 0;
+        const int width = N % 4 == 0 && aligned ? 4 : 1;
+        for (int j = warp; j <= layer.n_in; j += PS_THREADS / 32) {  // row n_in: the bias
+            const float* src = j < layer.n_in ? layer.w + (long long)j * N : layer.b;
+            for (int c = lane * width; c < N; c += 32 * width)
+                __pipeline_memcpy_async(staged + layer.staged + j * layer.staged_ld + c, src + c, 4 * width);
         }
     }
-}
-
-// Where the rows phase reads layer l's weights: the staged copy, or W in global memory.
-__device__ __forceinline__ const float* row_weights(const PersistentLayer& layer, const float* staged) {
-    return layer.staged >= 0 ? staged + layer.staged : layer.w;
+    __pipeline_commit();
 }
 
 // rows: a block per row, grid-stride. Layer l's output and delta lie at the same offset of
@@ -426,6 +407,8 @@ __device__ __forceinline__ void rows_phase(const PersistentLayer* layers, int n_
     float* acts = smem;
     float* deltas = smem + PS_ROW_FLOATS;
     float* red = smem + 2 * PS_ROW_FLOATS;
+    __pipeline_wait_prior(0);  // this thread's staged copies have landed
+    __syncthreads();           // and every thread's
     for (int r = blockIdx.x; r < rows; r += gridDim.x) {
         PS_ROW_STAMPS;
         PS_ROW_STAMP();
@@ -443,7 +426,7 @@ __device__ __forceinline__ void rows_phase(const PersistentLayer* layers, int n_
         for (int l = n_layers - 1; l >= 1; --l) {
             const int below = offset - layers[l - 1].n_out;
             backward_row(layers[l], row_weights(layers[l], staged), layers[l - 1], r, deltas + offset, acts + below,
-                         deltas + below);
+                         deltas + below, red);
             PS_ROW_STAMP();
             offset = below;
         }
@@ -551,13 +534,11 @@ extern "C" __global__ void __launch_bounds__(PS_THREADS, 1) persistent_step(
     layers = table;
     const float* const x = batch->x;  // before the first barrier, in every block (see the top)
     const float* const target = batch->target;
-    forward_first(layers[0], x, rows, smem);
-    // The weights are staged while the slower blocks finish their first forward: after this
-    // block's arrival, before its wait (no block writes a weight before the update, after the
-    // third barrier). Only blocks that carry a row need them.
-    const unsigned int ticket = grid_arrive(barrier);
+    // Only blocks that carry a row read the staged weights; no block writes a weight before the
+    // update, after the third grid barrier.
     if (blockIdx.x < rows) stage_weights(layers, n_layers, staged);
-    grid_wait(barrier, ticket);
+    forward_first(layers[0], x, rows, smem);
+    grid_barrier(barrier);
     PS_STAMP();
     rows_phase(layers, n_layers, target, rows, row_loss, smem, staged PS_CLOCK_ARG);
     grid_barrier(barrier);
