@@ -123,7 +123,7 @@ def test_the_experiment_records_every_part(tmp_path, monkeypatch) -> None:
         assert record["timelines"][stage][-1][0] == "[CUDA memcpy DTOH]"
     assert [e[0] for e in record["timelines"]["13"]] == ["persistent_step", "[CUDA memcpy DTOH]"]
     phases = record["phases"]
-    assert phases["split"]["k_splits"] == [16, 1, 1] and phases["unsplit"]["k_splits"] == [1, 1, 1]
+    assert phases["split"]["k_splits"] == [8, 1, 1] and phases["unsplit"]["k_splits"] == [1, 1, 1]
     assert phases["split"]["grid_barriers"] == phases["unsplit"]["grid_barriers"] == 3
     assert set(phases) == set(latency_floor.PHASE_VARIANTS)
     assert all(500 < run["sm_clock_mhz"]["median"] < 5000 for run in phases.values())  # any GPU's clock

@@ -4,8 +4,9 @@ Its losses and parameters after 20 steps against stage 10's (1e-4 relative) and 
 float64 numpy model of the same steps; ReLU and Sigmoid, RmsProp and SGD; one layer to four,
 one tile of rows and two; grids of 1, 2 and 3 blocks giving the same bits; the first layer's
 forward split along k (NARROW's 784 -> 37 at 21 rows into 24 slices, the protocol's 784 -> 256
-into 16) and not; the phase clock's build, which trains the same bits; the models that do not
-fit, named; the sm_90 builds without spills. The
+into 8) and not; the later layers' weights staged in shared memory (4 and 16 bytes a copy) and
+read from global memory, the same bits; the phase clock's build, which trains the same bits; the
+models that do not fit, named; the sm_90 builds without spills. The
 CUDA tests run on the CPU emulator too (marked ``emulated`` here), on a narrow MNIST-shaped
 model with odd sizes; the protocol's own 784-256-128-10 model is GPU-only, as it
 takes the emulator a minute.
@@ -215,11 +216,11 @@ def test_grids_of_1_2_and_3_blocks_compute_the_same_bits():
 def test_forward_splits_follow_the_shapes():
     from minitorch_cuda.cuda.persistent_step import forward_splits
 
-    # the protocol's first layer at 64 rows: 8 tiles of 64 x 32, so 16 slices (128 jobs), each 3 or 4 of
+    # the protocol's first layer at 64 rows: 8 tiles of 64 x 32, so 8 slices (64 jobs), each 6 or 7 of
     # the 49 chunks of 16; NARROW's 784 -> 37 at 21 rows (2 tiles): 24, its 49 chunks 2 a slice at least
-    assert forward_splits(64, 784, 256) == 16 and forward_splits(21, 784, 37) == 24
-    assert forward_splits(256, 784, 256) == 4  # 32 tiles
-    assert forward_splits(1024, 784, 256) == 1  # 128 tiles: enough jobs without a split
+    assert forward_splits(64, 784, 256) == 8 and forward_splits(21, 784, 37) == 24
+    assert forward_splits(256, 784, 256) == 2  # 32 tiles
+    assert forward_splits(512, 784, 256) == 1  # 64 tiles: enough jobs without a split
     assert forward_splits(64, 20, 256) == 1  # 2 chunks of k: too short to split
 
 

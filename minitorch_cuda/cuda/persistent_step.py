@@ -50,11 +50,12 @@ ACTIVATION_CODES = {nn.ReLU: 1, nn.Sigmoid: 2}  # persistent_step.cu's ACT_RELU,
 _POINTERS = ("w", "b", "gw", "gb", "vw", "vb", "out", "delta", "split")
 _INTS = ("n_in", "n_out", "act", "partial0", "k_splits", "staged", "staged_ld", "pad")  # pad: 8-byte alignment
 LAYER = np.dtype([(name, "<u8") for name in _POINTERS] + [(n, "<i4") for n in _INTS])
-# forward_splits' rule. SPLIT_JOBS: the jobs the first forward aims at, about the multiprocessors of
-# the GPUs the course runs on (132 on an H200); a constant, never the grid's size, so that the
-# bits do not depend on the grid. SPLIT_CHUNKS: the fewest PS_CHUNK chunks of k a slice keeps (its
-# tile's loads are then one wait for memory for a few products).
-SPLIT_JOBS = 128
+# forward_splits' rule. SPLIT_JOBS: the jobs the first forward aims at, about half the multiprocessors
+# of the GPUs the course runs on (132 on an H100 or H200): the other half stage the later layers'
+# weights for the rows phase meanwhile (persistent_step.cu's row_block). A constant, never the
+# grid's size, so that the bits do not depend on the grid. SPLIT_CHUNKS: the fewest PS_CHUNK chunks
+# of k a slice keeps (its tile's loads are then one wait for memory for a few products).
+SPLIT_JOBS = 64
 SPLIT_CHUNKS = 2
 
 
@@ -125,7 +126,7 @@ def _cdiv(n: int, d: int) -> int:
 def forward_splits(rows: int, n_in: int, n_out: int) -> int:
     """Slices of k in the first layer's forward, n_in -> n_out at ``rows`` rows (1: not split): as
     many as bring its jobs (tiles x slices) up to SPLIT_JOBS, each slice SPLIT_CHUNKS chunks of k
-    at least. The protocol's 784 -> 256 at 64 rows: 16 (8 tiles of 64 x 32, 49 chunks of 16)."""
+    at least. The protocol's 784 -> 256 at 64 rows: 8 (8 tiles of 64 x 32, 49 chunks of 16)."""
     tiles = _cdiv(rows, PERSISTENT["BM"]) * _cdiv(n_out, PERSISTENT["BN"])
     splits = min(SPLIT_JOBS // tiles, _cdiv(n_in, PERSISTENT["CHUNK"]) // SPLIT_CHUNKS)
     return max(splits, 1)

@@ -91,7 +91,7 @@ __device__ __forceinline__ unsigned long long globaltimer_ns() {
 #define PS_ROW_STAMPS int row_stamp = 0
 #define PS_ROW_STAMP()                                                                 \
     do {                                                                               \
-        if (blockIdx.x == 0 && r == 0 && threadIdx.x == 0)                             \
+        if (r == 0 && threadIdx.x == 0)                                                \
             phase_ns[PS_PHASE_STAMPS + row_stamp] = globaltimer_ns();                  \
         ++row_stamp;                                                                   \
     } while (0)
@@ -399,6 +399,13 @@ __device__ __forceinline__ void stage_weights(const PersistentLayer* layers, int
     __pipeline_commit();
 }
 
+// The rows phase numbers the blocks from the last: row r's block is gridDim.x - 1 - r (grid-stride),
+// while the first forward's jobs go to the first blocks. With jobs for about half the
+// multiprocessors (persistent_step.SPLIT_JOBS), the blocks that stage the weights for the rows
+// are not those computing the first forward, and the copies overlap its products (on the H100,
+// both on the same blocks, the copies added 6 us to the first forward's phase).
+__device__ __forceinline__ int row_block() { return gridDim.x - 1 - blockIdx.x; }
+
 // rows: a block per row, grid-stride. Layer l's output and delta lie at the same offset of
 // acts and deltas (the widths of the layers before it, summed: at most PS_ROW_FLOATS in all,
 // the host's rule).
@@ -409,7 +416,7 @@ __device__ __forceinline__ void rows_phase(const PersistentLayer* layers, int n_
     float* red = smem + 2 * PS_ROW_FLOATS;
     __pipeline_wait_prior(0);  // this thread's staged copies have landed
     __syncthreads();           // and every thread's
-    for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    for (int r = row_block(); r < rows; r += gridDim.x) {
         PS_ROW_STAMPS;
         PS_ROW_STAMP();
         first_row(layers[0], r, rows, acts);
@@ -536,7 +543,7 @@ extern "C" __global__ void __launch_bounds__(PS_THREADS, 1) persistent_step(
     const float* const target = batch->target;
     // Only blocks that carry a row read the staged weights; no block writes a weight before the
     // update, after the third grid barrier.
-    if (blockIdx.x < rows) stage_weights(layers, n_layers, staged);
+    if (row_block() < rows) stage_weights(layers, n_layers, staged);
     forward_first(layers[0], x, rows, smem);
     grid_barrier(barrier);
     PS_STAMP();
