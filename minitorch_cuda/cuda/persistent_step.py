@@ -259,8 +259,8 @@ class PersistentStep:
         (they train the model, as ``step`` does): the median and mean microseconds of each phase
         of ``phases``, from one grid barrier's release to the next as block 0 sees it (so each
         includes the barrier and the wait for the slowest block), and of the whole kernel from
-        block 0's start to its end; ``row_steps``: the same of each step of block 0's first row in
-        the rows phase (``row_steps`` names them); ``sm_clock_mhz``: block 0's SM clock over the
+        block 0's start to its end; ``row_steps``: the same of each step of row 0 in the rows phase,
+        in its block (``row_steps`` names them); ``sm_clock_mhz``: block 0's SM clock over the
         kernel (clock64 cycles per %globaltimer nanosecond). On the CPU emulator they are the CPU's
         times and cycles."""
         n_phase, n_row = PERSISTENT["PHASE_STAMPS"], len(self.row_steps) + 1

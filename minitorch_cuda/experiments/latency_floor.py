@@ -17,7 +17,7 @@ and the step of stages 10, 11 and 13 beside PyTorch's, all in one run on the GPU
 (e) torch.compile(mode="reduce-overhead") on the same protocol, where it compiles here; where
     not, the reason is recorded instead.
 (f) phases: stage 13's kernel built with PS_PHASE_CLOCK, each phase's microseconds between grid
-    barriers (%globaltimer, block 0), and each step of block 0's first row in the rows phase,
+    barriers (%globaltimer, block 0), and each step of row 0 in the rows phase (in its block),
     over PHASE_STEPS steps on one batch of the protocol, and block 0's SM clock over the kernel:
     as stage 13 runs it, without the first forward's split along k (persistent_step.forward_splits)
     and without the later layers' weights staged in shared memory (PHASE_VARIANTS).
@@ -284,7 +284,7 @@ def summary(result: dict) -> str:
         phases = ", ".join(f"{r['phase']} {r['median_us']:.1f}" for r in run["phases"])
         lines.append(f"{'stage 13 phases, ' + name:40s} {run['total']['median_us']:8.1f} us: {phases}")
         steps = ", ".join(f"{r['step']} {r['median_us']:.1f}" for r in run.get("row_steps", []))
-        lines.append(f"{'  block 0, its first row':40s} {steps}")
+        lines.append(f"{'  row 0, step by step':40s} {steps}")
         if "sm_clock_mhz" in run:
             lines.append(f"{'  block 0, SM clock':40s} {run['sm_clock_mhz']['median']:8.0f} MHz")
     peers = [result[k] for k in ("torch", "torch_graph", "torch_compile") if result.get(k)]

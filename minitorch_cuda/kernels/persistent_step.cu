@@ -8,7 +8,8 @@
 //   forward 1   the first layer's products X W_1 in tiles and slices of k: job (tile, slice s)
 //               writes its partial tile to the layer's scratch split[s] (k_splits slices, the
 //               host's rule from the shapes)                                        barrier
-//   rows        a block per row of the batch, the row's vectors in shared memory: the first
+//   rows        a block per row of the batch (from the grid's last block down), the row's
+//               vectors and the later layers' staged weights in shared memory: the first
 //               layer's partials summed in slice order, + b_1, act_1; the forward of every
 //               later layer; the row's softmax cross-entropy and D_L = (softmax - target) / rows;
 //               then D_{l-1} = (D_l W_l^T) * act_{l-1}'(A_{l-1}) down to D_1. Every A_l and
@@ -24,8 +25,9 @@
 // (a barrier after each layer's forward and backward, 2L + 1 of them) paid 8 barriers of 1.85 us
 // and the least a phase costs nine times (51 us a step on the H200, chapter 21). What rows
 // costs instead: its products are matrix-vector products, a chain of dependent steps a row, and
-// each row's block reads the weights of the layers after the first (133 KB for the protocol's
-// 256 -> 128 -> 10), forward and backward.
+// each row's block needs the weights of the layers after the first, forward and backward: it
+// copies them into its shared memory at the kernel's start (142 KB with the biases for the
+// protocol's 256 -> 128 -> 10), where they fit (the host's choice; else they are read in place).
 // Every value is computed by one thread (or warp) in an order fixed by the shapes: the
 // results are the same, bit for bit, for every grid size.
 // The batch is read through a cursor (batch_cursor.cuh): every block reads it at its start,
@@ -36,8 +38,8 @@
 // Built with -DPS_PHASE_CLOCK, the kernel takes one more argument, phase_ns, where block 0's
 // thread 0 writes %globaltimer at its start, after every grid barrier and at its end (the
 // phases' times as block 0 sees them: each includes the wait for the slowest block), then
-// at the start of block 0's first row and after each of that row's steps (the first layer's
-// sum, each later layer's forward, the loss, each backward), and last the SM clock cycles
+// at the start of row 0 and after each of its steps in its block (the first layer's sum, each
+// later layer's forward, the loss, each backward), and last the SM clock cycles
 // (clock64) from block 0's start to its end: PS_PHASE_STAMPS + 2L + 2 values.
 #include <cuda_pipeline.h>
 
