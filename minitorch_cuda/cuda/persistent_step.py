@@ -24,7 +24,10 @@ later layers, the loss and the deltas down to the first layer (a row needs no ot
 that); then every gradient; then the clipped update (persistent_step.cu says why). The layer
 table and a row's outputs of every layer live in shared memory: a model of more than
 PS_MAX_LAYERS (16) layers, or whose layers' widths sum to more than PS_ROW_FLOATS (2048), does
-not fit. ``split`` (on by default) slices the first layer's k by
+not fit. The rows phase reads the later layers' weights and biases from a copy in shared
+memory where all of them fit beside the kernel's own (``staging``; 142 KB for the protocol's
+model), else in place; ``stage=False`` leaves them in place, for the comparison chapter 21 makes.
+``split`` (on by default) slices the first layer's k by
 ``forward_splits``' rule, from the shapes alone, so every grid computes the same bits;
 ``split=False`` gives one slice, for the comparison chapter 21 makes.
 ``phase_times`` runs steps of the kernel built with PS_PHASE_CLOCK and returns each phase's
