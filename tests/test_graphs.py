@@ -9,7 +9,8 @@ same kernels; every later one is one graph launch and one read-back (the lean st
 graph fetches its batch through a cursor), or two copies before them (the graph alone,
 without the lean step, as chapter 18 builds it).
 The framework's ``GraphedStep`` also passes exercise 18.1's check, on the fake
-device the exercise is written against.
+device the exercise is written against. On a GPU, a capture survives garbage whose
+collection would free device memory.
 """
 
 from __future__ import annotations
@@ -130,3 +131,36 @@ def test_every_later_batch_is_a_replay(traced) -> None:
         assert [e[1] for e in entry["log"] if e[0] == "dtod"] == [4 * rows * 784, 4 * rows * 10]
         c = entry["counters"]
         assert (c["launches"], c["syncs"], c["htod_copies"], c["allocations"]) == (1, 0, 0, 0), c
+
+
+@pytest.mark.gpu
+def test_a_capture_survives_garbage_that_frees_device_memory() -> None:
+    """An unreachable cycle holding a buffer outside the pool (stage 3 frees with cuMemFree, which
+    synchronizes) must not be collected during a capture, which the free would invalidate: the
+    capture collects first and keeps the collector off until it ends. With the collector run at
+    every allocation, a capture without that rule fails (a step's capture failed so, depending on
+    which tests ran before it in the process, on the H100)."""
+    import gc
+
+    import minitorch_cuda as mt
+    from minitorch_cuda.cuda import graphs, launchers
+    from minitorch_cuda.cuda.array import DeviceArray
+
+    with mt.use_stage(3):  # no pool: the buffer's collection is a cuMemFree
+        cycle = [DeviceArray.empty((1 << 16,))]
+    cycle.append(cycle)
+    del cycle
+    threshold = gc.get_threshold()
+    gc.set_threshold(1)
+    try:
+        with mt.use_stage(11):
+            graph = graphs.Graph()
+            with graph.capture():
+                for _ in range(8):
+                    launchers.floor("floor_empty")
+                    [[] for _ in range(100)]  # allocations: each may start a collection
+            graph.launch()
+            graph.stream.synchronize()
+    finally:
+        gc.set_threshold(*threshold)
+    assert gc.isenabled()

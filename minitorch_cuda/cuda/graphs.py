@@ -35,6 +35,7 @@ it need no explicit synchronization.
 from __future__ import annotations
 
 import contextlib
+import gc
 from collections import Counter
 from collections.abc import Callable
 
@@ -115,13 +116,25 @@ class _Capture:
 
     def __enter__(self):
         cu = driver()
+        # Python's collector may free an unreachable object with device resources at any moment
+        # (a buffer outside the pool: cuMemFree, which synchronizes; a module: cuModuleUnload),
+        # and from this thread, during a capture, that invalidates it. Collect now, then not
+        # until the capture ends.
+        gc.collect()
         self._handle = cu.CUstream(self.graph.stream.handle)
         self._misses = profiler.counters.pool_misses
         self._stream_ctx = runtime.on_stream(self.graph.stream, capturing=True)
         # Thread-local mode: an allocation or a sync from this thread during the capture
         # is an error, not a silent hazard.
         mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-        check(cu.cuStreamBeginCapture(self._handle, mode), "cuStreamBeginCapture")
+        self._collecting = gc.isenabled()
+        gc.disable()
+        try:
+            check(cu.cuStreamBeginCapture(self._handle, mode), "cuStreamBeginCapture")
+        except BaseException:
+            if self._collecting:
+                gc.enable()
+            raise
         self._stream_ctx.__enter__()
         tuner.frozen = True
         return self.graph
@@ -131,6 +144,8 @@ class _Capture:
         tuner.frozen = False
         self._stream_ctx.__exit__(None, None, None)
         result = cu.cuStreamEndCapture(self._handle)
+        if self._collecting:
+            gc.enable()
         if exc_type is not None:
             return False  # the capture's own error is the one to report
         graph = check(result, "cuStreamEndCapture")
