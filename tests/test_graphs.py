@@ -135,11 +135,10 @@ def test_every_later_batch_is_a_replay(traced) -> None:
 
 @pytest.mark.gpu
 def test_a_capture_survives_garbage_that_frees_device_memory() -> None:
-    """An unreachable cycle holding a buffer outside the pool (stage 3 frees with cuMemFree, which
-    synchronizes) must not be collected during a capture, which the free would invalidate: the
-    capture collects first and keeps the collector off until it ends. With the collector run at
-    every allocation, a capture without that rule fails (a step's capture failed so, depending on
-    which tests ran before it in the process, on the H100)."""
+    """A cycle holding a buffer outside the pool (stage 3 frees with cuMemFree, which synchronizes)
+    becomes garbage during a capture, with the collector set to run at every allocation: collected
+    then, its free would invalidate the capture. The capture keeps the collector off until it ends
+    (a step's capture failed so on the H100, depending on which tests ran before it in the process)."""
     import gc
 
     import minitorch_cuda as mt
@@ -149,16 +148,19 @@ def test_a_capture_survives_garbage_that_frees_device_memory() -> None:
     with mt.use_stage(3):  # no pool: the buffer's collection is a cuMemFree
         cycle = [DeviceArray.empty((1 << 16,))]
     cycle.append(cycle)
+    holder = [cycle]
     del cycle
     threshold = gc.get_threshold()
-    gc.set_threshold(1)
     try:
         with mt.use_stage(11):
             graph = graphs.Graph()
             with graph.capture():
-                for _ in range(8):
+                gc.set_threshold(1, 1, 1)  # a full collection at every allocation of a container
+                holder.clear()  # the cycle is garbage now
+                for _ in range(4):
                     launchers.floor("floor_empty")
-                    [[] for _ in range(100)]  # allocations: each may start a collection
+                    [[] for _ in range(4)]
+            gc.set_threshold(*threshold)
             graph.launch()
             graph.stream.synchronize()
     finally:
