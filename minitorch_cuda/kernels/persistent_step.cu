@@ -277,12 +277,11 @@ __device__ __forceinline__ void first_row(const PersistentLayer& layer, int r, i
 // w[o * ld + i] (BY_ROW, the backward's W^T: a thread walks a row of W) or w[i * ld + o] (the
 // forward's W: consecutive threads on consecutive outputs), then epilogue(o, z_o). Thread t
 // takes output o = t % T of each pass of T outputs (T: a power of two from 32 to PS_THREADS, the
-// fewest that cover n_out) and the i of group g = t / T (PS_THREADS / T groups, each a contiguous
-// stretch of i); a thread sums its stretch in 4 running sums (i mod 4) for 4 independent chains
-// of fmaf, the groups' sums meet in red, in group order. Every weight is one shared-memory load
-// (the staged copy, whose row stride keeps both directions free of bank conflicts) for one fmaf:
-// the products cost a few instructions each, where the rows phase was bound by instructions
-// before (a warp issued about 25 for each of its fmaf, chapter 21). Where the weights were not
+// fewest that cover n_out) and the i of group g = t / T (PS_THREADS / T groups, each a stretch of
+// i starting at a multiple of 4); a thread sums its stretch in 4 running sums (i mod 4) for 4
+// independent chains of fmaf, the groups' sums meet in red, in group order. Every weight is one
+// shared-memory load for one fmaf (BY_ROW, one 16-byte load for four), from the staged copy,
+// whose row stride keeps both directions free of bank conflicts. Where the weights were not
 // staged, the same loads go to global memory.
 template <bool BY_ROW, class Epilogue>
 __device__ __forceinline__ void row_product(int n_out, int n_red, const float* w, int ld, const float* v, float* red,
@@ -290,17 +289,33 @@ __device__ __forceinline__ void row_product(int n_out, int n_red, const float* w
     int T = 32;
     while (T < n_out && T < PS_THREADS) T *= 2;
     const int G = PS_THREADS / T, g = threadIdx.x / T, c = threadIdx.x % T;
-    const int i0 = g * n_red / G, i1 = (g + 1) * n_red / G;
+    const int quads = (n_red + 3) / 4;  // the groups' stretches start at multiples of 4
+    const int i0 = 4 * (g * quads / G), i1 = min(4 * ((g + 1) * quads / G), n_red);
+    // BY_ROW, a thread walks its own row: 16-byte loads where the rows allow them (the staged
+    // copy's stride, 4 q with q odd, puts 8 rows' 16-byte chunks in distinct banks, where scalar
+    // loads at that stride meet 4 to a bank). The same sums in the same order either way.
+    const bool quad_loads = BY_ROW && ld % 4 == 0 && reinterpret_cast<unsigned long long>(w) % 16 == 0;
     for (int o0 = 0; o0 < n_out; o0 += T) {
         const int o = min(o0 + c, n_out - 1);  // clamped: every thread reaches the block barriers
         const float* wo = BY_ROW ? w + o * ld : w + o;
         const int step = BY_ROW ? 1 : ld;
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         int i = i0;
+        if (quad_loads) {
 #pragma unroll 2
-        for (; i + 4 <= i1; i += 4)
+            for (; i + 4 <= i1; i += 4) {
+                const float4 w4 = *reinterpret_cast<const float4*>(wo + i);
+                acc[0] = fmaf(v[i], w4.x, acc[0]);
+                acc[1] = fmaf(v[i + 1], w4.y, acc[1]);
+                acc[2] = fmaf(v[i + 2], w4.z, acc[2]);
+                acc[3] = fmaf(v[i + 3], w4.w, acc[3]);
+            }
+        } else {
+#pragma unroll 2
+            for (; i + 4 <= i1; i += 4)
 #pragma unroll
-            for (int u = 0; u < 4; ++u) acc[u] = fmaf(v[i + u], wo[(i + u) * step], acc[u]);
+                for (int u = 0; u < 4; ++u) acc[u] = fmaf(v[i + u], wo[(i + u) * step], acc[u]);
+        }
         for (; i < i1; ++i) acc[0] = fmaf(v[i], wo[i * step], acc[0]);
         red[threadIdx.x] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
         __syncthreads();
