@@ -405,7 +405,8 @@ __device__ __forceinline__ void stage_weights(const PersistentLayer* layers, int
         const PersistentLayer& layer = layers[l];
         if (layer.staged < 0) continue;
         const int N = layer.n_out;
-        const bool aligned = (reinterpret_cast<unsigned long long>(layer.w) | reinterpret_cast<unsigned long long>(layer.b)) % 16 == 0;
+        const bool aligned = (reinterpret_cast<unsigned long long>(layer.w) |
+                              reinterpret_cast<unsigned long long>(layer.b)) % 16 == 0;
         const int width = N % 4 == 0 && aligned ? 4 : 1;
         for (int j = warp; j <= layer.n_in; j += PS_THREADS / 32) {  // row n_in: the bias
             const float* src = j < layer.n_in ? layer.w + (long long)j * N : layer.b;
@@ -538,7 +539,7 @@ __device__ __forceinline__ void update(const PersistentLayer* layers, int n_laye
 // slots); row_loss: rows;
 // batch: where this step's rows lie, moved past them at the end;
 // phase_ns (PS_PHASE_CLOCK only): PS_PHASE_STAMPS + 2L + 2 values (see the top);
-// dynamic shared memory: the staged weights (each later layer's staged offset + n_in n_out floats).
+// dynamic shared memory: the staged weights (each later layer's n_in + 1 rows of staged_ld floats from its offset).
 extern "C" __global__ void __launch_bounds__(PS_THREADS, 1) persistent_step(
     const PersistentLayer* layers, int n_layers, BatchCursor* batch, int rows, float* row_loss,
     float* partials, int n_partials, float* loss, GridBarrier* barrier, int rmsprop, float lr, float decay, float eps,
