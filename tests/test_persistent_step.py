@@ -296,19 +296,18 @@ def test_staged_weights_train_the_same_bits_as_weights_read_from_global_memory()
 @pytest.mark.gpu
 @pytest.mark.emulated  # pure arithmetic, but its module needs a CUDA runtime to import
 def test_the_later_layers_are_staged_all_together_or_not_at_all():
-    from minitorch_cuda.cuda.persistent_step import layer_chain, staged_bytes, staged_ld, staging
+    from minitorch_cuda.cuda.persistent_step import layer_chain, staged_ld, staging
 
     # row strides of 4 q floats, q odd: 16-byte rows whose chunks fall in distinct banks, 8 rows at a time
     assert [staged_ld(n) for n in (1, 4, 5, 8, 10, 19, 128, 129)] == [4, 4, 12, 12, 12, 20, 132, 132]
     chain = layer_chain(make_net(Protocol(hidden=(256, 128)), "cpu"))  # the protocol's 784-256-128-10
     layout = [(-1, 0), (0, 132), (257 * 132, 12)]  # W_2 and b_2: 257 rows of 132; W_3 and b_3: 129 rows of 12
     size = 4 * (257 * 132 + 129 * 12)
-    assert staging(chain, 1 << 20) == layout and staged_bytes(chain, layout) == size
-    assert staging(chain, size) == layout
-    assert staging(chain, size - 1) == [(-1, 0)] * 3  # one byte short: none staged
-    assert staged_bytes(chain, [(-1, 0)] * 3) == 0
+    assert staging(chain, 1 << 20) == (layout, size)
+    assert staging(chain, size) == (layout, size)
+    assert staging(chain, size - 1) == ([(-1, 0)] * 3, 0)  # one byte short: none staged
     one = layer_chain(make_net(Protocol(hidden=()), "cpu"))
-    assert staging(one, 1 << 20) == [(-1, 0)] and staged_bytes(one, [(-1, 0)]) == 0  # nothing after the first
+    assert staging(one, 1 << 20) == ([(-1, 0)], 0)  # nothing after the first layer
 
 
 def _misfits() -> list:

@@ -142,23 +142,18 @@ def staged_ld(n_out: int) -> int:
     return 4 * (q | 1)
 
 
-def staging(chain: list[tuple[nn.FeedForward, int]], limit_bytes: int) -> list[tuple[int, int]]:
+def staging(chain: list[tuple[nn.FeedForward, int]], limit_bytes: int) -> tuple[list[tuple[int, int]], int]:
     """(offset, row stride) of each layer's staged weights and bias (its n_in rows of W at the
-    stride, then b) in the rows phase's shared memory, in floats; (-1, 0) for the first layer (the
-    rows phase reads only its sums). Every later layer is staged if all fit in ``limit_bytes``,
-    none otherwise: their reads then go to global memory, as with ``stage=False``."""
+    stride, then b) in the rows phase's shared memory, in floats, (-1, 0) for the first layer (the
+    rows phase reads only its sums); and the bytes of it all, each launch's dynamic shared memory.
+    Every later layer is staged if all fit in ``limit_bytes``, none otherwise (0 bytes): their
+    reads then go to global memory, as with ``stage=False``."""
     layout, end = [(-1, 0)], 0
     for layer, _ in chain[1:]:
         n_in, n_out = layer.weight.shape
         layout.append((end, staged_ld(n_out)))
         end += (n_in + 1) * staged_ld(n_out)
-    return layout if 0 < 4 * end <= limit_bytes else [(-1, 0)] * len(chain)
-
-
-def staged_bytes(chain: list[tuple[nn.FeedForward, int]], layout: list[tuple[int, int]]) -> int:
-    """The dynamic shared memory of ``staging``'s layout: its last layer's end."""
-    offset, ld = layout[-1]
-    return 0 if offset < 0 else 4 * (offset + (chain[-1][0].weight.shape[0] + 1) * ld)
+    return (layout, 4 * end) if 0 < 4 * end <= limit_bytes else ([(-1, 0)] * len(chain), 0)
 
 
 def layer_jobs(n_in: int, n_out: int) -> int:
@@ -195,7 +190,7 @@ class PersistentStep:
         state = {id(p): v for p, v in zip(optimizer.params, optimizer.state)} if self.rmsprop else {}
         table = np.zeros(len(chain), LAYER)
         self.buffers: list[DeviceArray] = []  # alive as long as the table points at them
-        layout = staging(chain, launchers.persistent_step_staging_bytes() if stage else 0)
+        layout, self.staged_bytes = staging(chain, launchers.persistent_step_staging_bytes() if stage else 0)
         self.k_splits: list[int] = []  # slices of k in each layer's forward (the first's only may split)
         partial0 = 0
         for i, (row, (layer, act)) in enumerate(zip(table, chain)):
@@ -216,7 +211,6 @@ class PersistentStep:
             partial0 += layer_jobs(n_in, n_out)
         self.n_layers, self.n_in, self.n_out = len(chain), chain[0][0].weight.shape[0], chain[-1][0].weight.shape[1]
         self.n_partials = partial0
-        self.staged_bytes = staged_bytes(chain, layout)  # each launch's dynamic shared memory
         self.table = DeviceArray.empty((table.nbytes // 4,))
         copy_htod(self.table.ptr, table.view(np.float32))
         self.partials = DeviceArray.empty((partial0,))
