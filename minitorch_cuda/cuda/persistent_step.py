@@ -150,9 +150,9 @@ def staging(chain: list[tuple[nn.FeedForward, int]], limit_bytes: int) -> tuple[
     reads then go to global memory, as with ``stage=False``."""
     layout, end = [(-1, 0)], 0
     for layer, _ in chain[1:]:
-        n_in, n_out = layer.weight.shape
-        layout.append((end, staged_ld(n_out)))
-        end += (n_in + 1) * staged_ld(n_out)
+        n_in, ld = layer.weight.shape[0], staged_ld(layer.weight.shape[1])
+        layout.append((end, ld))
+        end += (n_in + 1) * ld
     return (layout, 4 * end) if 0 < 4 * end <= limit_bytes else ([(-1, 0)] * len(chain), 0)
 
 
