@@ -69,6 +69,31 @@ def test_builds_for_sm_90a_without_spills(defines, tmp_path):
         assert not re.search(r"\b(LDL|STL)\b", sass), "nothing in local memory"
 
 
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+def test_builds_that_differ_only_in_gpu_code_are_cached_apart(tmp_path):
+    """PyCUDA's disk cache keys a source that has an #include by nvcc's host-side preprocessing of
+    it (the temporary file's name removed) and the options. The launcher's builds of wgmma_tma.cu
+    differ only in code for the GPU, so their preprocessing is the same byte for byte; the source's
+    digest among the options is what keeps a 3-stage or 128-column build from getting the default
+    cubin (on the H100 it did, and wrote past its shared memory)."""
+    from minitorch_cuda.cuda.kernel_table import NVCC_OPTIONS, source_define
+
+    sources = [
+        f"#define WT_BN {bn}\n#define WT_STAGES {stages}\n" + SOURCE.read_text()
+        for bn, stages in ((256, 4), (256, 3), (128, 4))
+    ]
+    preprocessed = []
+    for i, source in enumerate(sources):
+        path = tmp_path / f"kernel{i}.cu"
+        path.write_text(source)
+        done = subprocess.run([NVCC, "--preprocess", "-arch=sm_90a", f"-I{KERNEL_DIR}", *NVCC_OPTIONS, str(path)],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        preprocessed.append(done.stdout.replace(str(path), "").replace(path.name, ""))
+    assert preprocessed[0] == preprocessed[1] == preprocessed[2], "the variants differ outside GPU-only code"
+    assert len({source_define(s) for s in sources}) == 3
+
+
 # --- CPU: the tensor maps and the launch ------------------------------------------------------
 
 

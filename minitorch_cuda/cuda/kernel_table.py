@@ -10,6 +10,7 @@ on these; tests and tools that only read the table import this module.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 from pathlib import Path
 
@@ -17,6 +18,15 @@ KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernels"
 # nvcc's flags for every framework kernel beyond its architecture and the kernel folder as include
 # path: source lines in the cubin, for compute-sanitizer's and Nsight Compute's reports
 NVCC_OPTIONS = ("-lineinfo",)
+
+
+def source_define(source: str) -> str:
+    """An nvcc option naming ``source`` by its digest, defining a macro nothing reads. PyCUDA's
+    disk cache keys a source that has an #include by its host-side preprocessing and the options;
+    code for the GPU alone (inside ``#if __CUDA_ARCH__``-style guards) is not in that
+    preprocessing, so two builds that differ only there (wgmma_tma.cu with another WT_STAGES or
+    WT_BN) got one cubin, the first one built, until the options named the source."""
+    return f"-DMINITORCH_CUDA_SOURCE={hashlib.sha256(source.encode()).hexdigest()[:16]}"
 
 
 def nvcc_command(arch: str, nvcc: str = "nvcc") -> list[str]:

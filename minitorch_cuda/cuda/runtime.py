@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import profiler, stages
 from ..device import require_cuda
-from .kernel_table import KERNEL_DIR, NVCC_OPTIONS
+from .kernel_table import KERNEL_DIR, NVCC_OPTIONS, source_define
 
 CACHE_DIR = Path(os.environ.get("MINITORCH_CUDA_CACHE", Path.home() / ".cache" / "minitorch_cuda"))
 # MINITORCH_CUDA_SYNC=1 syncs after every launch at every stage, so that an
@@ -126,13 +126,14 @@ def _numbered_excerpt(source: str, log: str, context: int = 2) -> str:
     return "\n".join(shown)
 
 
-def _build_options(arch_specific: bool) -> dict:
-    """nvcc's options through PyCUDA: the one build every kernel of the framework gets."""
+def _build_options(source: str, arch_specific: bool) -> dict:
+    """nvcc's options through PyCUDA: the one build every kernel of the framework gets (its disk
+    cache told apart by the source's own digest: kernel_table.source_define)."""
     return {
         "no_extern_c": True,
         "arch": arch() + ("a" if arch_specific else ""),
         "include_dirs": [str(KERNEL_DIR)],
-        "options": list(NVCC_OPTIONS),
+        "options": [*NVCC_OPTIONS, source_define(source)],
         "cache_dir": str(CACHE_DIR),
     }
 
@@ -144,7 +145,7 @@ def compile_module(source: str, label: str, arch_specific: bool = False):
     such as wgmma need; such code runs on no other GPU."""
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     try:
-        return SourceModule(source, **_build_options(arch_specific))
+        return SourceModule(source, **_build_options(source, arch_specific))
     except drv.CompileError as exc:
         log = (exc.stderr or "") + (exc.stdout or "")
         compiler = "g++ (the CPU emulator)" if EMULATED else "nvcc"
@@ -203,13 +204,15 @@ class DriverKernel(Kernel):
     maps and sizes alike (H200, driver 580, CUDA 13: it then computed nothing, silently). ``source``
     is compiled again at the first launch, for the bytes the driver loads (nvcc's cache answers)."""
 
-    __slots__ = ("_entry", "_source", "_codes", "_module", "_handle")
+    __slots__ = ("_entry", "_source", "_codes", "_module", "_handle", "_packed")
+    PACKED_KEPT = 16  # argument lists kept packed: a product launched again costs one driver call
 
     def __init__(self, name: str, module, entry: str, signature: str, shared_bytes: int, source: str):
         super().__init__(name, module, entry, signature, shared_bytes)  # PyCUDA's: its attributes
         self._entry, self._source = entry, source
         self._codes = re.findall(r"\d*[A-Za-z]", signature)
         self._module = self._handle = None
+        self._packed: dict[tuple, tuple] = {}
 
     def _load(self) -> None:
         from pycuda.compiler import compile as nvcc
@@ -217,25 +220,35 @@ class DriverKernel(Kernel):
         from .graphs import check, driver
 
         cu = driver()
-        cubin = nvcc(self._source, **_build_options(arch_specific=True))
+        cubin = nvcc(self._source, **_build_options(self._source, arch_specific=True))
         self._module = check(cu.cuModuleLoadData(cubin), f"loading {self.name}")
         self._handle = check(cu.cuModuleGetFunction(self._module, self._entry.encode()), self.name)
         if self.shared_bytes > 48 * 1024:
             attribute = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             check(cu.cuFuncSetAttribute(self._handle, attribute, self.shared_bytes), f"{self.name}'s shared memory")
 
+    def _pack(self, args: tuple) -> tuple:
+        """The arguments as the driver reads them: each value's bytes and an array of pointers to them
+        (kept together, alive for as long as they are cached)."""
+        packed = self._packed.get(args)
+        if packed is None:
+            values = [_by_value(code, arg) for code, arg in zip(self._codes, args, strict=True)]
+            packed = values, (ctypes.c_void_p * len(values))(*map(ctypes.addressof, values))
+            if len(self._packed) >= self.PACKED_KEPT:
+                self._packed.pop(next(iter(self._packed)))  # the oldest
+            self._packed[args] = packed
+        return packed
+
     def launch_async(self, grid: tuple, block: tuple, stream, *args) -> None:
         from .graphs import check, driver
 
         if self._handle is None:
             self._load()
-        cu = driver()
-        values = [_by_value(code, arg) for code, arg in zip(self._codes, args, strict=True)]
-        pointers = (ctypes.c_void_p * len(values))(*map(ctypes.addressof, values))  # alive until the call returns
+        _, pointers = self._pack(args)
         grid, block = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
-        handle = cu.CUstream(stream.handle if stream is not None else 0)
-        check(cu.cuLaunchKernel(self._handle, *grid, *block, self.shared_bytes, handle, ctypes.addressof(pointers), 0),
-              f"launch of {self.name}")  # fmt: skip
+        handle = stream.handle if stream is not None else 0
+        check(driver().cuLaunchKernel(self._handle, *grid, *block, self.shared_bytes, handle,
+                                      ctypes.addressof(pointers), 0), f"launch of {self.name}")  # fmt: skip
 
 
 def _by_value(code: str, arg):
