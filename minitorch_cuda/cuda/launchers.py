@@ -816,12 +816,14 @@ def wgmma_tma_kernel(bn: int, stages: int | None, debug: bool) -> tuple[Kernel, 
     return kernel, shape
 
 
-def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, bn: int = 256, stages: int | None = None, blocks: int | None = None,
-                          tiles: int | None = None, debug: bool = False, timed: int = 0):  # fmt: skip
+def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, bn: int | None = None, stages: int | None = None,
+                          blocks: int | None = None, tiles: int | None = None, debug: bool = False,
+                          timed: int = 0):  # fmt: skip
     """Stage 12 from WGMMA_MIN_PRODUCT up: C = op(A) op(B) on Hopper by wgmma_tma.cu, TMA copies
     into a ring of mbarrier-synchronized stages, a producer and two consumer warpgroups, persistent
-    blocks over grouped tiles. Its operands are read K-contiguous (k_major_operands transposes the
-    others first); its two tensor maps are passed by value (128 bytes each, ``128s`` in its signature).
+    blocks over grouped tiles 128 rows by ``bn`` columns (None: wgmma_tma_width's choice). Its
+    operands are read K-contiguous (k_major_operands transposes the others first); its two tensor
+    maps are passed by value (128 bytes each, ``128s`` in its signature).
     Debugging: ``stages=1`` builds a single stage, ``blocks=1`` has one block walk every tile,
     ``tiles=n`` computes only the first n tiles of the raster, ``debug`` names a stuck barrier."""
     from . import runtime
@@ -833,11 +835,29 @@ def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, bn: int = 256, stages: int | None
         )
     if g.K % 4:
         raise ValueError(f"TMA strides are whole 16 bytes: K={g.K} is not a multiple of 4")
+    bn = bn or wgmma_tma_width(c, a, b, g)
     kernel, shape = wgmma_tma_kernel(bn, stages, debug)
     pa, pb, k, times, _scratch = k_major_operands(a, b, g, timed)
     maps, grid, rest = _wgmma_tma_plan(pa, pb, k, bn, stages, debug, blocks, tiles)
     times.append(_go(kernel, grid, (shape["THREADS"], 1, 1), (*maps, c, *rest), timed, (g,)))
     return _total(times)
+
+
+WGMMA_TMA_WIDTHS = (256, 128)  # wgmma_tma.cu's WT_BN: the tile widths stage 12 chooses from
+
+
+def wgmma_tma_width(c, a, b, g: Gemm) -> int:
+    """Stage 12's tile width for this problem: 128 x 256 tiles, or 128 x 128 where the wide ones
+    leave SMs idle (1024^3: 32 wide tiles for 132 SMs, 64 narrow ones), each timed on first use
+    (autotune.tuner, the transposes included) and the faster kept for the shape."""
+    from .autotune import tuner
+
+    key = tuning_key(a, b, g)
+    choice = tuner.cached("matmul_tf32_wgmma_tma", key) or tuner.pick(
+        "matmul_tf32_wgmma_tma", key, [str(width) for width in WGMMA_TMA_WIDTHS],
+        lambda width: matmul_tf32_wgmma_tma(c, a, b, g, bn=int(width), timed=True),
+    )  # fmt: skip
+    return int(choice)
 
 
 @functools.lru_cache(maxsize=64)  # the same operands, the same launch: a map only describes memory

@@ -7,7 +7,8 @@ alone, given B^T. mma.sync gets A and B as stored, as stage 12's mma.sync path d
 "matmul_wgmma a @ b" is the same launcher given B as stored, which transposes it first.
 The "matmul_tf32_wgmma_tma" rows are wgmma_tma.cu, with 128 x 256 and 128 x 128 tiles, given B^T;
 "matmul_tf32_wgmma_tma a @ b" is stage 12's route from 1024^3 multiply-adds up on Hopper
-(ops_matmul.WGMMA_MIN_PRODUCT): the same kernel after the transpose of B. "transposes" times that
+(ops_matmul.WGMMA_MIN_PRODUCT): the same kernel after the transpose of B, at the tile width
+launchers.wgmma_tma_width times and keeps for the shape. "transposes" times that
 transpose (transpose_2d, n x n) beside a device-to-device copy of the same bytes, its bandwidth peer.
 Before timing, each result at 264 x 260 x 300 is held to float64 (largest error relative to
 |A| |B|). Every launch goes through cuda/launchers.py, as the backend's does. The record is
@@ -34,7 +35,7 @@ CASES = {  # row: (launcher, whether B is handed over as B^T, N x K)
     "matmul_tf32_async": (launchers.matmul_tf32_async, False),
     "matmul_wgmma a @ b": (launchers.matmul_tf32_wgmma, False),
     # wgmma_tma.cu (TMA, mbarriers, warp specialization, persistent blocks), given B^T like the first row
-    "matmul_tf32_wgmma_tma": (launchers.matmul_tf32_wgmma_tma, True),
+    "matmul_tf32_wgmma_tma": (functools.partial(launchers.matmul_tf32_wgmma_tma, bn=256), True),
     "matmul_tf32_wgmma_tma a @ b": (launchers.matmul_tf32_wgmma_tma, False),  # stage 12's route
     "matmul_tf32_wgmma_tma 128x128": (functools.partial(launchers.matmul_tf32_wgmma_tma, bn=128), True),
 }
