@@ -23,7 +23,7 @@ import json
 import numpy as np
 
 from minitorch_cuda import bench
-from minitorch_cuda.cuda import backend, launchers, registry
+from minitorch_cuda.cuda import backend, launchers, registry, runtime
 from minitorch_cuda.cuda.array import DeviceArray
 from minitorch_cuda.cuda.kernel_table import SPECS
 from minitorch_cuda.cuda.runtime import KernelError
@@ -88,6 +88,7 @@ def main() -> None:
     out = {
         "command": "python3 -m minitorch_cuda.experiments.tf32_wgmma --json ...",
         "recorded": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": runtime.device_name(),  # the H200 or an H100: the shares are not the same between them
         "kernels": {},
         "cublas_tf32_gflops": cublas,
         "transposes": transposes,
