@@ -19,6 +19,12 @@ import dataclasses
 import os
 from collections.abc import Callable, Hashable, Sequence
 
+# Launches of a candidate between the two events of one sample (a launcher's ``timed=``). A single
+# launch between two events carries the events' own few microseconds (on the H100 at 1024^3: 71 us
+# for a product that takes 66 back to back), and a split-K product, whose two launches are timed
+# one by one, paid it twice: the tuner kept an unsplit tile 15% slower than the split one.
+TIMED_LAUNCHES = 10
+
 
 @dataclasses.dataclass
 class Decision:

@@ -413,6 +413,16 @@ def matmul_tiled(c, a, b, g: Gemm, *, timed: int = 0):
     return _go("matmul_tiled", g.grid(32, 32), (32, 32, 1), (c, a, b, *g.args), timed, (g,))
 
 
+def tuning_launches() -> int:
+    """Back-to-back launches per sample when the autotuner times a candidate (the ``timed=`` of
+    its launcher): autotune.TIMED_LAUNCHES on a GPU, one on the CPU emulator, whose times stand
+    for nothing the GPU would do."""
+    from .autotune import TIMED_LAUNCHES
+    from .driver import EMULATED
+
+    return 1 if EMULATED else TIMED_LAUNCHES
+
+
 def tuning_key(a, b, g: Gemm) -> tuple:
     """What makes two problems the same for the autotuner: the shape, the layout, the batch and
     whether each operand starts a 16-byte vector (the vectorized loads' condition)."""
@@ -429,7 +439,9 @@ def regtiled_tile(c, a, b, g: Gemm) -> str:
     if choice is not None:
         return choice
     tiles = [t for t, (bm, bn, _, _) in REGTILED_TILES.items() if fits(bm, bn, g.M, g.N)]
-    return tuner.pick("matmul_regtiled", key, tiles, lambda t: matmul_regtiled(c, a, b, g, tile=t, timed=True))
+    return tuner.pick(
+        "matmul_regtiled", key, tiles, lambda t: matmul_regtiled(c, a, b, g, tile=t, timed=tuning_launches())
+    )
 
 
 def matmul_regtiled(c, a, b, g: Gemm, *, tile: str | None = None, splits: int = 1, timed: int = 0):
@@ -591,7 +603,7 @@ def sgemm_variant(c, a, b, g: Gemm) -> str:
     candidates = [regtiled_tile(c, a, b, g)] + ([] if EMULATED else sgemm_candidates(g))
     return tuner.pick(
         "matmul_sgemm", key, candidates,
-        lambda v: matmul_sgemm(c, a, b, g, variant=v, timed=True), host_ms=sgemm_host_ms,
+        lambda v: matmul_sgemm(c, a, b, g, variant=v, timed=tuning_launches()), host_ms=sgemm_host_ms,
     )  # fmt: skip
 
 
@@ -671,7 +683,7 @@ def linear_variant(c, a, b, bias, counters, g: Gemm, relu: bool) -> str:
         return (splits or [plain])[-1]
     return tuner.pick(
         "matmul_linear", key, [plain, *splits],
-        lambda v: matmul_linear(c, a, b, bias, counters, g, relu, variant=v, timed=True),
+        lambda v: matmul_linear(c, a, b, bias, counters, g, relu, variant=v, timed=tuning_launches()),
     )  # fmt: skip
 
 
@@ -855,7 +867,7 @@ def wgmma_tma_width(c, a, b, g: Gemm) -> int:
     key = tuning_key(a, b, g)
     choice = tuner.cached("matmul_tf32_wgmma_tma", key) or tuner.pick(
         "matmul_tf32_wgmma_tma", key, [str(width) for width in WGMMA_TMA_WIDTHS],
-        lambda width: matmul_tf32_wgmma_tma(c, a, b, g, bn=int(width), timed=True),
+        lambda width: matmul_tf32_wgmma_tma(c, a, b, g, bn=int(width), timed=tuning_launches()),
     )  # fmt: skip
     return int(choice)
 
