@@ -462,10 +462,11 @@ def matmul_regtiled(c, a, b, g: Gemm, *, tile: str | None = None, splits: int = 
 
 def exact_fit(a, b, g: Gemm, tile: str, splits: int = 1) -> bool:
     """Whether the exact twin of register tile ``tile`` may compute this product (EXACT in
-    matmul_regtiled.cuh): a tile in REGTILED_EXACT_TILES, no transposes, BM, BN and BK dividing
-    M, N and K, a K-tile in every one of ``splits`` slices, and every row of A and B a whole
-    number of float4s from a 16-byte aligned start (each matrix of a batch too)."""
-    if tile not in REGTILED_EXACT_TILES or g.ta or g.tb:
+    matmul_regtiled.cuh): a tile in REGTILED_EXACT_TILES, one matrix (no batch: the twins take
+    their batch strides as 0, which is what lets ptxas keep their multiply-adds in order), no
+    transposes, BM, BN and BK dividing M, N and K, a K-tile in every one of ``splits`` slices,
+    and every row of A and B a whole number of float4s from a 16-byte aligned start."""
+    if tile not in REGTILED_EXACT_TILES or g.ta or g.tb or g.batch != 1:
         return False
     bm, bn, bk, _ = REGTILED_TILES[tile]
     k_tiles = g.K // bk

@@ -18,11 +18,18 @@
 // one buffer, the next slice is loaded into registers and then stored into the
 // other buffer, so one barrier per slice suffices.
 // EXACT (the matmul_regtiled_exact_* kernels): the launcher's promise (launchers.exact_fit)
-// that ta = tb = 0, the tiles divide M, N and K exactly, every K-slice has a tile and every
-// row starts a float4. The loads then need no checks, and a thread's addresses move by a
-// constant per K-tile (ExactLoader): at 4096^3 the checks and the address arithmetic of each
-// K-tile were a fifth of the instructions issued, against cuBLAS's 12% (ncu_ch16_pipelined.json).
-// The products and their order are the same, so are the bits.
+// of one matrix each (batch 1, so no batch strides), ta = tb = 0, tiles that divide M, N and K
+// exactly, a tile in every K-slice and rows that start a float4. The loads then need no checks,
+// and a thread's addresses move by a constant per K-tile (ExactLoader): at 4096^3 the checks and
+// the address arithmetic of each K-tile were a fifth of the instructions issued, against
+// cuBLAS's 12% (ncu_ch16_pipelined.json). The products and their order are the same, so are the bits.
+// The multiply-adds of a step go along a row of the register tile and back along the next, so
+// that each row's first shares an operand with the row before's last. Each accumulator gets its
+// products in the same order, so the bits are the plain loop's; the order in the SASS is ptxas's.
+// In the exact twins, whose batch strides are known to be 0, it keeps this one: on the H200 at
+// 4096^3 the 128 x 128 x 8 twin went from 0.876 to 0.925 of cuBLAS SGEMM (one process, the two
+// cubins as built; ch16_inner_loop_diagnosis.json). Written through a helper function, or with
+// runtime strides, the same source came out of ptxas in another order, and slower.
 #pragma once
 #include "tile_load.cuh"
 
@@ -76,6 +83,7 @@ __device__ __forceinline__ void regtiled_body(float* c, const float* a, const fl
     __shared__ __align__(16) float As[2][BK][SA];
     __shared__ __align__(16) float Bs[2][BK][SB];
 
+    if constexpr (EXACT) ta = tb = stride_a = stride_b = 0;  // the launcher's promise (see the top)
     const int tid = threadIdx.x;
     const int tx = tid % CT, ty = tid / CT;
     const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
@@ -103,7 +111,6 @@ __device__ __forceinline__ void regtiled_body(float* c, const float* a, const fl
     const int first = (int)(z % k_splits) * per_split;
     const int tiles = min(all_tiles - first, per_split);  // < 1: a slice past the end, no tiles
 
-    if constexpr (EXACT) ta = tb = 0;  // the launcher's promise (see the top): fewer branches
     const ExactLoader<BM, BK, NT> exact_a(a, K, row0, first * BK, tid);  // used only where EXACT
     const ExactLoader<BK, BN, NT> exact_b(b, N, first * BK, col0, tid);
     // Global (row, col) of this block's K-tile t, staged into registers (zeros past K).
@@ -146,7 +153,10 @@ __device__ __forceinline__ void regtiled_body(float* c, const float* a, const fl
 #pragma unroll
             for (int i = 0; i < TM; ++i)
 #pragma unroll
-                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(fa[i], fb[j], acc[i][j]);
+                for (int jj = 0; jj < TN; ++jj) {  // odd rows backwards (see the top)
+                    const int j = (i & 1) ? TN - 1 - jj : jj;
+                    acc[i][j] = fmaf(fa[i], fb[j], acc[i][j]);
+                }
         }
         if (sums) {  // zeros past K: the loaders zero-fill
 #pragma unroll
