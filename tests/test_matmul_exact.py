@@ -93,7 +93,7 @@ def test_exact_fit_takes_only_products_the_tile_divides():
     assert launchers.exact_fit(A, B, g(4096, 4096, 4096), "256x128x8")
     assert launchers.exact_fit(A, B, g(1024, 1024, 1024), "256x128x8", splits=4)
     refused = {
-        "a batch (the twins take their batch strides as 0)": (g(256, 128, 64, stride_a=256 * 64, batch=3), "256x128x8", 1),
+        "a batch (the twins take no strides)": (g(256, 128, 64, stride_a=256 * 64, batch=3), "256x128x8", 1),
         "a plain tile without a twin": (g(1024, 1024, 1024), "64x64x16", 1),
         "M not a multiple of BM": (g(1000, 1024, 1024), "256x128x8", 1),
         "N not a multiple of BN": (g(1024, 1000, 1024), "128x128x8", 1),
