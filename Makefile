@@ -25,7 +25,8 @@ format: ## format the Python sources (the files ruff check reads; pyproject.toml
 	ruff format .
 	ruff check --fix .
 
-book: ## build the HTML book, warnings as errors
+book: ## regenerate the .ipynb copies, then build the HTML book, warnings as errors
+	$(PYTHON) -m minitorch_cuda.book.notebooks
 	.ci/build_book.sh
 
 book-results: ## on a GPU machine: re-measure everything the book shows into book/results/

@@ -20,8 +20,10 @@ cp book/ipython_kernel_config.py "$IPYTHONDIR/profile_default/"
 # The pages are for readers: cells report the recorded H200 runs, never the
 # state of this (GPU-less) machine (minitorch_cuda/book/notes.py).
 export MINITORCH_CUDA_BOOK=1
-# The .ipynb copies the book links for download and Colab follow the sources.
-python -m minitorch_cuda.book.notebooks
+# The .ipynb copies the book links for download and Colab must follow the sources, as committed:
+# checked, not rewritten, so that a build (the tests build the book first) cannot hide a stale
+# commit from tests/test_book_tools.py. `make book` regenerates them before it builds.
+python -m minitorch_cuda.book.notebooks --check
 
 # -W: warnings are errors; -n: nitpicky, so broken references are warnings
 # too; --keep-going: report every warning before failing, not just the first.
