@@ -23,13 +23,14 @@
 // and a thread's addresses move by a constant per K-tile (ExactLoader): at 4096^3 the checks and
 // the address arithmetic of each K-tile were a fifth of the instructions issued, against
 // cuBLAS's 12% (ncu_ch16_pipelined.json). The products and their order are the same, so are the bits.
-// The multiply-adds of a step go along a row of the register tile and back along the next, so
-// that each row's first shares an operand with the row before's last. Each accumulator gets its
-// products in the same order, so the bits are the plain loop's; the order in the SASS is ptxas's.
-// In the exact twins, whose batch strides are known to be 0, it keeps this one: on the H200 at
-// 4096^3 the 128 x 128 x 8 twin went from 0.876 to 0.925 of cuBLAS SGEMM (one process, the two
+// In the twins the multiply-adds of a step go along a row of the register tile and back along
+// the next, so that each row's first shares an operand with the row before's last. Each
+// accumulator gets its products in the same order, so the bits are the plain loop's; the order
+// in the SASS is ptxas's, and with the batch strides known to be 0 it keeps this one: on the H200
+// at 4096^3 the 128 x 128 x 8 twin went from 0.876 to 0.925 of cuBLAS SGEMM (one process, the two
 // cubins as built; ch16_inner_loop_diagnosis.json). Written through a helper function, or with
-// runtime strides, the same source came out of ptxas in another order, and slower.
+// runtime strides, the same source came out of ptxas in another order, and slower; the checked
+// kernels (and stage 10's fused ones) keep the plain order, whose timings the records hold.
 #pragma once
 #include "tile_load.cuh"
 
@@ -153,8 +154,8 @@ __device__ __forceinline__ void regtiled_body(float* c, const float* a, const fl
 #pragma unroll
             for (int i = 0; i < TM; ++i)
 #pragma unroll
-                for (int jj = 0; jj < TN; ++jj) {  // odd rows backwards (see the top)
-                    const int j = (i & 1) ? TN - 1 - jj : jj;
+                for (int jj = 0; jj < TN; ++jj) {  // the twins: odd rows backwards (see the top)
+                    const int j = EXACT && (i & 1) ? TN - 1 - jj : jj;
                     acc[i][j] = fmaf(fa[i], fb[j], acc[i][j]);
                 }
         }
