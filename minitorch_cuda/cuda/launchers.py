@@ -865,9 +865,8 @@ def wgmma_tma_width(c, a, b, g: Gemm) -> int:
     (autotune.tuner, the transposes included) and the faster kept for the shape."""
     from .autotune import tuner
 
-    key = tuning_key(a, b, g)
-    choice = tuner.cached("matmul_tf32_wgmma_tma", key) or tuner.pick(
-        "matmul_tf32_wgmma_tma", key, [str(width) for width in WGMMA_TMA_WIDTHS],
+    choice = tuner.pick(
+        "matmul_tf32_wgmma_tma", tuning_key(a, b, g), [str(width) for width in WGMMA_TMA_WIDTHS],
         lambda width: matmul_tf32_wgmma_tma(c, a, b, g, bn=int(width), timed=tuning_launches()),
     )  # fmt: skip
     return int(choice)
