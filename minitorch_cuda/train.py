@@ -89,7 +89,8 @@ class Trainer:
 
     def queue_step(self, xb: Tensor, yb: Tensor) -> Callable[[], float]:
         """Queue one training step; returns the call that reads its loss back (the one read-back
-        per step, which waits for the device). What the host does between the two runs while the
+        per step: it waits for the device, or at stage 13 until the kernel hands the loss over,
+        before the step's update is done). What the host does between the two runs while the
         device works (``epoch`` slices the next batch there); read the loss before queueing the
         next step, which may overwrite it."""
         persistent = self._persistent_step(xb)

@@ -105,6 +105,24 @@ def test_a_graph_of_empty_kernels_replays_with_one_launch_and_one_read_back() ->
 
 
 @pytest.mark.gpu
+@pytest.mark.emulated
+def test_a_graph_of_one_reporting_kernel_hands_its_loss_over_without_a_copy() -> None:
+    from minitorch_cuda import profiler
+    from minitorch_cuda.cuda import launchers
+    from minitorch_cuda.cuda.step_report import StepReport
+
+    replays, warmup = 7, 50
+    with profiler.count() as counts:
+        got = latency_floor.report_floor(replays)
+    assert counts.launches == 1 + 1 + replays + warmup and counts.dtoh_copies == 0
+    assert got["samples"] == replays and 0 < got["min_us"] <= got["median_us"] <= got["max_us"]
+    report = StepReport()
+    report.arm()
+    launchers.floor("floor_report", report.ptr)
+    assert report.wait() == 0.5
+
+
+@pytest.mark.gpu
 def test_the_experiment_records_every_part(tmp_path, monkeypatch) -> None:
     """The whole run with tiny counts (one round of full epochs): ch21_floor.json has every part."""
     if emulator.selected():
@@ -114,7 +132,8 @@ def test_the_experiment_records_every_part(tmp_path, monkeypatch) -> None:
     assert latency_floor.main(args) == 0
     record = json.loads((tmp_path / "ch21_floor.json").read_text())
     assert [r["kernels"] for r in record["graph"]] == list(latency_floor.GRAPH_KERNELS)
-    assert all(r["samples"] == 30 and r["median_us"] > 0 for r in record["graph"] + [record["launch"]])
+    rows = record["graph"] + [record["launch"], record["report"]]
+    assert all(r["samples"] == 30 and r["median_us"] > 0 for r in rows)
     assert [b["blocks"] for b in record["barrier"]][1] == 1 and record["barrier"][0]["median_us"] > 0
     assert [r["stage"] for r in record["stages"]] == list(latency_floor.STAGES)
     assert all(r["test_accuracy"] > 0.8 for r in record["stages"])

@@ -60,6 +60,9 @@ def _train(protocol: Protocol, stage: int, optimizer: str = "rmsprop", without=(
                 losses.append(trainer.step(mt.tensor(x[rows], "cuda"), mt.tensor(y[rows], "cuda")))
         if stage == 13:  # a launch a step; once the barrier's zeroing; per batch shape the graph's capture
             assert counts.launches <= len(losses) + 3, f"{counts.launches} launches in {len(losses)} steps"
+            # A replay hands its loss over in the report: a copy only for each batch shape's eager step.
+            copies = 2 if "cuda_graphs" not in without else len(losses)
+            assert counts.dtoh_copies == copies, f"{counts.dtoh_copies} copies back in {len(losses)} steps"
         return np.array(losses), [p.numpy() for p in trainer.net.parameters()]
 
 
@@ -147,6 +150,30 @@ def test_graph_replay_and_direct_launches_agree_bit_for_bit():
     direct = _train(NARROW, 13, without={"cuda_graphs"})
     assert np.array_equal(graphed[0], direct[0])
     assert all(np.array_equal(a, b) for a, b in zip(graphed[1], direct[1]))
+
+
+@pytest.mark.gpu
+@pytest.mark.emulated
+def test_a_report_that_never_comes_is_an_error_after_the_device_is_asked(monkeypatch):
+    """StepReport: a kernel that fails before writing its loss leaves the word zero; the host
+    polls, then synchronizes (which raises a kernel's fault) and, the word still zero, says so.
+    Arming twice without a wait synchronizes first: the first launch may still write the word."""
+    from minitorch_cuda.cuda import step_report
+    from minitorch_cuda.cuda.runtime import KernelError
+
+    synced = []
+    monkeypatch.setattr(step_report, "synchronize", synced.append)
+    monkeypatch.setattr(step_report, "POLLS", 3)
+    report = step_report.StepReport()
+    report.arm()
+    with pytest.raises(KernelError, match="finished without reporting its loss"):
+        report.wait()
+    assert len(synced) == 1
+    report.arm()
+    report.arm()  # the first arm's launch was never waited for
+    assert len(synced) == 2
+    report.word[0] = (1 << 32) | int(np.float32(2.5).view(np.uint32))  # what step_report.cuh stores
+    assert report.wait() == 2.5 and len(synced) == 2
 
 
 @pytest.mark.gpu

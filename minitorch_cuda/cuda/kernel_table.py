@@ -279,16 +279,18 @@ SPECS.update(
         "persistent_step": KernelSpec(
             "persistent_step.cu",
             "const PersistentLayer* layers, int n_layers, BatchCursor* batch, int rows, "
-            "float* row_loss, float* partials, int n_partials, float* loss, GridBarrier* barrier, int rmsprop, "
+            "float* row_loss, float* partials, int n_partials, float* loss, unsigned long long* report, "
+            "GridBarrier* barrier, int rmsprop, "
             "float lr, float decay, float eps, float max_norm",
         ),
         "fetch_batch": KernelSpec(
             "batch_cursor.cu",
             "BatchCursor* cursor, float* x, float* target, int x_size, int target_size, unsigned int* arrived",
         ),
-        # chapter 21's floors: an empty launch, and grid barriers alone (persistent_step's)
+        # chapter 21's floors: an empty launch, grid barriers alone (persistent_step's), a loss handed over
         "floor_empty": KernelSpec("floor.cu", ""),
         "floor_barriers": KernelSpec("floor.cu", "GridBarrier* barrier, int barriers"),
+        "floor_report": KernelSpec("floor.cu", "unsigned long long* report"),
         # C = A B^T with both operands K-contiguous: no transpose flags
         "matmul_tf32_wgmma": KernelSpec(
             "wgmma.cu",

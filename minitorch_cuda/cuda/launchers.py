@@ -253,7 +253,7 @@ def fetch_batch(cursor, x, target, arrived, *, timed: int = 0):
 
 
 def persistent_step(
-    layers, n_layers: int, batch, rows: int, row_loss, partials, n_partials: int, loss, barrier,
+    layers, n_layers: int, batch, rows: int, row_loss, partials, n_partials: int, loss, report: int, barrier,
     rmsprop: bool, lr: float, decay: float, eps: float, max_norm: float, *, blocks: int = 0, timed: int = 0,
     kernel: str | Kernel = "persistent_step", phase_ns=None, shared_bytes: int = 0,
 ):  # fmt: skip
@@ -261,6 +261,7 @@ def persistent_step(
     PS_THREADS per multiprocessor (``blocks``: fewer, at least 1). Its grid barriers wait for
     every block, so all must be resident at once: never more blocks than multiprocessors.
     ``batch``: the step's BatchCursor (the rows' addresses), moved past them by the kernel.
+    ``report``: the address of the host's word for the loss (step_report.StepReport), or 0.
     ``phase_ns``: the clock's buffer of a ``kernel`` built with PS_PHASE_CLOCK (one more argument).
     ``shared_bytes``: the dynamic shared memory of the staged weights (at most persistent_step_staging_bytes())."""
     most = multiprocessors()
@@ -268,7 +269,7 @@ def persistent_step(
     if not 1 <= blocks <= most:
         raise ValueError(f"persistent_step needs 1..{most} blocks (one per multiprocessor at most), not {blocks}")
     args = (
-        layers, n_layers, batch, rows, row_loss, partials, n_partials, loss, barrier,
+        layers, n_layers, batch, rows, row_loss, partials, n_partials, loss, report, barrier,
         int(rmsprop), float(lr), float(decay), float(eps), float(max_norm),
     )  # fmt: skip
     args += () if phase_ns is None else (phase_ns,)
@@ -291,11 +292,11 @@ def _sized(kernel: Kernel, shared_bytes: int) -> Kernel:
 
 
 def floor(kernel: str | Kernel, *args, blocks: int = 1, timed: int = 0) -> float | None:
-    """floor.cu: ``floor_empty`` (no arguments) on one thread; ``floor_barriers(barrier, count)``
-    on ``blocks`` blocks of PS_THREADS, as persistent_step's (its grid barriers wait for every
-    block, so never more blocks than multiprocessors)."""
+    """floor.cu: ``floor_empty`` (no arguments) and ``floor_report(report)`` on one thread;
+    ``floor_barriers(barrier, count)`` on ``blocks`` blocks of PS_THREADS, as persistent_step's
+    (its grid barriers wait for every block, so never more blocks than multiprocessors)."""
     name = kernel if isinstance(kernel, str) else kernel.name
-    if name == "floor_empty":
+    if name in ("floor_empty", "floor_report"):
         return _go(kernel, (1, 1, 1), (1, 1, 1), args, timed)
     most = multiprocessors()
     if not 1 <= blocks <= most:

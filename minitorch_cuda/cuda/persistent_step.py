@@ -8,14 +8,16 @@ not fit, for any other. It packs, once, a device-side table of the layers: the p
 and the RmsProp state are the framework's own tensors (the kernel updates them in place, so
 they read as usual afterwards), and the gradients, activations and deltas are buffers of
 its own for up to ``max_rows`` rows. A step is one launch on the batch's rows as they lie
-(no copy) and a 4-byte read-back of the loss. The kernel finds the rows through a cursor on
+(no copy) and the loss read back. The kernel finds the rows through a cursor on
 the device (batch_cursor.BatchCursor) and moves it past them, so consecutive batches of one
 array, as ``Trainer.epoch`` hands them out, need no write from the host between steps.
-Where CUDA graphs are on (stage 11 up) the launch is
-captured once per batch size after one eager step and replayed: a step is then one
-``cuGraphLaunch`` and the read-back, without the two copies into static inputs that stage
-11's ``GraphedStep`` needs. The optimizer's ``lr``, ``decay`` and ``eps`` are read at each
-launch (a captured graph keeps those of its capture, as stage 11's does). Gradients never
+Where CUDA graphs are on (stage 11 up) the launch is captured once per batch size after one
+eager step and replayed: a step is then one ``cuGraphLaunch``, without the two copies into
+static inputs that stage 11's ``GraphedStep`` needs, and the replayed kernel hands its loss to
+the host itself as soon as it is known, halfway through (step_report.StepReport): the host
+queues the next step while this one computes its gradients and update. An eager launch's loss
+is copied back once it is done. The optimizer's ``lr``, ``decay`` and ``eps`` are read at
+each launch (a captured graph keeps those of its capture, as stage 11's does). Gradients never
 reach ``p.grad``: after a step they are gone, as after stage 11's ``zero_grad``.
 
 The kernel has four phases and three grid barriers whatever the depth: the first layer's
@@ -48,6 +50,7 @@ from .batch_cursor import BatchCursor
 from .kernel_table import KERNEL_DIR, PERSISTENT, SPECS, prepare_signature
 from .ops_tensor import full, item
 from .runtime import Kernel, compile_module, copy_dtoh, copy_htod
+from .step_report import StepReport
 
 ACTIVATION_CODES = {nn.ReLU: 1, nn.Sigmoid: 2}  # persistent_step.cu's ACT_RELU, ACT_SIGMOID; 0: none
 _POINTERS = ("w", "b", "gw", "gb", "vw", "vb", "out", "delta", "split")
@@ -216,6 +219,7 @@ class PersistentStep:
         self.partials = DeviceArray.empty((partial0,))
         self.row_loss = DeviceArray.empty((max_rows,))
         self.loss = DeviceArray.empty(())
+        self.report = StepReport()  # the replayed steps' loss, written by the kernel into host memory
         self.barrier = full((2,), 0.0)  # GridBarrier {count, generation}: zero bits, once
         self.batch = BatchCursor()  # where the step's rows lie: the kernel moves it past them
         self._graphs: dict[int, graphs.Graph] = {}  # per batch size, captured after one eager step
@@ -242,12 +246,13 @@ class PersistentStep:
             )
         self.batch.point_at(x, y)
 
-    def _launch(self, rows: int, kernel="persistent_step", phase_ns=None) -> None:
+    def _launch(self, rows: int, kernel="persistent_step", phase_ns=None, report: int = 0) -> None:
+        """``report``: the address of the host's word for the loss (StepReport.ptr), or 0 for none."""
         opt = self.optimizer
         decay, eps = (opt.decay, opt.eps) if self.rmsprop else (0.0, 0.0)
         launchers.persistent_step(
             self.table, self.n_layers, self.batch.array, rows, self.row_loss, self.partials, self.n_partials,
-            self.loss, self.barrier, self.rmsprop, opt.lr, decay, eps, self.max_norm, blocks=self.blocks,
+            self.loss, report, self.barrier, self.rmsprop, opt.lr, decay, eps, self.max_norm, blocks=self.blocks,
             kernel=kernel, phase_ns=phase_ns, shared_bytes=self.staged_bytes,
         )  # fmt: skip
 
@@ -298,7 +303,7 @@ class PersistentStep:
         """Queue one training step; returns the call that reads its loss back (before the next
         step's queue, which overwrites it). Through a CUDA graph where graphs are on now: the
         first step of each batch size runs eagerly (it compiles the kernel), is read back at
-        once, then captured."""
+        once, then captured with the report's address; each replay's loss arrives in the report."""
         rows = x.shape[0]
         graphed = stages.cuda_graphs() and graphs.usable_now()
         graph = self._graphs.get(rows) if graphed else None
@@ -307,10 +312,11 @@ class PersistentStep:
             if graphed:  # compiled now: capture this batch size for the steps to come
                 graph = graphs.Graph()
                 with graph.capture():  # recorded, not run: the cursor's address, not the batch's
-                    self._launch(rows)
+                    self._launch(rows, report=self.report.ptr)
                 self._graphs[rows] = graph
             return lambda: loss
         self._point_at(x, y)
+        self.report.arm()
         graph.launch()
         self.batch.moved_past(x, y)
-        return functools.partial(item, self.loss, 0)
+        return self.report.wait

@@ -348,6 +348,16 @@ def allocate(nbytes: int):
         raise DeviceMemoryError(f"cuMemAlloc of {nbytes} bytes failed: {exc}") from None
 
 
+def mapped_host(count: int, dtype) -> tuple[np.ndarray, int]:
+    """``count`` zeroed values of pinned host memory mapped into the device's address space
+    (zero-copy): the array the host reads, and the address at which kernels write it."""
+    try:
+        host = drv.pagelocked_zeros(count, dtype, mem_flags=drv.host_alloc_flags.DEVICEMAP)
+    except drv.Error as exc:
+        raise DeviceMemoryError(f"cuMemHostAlloc of {count} x {np.dtype(dtype)} (mapped) failed: {exc}") from None
+    return host, int(host.base.get_device_pointer())
+
+
 def record_event():
     """A CUDA event recorded now on the legacy stream (the profiler's timestamps)."""
     event = drv.Event()

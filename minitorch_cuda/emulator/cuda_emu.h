@@ -167,6 +167,7 @@ inline void __syncwarp(unsigned mask = 0xffffffffu, EMU_SITE) {
 inline unsigned __activemask() { return __emu_activemask(); }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void __threadfence_system() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline void __trap(EMU_SITE) { __emu_trap("__trap()", __file, __line); }
 inline long long clock64() { return (long long)__builtin_ia32_rdtsc(); }  // the host's cycle counter
 // %globaltimer's stand-in (read by inline PTX on a GPU): the host's monotonic clock, in ns

@@ -173,6 +173,36 @@ def mem_alloc(nbytes: int) -> DeviceAllocation:
     return DeviceAllocation(int(nbytes))
 
 
+class host_alloc_flags(enum.IntFlag):  # noqa: N801  (PyCUDA's name)
+    PORTABLE = 1
+    DEVICEMAP = 2
+    WRITECOMBINED = 4
+
+
+class HostAllocation:
+    """Pinned host memory mapped into the device (``pagelocked_*`` with DEVICEMAP): here emulated
+    device memory, which is host memory already. Arrays made from it keep it as their ``base``."""
+
+    def __init__(self, shape, dtype, mem_flags: int):
+        if not mem_flags & host_alloc_flags.DEVICEMAP:
+            raise LogicError("the emulator pins host memory only to map it into the device (DEVICEMAP)")
+        dtype = np.dtype(dtype)
+        shape = tuple(np.atleast_1d(shape).tolist())
+        self._device = DeviceAllocation(int(np.prod(shape)) * dtype.itemsize)
+        self.__array_interface__ = {"shape": shape, "typestr": dtype.str, "data": (self._device.ptr, False),
+                                    "version": 3}  # fmt: skip
+
+    def get_device_pointer(self) -> int:
+        return self._device.ptr
+
+
+def pagelocked_empty(shape, dtype, order: str = "C", mem_flags: int = 0) -> np.ndarray:
+    return np.asarray(HostAllocation(shape, dtype, mem_flags))
+
+
+pagelocked_zeros = pagelocked_empty  # emulated device memory starts zeroed (an anonymous mapping)
+
+
 def _check(ptr, nbytes: int, what: str) -> int:
     address = int(ptr)
     if _runtime().emu_check_range(address, nbytes) != 0:

@@ -7,6 +7,8 @@ and the step of stages 10, 11 and 13 beside PyTorch's, all in one run on the GPU
 (a) graph: a CUDA graph of K empty kernels (floor.cu), replayed, then the 4-byte loss
     read-back that the protocol makes every step, for each K in GRAPH_KERNELS; microseconds
     per replay on the host's clock, as a training step is timed.
+(a') report: a CUDA graph of one kernel that writes a loss into the host's memory itself
+    (floor_report, cuda/step_report.py), replayed, the host polling for it: stage 13's read-back.
 (b) launch: one plain launch of the empty kernel, then the read-back.
 (c) barrier: floor.cu's floor_barriers, one block per multiprocessor (and one block alone)
     crossing grid_barrier B times; microseconds per barrier from the difference of two B, so
@@ -91,6 +93,26 @@ def graph_floor(kernels: int, replays: int) -> dict:
         read()
 
     return {"kernels": kernels, **host_timed(replay, replays)}
+
+
+def report_floor(replays: int) -> dict:
+    """(a') one kernel in a graph that hands a loss to the host through a StepReport (stage 13's
+    read-back, with no copy); per replay, the arming, the launch and the wait for the report."""
+    from minitorch_cuda.cuda import graphs, launchers
+    from minitorch_cuda.cuda.step_report import StepReport
+
+    report = StepReport()
+    launchers.floor("floor_report", report.ptr)  # compiled and loaded outside the capture
+    graph = graphs.Graph()
+    with graph.capture():
+        launchers.floor("floor_report", report.ptr)
+
+    def replay():
+        report.arm()
+        graph.launch()
+        report.wait()
+
+    return host_timed(replay, replays)
 
 
 def launch_floor(repeats: int) -> dict:
@@ -256,6 +278,7 @@ def measure(
     result = {
         "device": device_properties(),
         "graph": [graph_floor(k, replays) for k in GRAPH_KERNELS],
+        "report": report_floor(replays),
         "launch": launch_floor(replays),
         "barrier": [barrier_floor(b, barrier_repeats) for b in (multiprocessors(), 1)],
     }
@@ -276,6 +299,8 @@ def summary(result: dict) -> str:
     lines = [f"{'graph of K empty kernels + read-back':40s} median us (q1-q3)"]
     for r in result["graph"]:
         lines.append(f"{'  K = ' + str(r['kernels']):40s} {r['median_us']:8.1f} ({r['q1_us']:.1f}-{r['q3_us']:.1f})")
+    report = result["report"]
+    lines.append(f"{'graph of 1 kernel + its report (no copy)':40s} {report['median_us']:8.1f}")
     launch = result["launch"]
     lines.append(f"{'one plain launch + read-back':40s} {launch['median_us']:8.1f}")
     for b in result["barrier"]:

@@ -4,10 +4,15 @@
 //   floor_barriers   every block crosses grid_barrier `barriers` times (grid_barrier.cuh,
 //                    the barrier stage 13's persistent_step uses between its phases); one
 //                    block per multiprocessor at most, so that all are resident at once
+//   floor_report     hands a loss of 0.5 to the host through its report (step_report.cuh):
+//                    the read-back that stage 13's step makes without a copy
 #include "grid_barrier.cuh"
+#include "step_report.cuh"
 
 extern "C" __global__ void floor_empty() {}
 
 extern "C" __global__ void floor_barriers(GridBarrier* barrier, int barriers) {
     for (int i = 0; i < barriers; ++i) grid_barrier(barrier);
 }
+
+extern "C" __global__ void floor_report(unsigned long long* report) { report_loss(report, 0.5f); }

@@ -19,7 +19,11 @@
 //   update      every block sums the partials in one fixed order: the global norm, the clip
 //               factor max_norm / (norm + 1e-6) where norm > max_norm (as optim.cu's
 //               clip_scale); then p, v of every parameter (optim.cu's formulas), all layers as
-//               one run of elements (param_run.cuh); block 0 writes the mean loss
+//               one run of elements (param_run.cuh)
+// The mean loss is known once the rows phase is done: block 0 writes it then, to `loss` and,
+// where the launch has one, to the host's report (step_report.cuh). The host reads it there and
+// queues the next step while this one still computes its gradients and update; the next launch's
+// cost overlaps them instead of following them (chapter 21).
 // Why rows: from the first layer's sums to D_1, a row of the batch needs nothing from any other
 // row, so one block can carry it through every layer with no grid barrier; the first design
 // (a barrier after each layer's forward and backward, 2L + 1 of them) paid 8 barriers of 1.85 us
@@ -47,6 +51,7 @@
 #include "block_reduce.cuh"
 #include "grid_barrier.cuh"
 #include "param_run.cuh"
+#include "step_report.cuh"
 
 #define PS_THREADS 256      // threads of a block
 #define PS_BM 64            // tiles of PS_BM x PS_BN outputs (the first forward, the gradients),
@@ -537,13 +542,14 @@ __device__ __forceinline__ void update(const PersistentLayer* layers, int n_laye
 // barriers wait for all of them); block: PS_THREADS. rows <= the rows the out/delta buffers
 // hold; n_layers <= PS_MAX_LAYERS; partials: every layer's gW tiles and gb chunks (n_partials
 // slots); row_loss: rows;
-// batch: where this step's rows lie, moved past them at the end;
+// batch: where this step's rows lie, moved past them at the end; report: the host's word for
+// the loss (step_report.cuh), or null;
 // phase_ns (PS_PHASE_CLOCK only): PS_PHASE_STAMPS + 2L + 2 values (see the top);
 // dynamic shared memory: the staged weights (each later layer's n_in + 1 rows of staged_ld floats from its offset).
 extern "C" __global__ void __launch_bounds__(PS_THREADS, 1) persistent_step(
     const PersistentLayer* layers, int n_layers, BatchCursor* batch, int rows, float* row_loss,
-    float* partials, int n_partials, float* loss, GridBarrier* barrier, int rmsprop, float lr, float decay, float eps,
-    float max_norm PS_CLOCK_PARAM) {
+    float* partials, int n_partials, float* loss, unsigned long long* report, GridBarrier* barrier, int rmsprop,
+    float lr, float decay, float eps, float max_norm PS_CLOCK_PARAM) {
     __shared__ __align__(16) float smem[PS_SMEM_FLOATS];
     // The layer table in shared memory: the phases read its fields at every step of a row and
     // after every grid barrier, and read from global memory they were a wait on the path of each
@@ -568,21 +574,25 @@ extern "C" __global__ void __launch_bounds__(PS_THREADS, 1) persistent_step(
     rows_phase(layers, n_layers, target, rows, row_loss, smem, staged PS_CLOCK_ARG);
     grid_barrier(barrier);
     PS_STAMP();
-    gradients(layers, n_layers, x, rows, partials, n_partials, smem);
-    grid_barrier(barrier);
-    PS_STAMP();
-    const float factor = clip_factor(partials, n_partials, max_norm);
-    update(layers, n_layers, factor, rmsprop, lr, decay, eps);
     if (blockIdx.x == 0 && threadIdx.x < 32) {  // the mean loss: each lane's rows in order, then a butterfly
         float total = 0.0f;
         for (int r = threadIdx.x; r < rows; r += 32) total += row_loss[r];
         total = warp_allreduce<SumOp>(total);
         if (threadIdx.x == 0) {
-            loss[0] = (1.0f / rows) * total;  // softmax_xent_fused: scale * sum
-            // Every block read the cursor before the first barrier: moving it now races with none.
-            batch->x = x + (long long)rows * layers[0].n_in;
-            batch->target = target + (long long)rows * layers[n_layers - 1].n_out;
+            const float mean = (1.0f / rows) * total;  // softmax_xent_fused: scale * sum
+            loss[0] = mean;
+            report_loss(report, mean);
         }
+    }
+    gradients(layers, n_layers, x, rows, partials, n_partials, smem);
+    grid_barrier(barrier);
+    PS_STAMP();
+    const float factor = clip_factor(partials, n_partials, max_norm);
+    update(layers, n_layers, factor, rmsprop, lr, decay, eps);
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        // Every block read the cursor before the first barrier: moving it now races with none.
+        batch->x = x + (long long)rows * layers[0].n_in;
+        batch->target = target + (long long)rows * layers[n_layers - 1].n_out;
     }
     PS_STAMP();
     PS_CYCLES(n_layers);
