@@ -277,7 +277,9 @@ def test_stage_7_drops_syncs(stage):
         assert c.launches > 0 and c.syncs == c.launches, f"stage {stage}: a sync after every launch: {c}"
     else:
         assert c.syncs == 0, f"stage {stage}: a training step must not sync: {c}"
-        assert c.dtoh_copies == 1 and c.dtoh_bytes == 4, f"stage {stage}: only the loss is read back: {c}"
+        # Only the loss comes back: a 4-byte copy, or at stage 13 the kernel's own report (no copy).
+        copies = (0, 0) if stage == 13 else (1, 4)
+        assert (c.dtoh_copies, c.dtoh_bytes) == copies, f"stage {stage}: only the loss is read back: {c}"
 
 
 @pytest.mark.gpu
