@@ -48,8 +48,7 @@ class StepReport:
         else:
             synchronize("a step that had not reported its loss")
             bits = int(word[0])
-            if not bits:
-                self._armed = False
-                raise KernelError("the step's kernel finished without reporting its loss")
         self._armed = False
+        if not bits:
+            raise KernelError("the step's kernel finished without reporting its loss")
         return float(np.uint32(bits & 0xFFFFFFFF).view(np.float32))
