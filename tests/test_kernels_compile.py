@@ -15,9 +15,10 @@ from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, SPECS, entry_params, pr
 
 NVCC = shutil.which("nvcc")
 CU_FILES = sorted(KERNEL_DIR.glob("*.cu"))
-# extern "C" __global__ void [__launch_bounds__(...)] NAME(
+# extern "C" __global__ void [__cluster_dims__(...)] [__launch_bounds__(...)] NAME(
 _BOUNDS = r"(?:__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)\s*)?"
-EXTERN_C = r'extern\s+"C"\s+__global__\s+void\s+' + _BOUNDS
+_CLUSTER = r"(?:__cluster_dims__\s*\([^()]*\)\s*)?"
+EXTERN_C = r'extern\s+"C"\s+__global__\s+void\s+' + _CLUSTER + _BOUNDS
 
 
 def test_kernel_files_exist():

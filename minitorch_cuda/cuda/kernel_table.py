@@ -133,6 +133,9 @@ REGTILED_SPLITK_TILES = ("128x128x8", "128x64x8t128", "256x128x8")
 # The register tiles with exact twins (matmul_regtiled_exact_{tile}, and _splitk_exact_ for the
 # split-K ones): unchecked loads for the products they divide exactly (launchers.exact_fit).
 REGTILED_EXACT_TILES = REGTILED_SPLITK_TILES
+# matmul_cluster.cu's split-K in one launch (Hopper's thread block clusters): its tiles and splits
+CLUSTER_SPLITK_TILES = ("128x64x8t128",)
+CLUSTER_SPLITS = (2, 4)
 # Tile shapes of matmul_pipelined.cu (cp.async into shared-memory stages): name suffix ->
 # (BM, BN, BK, threads, stages).
 PIPELINED_TILES: dict[str, tuple[int, int, int, int, int]] = {
@@ -229,6 +232,11 @@ SPECS.update(
         **{f"matmul_regtiled_exact_{t}": KernelSpec("matmul_regtiled.cu", _MATMUL) for t in REGTILED_EXACT_TILES},
         **{
             f"matmul_regtiled_splitk_exact_{t}": KernelSpec("matmul_regtiled.cu", _SPLITK) for t in REGTILED_EXACT_TILES
+        },
+        **{
+            f"matmul_cluster_splitk{s}_{t}": KernelSpec("matmul_cluster.cu", _MATMUL)
+            for t in CLUSTER_SPLITK_TILES
+            for s in CLUSTER_SPLITS
         },
         **{f"matmul_bias_act_{t}": KernelSpec("fused.cu", _BIAS_ACT) for t in REGTILED_TILES},
         **{
@@ -334,8 +342,9 @@ def prepare_signature(params: str) -> str:
 
 def entry_params(source: str, entry: str) -> str:
     """The parameter list of ``__global__ void entry(...)`` in ``source``."""
-    bounds = r"(?:__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)\s*)?"  # optional, one level of parens
-    match = re.search(r"__global__\s+" + bounds + r"void\s+" + bounds + re.escape(entry) + r"\s*\(([^)]*)\)", source)
+    # __launch_bounds__(...) and __cluster_dims__(...), optional, one level of parens inside
+    attrs = r"(?:(?:__launch_bounds__|__cluster_dims__)\s*\([^()]*(?:\([^()]*\)[^()]*)*\)\s*)*"
+    match = re.search(r"__global__\s+" + attrs + r"void\s+" + attrs + re.escape(entry) + r"\s*\(([^)]*)\)", source)
     if match is None:
         raise ValueError(f"no `__global__ void {entry}(...)` found in the kernel source")
     return " ".join(match.group(1).split())

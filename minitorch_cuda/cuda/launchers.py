@@ -30,6 +30,8 @@ from . import registry
 from .array import ITEMSIZE
 from .kernel_table import (
     ASYNC_TILE,
+    CLUSTER_SPLITK_TILES,
+    CLUSTER_SPLITS,
     MMA_TILE,
     MULTI_TENSOR_SLOTS,
     PERSISTENT,
@@ -463,10 +465,15 @@ def matmul_regtiled(c, a, b, g: Gemm, *, tile: str | None = None, splits: int = 
 
 def exact_fit(a, b, g: Gemm, tile: str, splits: int = 1) -> bool:
     """Whether the exact twin of register tile ``tile`` may compute this product (EXACT in
-    matmul_regtiled.cuh): a tile in REGTILED_EXACT_TILES, one matrix (no batch: the twins take
-    their batch strides as 0, which is what lets ptxas keep their multiply-adds in order), no
-    transposes, BM, BN and BK dividing M, N and K, a K-tile in every one of ``splits`` slices,
-    and every row of A and B a whole number of float4s from a 16-byte aligned start."""
+    matmul_regtiled.cuh): exact_shape, and A and B start 16-byte aligned."""
+    return exact_shape(g, tile, splits) and aligned16(a, b)
+
+
+def exact_shape(g: Gemm, tile: str, splits: int = 1) -> bool:
+    """The shape half of exact_fit: a tile in REGTILED_EXACT_TILES, one matrix (no batch: the
+    twins take their batch strides as 0, which is what lets ptxas keep their multiply-adds in
+    order), no transposes, BM, BN and BK dividing M, N and K, a K-tile in every one of ``splits``
+    slices, and every row of A and B a whole number of float4s."""
     if tile not in REGTILED_EXACT_TILES or g.ta or g.tb or g.batch != 1:
         return False
     bm, bn, bk, _ = REGTILED_TILES[tile]
@@ -474,7 +481,7 @@ def exact_fit(a, b, g: Gemm, tile: str, splits: int = 1) -> bool:
     slice_tiles = _cdiv(k_tiles, splits)  # regtiled_body's per_split: the last slice has the rest
     return (
         g.M % bm == 0 and g.N % bn == 0 and g.K % bk == 0 and (splits - 1) * slice_tiles < k_tiles
-        and g.N % 4 == 0 and g.stride_a % 4 == 0 and g.stride_b % 4 == 0 and aligned16(a, b)
+        and g.N % 4 == 0 and g.stride_a % 4 == 0 and g.stride_b % 4 == 0
     )  # fmt: skip
 
 
@@ -544,6 +551,32 @@ def split_k(kernel: str | Kernel, c, a, b, g: Gemm, tile: tuple[int, int, int], 
     return _total(times)
 
 
+def clusters_fit(arch: str) -> bool:
+    """Whether a GPU of this ``sm_XY`` runs thread block clusters (compute capability 9.0 on)."""
+    return int(arch.removeprefix("sm_")) >= 90
+
+
+def matmul_cluster_splitk(c, a, b, g: Gemm, *, tile: str, splits: int, timed: int = 0):
+    """Stage 9's split-K in one launch on Hopper (matmul_cluster.cu): the ``splits`` blocks of an
+    output tile form a cluster and sum their K-slices in distributed shared memory, in the
+    reduction's order (the same bits as matmul_regtiled at these splits), with no scratch. For
+    the products the exact twin of ``tile`` takes (exact_fit)."""
+    from .runtime import arch, device_name
+
+    if not clusters_fit(arch()):
+        raise ValueError(f"matmul_cluster_splitk needs thread block clusters (compute capability 9.0 or newer); "
+                         f"{device_name()} is {arch()}")  # fmt: skip
+    if tile not in CLUSTER_SPLITK_TILES or splits not in CLUSTER_SPLITS:
+        raise ValueError(f"no cluster split-K kernel of tile {tile} in {splits} splits: the tiles are "
+                         f"{', '.join(CLUSTER_SPLITK_TILES)}, the splits {CLUSTER_SPLITS}")  # fmt: skip
+    if not exact_fit(a, b, g, tile, splits):
+        raise ValueError(f"matmul_cluster_splitk_{tile} computes only products its tile divides exactly "
+                         f"(launchers.exact_fit), not {g}")  # fmt: skip
+    bm, bn, _, threads = REGTILED_TILES[tile]
+    grid = (*g.grid(bm, bn)[:2], splits)
+    return _go(f"matmul_cluster_splitk{splits}_{tile}", grid, (threads, 1, 1), (c, a, b, *g.args), timed, (g,))
+
+
 def matmul_splitk_covering(c, a, b, g: Gemm, *, launcher, tile: str, timed: int = 0):
     """``launcher`` (matmul_pipelined or matmul_regtiled) at the split count that first covers
     every SM (splitk_counts' last), for the benchmark's table; a product that needs no split is
@@ -560,8 +593,10 @@ def sgemm_candidates(g: Gemm) -> list[str]:
     split-K twin (``128x128x8_splitk2``). Tiles for wave quantization at 1024^3 on 132 SMs:
     128 x 128 gives 64 blocks (48% of the SMs busy), 128 x 64 gives 128 (97%), 64 x 64 gives 256
     (at most 2 per SM, 97% on average); split-K 2 brings 128 x 128 to 128 blocks. Outputs as
-    narrow as 10 columns fit the 32 x 32 tile only."""
+    narrow as 10 columns fit the 32 x 32 tile only. On Hopper, the same splits of the cluster
+    tiles in one launch (``128x64x8t128_cluster2``, matmul_cluster_splitk) where the shape is exact."""
     from .autotune import fits
+    from .runtime import arch
 
     names = []
     for tile, (bm, bn, *_) in PIPELINED_TILES.items():
@@ -571,23 +606,29 @@ def sgemm_candidates(g: Gemm) -> list[str]:
         bm, bn, *_ = REGTILED_TILES[tile]
         if fits(bm, bn, g.M, g.N):
             names += [f"{tile}_splitk{s}" for s in splitk_counts(g, tile)]
+    if clusters_fit(arch()):
+        for tile in CLUSTER_SPLITK_TILES:
+            splits = [s for s in splitk_counts(g, tile) if s in CLUSTER_SPLITS and exact_shape(g, tile, s)]
+            names += [f"{tile}_cluster{s}" for s in splits]
     return names
 
 
 def sgemm_parts(variant: str) -> tuple[str, str, int]:
     """(family, tile, splits) of a stage-9 variant: ``128x128x8`` is ("regtiled", "128x128x8", 1),
-    ``128x128x8_splitk2`` ("regtiled", ..., 2), ``pipelined_64x64x16_splitk4`` ("pipelined", ...)."""
-    family = "pipelined" if variant.startswith("pipelined_") else "regtiled"
-    tile, _, split = variant.removeprefix("pipelined_").partition("_splitk")
+    ``128x128x8_splitk2`` ("regtiled", ..., 2), ``pipelined_64x64x16_splitk4`` ("pipelined", ...),
+    ``128x64x8t128_cluster2`` ("cluster", "128x64x8t128", 2)."""
+    family = "pipelined" if variant.startswith("pipelined_") else "cluster" if "_cluster" in variant else "regtiled"
+    tile, _, split = variant.removeprefix("pipelined_").partition("_cluster" if family == "cluster" else "_splitk")
     return family, tile, int(split) if split else 1
 
 
 def sgemm_host_ms(variant: str) -> float:
     """The host's milliseconds to launch ``variant``: host_launch_ms per launch (a split-K product
-    has SPLITK_LAUNCHES). The tuner takes the longer of this and the GPU time, so that a split
+    has SPLITK_LAUNCHES, one in a cluster). The tuner takes the longer of this and the GPU time, so that a split
     wins where it shortens a product the GPU was slow at (1024^3), not where the GPU would only
     have waited for the host's second launch (the MNIST step's small products)."""
-    return (SPLITK_LAUNCHES if sgemm_parts(variant)[2] > 1 else 1) * host_launch_ms()
+    family, _, splits = sgemm_parts(variant)
+    return (SPLITK_LAUNCHES if splits > 1 and family != "cluster" else 1) * host_launch_ms()
 
 
 def sgemm_variant(c, a, b, g: Gemm) -> str:
@@ -602,7 +643,8 @@ def sgemm_variant(c, a, b, g: Gemm) -> str:
     choice = tuner.cached("matmul_sgemm", key)
     if choice is not None:
         return choice
-    candidates = [regtiled_tile(c, a, b, g)] + ([] if EMULATED else sgemm_candidates(g))
+    others = [] if EMULATED else sgemm_candidates(g)
+    candidates = [regtiled_tile(c, a, b, g)] + [v for v in others if sgemm_parts(v)[0] != "cluster" or aligned16(a, b)]
     return tuner.pick(
         "matmul_sgemm", key, candidates,
         lambda v: matmul_sgemm(c, a, b, g, variant=v, timed=tuning_launches()), host_ms=sgemm_host_ms,
@@ -611,10 +653,10 @@ def sgemm_variant(c, a, b, g: Gemm) -> str:
 
 def matmul_sgemm(c, a, b, g: Gemm, *, variant: str | None = None, timed: int = 0):
     """Stage 9's product: ``variant`` a register-tiled tile (``128x128x8``), its split-K
-    (``128x128x8_splitk2``) or a pipelined one (``pipelined_128x128x16``,
-    ``pipelined_64x64x16_splitk4``); None: the autotuned one."""
+    (``128x128x8_splitk2``, or in one cluster ``128x64x8t128_cluster2``) or a pipelined one
+    (``pipelined_128x128x16``, ``pipelined_64x64x16_splitk4``); None: the autotuned one."""
     family, tile, splits = sgemm_parts(variant or sgemm_variant(c, a, b, g))
-    launcher = matmul_pipelined if family == "pipelined" else matmul_regtiled
+    launcher = {"pipelined": matmul_pipelined, "regtiled": matmul_regtiled, "cluster": matmul_cluster_splitk}[family]
     return launcher(c, a, b, g, tile=tile, splits=splits, timed=timed)
 
 

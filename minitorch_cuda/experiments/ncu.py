@@ -338,6 +338,32 @@ TOPICS: dict[str, Topic] = {
             "share of all the reasons listed.",
         ),
     ),
+    "ch16_cluster": Topic(
+        "What stage 9's split-K in one cluster saves at 1024^3 against the same split in two launches: "
+        "128 x 64 tiles in 2 K-slices, summed in distributed shared memory (matmul_cluster_splitk2) or "
+        "written to scratch and summed by matmul_splitk_reduce4",
+        (
+            Run(
+                "ours 1024^3",
+                "ch16_cluster",
+                "regex:^matmul_(cluster_splitk2_128x64x8t128|regtiled_splitk_exact_128x64x8t128|splitk_reduce4)$",
+                3,
+                3,
+                TIME
+                + WAVES
+                + (
+                    "dram__bytes_read.sum",
+                    "dram__bytes_write.sum",
+                    "lts__t_sectors_op_read.sum",
+                    "lts__t_sectors_op_write.sum",
+                ),
+            ),
+        ),
+        notes=(
+            "lts__t_sectors_op_write.sum: 32-byte sectors written to L2, where the two-launch product's slices "
+            "go; the cluster writes C alone.",
+        ),
+    ),
 }
 
 DERIVED = {  # name: (numerator, denominator metric or constant, scale)
@@ -975,6 +1001,17 @@ def workload_ch16_ours() -> None:
     runtime.synchronize()
 
 
+def workload_ch16_cluster() -> None:
+    launchers, ops, runtime, DeviceArray = _device()
+    n = SIZES["splitk"]
+    (c, a, b), g = _gemm_operands(ops, DeviceArray, n), launchers.Gemm(n, n, n)
+    _twice([
+        lambda: launchers.matmul_sgemm(c, a, b, g, variant="128x64x8t128_cluster2"),
+        lambda: launchers.matmul_sgemm(c, a, b, g, variant="128x64x8t128_splitk2"),  # and matmul_splitk_reduce4
+    ])  # fmt: skip
+    runtime.synchronize()
+
+
 def profiled_step(stage: int, without: tuple[str, ...] = ()) -> None:
     """A train.Trainer on the protocol's model at ``stage`` (minus ``without``): STEP_WARMUP steps on a
     random MNIST-shaped batch, then one more between cuProfilerStart and cuProfilerStop, the range a
@@ -1040,6 +1077,7 @@ WORKLOADS = {
     "ch14_small_ours": workload_ch14_small_ours,
     "cublas_small": lambda: cublas(0, False, 3, SMALL),  # two warm-ups per shape, then one each
     "ch16_ours": workload_ch16_ours,
+    "ch16_cluster": workload_ch16_cluster,
     "cublas_fp32_4096_1024": lambda: cublas(0, False, 2, ((4096, 4096, 4096), (1024, 1024, 1024))),
     "ch21_stage11": lambda: profiled_step(11, without=("cuda_graphs",)),
     "ch21_stage11_graphed": lambda: profiled_step(11),

@@ -9,6 +9,8 @@
 // bias gradient: db = column sums of dY for dW = X^T dY); batch 1 only.
 // Split-K (k_splits > 1, no bias, ReLU, mask or colsum): block z computes K-slice
 // z % k_splits of matrix z / k_splits, whole BK-tiles split evenly, into c + z * M * N.
+// Slices (OwnSlice unless given) says where a split-K block's sums go: its own slice of
+// scratch, or (ClusterSum, matmul_cluster.cu) the first block of its cluster, which writes c.
 // A block of NT = (BM/TM) (BN/TN) threads computes a BM x BN tile of C; each
 // thread a TM x TN register tile, as TM/4 x TN/4 groups of 4 x 4 spread over the
 // block tile (rows c * RT*4 + ty*4 + i), so that the float4 reads of shared memory
@@ -35,6 +37,13 @@
 #include "tile_load.cuh"
 
 #define RT_PAD 4
+
+// Split-K's default: every block writes its K-slice to c + z * M * N, and a reduction sums them.
+struct OwnSlice {
+    static constexpr bool kSumsInCluster = false;
+    template <class Acc>
+    __device__ __forceinline__ bool operator()(Acc&) const { return true; }  // this block writes
+};
 
 __device__ __forceinline__ void unpack4(float* dst, float4 v) {  // into 4 registers of an unrolled array
     dst[0] = v.x;
@@ -67,7 +76,7 @@ struct ExactLoader {
     }
 };
 
-template <int BM, int BN, int BK, int TM, int TN, bool EXACT = false>
+template <int BM, int BN, int BK, int TM, int TN, bool EXACT = false, class Slices = OwnSlice>
 __device__ __forceinline__ void regtiled_body(float* c, const float* a, const float* b, const float* bias,
                                               int M, int N, int K, int ta, int tb, int stride_a, int stride_b,
                                               int relu, const float* mask = nullptr,
@@ -91,7 +100,7 @@ __device__ __forceinline__ void regtiled_body(float* c, const float* a, const fl
     const long long z = blockIdx.z, matrix = z / k_splits;
     a += matrix * stride_a;
     b += matrix * stride_b;
-    c += z * M * N;
+    c += (Slices::kSumsInCluster ? matrix : z) * M * N;
     if (mask != nullptr) mask += matrix * M * N;
     // Column tid of this block's op(B), summed over every K-slice, in k order (deterministic).
     const bool sums = colsum != nullptr && blockIdx.y == 0 && tid < BN;
@@ -169,6 +178,7 @@ __device__ __forceinline__ void regtiled_body(float* c, const float* a, const fl
     }
 
     if (sums && col0 + tid < N) colsum[col0 + tid] = col_acc;
+    if (!Slices()(acc)) return;  // another block of the cluster writes these outputs
     const bool vec_c = (N & 3) == 0 && aligned16(c);
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
