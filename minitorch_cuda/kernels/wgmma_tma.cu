@@ -39,7 +39,7 @@
 #define WT_STAGES 4
 #endif
 #ifndef WT_GROUP_M
-#define WT_GROUP_M 8
+#define WT_GROUP_M 16  // faster than 8 in both raster probes (ch19_raster_probe*.json), by 0.6-3.6%
 #endif
 #define WT_BK 32
 #define WT_THREADS 384  // a producer warpgroup and two consumer warpgroups
