@@ -6,16 +6,14 @@
 //
 // A split-K product in two launches writes S slices of C to global scratch and reads them all
 // back in a reduction (matmul_splitk_reduce). Here the S blocks of one output tile form a
-// thread block cluster: they run at once, on SMs of one GPC, and each can write the others'
-// shared memory. Every block multiplies its K-slice (regtiled_body, as the exact twin); then
-// rank r sums and writes rows [r TM / S, (r + 1) TM / S) of every thread's register tile: each
-// rank stores the rows that belong to the others straight into their shared memory, in the
-// slot of its slice, the cluster synchronizes, and each rank adds its rows' S slices. (A first
-// synchronization, at the start, makes sure every block of the cluster runs before any writes to it.)
-// The additions are the reduction's, in its order (0 + slice 0 + slice 1 + ...), so the bits
-// are the two-launch product's; nothing goes through global memory but C.
-// A slot holds a rank's rows by thread: value (i, j) of thread t at slot[s][i * TN + j][t], so
-// a warp's stores, local or remote, and its loads are 32 consecutive words.
+// thread block cluster: they run at once, on SMs of one GPC, and each can read the others'
+// shared memory. Every block multiplies its K-slice (regtiled_body, as the exact twin); the
+// blocks of rank 1.. then store their register tiles in their own shared memory, the cluster
+// synchronizes, and the block of rank 0 adds the other ranks' tiles to its own, rank by rank,
+// and writes C. Its additions are the reduction's, in its order (0 + slice 0 + slice 1 + ...),
+// so the bits are the two-launch product's; nothing goes through global memory but C.
+// The tile is stored by thread: value (i, j) of thread t at tile[i * TN + j][t], so a warp's
+// stores and the remote reads of rank 0's same thread t are 32 consecutive words.
 // The emulator refuses this file (cooperative groups); stage 9 tunes it only on a GPU.
 #include <cooperative_groups.h>
 
@@ -23,44 +21,36 @@
 
 namespace cg = cooperative_groups;
 
-template <int NT, int TM, int TN, int S>
+template <int NT, int TM, int TN>
 struct ClusterSum {
-    static_assert(TM % S == 0, "each rank sums whole rows of the register tile");
     static constexpr bool kSumsInCluster = true;
-    static constexpr int kRows = TM / S;  // register-tile rows i a rank sums and writes
 
-    // Rank r of the cluster sums rows [r * kRows, (r + 1) * kRows) of every thread's register
-    // tile. Each rank stores the rows the others sum straight into their shared memory, into the
-    // slot of its own slice, the cluster synchronizes once, and each rank adds the S slices of its
-    // rows in order 0, 1, ... (its own from registers). Returns the first row i this block writes.
-    __device__ __forceinline__ int operator()(float (&acc)[TM][TN]) const {
-        __shared__ float slot[S][kRows * TN][NT];  // slot[s]: slice s of this rank's rows
+    __device__ __forceinline__ bool operator()(float (&acc)[TM][TN]) const {
+        __shared__ float tile[TM * TN][NT];
         cg::cluster_group cluster = cg::this_cluster();
-        const int rank = (int)cluster.block_rank(), t = threadIdx.x;
+        const unsigned int rank = cluster.block_rank(), t = threadIdx.x;
+        if (rank != 0) {
 #pragma unroll
-        for (int q = 0; q < S; ++q) {
-            if (q == rank) continue;
-            float(*theirs)[kRows * TN][NT] = cluster.map_shared_rank(slot, q);
+            for (int i = 0; i < TM; ++i)
 #pragma unroll
-            for (int i = 0; i < kRows; ++i)
-#pragma unroll
-                for (int j = 0; j < TN; ++j) theirs[rank][i * TN + j][t] = acc[q * kRows + i][j];
+                for (int j = 0; j < TN; ++j) tile[i * TN + j][t] = acc[i][j];
         }
-        cluster.sync();  // every slice of this rank's rows has arrived; no rank touches another's after it
+        cluster.sync();  // every rank's tile stored and visible to the cluster
+        if (rank == 0) {
 #pragma unroll
-        for (int r = 0; r < S; ++r) {  // r == rank in one unrolled copy: registers indexed at compile time
-            if (r != rank) continue;
+            for (int i = 0; i < TM; ++i)
 #pragma unroll
-            for (int i = 0; i < kRows; ++i)
+                for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f + acc[i][j];  // the reduction's first add
+            for (unsigned int r = 1; r < cluster.num_blocks(); ++r) {
+                const float* other = cluster.map_shared_rank(&tile[0][0], r);
 #pragma unroll
-                for (int j = 0; j < TN; ++j) {
-                    float sum = 0.0f;  // the reduction's order: 0 + slice 0 + slice 1 + ...
+                for (int i = 0; i < TM; ++i)
 #pragma unroll
-                    for (int s = 0; s < S; ++s) sum += s == r ? acc[r * kRows + i][j] : slot[s][i * TN + j][t];
-                    acc[r * kRows + i][j] = sum;
-                }
+                    for (int j = 0; j < TN; ++j) acc[i][j] += other[(i * TN + j) * NT + t];
+            }
         }
-        return rank * kRows;
+        cluster.sync();  // a block's shared memory outlives the reads of it
+        return rank == 0;
     }
 };
 
@@ -68,8 +58,7 @@ struct ClusterSum {
 extern "C" __global__ void __cluster_dims__(1, 1, S) __launch_bounds__((BM / TM) * (BN / TN), MIN_BLOCKS) \
 NAME(float* c, const float* a, const float* b, int M, int N, int K, int ta, int tb, int stride_a,     \
      int stride_b) {                                                                                  \
-    cg::this_cluster().sync(); /* every block of the cluster running: its shared memory may be written */ \
-    regtiled_body<BM, BN, BK, TM, TN, true, ClusterSum<(BM / TM) * (BN / TN), TM, TN, S>>(               \
+    regtiled_body<BM, BN, BK, TM, TN, true, ClusterSum<(BM / TM) * (BN / TN), TM, TN>>(               \
         c, a, b, nullptr, M, N, K, ta, tb, stride_a, stride_b, 0, nullptr, nullptr, S);               \
 }
 

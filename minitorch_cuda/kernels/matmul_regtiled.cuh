@@ -10,8 +10,7 @@
 // Split-K (k_splits > 1, no bias, ReLU, mask or colsum): block z computes K-slice
 // z % k_splits of matrix z / k_splits, whole BK-tiles split evenly, into c + z * M * N.
 // Slices (OwnSlice unless given) says where a split-K block's sums go: its own slice of
-// scratch, or (ClusterSum, matmul_cluster.cu) the blocks of its cluster, each summing and
-// writing a share of the tile's rows.
+// scratch, or (ClusterSum, matmul_cluster.cu) the first block of its cluster, which writes c.
 // A block of NT = (BM/TM) (BN/TN) threads computes a BM x BN tile of C; each
 // thread a TM x TN register tile, as TM/4 x TN/4 groups of 4 x 4 spread over the
 // block tile (rows c * RT*4 + ty*4 + i), so that the float4 reads of shared memory
@@ -40,14 +39,10 @@
 #define RT_PAD 4
 
 // Split-K's default: every block writes its K-slice to c + z * M * N, and a reduction sums them.
-// A Slices type says which rows i of the thread's register tile this block writes: kRows of
-// them from the first that its call returns (the call may sum them with other blocks' first).
-template <int TM>
 struct OwnSlice {
     static constexpr bool kSumsInCluster = false;
-    static constexpr int kRows = TM;
     template <class Acc>
-    __device__ __forceinline__ int operator()(Acc&) const { return 0; }
+    __device__ __forceinline__ bool operator()(Acc&) const { return true; }  // this block writes
 };
 
 __device__ __forceinline__ void unpack4(float* dst, float4 v) {  // into 4 registers of an unrolled array
@@ -81,7 +76,7 @@ struct ExactLoader {
     }
 };
 
-template <int BM, int BN, int BK, int TM, int TN, bool EXACT = false, class Slices = OwnSlice<TM>>
+template <int BM, int BN, int BK, int TM, int TN, bool EXACT = false, class Slices = OwnSlice>
 __device__ __forceinline__ void regtiled_body(float* c, const float* a, const float* b, const float* bias,
                                               int M, int N, int K, int ta, int tb, int stride_a, int stride_b,
                                               int relu, const float* mask = nullptr,
@@ -183,11 +178,10 @@ __device__ __forceinline__ void regtiled_body(float* c, const float* a, const fl
     }
 
     if (sums && col0 + tid < N) colsum[col0 + tid] = col_acc;
-    const int first_row = Slices()(acc);  // the other rows: another block of the cluster writes them
+    if (!Slices()(acc)) return;  // another block of the cluster writes these outputs
     const bool vec_c = (N & 3) == 0 && aligned16(c);
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
-        if (Slices::kRows < TM && (i < first_row || i >= first_row + Slices::kRows)) continue;
         const int row = row0 + (i / 4) * RT * 4 + ty * 4 + (i % 4);
         if (row >= M) continue;
         float* out = c + (long long)row * N;
