@@ -124,6 +124,7 @@ def test_launch_and_ratio_figures_render() -> None:
         diagrams.mma_fragments,
         diagrams.swizzle_128b,
         diagrams.async_pipeline,
+        diagrams.cluster_splitk,
     ],
     ids=lambda f: f.__name__,
 )

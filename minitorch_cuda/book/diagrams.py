@@ -446,3 +446,57 @@ def async_pipeline(ax=None, slices: int = 7):
         ax.spines[side].set_visible(False)
     ax.tick_params(length=0)
     return ax
+
+
+# --- chapter 16: split-K through memory, and in one cluster ----------------------------------
+
+
+def cluster_splitk(fig=None):
+    """Two K-slices of one output tile (matmul_cluster.cu's smallest cluster, tile from
+    kernel_table.CLUSTER_SPLITK_TILES): left, in two launches, each slice written to scratch in
+    global memory and summed by a second kernel; right, the two blocks of one cluster on two SMs
+    of a GPC, rank 1's tile read by rank 0 from rank 1's shared memory, and only C written."""
+    from minitorch_cuda.cuda.kernel_table import CLUSTER_SPLITK_TILES
+
+    tile = CLUSTER_SPLITK_TILES[0]
+    fig = fig or plt.figure(figsize=(10, 3.6))
+    left, right = fig.subplots(1, 2)
+
+    def box(ax, x, y, w, h, text, color, **kw):
+        ax.add_patch(patches.FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.02", facecolor=color,
+                                            edgecolor="0.3", lw=0.6, **kw))  # fmt: skip
+        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=7)
+
+    def arrow(ax, start, end, text="", at=None, color="0.25"):
+        ax.annotate("", xy=end, xytext=start, arrowprops={"arrowstyle": "->", "color": color, "lw": 1.0})
+        if text:
+            x, y = at or ((start[0] + end[0]) / 2 + 0.1, (start[1] + end[1]) / 2)
+            ax.text(x, y, text, fontsize=6.5, va="center", color=color)
+
+    for ax, title in ((left, "two launches: the slices go through global memory"),
+                      (right, "one cluster: the slices meet in shared memory")):  # fmt: skip
+        ax.set_title(title, fontsize=8)
+        box(ax, 0, 0, 6, 1.0, "", "#eeeeee")
+        ax.text(0.05, -0.15, "global memory", fontsize=6.5, va="center", color="0.4")
+    box(left, 4.4, 0.15, 1.2, 0.5, "C", "white")
+    box(right, 0.6, 0.15, 1.2, 0.5, "C", "white")
+    # left: blocks z = 0, 1 store their slices to scratch; a second kernel sums them into C
+    for s, x in enumerate((0.2, 2.1)):
+        box(left, x, 3.3, 1.8, 0.9, f"block z = {s}\nK-slice {s}\nin registers", "#cfe0f0")
+        box(left, x + 0.1, 0.15, 1.6, 0.5, f"scratch: partial {s}", "#f4d6b0")
+        arrow(left, (x + 0.9, 3.3), (x + 0.9, 0.68), "store" if s == 0 else "", at=(x + 1.0, 2.0))
+        arrow(left, (x + 0.9, 0.68), (4.3, 1.9))
+    box(left, 4.0, 1.9, 1.9, 0.6, "matmul_splitk_reduce4\n(a second launch)", "#f0e0a0")
+    arrow(left, (5.0, 1.9), (5.0, 0.68))
+    # right: one GPC, two SMs; rank 1's tile in its shared memory, read by rank 0, C written once
+    box(right, 0.1, 1.2, 5.8, 3.3, "", "#f7f7f7")
+    right.text(0.25, 4.3, f"one GPC: a cluster of 2 blocks ({tile}), one per SM", fontsize=6.5, color="0.4")
+    box(right, 0.3, 3.1, 2.2, 0.9, "rank 0\nK-slice 0 in registers", "#cfe0f0")
+    box(right, 3.5, 3.1, 2.2, 0.9, "rank 1\nK-slice 1 in registers", "#cfe0f0")
+    box(right, 3.5, 1.45, 2.2, 0.9, "rank 1's shared memory:\nits tile, by thread", "#d8ecd0")
+    arrow(right, (4.6, 3.1), (4.6, 2.38), "store", at=(4.7, 2.75))
+    arrow(right, (3.5, 1.9), (2.0, 3.08), "cluster.sync(), then\nrank 0 loads it", at=(1.3, 2.5), color="tab:green")
+    arrow(right, (1.2, 3.1), (1.2, 0.68), "rank 0 writes\n0 + slice 0 + slice 1", at=(1.3, 1.6))
+    for ax in (left, right):
+        _finish(ax, (-0.1, 6.1), (-0.3, 4.6))
+    return fig
