@@ -624,9 +624,10 @@ def sgemm_parts(variant: str) -> tuple[str, str, int]:
 
 def sgemm_host_ms(variant: str) -> float:
     """The host's milliseconds to launch ``variant``: host_launch_ms per launch (a split-K product
-    has SPLITK_LAUNCHES, one in a cluster). The tuner takes the longer of this and the GPU time, so that a split
-    wins where it shortens a product the GPU was slow at (1024^3), not where the GPU would only
-    have waited for the host's second launch (the MNIST step's small products)."""
+    has SPLITK_LAUNCHES, a split in one cluster one). The tuner takes the longer of this and the
+    GPU time, so that a split wins where it shortens a product the GPU was slow at (1024^3), not
+    where the GPU would only have waited for the host's second launch (the MNIST step's small
+    products)."""
     family, _, splits = sgemm_parts(variant)
     return (SPLITK_LAUNCHES if splits > 1 and family != "cluster" else 1) * host_launch_ms()
 
