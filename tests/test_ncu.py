@@ -300,7 +300,7 @@ def test_the_workloads_launch_on_the_emulator() -> None:
     assert done.returncode == 0 and "workloads ok" in done.stdout, done.stderr[-3000:]
 
 
-NEW_RUNS = [(name, run) for name in ("ch16_pipelined", "ch21") for run in ncu.TOPICS[name].runs]
+NEW_RUNS = [(name, run) for name in ("ch16_pipelined", "ch21", "ch16_cluster") for run in ncu.TOPICS[name].runs]
 
 
 @pytest.mark.parametrize(("topic", "run"), NEW_RUNS, ids=[f"{t}: {r.variant}" for t, r in NEW_RUNS])
