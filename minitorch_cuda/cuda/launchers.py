@@ -849,12 +849,13 @@ HOPPER_SHARED_BYTES = 227 * 1024  # the most shared memory a block of an H100/H2
 _wgmma_tma_kernels: dict[tuple, tuple[Kernel, dict[str, int]]] = {}
 
 
-def wgmma_tma_kernel(bn: int, stages: int | None, debug: bool) -> tuple[Kernel, dict[str, int]]:
+def wgmma_tma_kernel(bn: int, stages: int | None, debug: bool, n_major: bool = False) -> tuple[Kernel, dict[str, int]]:
     """wgmma_tma.cu built for this Hopper GPU with WT_BN=bn and WT_STAGES=stages (None: the file's
     own), once per process, and its shape (its WT_ defines: BM, BN, BK, STAGES, THREADS, ...).
-    ``debug`` makes a stuck wait print which barrier it was."""
-    if (bn, stages, debug) in _wgmma_tma_kernels:
-        return _wgmma_tma_kernels[bn, stages, debug]
+    ``debug`` makes a stuck wait print which barrier it was; ``n_major`` builds the kernel that
+    reads B as stored for ``a @ b`` (WT_B_N_MAJOR: C^T = B^T A^T, B^T the register operand)."""
+    if (bn, stages, debug, n_major) in _wgmma_tma_kernels:
+        return _wgmma_tma_kernels[bn, stages, debug, n_major]
     from .kernel_table import KERNEL_DIR, SPECS, kernel_defines
     from .runtime import DriverKernel, compile_module
 
@@ -864,23 +865,27 @@ def wgmma_tma_kernel(bn: int, stages: int | None, debug: bool) -> tuple[Kernel, 
     smem = shape["STAGES"] * (shape["BM"] + bn) * shape["BK"] * ITEMSIZE + 1024  # its WT_SMEM_BYTES
     if smem + 16 * shape["STAGES"] > HOPPER_SHARED_BYTES:  # + the static mbarriers
         raise ValueError(f"{shape['STAGES']} stages of {shape['BM']} x {bn} tiles need {smem} bytes of shared memory")
-    defines = f"#define WT_BN {bn}\n#define WT_STAGES {shape['STAGES']}\n" + ("#define WT_DEBUG\n" if debug else "")
+    defines = (f"#define WT_BN {bn}\n#define WT_STAGES {shape['STAGES']}\n#define WT_B_N_MAJOR {int(n_major)}\n"
+               + ("#define WT_DEBUG\n" if debug else ""))  # fmt: skip
     source = defines + '#line 1 "wgmma_tma.cu"\n' + (KERNEL_DIR / "wgmma_tma.cu").read_text()
     module = compile_module(source, "wgmma_tma.cu", arch_specific=True)
     name = "matmul_tf32_wgmma_tma"
     kernel = DriverKernel(name, module, name, SPECS[name].signature, smem, source)  # its maps go by value
-    _wgmma_tma_kernels[bn, stages, debug] = kernel, shape
+    _wgmma_tma_kernels[bn, stages, debug, n_major] = kernel, shape
     return kernel, shape
 
 
-def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, bn: int | None = None, stages: int | None = None,
-                          blocks: int | None = None, tiles: int | None = None, debug: bool = False,
-                          timed: int = 0):  # fmt: skip
+def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, bn: int | None = None, as_stored: bool | None = None,
+                          stages: int | None = None, blocks: int | None = None, tiles: int | None = None,
+                          debug: bool = False, timed: int = 0):  # fmt: skip
     """Stage 12 from WGMMA_MIN_PRODUCT up: C = op(A) op(B) on Hopper by wgmma_tma.cu, TMA copies
     into a ring of mbarrier-synchronized stages, a producer and two consumer warpgroups, persistent
-    blocks over grouped tiles 128 rows by ``bn`` columns (None: wgmma_tma_width's choice). Its
-    operands are read K-contiguous (k_major_operands transposes the others first); its two tensor
-    maps are passed by value (128 bytes each, ``128s`` in its signature).
+    blocks over grouped tiles 128 rows by ``bn`` columns. Its operands are read K-contiguous
+    (k_major_operands transposes the others first), or, ``as_stored``, B of ``a @ b`` as it lies
+    (the N-major build; b_reads_as_stored says where it can). ``bn`` None: the width and the way
+    wgmma_tma_variant timed fastest for the shape; ``as_stored`` None with a width given: as
+    stored wherever it can be. Its two tensor maps are passed by value (128 bytes each, ``128s``
+    in its signature).
     Debugging: ``stages=1`` builds a single stage, ``blocks=1`` has one block walk every tile,
     ``tiles=n`` computes only the first n tiles of the raster, ``debug`` names a stuck barrier."""
     from . import runtime
@@ -892,47 +897,77 @@ def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, bn: int | None = None, stages: in
         )
     if g.K % 4:
         raise ValueError(f"TMA strides are whole 16 bytes: K={g.K} is not a multiple of 4")
-    bn = bn or wgmma_tma_width(c, a, b, g)
-    kernel, shape = wgmma_tma_kernel(bn, stages, debug)
-    pa, pb, k, times, _scratch = k_major_operands(a, b, g, timed)
-    maps, grid, rest = _wgmma_tma_plan(pa, pb, k, bn, stages, debug, blocks, tiles)
+    if bn is None:
+        bn, as_stored = wgmma_tma_variant(c, a, b, g)
+    elif as_stored is None:
+        as_stored = b_reads_as_stored(a, b, g)
+    elif as_stored and not b_reads_as_stored(a, b, g):
+        raise ValueError(f"B is read as stored only for a @ b with aligned operands and N % 4 == 0, not {g}")
+    n_major = as_stored
+    kernel, shape = wgmma_tma_kernel(bn, stages, debug, n_major)
+    if n_major:
+        pa, pb, k, times = _arg(a), _arg(b), g, []
+    else:
+        pa, pb, k, times, _scratch = k_major_operands(a, b, g, timed)
+    maps, grid, rest = _wgmma_tma_plan(pa, pb, k, bn, stages, debug, blocks, tiles, n_major)
     times.append(_go(kernel, grid, (shape["THREADS"], 1, 1), (*maps, c, *rest), timed, (g,)))
     return _total(times)
 
 
+def b_reads_as_stored(a, b, g: Gemm) -> bool:
+    """Whether wgmma_tma.cu's N-major build takes ``g`` without a transpose: ``a @ b`` (A
+    K-contiguous, B N-contiguous), both 16-byte aligned with rows and matrices whole 16 bytes
+    apart (TMA's rules)."""
+    return (not g.ta and not g.tb and aligned16(a, b) and g.N % 4 == 0
+            and g.stride_a % 4 == 0 and g.stride_b % 4 == 0)  # fmt: skip
+
+
 WGMMA_TMA_WIDTHS = (256, 128)  # wgmma_tma.cu's WT_BN: the tile widths stage 12 chooses from
+AS_STORED = " as stored"  # a candidate's suffix: the N-major build, B read without a transpose
 
 
-def wgmma_tma_width(c, a, b, g: Gemm) -> int:
-    """Stage 12's tile width for this problem: 128 x 256 tiles, or 128 x 128 where the wide ones
-    leave SMs idle (1024^3: 32 wide tiles for 132 SMs, 64 narrow ones), each timed on first use
-    (autotune.tuner, the transposes included) and the faster kept for the shape."""
+def wgmma_tma_variant(c, a, b, g: Gemm) -> tuple[int, bool]:
+    """Stage 12's tile width for this problem, and whether to read B as stored: 128 x 256 tiles,
+    or 128 x 128 where the wide ones leave SMs idle (1024^3: 32 wide tiles for 132 SMs, 64 narrow
+    ones); for ``a @ b``, each width with B transposed first and as stored (``"256 as stored"``).
+    Each is timed on first use (autotune.tuner, transposes included), the fastest kept for the
+    shape."""
     from .autotune import tuner
 
+    ways = (AS_STORED, "") if b_reads_as_stored(a, b, g) else ("",)  # untuned (tuner off): the first
     choice = tuner.pick(
-        "matmul_tf32_wgmma_tma", tuning_key(a, b, g), [str(width) for width in WGMMA_TMA_WIDTHS],
-        lambda width: matmul_tf32_wgmma_tma(c, a, b, g, bn=int(width), timed=tuning_launches()),
+        "matmul_tf32_wgmma_tma", tuning_key(a, b, g), [f"{width}{way}" for way in ways for width in WGMMA_TMA_WIDTHS],
+        lambda name: matmul_tf32_wgmma_tma(c, a, b, g, bn=int(name.split()[0]), as_stored=name.endswith(AS_STORED),
+                                           timed=tuning_launches()),
     )  # fmt: skip
-    return int(choice)
+    return int(choice.split()[0]), choice.endswith(AS_STORED)
 
 
 @functools.lru_cache(maxsize=64)  # the same operands, the same launch: a map only describes memory
 def _wgmma_tma_plan(pa: int, pb: int, k: Gemm, bn: int, stages: int | None, debug: bool, blocks: int | None,
-                    tiles: int | None) -> tuple[tuple[bytes, bytes], tuple, tuple]:  # fmt: skip
-    """wgmma_tma.cu's launch of C = A B^T (``k``, operands K-contiguous at ``pa`` and ``pb``): its
-    two encoded tensor maps, its grid, and its arguments after C. Worked out once per problem and
-    operands: at 2048^3 the product takes tens of microseconds, as long as working this out took."""
+                    tiles: int | None, n_major: bool = False) -> tuple[tuple[bytes, bytes], tuple, tuple]:  # fmt: skip
+    """wgmma_tma.cu's launch of C = A B^T (``k``, operands K-contiguous at ``pa`` and ``pb``), or
+    with ``n_major`` of C = A B (B N-contiguous, read in boxes of 32 x 32): its two encoded tensor
+    maps, its grid, and its arguments after C. Worked out once per problem and operands: at
+    2048^3 the product takes tens of microseconds, as long as working this out took."""
     from . import tensor_map
 
-    _, shape = wgmma_tma_kernel(bn, stages, debug)
-    bm = shape["BM"]
+    _, shape = wgmma_tma_kernel(bn, stages, debug, n_major)
+    bm, bk = shape["BM"], shape["BK"]
+    # each operand as row-major rows x inner matrices, and its box: (rows, inner, stride, box rows, box inner)
+    if n_major:  # A's rows take B^T's place; B is K rows of N
+        operands = ((pa, k.M, k.K, k.stride_a, bn, bk), (pb, k.K, k.N, k.stride_b, bk, 32))
+        tile_m, tile_n = bn, bm
+    else:
+        operands = ((pa, k.M, k.K, k.stride_a, bm, bk), (pb, k.N, k.K, k.stride_b, bn, bk))
+        tile_m, tile_n = bm, bn
     maps, batches = [], []
-    for x, rows, stride, box in ((pa, k.M, k.stride_a, bm), (pb, k.N, k.stride_b, bn)):
+    for x, rows, inner, stride, box_rows, box_inner in operands:
         matrices = k.batch if stride else 1  # stride 0: one matrix for the whole batch
-        tiled = tensor_map.kmajor_stack(x, rows, k.K, matrices, stride, box, shape["BK"])
+        tiled = tensor_map.swizzled_stack(x, rows, inner, matrices, stride, box_rows, box_inner)
         maps.append(tensor_map.encode(tiled))
         batches.append(matrices)
-    total = k.batch * _cdiv(k.M, bm) * _cdiv(k.N, bn)
+    total = k.batch * _cdiv(k.M, tile_m) * _cdiv(k.N, tile_n)
     count = total if tiles is None else max(1, min(tiles, total))
     grid = (min(blocks or multiprocessors(), count), 1, 1)
     return tuple(maps), grid, (k.M, k.N, k.K, *batches, count)

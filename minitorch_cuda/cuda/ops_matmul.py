@@ -49,7 +49,7 @@ def matmul(a: DeviceArray, b: DeviceArray, ta: bool = False, tb: bool = False) -
 
 # From 1024^3 up the TMA-fed wgmma kernel is 0.85-1.01x cuBLAS's TF32 on the H200, against
 # 0.60-0.70x for wgmma.cu (book/results/tf32_wgmma.json). Smaller products were not timed with
-# it: there a single 128 x 256 tile covers much of the product, and the transposes weigh more.
+# it: there a single 128 x 256 tile covers much of the product.
 WGMMA_MIN_PRODUCT = 1024**3
 
 

@@ -8,7 +8,7 @@ driver API through NVIDIA's cuda-bindings, as ``graphs.py`` does for CUDA graphs
 the encoded bytes by value (a ``__grid_constant__`` parameter), which ``runtime.DriverKernel``
 hands the driver as one argument of 128 bytes.
 
-``kmajor_stack`` works out and checks the encoding's arguments (pure Python, tested on the CPU);
+``swizzled_stack`` works out and checks the encoding's arguments (pure Python, tested on the CPU);
 ``encode`` hands them to the driver.
 """
 
@@ -35,23 +35,27 @@ class TiledMap:
     box: tuple[int, ...]
 
 
-def kmajor_stack(address: int, rows: int, K: int, matrices: int, matrix_stride: int, box_rows: int,
-                 box_k: int) -> TiledMap:  # fmt: skip
-    """A map of ``matrices`` row-major ``rows`` x K float32 matrices, ``matrix_stride`` floats
-    apart, whose box is ``box_rows`` rows of ``box_k`` floats: one 128-byte swizzled row per row of
-    the box (the K-major layout wgmma reads). Raises ValueError with the rule a problem breaks."""
-    if min(rows, K, matrices) < 1:
-        raise ValueError(f"a tensor map needs a non-empty tensor, not {matrices} x {rows} x {K}")
+def swizzled_stack(address: int, rows: int, cols: int, matrices: int, matrix_stride: int, box_rows: int,
+                   box_cols: int) -> TiledMap:  # fmt: skip
+    """A map of ``matrices`` row-major ``rows`` x ``cols`` float32 matrices, ``matrix_stride``
+    floats apart, whose box is ``box_rows`` rows of ``box_cols`` floats: one 128-byte swizzled row
+    per row of the box. For A or B^T (cols = K) that is the K-major layout wgmma reads; for B of
+    ``a @ b`` (rows = K, cols = N) it is 32 columns of N, which wgmma_tma.cu's N-major build loads
+    into registers. Raises ValueError with the rule a problem breaks."""
+    if min(rows, cols, matrices) < 1:
+        raise ValueError(f"a tensor map needs a non-empty tensor, not {matrices} x {rows} x {cols}")
     if address % 16:
         raise ValueError(f"TMA needs a 16-byte aligned operand; this one starts at {address:#x}")
-    if (K * FLOAT_BYTES) % 16 or (matrix_stride * FLOAT_BYTES) % 16:
-        raise ValueError(f"TMA strides are whole 16 bytes: K={K} and a matrix stride of {matrix_stride} floats")
-    if box_k * FLOAT_BYTES != SWIZZLE_SPAN:
-        raise ValueError(f"a 128-byte swizzled box is {SWIZZLE_SPAN // FLOAT_BYTES} floats wide, not {box_k}")
+    if (cols * FLOAT_BYTES) % 16 or (matrix_stride * FLOAT_BYTES) % 16:
+        raise ValueError(
+            f"TMA strides are whole 16 bytes: rows of {cols} floats and a matrix stride of {matrix_stride} floats"
+        )
+    if box_cols * FLOAT_BYTES != SWIZZLE_SPAN:
+        raise ValueError(f"a 128-byte swizzled box is {SWIZZLE_SPAN // FLOAT_BYTES} floats wide, not {box_cols}")
     if not 1 <= box_rows <= MAX_BOX:
         raise ValueError(f"a box has 1 to {MAX_BOX} rows, not {box_rows}")
-    matrix_bytes = FLOAT_BYTES * (matrix_stride if matrices > 1 else rows * K)  # one matrix: any valid stride
-    return TiledMap(address, (K, rows, matrices), (K * FLOAT_BYTES, matrix_bytes), (box_k, box_rows, 1))
+    matrix_bytes = FLOAT_BYTES * (matrix_stride if matrices > 1 else rows * cols)  # one matrix: any valid stride
+    return TiledMap(address, (cols, rows, matrices), (cols * FLOAT_BYTES, matrix_bytes), (box_cols, box_rows, 1))
 
 
 @functools.lru_cache(maxsize=64)  # a map only describes memory: the same arguments, the same bytes

@@ -7,8 +7,9 @@ alone, given B^T. mma.sync gets A and B as stored, as stage 12's mma.sync path d
 "matmul_wgmma a @ b" is the same launcher given B as stored, which transposes it first.
 The "matmul_tf32_wgmma_tma" rows are wgmma_tma.cu, with 128 x 256 and 128 x 128 tiles, given B^T;
 "matmul_tf32_wgmma_tma a @ b" is stage 12's route from 1024^3 multiply-adds up on Hopper
-(ops_matmul.WGMMA_MIN_PRODUCT): the same kernel after the transpose of B, at the tile width
-launchers.wgmma_tma_width times and keeps for the shape. "transposes" times that
+(ops_matmul.WGMMA_MIN_PRODUCT): the same kernel after the transpose of B, or its N-major build
+reading B as stored, at the tile width and in the way launchers.wgmma_tma_variant times and
+keeps for the shape. "transposes" times the
 transpose (transpose_2d, n x n) beside a device-to-device copy of the same bytes, its bandwidth peer.
 Before timing, each result at 264 x 260 x 300 is held to float64 (largest error relative to
 |A| |B|). Every launch goes through cuda/launchers.py, as the backend's does. The record is

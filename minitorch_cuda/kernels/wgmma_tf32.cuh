@@ -52,6 +52,23 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[64], unsigned long long a,
                  : "l"(a), "l"(b));
 }
 
+// The same products with A's 64 x 8 slice in registers: a[0..3] hold A's elements (g, t),
+// (g + 8, t), (g, t + 4), (g + 8, t + 4) of this warp's 16 rows (lane = 4 g + t), as float bits
+// (the tensor cores read TF32 from them, as from shared memory). wgmma_tma.cu's N-major route.
+__device__ __forceinline__ void wgmma_tf32(float (&d)[128], const unsigned* a, unsigned long long b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {" WGMMA_REGS_128
+                 "}, {%128, %129, %130, %131}, %132, 1, 1, 1;\n"
+                 : WGMMA_D64(0), WGMMA_D64(64)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+__device__ __forceinline__ void wgmma_tf32(float (&d)[64], const unsigned* a, unsigned long long b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {" WGMMA_REGS_64
+                 "}, {%64, %65, %66, %67}, %68, 1, 1, 1;\n"
+                 : WGMMA_D64(0)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
 #undef WGMMA_D8
 #undef WGMMA_D64
 #undef WGMMA_REGS_64
@@ -74,6 +91,17 @@ __device__ __forceinline__ void wgmma_slice(float (&d)[ACC], const unsigned char
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) wgmma_tf32(d, tile_descriptor(a + 32 * kk), tile_descriptor(b + 32 * kk));
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+// The same K-slice with A's 64 x 32 from registers (a[4 kk .. 4 kk + 3]: the kk-th k8 step, in the
+// order above). The tensor cores read `a` until wgmma_wait: the next slice loads into other registers.
+template <int ACC>
+__device__ __forceinline__ void wgmma_slice(float (&d)[ACC], const unsigned (&a)[16], const unsigned char* b) {
+    wgmma_pin(d);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_tf32(d, a + 4 * kk, tile_descriptor(b + 32 * kk));
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
 

@@ -1,6 +1,6 @@
 // wgmma_tma.cu: wgmma.cu's TF32 product (C = A B^T, both operands K-contiguous), fed by the tensor
-// memory accelerator (TMA) and split into roles (sm_90a), chapter 19's next step. Not on stage 12's
-// route yet: launchers.matmul_tf32_wgmma_tma runs it for experiments.tf32_wgmma and its tests.
+// memory accelerator (TMA) and split into roles (sm_90a), chapter 19's fourth kernel: stage 12's
+// route for products from 1024^3 up (launchers.matmul_tf32_wgmma_tma).
 //
 // What changes from wgmma.cu, each a step of the published Hopper GEMM worklogs:
 //   - TMA copies: one thread issues a whole tile's copy (cp.async.bulk.tensor) and the copy engine
@@ -19,12 +19,19 @@
 // and the B tile (WT_BN rows of B^T), each 1024-byte aligned, since the swizzle acts on address
 // bits 4-9. Consumers keep one slice's wgmma in flight and release the stage before it.
 //
+// B stored the other way (-DWT_B_N_MAJOR=1, `a @ b`: B is K x N, N-contiguous). TF32 wgmma reads
+// shared memory K-major only, so the kernel computes C^T = B^T A^T instead, each consumer's 64 rows
+// of B^T as wgmma's register operand, which it loads from the staged slice in whatever layout TMA
+// left it: A's tile (WT_BN rows of C) takes B^T's place in the descriptors, a C tile is WT_BN rows
+// by WT_BM columns, and the store writes the transposed accumulators. No transpose of B runs first.
+//
 // Debugging: -DWT_STAGES=1 runs one stage (copy, multiply, release, strictly in turn), the launch
 // may have one block (every tile in order) or compute only the first `tiles` tiles, and a wait that
 // lasts WT_WATCHDOG_NS prints the barrier it waits on and traps instead of hanging the GPU.
 // Launch (launchers.matmul_tf32_wgmma_tma): block (WT_THREADS, 1, 1), grid (blocks, 1, 1), dynamic
 // shared memory WT_SMEM_BYTES; map_a, map_b are 3-D tensor maps (K, rows, matrices) of A and B^T
-// with box (WT_BK, WT_BM) and (WT_BK, WT_BN), 128-byte swizzle; an operand of one matrix is shared
+// with box (WT_BK, WT_BM) and (WT_BK, WT_BN), 128-byte swizzle (N-major: map_a has box (WT_BK, WT_BN)
+// and map_b is (N, K, matrices) of B, box (32, WT_BK)); an operand of one matrix is shared
 // by the batch (batches_x = 1). Needs K % 4 == 0 and 16-byte aligned operands (TMA's rules).
 #include "wgmma_tf32.cuh"
 
@@ -41,7 +48,21 @@
 #ifndef WT_GROUP_M
 #define WT_GROUP_M 16  // faster than 8 in both raster probes (ch19_raster_probe*.json), by 0.6-3.6%
 #endif
+#ifndef WT_B_N_MAJOR
+#define WT_B_N_MAJOR 0
+#endif
+#if WT_B_N_MAJOR  // the rows and columns of C one tile covers
+#define WT_TILE_M WT_BN
+#define WT_TILE_N WT_BM
+#else
+#define WT_TILE_M WT_BM
+#define WT_TILE_N WT_BN
+#endif
+#ifndef WT_STAGGER  // N-major: consumer 1 a slice behind consumer 0 (1) or in step (0)
+#define WT_STAGGER 1
+#endif
 #define WT_BK 32
+#define WT_BOX_BYTES 4096  // N-major: one TMA box of B, 32 rows of K by 32 columns of N (128-byte rows)
 #define WT_THREADS 384  // a producer warpgroup and two consumer warpgroups
 #define WT_PRODUCER_REGS 40
 #define WT_CONSUMER_REGS 232  // 128 x 40 + 256 x 232 <= 65536 registers
@@ -162,6 +183,45 @@ __device__ __forceinline__ void store_tile(float* c, const float (&d)[WT_BN / 2]
     }
 }
 
+// N-major: this thread's accumulators hold C^T (rows: C's columns col0 + 16 w + g + 8 h; columns:
+// C's rows row0 + 8 n8 + 2 t + p); each store of a warp writes four 32-byte runs of C's rows.
+__device__ __forceinline__ void store_tile_transposed(float* c, const float (&d)[WT_BN / 2], int M, int N, int row0,
+                                                      int col0) {
+    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int n8 = 0; n8 < WT_BN / 8; ++n8) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int col = col0 + 16 * warp + g + 8 * h;
+#pragma unroll
+            for (int p = 0; p < 2; ++p) {
+                const int r = row0 + 8 * n8 + 2 * t + p;
+                if (r < M && col < N) c[(long long)r * N + col] = d[4 * n8 + 2 * h + p];
+            }
+        }
+    }
+}
+
+// N-major: this thread's register operand for one staged slice of B (WT_BM / 32 boxes of 32 k by
+// 32 n, as TMA's 128-byte swizzle left them: 16-byte chunk j of row k lies at chunk j ^ (k % 8)),
+// rows 64 * consumer .. + 63 of B^T: a[4 kk + 2 j + h] = B^T(16 w + g + 8 h, 8 kk + t + 4 j).
+__device__ __forceinline__ void load_operand(unsigned (&a)[16], const unsigned char* boxes, int consumer) {
+    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const unsigned char* box = boxes + (2 * consumer + warp / 2) * WT_BOX_BYTES;
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int n = 16 * (warp % 2) + g + 8 * h, k = 8 * kk + t + 4 * j;
+                a[4 * kk + 2 * j + h] =
+                    *reinterpret_cast<const unsigned*>(box + k * 128 + (((n >> 2) ^ (k & 7)) << 4) + (n & 3) * 4);
+            }
+        }
+    }
+}
+
 #endif
 
 extern "C" __global__ void __launch_bounds__(WT_THREADS, 1)
@@ -173,7 +233,7 @@ extern "C" __global__ void __launch_bounds__(WT_THREADS, 1)
     unsigned char* smem = wt_smem + ((1024 - (__cvta_generic_to_shared(wt_smem) & 1023)) & 1023);
     auto tile_a = [&](int stage) { return smem + stage * WT_STAGE_BYTES; };
     auto tile_b = [&](int stage) { return smem + stage * WT_STAGE_BYTES + WT_A_BYTES; };
-    const int tiles_m = (M + WT_BM - 1) / WT_BM, tiles_n = (N + WT_BN - 1) / WT_BN;
+    const int tiles_m = (M + WT_TILE_M - 1) / WT_TILE_M, tiles_n = (N + WT_TILE_N - 1) / WT_TILE_N;
     const int slices = (K + WT_BK - 1) / WT_BK;
 
     if (threadIdx.x == 0) {
@@ -197,10 +257,17 @@ extern "C" __global__ void __launch_bounds__(WT_THREADS, 1)
                 for (int slice = 0; slice < slices; ++slice) {
                     barrier_wait(&empty[stage], phase ^ 1, "empty", stage);
                     barrier_expect_bytes(&full[stage], WT_STAGE_BYTES);  // whole boxes, zero-filled ones too
-                    tma_load(tile_a(stage), &map_a, &full[stage], slice * WT_BK, tile.m * WT_BM,
-                             min(tile.matrix, batches_a - 1));
-                    tma_load(tile_b(stage), &map_b, &full[stage], slice * WT_BK, tile.n * WT_BN,
-                             min(tile.matrix, batches_b - 1));
+                    const int matrix_a = min(tile.matrix, batches_a - 1), matrix_b = min(tile.matrix, batches_b - 1);
+#if WT_B_N_MAJOR  // A's rows where B^T's were; B's 32-column boxes where A's rows were
+                    tma_load(tile_b(stage), &map_a, &full[stage], slice * WT_BK, tile.m * WT_TILE_M, matrix_a);
+#pragma unroll
+                    for (int box = 0; box < WT_BM / 32; ++box)
+                        tma_load(tile_a(stage) + box * WT_BOX_BYTES, &map_b, &full[stage],
+                                 tile.n * WT_TILE_N + 32 * box, slice * WT_BK, matrix_b);
+#else
+                    tma_load(tile_a(stage), &map_a, &full[stage], slice * WT_BK, tile.m * WT_BM, matrix_a);
+                    tma_load(tile_b(stage), &map_b, &full[stage], slice * WT_BK, tile.n * WT_BN, matrix_b);
+#endif
                     if (++stage == WT_STAGES) stage = 0, phase ^= 1;
                 }
             }
@@ -212,10 +279,40 @@ extern "C" __global__ void __launch_bounds__(WT_THREADS, 1)
         int stage = 0;
         unsigned phase = 0;
         float d[WT_BN / 2];
+#if WT_B_N_MAJOR
+        unsigned operand[2][16];  // the register operands of a turn's slices
+#endif
         for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
             const Tile tile = tile_at(t, tiles_m, tiles_n);
 #pragma unroll
             for (int i = 0; i < WT_BN / 2; ++i) d[i] = 0.0f;
+#if WT_B_N_MAJOR
+            // ptxas serializes every wgmma (C7513) when registers a wgmma reads are loaded while an
+            // earlier group still runs; so a turn takes two stages, loads both operands, multiplies
+            // both and waits for them (the other consumer keeps the tensor cores busy meanwhile).
+            // Consumer 1 starts each tile with a turn of one slice, so that one consumer's loads and
+            // waits fall while the other's products run.
+            constexpr int turn = WT_STAGES > 1 ? 2 : 1;
+            for (int slice = 0, count; slice < slices; slice += count) {
+                count = min(slices - slice, WT_STAGGER && slice == 0 && consumer == 1 ? 1 : turn);
+                int taken[turn];
+#pragma unroll
+                for (int i = 0; i < turn; ++i) {
+                    if (i >= count) break;
+                    barrier_wait(&full[stage], phase, "full", stage);
+                    load_operand(operand[i], tile_a(stage), consumer);
+                    taken[i] = stage;
+                    if (++stage == WT_STAGES) stage = 0, phase ^= 1;
+                }
+#pragma unroll
+                for (int i = 0; i < turn; ++i)
+                    if (i < count) wgmma_slice(d, operand[i], tile_b(taken[i]));
+                wgmma_wait<0>(d);
+#pragma unroll
+                for (int i = 0; i < turn; ++i)
+                    if (i < count && signals) barrier_arrive(&empty[taken[i]]);  // read: the producer may refill it
+            }
+#else
             int previous = 0;  // the stage whose wgmma may still run
             for (int slice = 0; slice < slices; ++slice) {
                 barrier_wait(&full[stage], phase, "full", stage);
@@ -231,8 +328,13 @@ extern "C" __global__ void __launch_bounds__(WT_THREADS, 1)
             }
             wgmma_wait<0>(d);
             if (WT_IN_FLIGHT && slices > 0 && signals) barrier_arrive(&empty[previous]);
+#endif
             float* out = c + (long long)tile.matrix * M * N;
+#if WT_B_N_MAJOR
+            store_tile_transposed(out, d, M, N, tile.m * WT_TILE_M, tile.n * WT_TILE_N + 64 * consumer);
+#else
             store_tile(out, d, M, N, tile.m * WT_BM + 64 * consumer, tile.n * WT_BN);
+#endif
         }
     }
 #else
