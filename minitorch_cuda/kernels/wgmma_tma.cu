@@ -58,9 +58,6 @@
 #define WT_TILE_M WT_BM
 #define WT_TILE_N WT_BN
 #endif
-#ifndef WT_STAGGER  // N-major: consumer 1 a slice behind consumer 0 (1) or in step (0)
-#define WT_STAGGER 1
-#endif
 #define WT_BK 32
 #define WT_BOX_BYTES 4096  // N-major: one TMA box of B, 32 rows of K by 32 columns of N (128-byte rows)
 #define WT_THREADS 384  // a producer warpgroup and two consumer warpgroups
@@ -289,12 +286,10 @@ extern "C" __global__ void __launch_bounds__(WT_THREADS, 1)
 #if WT_B_N_MAJOR
             // ptxas serializes every wgmma (C7513) when registers a wgmma reads are loaded while an
             // earlier group still runs; so a turn takes two stages, loads both operands, multiplies
-            // both and waits for them (the other consumer keeps the tensor cores busy meanwhile).
-            // Consumer 1 starts each tile with a turn of one slice, so that one consumer's loads and
-            // waits fall while the other's products run.
+            // both and waits for them.
             constexpr int turn = WT_STAGES > 1 ? 2 : 1;
-            for (int slice = 0, count; slice < slices; slice += count) {
-                count = min(slices - slice, WT_STAGGER && slice == 0 && consumer == 1 ? 1 : turn);
+            for (int slice = 0; slice < slices; slice += turn) {
+                const int count = min(turn, slices - slice);
                 int taken[turn];
 #pragma unroll
                 for (int i = 0; i < turn; ++i) {
