@@ -123,8 +123,9 @@ def workload(stage: int) -> None:
 
 
 def _wgmma_workload(rng) -> None:
-    """Stage 12 sends only products of 1024^3 and more to wgmma.cu, on Hopper: launch it
-    directly on small odd shapes (partial tiles, a batch, a transposed operand) instead."""
+    """Stage 12 sends only products of 1024^3 and more to the wgmma kernels, on Hopper: launch
+    them directly on small odd shapes (partial tiles, a batch, a transposed operand) instead:
+    wgmma.cu, and wgmma_tma.cu with B transposed first and with B read as stored."""
     import numpy as np
 
     from minitorch_cuda.cuda import launchers
@@ -141,6 +142,16 @@ def _wgmma_workload(rng) -> None:
     out = DeviceArray.empty((g.batch, g.M, g.N))
     launchers.matmul_tf32_wgmma(out, from_numpy(a), from_numpy(b), g)
     _check_tf32(to_numpy(out), a.transpose(0, 2, 1), b, "stage 12: matmul_tf32_wgmma")
+    if arch() != "sm_90":  # TMA and setmaxnreg: Hopper only
+        return
+    a = rng.standard_normal((2, 137, 36)).astype(np.float32)  # a batch of A, one B: partial tiles
+    b = rng.standard_normal((36, 264)).astype(np.float32)  # N % 4 == 0: TMA can read B as stored
+    g = launchers.Gemm.of(a, b)  # 137 x 264 x 36, B stored K x N
+    for as_stored in (False, True):
+        out = DeviceArray.empty((g.batch, g.M, g.N))
+        launchers.matmul_tf32_wgmma_tma(out, from_numpy(a), from_numpy(b), g, bn=128, as_stored=as_stored)
+        way = "as stored" if as_stored else "transposed"
+        _check_tf32(to_numpy(out), a, b, f"stage 12: matmul_tf32_wgmma_tma, B {way}")
 
 
 def _check_tf32(got, a, b, what: str) -> None:

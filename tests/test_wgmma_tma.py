@@ -105,7 +105,8 @@ def test_builds_that_differ_only_in_gpu_code_are_cached_apart(tmp_path):
 
 
 def test_tensor_map_arguments_of_a_batch_and_of_a_shared_matrix():
-    batch = swizzled_stack(0x10000, rows=300, cols=1028, matrices=3, matrix_stride=300 * 1028, box_rows=128, box_cols=32)
+    batch = swizzled_stack(0x10000, rows=300, cols=1028, matrices=3, matrix_stride=300 * 1028, box_rows=128,
+                           box_cols=32)  # fmt: skip
     assert (batch.dims, batch.strides, batch.box) == ((1028, 300, 3), (4112, 4112 * 300), (32, 128, 1))
     shared = swizzled_stack(0x10000, rows=600, cols=1028, matrices=1, matrix_stride=0, box_rows=256, box_cols=32)
     assert (shared.dims, shared.strides, shared.box) == ((1028, 600, 1), (4112, 4112 * 600), (32, 256, 1))
@@ -123,7 +124,8 @@ def test_tensor_map_arguments_of_a_batch_and_of_a_shared_matrix():
     ids=str,
 )
 def test_tensor_map_refuses_what_tma_cannot_copy(change, message):
-    args = {"address": 0x10000, "rows": 64, "cols": 64, "matrices": 1, "matrix_stride": 0, "box_rows": 128, "box_cols": 32}
+    args = {"address": 0x10000, "rows": 64, "cols": 64, "matrices": 1, "matrix_stride": 0, "box_rows": 128,
+            "box_cols": 32}  # fmt: skip
     with pytest.raises(ValueError, match=message):
         swizzled_stack(**{**args, **change})
 
@@ -194,7 +196,7 @@ def test_launcher_builds_the_maps_and_the_launch_the_kernel_expects():
     M, N, K = 300, 600, 1028
     tail = [[1] * 3, "INTERLEAVE_NONE", "SWIZZLE_128B", "L2_PROMOTION_L2_256B", "FLOAT_OOB_FILL_NONE"]
     launches, encodings = run["stored_kn"]
-    as_stored, transposed = run["encoded"][encodings:encodings + 2], run["encoded"][encodings + 2:]
+    as_stored, transposed = run["encoded"][encodings : encodings + 2], run["encoded"][encodings + 2 :]
     assert [m[2:6] for m in as_stored] == [
         [pa, [K, M, 3], [4 * K, 4 * K * M], [32, 256, 1]],  # A's rows in the wide box, where B^T's were
         [pkn, [N, K, 1], [4 * N, 4 * N * K], [32, 32, 1]],  # B as stored: 32 columns of N by 32 of K
@@ -204,7 +206,7 @@ def test_launcher_builds_the_maps_and_the_launch_the_kernel_expects():
     assert (name, grid) == ("matmul_tf32_wgmma_tma", [kn_tiles, 1, 1])
     assert words == [1 + encodings, 2 + encodings, pc, M, N, K, 3, 1, kn_tiles]
     assert len(transposed) == 2 and not {m[2] for m in transposed} & {pkm, pkn}  # both from scratch
-    assert [r[0] for r in run["launched"][launches + 1:]] == ["transpose_2d", "transpose_2d", "matmul_tf32_wgmma_tma"]
+    assert [r[0] for r in run["launched"][launches + 1 :]] == ["transpose_2d", "transpose_2d", "matmul_tf32_wgmma_tma"]
     del run["encoded"][encodings:], run["launched"][launches:]
     assert run["encoded"] == [
         ["DATA_TYPE_FLOAT32", 3, pa, [K, M, 3], [4 * K, 4 * K * M], [32, 128, 1], *tail],
