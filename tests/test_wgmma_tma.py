@@ -171,6 +171,11 @@ b_kn = DeviceArray.empty((K, N))
 launchers.matmul_tf32_wgmma_tma(c, a, b_kn, launchers.Gemm(M, N, K, stride_a=M * K, batch=3))
 a_km = DeviceArray.empty((K, M))  # A stored K x M as well (a.T @ b): both transposed first
 launchers.matmul_tf32_wgmma_tma(c, a_km, b_kn, launchers.Gemm(M, N, K, ta=True))
+G = launchers.Gemm  # where B may be read as stored: a @ b alone, TMA's 16-byte rules kept
+rules = [launchers.b_reads_as_stored(0x10000, pb, g) for pb, g in (
+    (0x20000, G(8, 8, 4)), (0x20000, G(8, 8, 4, stride_a=32, stride_b=32, batch=2)), (0x20000, G(8, 6, 4)),
+    (0x20000, G(8, 8, 4, ta=True)), (0x20000, G(8, 8, 4, tb=True)), (0x20004, G(8, 8, 4)),
+    (0x20000, G(8, 8, 4, stride_b=34, batch=2)))]
 standin_pycuda._Device.compute_capability = lambda self: (8, 0)
 runtime.arch.cache_clear()
 try:
@@ -178,7 +183,8 @@ try:
 except ValueError as exc:
     refused.append(str(exc))
 print(json.dumps({{"encoded": encoded, "launched": launched, "built": built, "refused": refused,
-                  "pointers": [a.ptr, b.ptr, c.ptr, big.ptr, b_kn.ptr, a_km.ptr], "stored_kn": stored_kn}}))
+                  "pointers": [a.ptr, b.ptr, c.ptr, big.ptr, b_kn.ptr, a_km.ptr], "stored_kn": stored_kn,
+                  "rules": rules}}))
 """
 
 
@@ -187,8 +193,8 @@ def test_launcher_builds_the_maps_and_the_launch_the_kernel_expects():
     the kernel's tiles (128 x 256, the untuned width), a shared B is one matrix, the grid is one block
     per SM at most (fewer when there are fewer tiles), the debug switches reach the build and the
     launch, B stored K x N goes to the N-major build as stored (its map: boxes of 32 x 32) while an
-    A stored K x M is still transposed first, and what the kernel cannot take is refused with the
-    rule it breaks, before anything compiles."""
+    A stored K x M is still transposed first, B is read as stored only where TMA's rules allow, and
+    what the kernel cannot take is refused with the rule it breaks, before anything compiles."""
     done = subprocess.run([sys.executable, "-c", HOST_SIDE], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     run = json.loads(done.stdout.splitlines()[-1])
@@ -207,6 +213,9 @@ def test_launcher_builds_the_maps_and_the_launch_the_kernel_expects():
     assert words == [1 + encodings, 2 + encodings, pc, M, N, K, 3, 1, kn_tiles]
     assert len(transposed) == 2 and not {m[2] for m in transposed} & {pkm, pkn}  # both from scratch
     assert [r[0] for r in run["launched"][launches + 1 :]] == ["transpose_2d", "transpose_2d", "matmul_tf32_wgmma_tma"]
+    # as stored: a @ b, and a batch of them; not N % 4 != 0, a.T @ b, a @ b.T, a misaligned B, nor
+    # B's matrices 34 floats apart
+    assert run["rules"] == [True, True, False, False, False, False, False]
     del run["encoded"][encodings:], run["launched"][launches:]
     assert run["encoded"] == [
         ["DATA_TYPE_FLOAT32", 3, pa, [K, M, 3], [4 * K, 4 * K * M], [32, 128, 1], *tail],
@@ -414,6 +423,48 @@ def test_tf32_wgmma_tma_batched_and_shared_operand():
     _check_tf32(_launch(a, b), a, b, "batched: ")
     a, b = _matmul_inputs(200, 300, 68, False, True, (3,), (), seed=34)  # B shared by the batch
     _check_tf32(_launch(a, b), a, b, "shared B: ")
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("first_launch_apart")
+@pytest.mark.parametrize(
+    "switches", [{"bn": 256}, {"bn": 128}, {"bn": 256, "stages": 1}, {"bn": 128, "blocks": 3}], ids=str
+)
+@pytest.mark.parametrize(
+    "shape", [(4, 4, 4), (72, 76, 84), (132, 260, 300), (257, 132, 100), (300, 600, 1028), (1031, 2052, 1028)], ids=str
+)
+def test_b_read_as_stored_against_float64(shape, switches):
+    """a @ b with B stored K x N, read as stored (the N-major build: C^T = B^T A^T, B^T the register
+    operand): partial tiles at every edge, K not a multiple of 32, one stage (a slice a turn), fewer
+    blocks than tiles; every element written, within the TF32 bound of float64."""
+    from minitorch_cuda.cuda import backend, launchers
+    from minitorch_cuda.cuda.runtime import synchronize
+
+    _hopper()
+    M, N, K = shape
+    a, b = _matmul_inputs(M, N, K, False, False, seed=38)
+    g = launchers.Gemm.of(a, b)
+    out = backend.from_numpy(np.full((M, N), np.nan, np.float32))
+    launchers.matmul_tf32_wgmma_tma(out, backend.from_numpy(a), backend.from_numpy(b), g, as_stored=True, **switches)
+    synchronize("matmul_tf32_wgmma_tma")
+    _check_tf32(backend.to_numpy(out), a, np.ascontiguousarray(b.T))
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("first_launch_apart")
+def test_b_read_as_stored_batched_and_shared():
+    from minitorch_cuda.cuda import backend, launchers
+    from minitorch_cuda.cuda.runtime import synchronize
+
+    _hopper()
+    for b_batch, what in (((3,), "batched: "), ((), "shared B: ")):
+        a, b = _matmul_inputs(200, 300, 68, False, False, (3,), b_batch, seed=39)
+        g = launchers.Gemm.of(a, b)
+        assert launchers.b_reads_as_stored(backend.from_numpy(a), backend.from_numpy(b), g)
+        out = backend.from_numpy(np.full((3, 200, 300), np.nan, np.float32))
+        launchers.matmul_tf32_wgmma_tma(out, backend.from_numpy(a), backend.from_numpy(b), g, bn=128, as_stored=True)
+        synchronize("matmul_tf32_wgmma_tma")
+        _check_tf32(backend.to_numpy(out), a, np.ascontiguousarray(np.swapaxes(b, -1, -2)), what)
 
 
 @pytest.mark.gpu
