@@ -903,13 +903,12 @@ def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, bn: int | None = None, as_stored:
         as_stored = b_reads_as_stored(a, b, g)
     elif as_stored and not b_reads_as_stored(a, b, g):
         raise ValueError(f"B is read as stored only for a @ b with aligned operands and N % 4 == 0, not {g}")
-    n_major = as_stored
-    kernel, shape = wgmma_tma_kernel(bn, stages, debug, n_major)
-    if n_major:
+    kernel, shape = wgmma_tma_kernel(bn, stages, debug, as_stored)
+    if as_stored:
         pa, pb, k, times = _arg(a), _arg(b), g, []
     else:
         pa, pb, k, times, _scratch = k_major_operands(a, b, g, timed)
-    maps, grid, rest = _wgmma_tma_plan(pa, pb, k, bn, stages, debug, blocks, tiles, n_major)
+    maps, grid, rest = _wgmma_tma_plan(pa, pb, k, bn, stages, debug, blocks, tiles, as_stored)
     times.append(_go(kernel, grid, (shape["THREADS"], 1, 1), (*maps, c, *rest), timed, (g,)))
     return _total(times)
 
@@ -935,12 +934,13 @@ def wgmma_tma_variant(c, a, b, g: Gemm) -> tuple[int, bool]:
     from .autotune import tuner
 
     ways = (AS_STORED, "") if b_reads_as_stored(a, b, g) else ("",)  # untuned (tuner off): the first
+    variants = {f"{width}{way}": (width, way == AS_STORED) for way in ways for width in WGMMA_TMA_WIDTHS}
     choice = tuner.pick(
-        "matmul_tf32_wgmma_tma", tuning_key(a, b, g), [f"{width}{way}" for way in ways for width in WGMMA_TMA_WIDTHS],
-        lambda name: matmul_tf32_wgmma_tma(c, a, b, g, bn=int(name.split()[0]), as_stored=name.endswith(AS_STORED),
+        "matmul_tf32_wgmma_tma", tuning_key(a, b, g), list(variants),
+        lambda name: matmul_tf32_wgmma_tma(c, a, b, g, bn=variants[name][0], as_stored=variants[name][1],
                                            timed=tuning_launches()),
     )  # fmt: skip
-    return int(choice.split()[0]), choice.endswith(AS_STORED)
+    return variants[choice]
 
 
 @functools.lru_cache(maxsize=64)  # the same operands, the same launch: a map only describes memory
