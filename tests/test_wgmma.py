@@ -184,7 +184,8 @@ def test_the_tf32_experiment_keeps_the_rows_measured_before_a_fault(tmp_path):
     record = json.loads(path.read_text())
     measured = [name for name in record["kernels"] if "error" not in record["kernels"][name]]
     assert measured == ["matmul_tf32_wgmma", "matmul_tf32_async", "matmul_wgmma a @ b", "matmul_tf32_wgmma_tma",
-                        "matmul_tf32_wgmma_tma a @ b"]  # fmt: skip
+                        "matmul_tf32_wgmma_tma a @ b", "matmul_tf32_wgmma_tma a @ b, B transposed",
+                        "matmul_tf32_wgmma_tma a @ b, B as stored"]  # fmt: skip
     assert record["kernels"]["matmul_tf32_wgmma_tma 128x128"] == {"error": "an illegal memory access (stand-in)"}
     assert record["fraction_of_cublas"]["matmul_tf32_wgmma"] == {n: 0.5 for n in ("1024", "2048", "4096")}
     assert set(record["transposes"]) == {"1024", "2048", "4096"}

@@ -898,6 +898,8 @@ def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, bn: int | None = None, as_stored:
     if g.K % 4:
         raise ValueError(f"TMA strides are whole 16 bytes: K={g.K} is not a multiple of 4")
     if bn is None:
+        if as_stored is not None:  # the tuner times widths and ways together
+            raise ValueError("as_stored needs a tile width (bn): without one the tuner chooses both")
         bn, as_stored = wgmma_tma_variant(c, a, b, g)
     elif as_stored is None:
         as_stored = b_reads_as_stored(a, b, g)

@@ -9,7 +9,7 @@ The "matmul_tf32_wgmma_tma" rows are wgmma_tma.cu, with 128 x 256 and 128 x 128 
 "matmul_tf32_wgmma_tma a @ b" is stage 12's route from 1024^3 multiply-adds up on Hopper
 (ops_matmul.WGMMA_MIN_PRODUCT): the same kernel after the transpose of B, or its N-major build
 reading B as stored, at the tile width and in the way launchers.wgmma_tma_variant times and
-keeps for the shape. "transposes" times the
+keeps for the shape; the two rows after it time each way at 256 columns. "transposes" times the
 transpose (transpose_2d, n x n) beside a device-to-device copy of the same bytes, its bandwidth peer.
 Before timing, each result at 264 x 260 x 300 is held to float64 (largest error relative to
 |A| |B|). Every launch goes through cuda/launchers.py, as the backend's does. The record is
@@ -38,6 +38,15 @@ CASES = {  # row: (launcher, whether B is handed over as B^T, N x K)
     # wgmma_tma.cu (TMA, mbarriers, warp specialization, persistent blocks), given B^T like the first row
     "matmul_tf32_wgmma_tma": (functools.partial(launchers.matmul_tf32_wgmma_tma, bn=256), True),
     "matmul_tf32_wgmma_tma a @ b": (launchers.matmul_tf32_wgmma_tma, False),  # stage 12's route
+    # its two ways at one width, each launch timed alone on the GPU: B transposed first, B as stored
+    "matmul_tf32_wgmma_tma a @ b, B transposed": (
+        functools.partial(launchers.matmul_tf32_wgmma_tma, bn=256, as_stored=False),
+        False,
+    ),
+    "matmul_tf32_wgmma_tma a @ b, B as stored": (
+        functools.partial(launchers.matmul_tf32_wgmma_tma, bn=256, as_stored=True),
+        False,
+    ),
     "matmul_tf32_wgmma_tma 128x128": (functools.partial(launchers.matmul_tf32_wgmma_tma, bn=128), True),
 }
 
