@@ -171,6 +171,12 @@ b_kn = DeviceArray.empty((K, N))
 launchers.matmul_tf32_wgmma_tma(c, a, b_kn, launchers.Gemm(M, N, K, stride_a=M * K, batch=3))
 a_km = DeviceArray.empty((K, M))  # A stored K x M as well (a.T @ b): both transposed first
 launchers.matmul_tf32_wgmma_tma(c, a_km, b_kn, launchers.Gemm(M, N, K, ta=True))
+for switches, problem in (({{"as_stored": True}}, launchers.Gemm(M, N, K, stride_a=M * K, batch=3)),  # no width
+                          ({{"as_stored": True, "bn": 256}}, launchers.Gemm(M, N, K, ta=True))):  # a.T @ b
+    try:
+        launchers.matmul_tf32_wgmma_tma(c, a_km, b_kn, problem, **switches)
+    except ValueError as exc:
+        refused.append(str(exc))
 G = launchers.Gemm  # where B may be read as stored: a @ b alone, TMA's 16-byte rules kept
 rules = [launchers.b_reads_as_stored(0x10000, pb, g) for pb, g in (
     (0x20000, G(8, 8, 4)), (0x20000, G(8, 8, 4, stride_a=32, stride_b=32, batch=2)), (0x20000, G(8, 6, 4)),
@@ -236,8 +242,10 @@ def test_launcher_builds_the_maps_and_the_launch_the_kernel_expects():
         [["#define WT_BN 128", "#define WT_STAGES 1", "#define WT_B_N_MAJOR 0", "#define WT_DEBUG"], "sm_90a"],
         [["#define WT_BN 256", "#define WT_STAGES 4", "#define WT_B_N_MAJOR 1", '#line 1 "wgmma_tma.cu"'], "sm_90a"],
     ]  # fmt: skip
-    odd_k, not_hopper = run["refused"]
+    odd_k, no_width, not_as_stored, not_hopper = run["refused"]
     assert "TMA strides are whole 16 bytes: K=1022" in odd_k
+    assert "as_stored needs a tile width (bn)" in no_width
+    assert "B is read as stored only for a @ b" in not_as_stored
     assert "needs a Hopper GPU (sm_90: TMA, wgmma, setmaxnreg); stand-in device is sm_80" in not_hopper
 
 
