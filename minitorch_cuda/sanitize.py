@@ -147,9 +147,10 @@ def _wgmma_workload(rng) -> None:
     a = rng.standard_normal((2, 137, 36)).astype(np.float32)  # a batch of A, one B: partial tiles
     b = rng.standard_normal((36, 264)).astype(np.float32)  # N % 4 == 0: TMA can read B as stored
     g = launchers.Gemm.of(a, b)  # 137 x 264 x 36, B stored K x N
+    da, db = from_numpy(a), from_numpy(b)
     for as_stored in (False, True):
         out = DeviceArray.empty((g.batch, g.M, g.N))
-        launchers.matmul_tf32_wgmma_tma(out, from_numpy(a), from_numpy(b), g, bn=128, as_stored=as_stored)
+        launchers.matmul_tf32_wgmma_tma(out, da, db, g, bn=128, as_stored=as_stored)
         way = "as stored" if as_stored else "transposed"
         _check_tf32(to_numpy(out), a, b, f"stage 12: matmul_tf32_wgmma_tma, B {way}")
 

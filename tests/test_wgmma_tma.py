@@ -360,14 +360,15 @@ def _hopper():
         pytest.skip(f"wgmma_tma.cu needs a Hopper GPU (sm_90); this one is {arch()}")
 
 
-def _launch(a, b, **switches):
-    """C = A B^T by matmul_tf32_wgmma_tma on a (batch?, M, K) and b (batch?, N, K), into an output
-    poisoned with NaN first: an element the kernel does not write stays NaN."""
+def _launch(a, b, tb=True, **switches):
+    """C = A B^T by matmul_tf32_wgmma_tma on a (batch?, M, K) and b (batch?, N, K), or with ``tb``
+    False C = A B on b (batch?, K, N), into an output poisoned with NaN first: an element the
+    kernel does not write stays NaN."""
     from minitorch_cuda.cuda import backend, launchers
     from minitorch_cuda.cuda.runtime import synchronize
 
     _hopper()
-    g = launchers.Gemm.of(a, b, tb=True)
+    g = launchers.Gemm.of(a, b, tb=tb)
     out = backend.from_numpy(np.full(((g.batch,) if g.batch > 1 else ()) + (g.M, g.N), np.nan, np.float32))
     launchers.matmul_tf32_wgmma_tma(out, backend.from_numpy(a), backend.from_numpy(b), g, **switches)
     synchronize("matmul_tf32_wgmma_tma")
@@ -445,34 +446,18 @@ def test_b_read_as_stored_against_float64(shape, switches):
     """a @ b with B stored K x N, read as stored (the N-major build: C^T = B^T A^T, B^T the register
     operand): partial tiles at every edge, K not a multiple of 32, one stage (a slice a turn), fewer
     blocks than tiles; every element written, within the TF32 bound of float64."""
-    from minitorch_cuda.cuda import backend, launchers
-    from minitorch_cuda.cuda.runtime import synchronize
-
-    _hopper()
     M, N, K = shape
     a, b = _matmul_inputs(M, N, K, False, False, seed=38)
-    g = launchers.Gemm.of(a, b)
-    out = backend.from_numpy(np.full((M, N), np.nan, np.float32))
-    launchers.matmul_tf32_wgmma_tma(out, backend.from_numpy(a), backend.from_numpy(b), g, as_stored=True, **switches)
-    synchronize("matmul_tf32_wgmma_tma")
-    _check_tf32(backend.to_numpy(out), a, np.ascontiguousarray(b.T))
+    _check_tf32(_launch(a, b, tb=False, as_stored=True, **switches), a, np.ascontiguousarray(b.T))
 
 
 @pytest.mark.gpu
 @pytest.mark.usefixtures("first_launch_apart")
 def test_b_read_as_stored_batched_and_shared():
-    from minitorch_cuda.cuda import backend, launchers
-    from minitorch_cuda.cuda.runtime import synchronize
-
-    _hopper()
     for b_batch, what in (((3,), "batched: "), ((), "shared B: ")):
         a, b = _matmul_inputs(200, 300, 68, False, False, (3,), b_batch, seed=39)
-        g = launchers.Gemm.of(a, b)
-        assert launchers.b_reads_as_stored(backend.from_numpy(a), backend.from_numpy(b), g)
-        out = backend.from_numpy(np.full((3, 200, 300), np.nan, np.float32))
-        launchers.matmul_tf32_wgmma_tma(out, backend.from_numpy(a), backend.from_numpy(b), g, bn=128, as_stored=True)
-        synchronize("matmul_tf32_wgmma_tma")
-        _check_tf32(backend.to_numpy(out), a, np.ascontiguousarray(np.swapaxes(b, -1, -2)), what)
+        out = _launch(a, b, tb=False, bn=128, as_stored=True)  # as_stored=True: refused were it not possible
+        _check_tf32(out, a, np.ascontiguousarray(np.swapaxes(b, -1, -2)), what)
 
 
 @pytest.mark.gpu
