@@ -44,7 +44,8 @@ def test_builds_for_sm_90a_without_spills(defines, tmp_path):
     """ptxas's report: no spills, the register cap of __launch_bounds__(384, 1) at entry (setmaxnreg
     moves registers at run time), no stack outside the debug build's printf, and no note that
     setmaxnreg was ignored (C7508) or that the wgmma pipeline is serialized (C7510, C7513, C7515:
-    the N-major build's register operands are loaded where no wgmma group runs)."""
+    the N-major build loads no register a running group reads); in the SASS, one group left running
+    while the next slice is waited for, except with one stage or printf."""
     cubin = tmp_path / "wgmma_tma.cubin"
     target = "-gencode=arch=compute_90a,code=sm_90a"  # HOPPER.md: the form that assembles with every nvcc 13
     done = subprocess.run(
@@ -66,8 +67,11 @@ def test_builds_for_sm_90a_without_spills(defines, tmp_path):
         return
     sass = subprocess.run([dump, "-sass", str(cubin)], capture_output=True, text=True, timeout=120).stdout
     bn = 128 if "-DWT_BN=128" in defines else 256
-    n_major, one_stage = "-DWT_B_N_MAJOR=1" in defines, "-DWT_STAGES=1" in defines
-    wgmmas = 8 if n_major and not one_stage else 4  # the N-major build multiplies two slices a turn
+    n_major = "-DWT_B_N_MAJOR=1" in defines
+    wgmmas = 8 if n_major else 4  # the N-major loop is unrolled by two slices (its two register operands)
+    waits = set(re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)", sass))
+    in_step = "-DWT_STAGES=1" in defines or "-DWT_DEBUG" in defines  # the debug build's printf serializes (C7510)
+    assert waits == ({"0x0"} if in_step else {"0x0", "0x1"}), waits
     assert len(re.findall(rf"HGMMA\.64x{bn}x8\.F32\.TF32", sass)) == wgmmas, "one wgmma per 8 columns of a slice"
     copies = 1 + 4 if n_major else 2  # A's tile, and B's: one box, or four of 32 columns
     assert len(re.findall(r"UTMALDG\.3D", sass)) == copies, "TMA copies of A and of B"
@@ -444,8 +448,9 @@ def test_tf32_wgmma_tma_batched_and_shared_operand():
 )
 def test_b_read_as_stored_against_float64(shape, switches):
     """a @ b with B stored K x N, read as stored (the N-major build: C^T = B^T A^T, B^T the register
-    operand): partial tiles at every edge, K not a multiple of 32, one stage (a slice a turn), fewer
-    blocks than tiles; every element written, within the TF32 bound of float64."""
+    operand): partial tiles at every edge, K not a multiple of 32, one stage (each slice waited
+    for before the next loads), fewer blocks than tiles; every element written, within the TF32
+    bound of float64."""
     M, N, K = shape
     a, b = _matmul_inputs(M, N, K, False, False, seed=38)
     _check_tf32(_launch(a, b, tb=False, as_stored=True, **switches), a, np.ascontiguousarray(b.T))

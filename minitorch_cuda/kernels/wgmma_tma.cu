@@ -24,6 +24,8 @@
 // of B^T as wgmma's register operand, which it loads from the staged slice in whatever layout TMA
 // left it: A's tile (WT_BN rows of C) takes B^T's place in the descriptors, a C tile is WT_BN rows
 // by WT_BM columns, and the store writes the transposed accumulators. No transpose of B runs first.
+// A consumer holds two register operands and alternates: the next slice's loads into one while the
+// group of this slice, which reads the other, runs.
 //
 // Debugging: -DWT_STAGES=1 runs one stage (copy, multiply, release, strictly in turn), the launch
 // may have one block (every tile in order) or compute only the first `tiles` tiles, and a wait that
@@ -277,36 +279,41 @@ extern "C" __global__ void __launch_bounds__(WT_THREADS, 1)
         unsigned phase = 0;
         float d[WT_BN / 2];
 #if WT_B_N_MAJOR
-        unsigned operand[2][16];  // the register operands of a turn's slices
+        unsigned operand[2][16];  // two slices' register operands: one read by a running group, one loading
 #endif
         for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
             const Tile tile = tile_at(t, tiles_m, tiles_n);
 #pragma unroll
             for (int i = 0; i < WT_BN / 2; ++i) d[i] = 0.0f;
 #if WT_B_N_MAJOR
-            // ptxas serializes every wgmma (C7513) when registers a wgmma reads are loaded while an
-            // earlier group still runs; so a turn takes two stages, loads both operands, multiplies
-            // both and waits for them.
-            constexpr int turn = WT_STAGES > 1 ? 2 : 1;
-            for (int slice = 0; slice < slices; slice += turn) {
-                const int count = min(turn, slices - slice);
-                int taken[turn];
+            // Slice i's register operand is operand[i % 2]: the next slice's loads into the other
+            // registers while this slice's group runs, once the group that read them is done.
+            // (Loading registers a running group reads makes ptxas serialize every wgmma, C7513.)
+            auto take = [&](unsigned(&registers)[16]) {  // wait for the next stage, load its operand
+                barrier_wait(&full[stage], phase, "full", stage);
+                load_operand(registers, tile_a(stage), consumer);
+                const int taken = stage;
+                if (++stage == WT_STAGES) stage = 0, phase ^= 1;
+                return taken;
+            };
+            int current = slices > 0 ? take(operand[0]) : 0, previous = 0;
+            for (int slice = 0; slice < slices; slice += 2) {
 #pragma unroll
-                for (int i = 0; i < turn; ++i) {
-                    if (i >= count) break;
-                    barrier_wait(&full[stage], phase, "full", stage);
-                    load_operand(operand[i], tile_a(stage), consumer);
-                    taken[i] = stage;
-                    if (++stage == WT_STAGES) stage = 0, phase ^= 1;
+                for (int i = 0; i < 2; ++i) {  // unrolled, so that each slice's registers are fixed
+                    if (slice + i == slices) break;
+                    wgmma_slice(d, operand[i], tile_b(current));
+                    wgmma_wait<WT_IN_FLIGHT>(d);  // the group before, which read operand[i ^ 1], is done
+                    if (!WT_IN_FLIGHT) {
+                        if (signals) barrier_arrive(&empty[current]);  // read: the producer may refill it
+                    } else if (slice + i > 0 && signals) {
+                        barrier_arrive(&empty[previous]);  // the slice before has been read
+                    }
+                    previous = current;
+                    if (slice + i + 1 < slices) current = take(operand[i ^ 1]);
                 }
-#pragma unroll
-                for (int i = 0; i < turn; ++i)
-                    if (i < count) wgmma_slice(d, operand[i], tile_b(taken[i]));
-                wgmma_wait<0>(d);
-#pragma unroll
-                for (int i = 0; i < turn; ++i)
-                    if (i < count && signals) barrier_arrive(&empty[taken[i]]);  // read: the producer may refill it
             }
+            wgmma_wait<0>(d);
+            if (WT_IN_FLIGHT && slices > 0 && signals) barrier_arrive(&empty[previous]);
 #else
             int previous = 0;  // the stage whose wgmma may still run
             for (int slice = 0; slice < slices; ++slice) {
