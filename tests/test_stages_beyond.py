@@ -504,13 +504,14 @@ def test_stage_12_picks_its_kernel_by_shape(shape, kernel):
         wgmma = kernel == "wgmma on sm_90" and arch() == "sm_90"
         bound = 2.5e-3 if wgmma else 1.5e-3  # wgmma truncates to TF32, the others round
         assert np.all(np.abs(out.numpy() - ref) <= bound * scale + 1e-6)
-    expected = {kernel}
     if kernel == "wgmma on sm_90":
-        expected = {"matmul_tf32_wgmma_tma"} if wgmma else {"matmul_tf32_async"}
+        kernel = "matmul_tf32_wgmma_tma" if wgmma else "matmul_tf32_async"
+    expected = {kernel}
     if wgmma:
         (choice,) = [d["choice"] for key, d in tuner.choices().items()
                      if key.startswith(f"matmul_tf32_wgmma_tma {M},{N},{K},0,0,")]  # fmt: skip
-        expected |= set() if choice.endswith(AS_STORED) else {"transpose_2d"}
+        if not choice.endswith(AS_STORED):
+            expected.add("transpose_2d")
     assert {r["name"] for r in prof.stats("kernel")} == expected
 
 
