@@ -41,6 +41,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("16_regtiled_matmul", "The GPU does the same work at both stages"): SUMMARY + " (step_split.json)",
     ("16_regtiled_matmul", "The GPU's work is a third of the step"): SUMMARY + " (step_split.json)",
     ("19_tensor_cores", "the wgmma kernel reaches about 62% of cuBLAS TF32"): SUMMARY + " (tf32_wgmma.json)",
+    ("19_tensor_cores", "the tensor pipe went from 71% to 89% active"): SUMMARY + " (ch19_pipelined_probe.json)",
 }
 
 
