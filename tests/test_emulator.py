@@ -26,7 +26,6 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulato
 # Every kernel file that the emulator builds; the others use tensor cores or cp.async.
 REFUSED = {
     "mma.cu": "tensor-core fragments",
-    "matmul_cluster.cu": "cooperative groups",
     "mma_async.cu": "cp.async",
     "wgmma.cu": "cp.async",
     "wgmma_tma.cu": "cp.async",

@@ -5,8 +5,9 @@ On the GPU: the same bits as the two-launch split-K of the same tile and splits 
 promise: the reduction's additions in its order), within float64's tolerance, the same bits
 twice; a product the exact twin does not take is refused before anything launches. On the CPU:
 nvcc's build (no spills, registers and shared memory for the blocks asked), the variant's name,
-its one launch in the tuner's host time, its place among the candidates of a Hopper GPU, and
-the refusal on a GPU without clusters (the emulator's)."""
+its one launch in the tuner's host time, its place among the candidates of a Hopper GPU, the
+refusal on a GPU without clusters (the emulator's), and, on the emulator launched as on a Hopper,
+the two-launch bits."""
 
 from __future__ import annotations
 
@@ -119,6 +120,42 @@ try:
 except ValueError as exc:
     print(exc)
 """
+
+
+AS_HOPPER = """
+import sys
+import numpy as np
+from minitorch_cuda.cuda import backend, launchers, runtime
+
+runtime.arch = lambda: "sm_90"  # the emulator runs clusters; stage 9 offers them on a Hopper only
+M, N, K, splits = map(int, sys.argv[1:5])
+tile, path = sys.argv[5], sys.argv[6]
+with np.load(path) as data:
+    a, b = backend.from_numpy(data["a"]), backend.from_numpy(data["b"])
+outs = {}
+for way in ("cluster", "splitk"):
+    out = backend.from_numpy(np.full((M, N), np.nan, np.float32))
+    launchers.matmul_sgemm(out, a, b, launchers.Gemm(M, N, K), variant=f"{tile}_{way}{splits}")
+    outs[way] = backend.to_numpy(out)
+np.savez(path, **outs)
+"""
+
+
+@needs_gpp
+@pytest.mark.parametrize("shape", SHAPES[2:], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("splits", CLUSTER_SPLITS)
+def test_the_cluster_sums_the_two_launch_bits_on_the_emulator(splits, shape, tmp_path):
+    """The emulator runs the clusters (tests/test_emulator_cluster.py): the product within float64's
+    tolerance, and the same bits as the split in two launches."""
+    (tile,) = CLUSTER_SPLITK_TILES
+    M, N, K = shape
+    a, b = _inputs((M, N, K, 0, 0, (), ()), seed=M + N + K)
+    ref, scale = _reference(a, b, False, False)
+    np.savez(tmp_path / "io.npz", a=a, b=b)
+    run_emulated(AS_HOPPER, str(M), str(N), str(K), str(splits), tile, str(tmp_path / "io.npz"))
+    got = np.load(tmp_path / "io.npz")
+    assert np.all(np.abs(got["cluster"] - ref[0]) <= 1e-5 * scale[0] + 1e-6), f"{tile} in {splits} at {shape}"
+    assert np.array_equal(got["cluster"], got["splitk"]), "the reduction's additions in its order"
 
 
 @needs_gpp

@@ -17,8 +17,11 @@ operations whose mask leaves out a lane that runs them or reads a lane that does
 not take part or has exited, warp operations that can never complete, stack
 overflow. Shared memory, static and dynamic, is poisoned when each block starts (bytes
 0xff: NaN as a float, -1 as an int), so a slot read before it is written gives the same
-wrong answer every run. What it refuses at compile time: tensor cores (wmma, mma.sync, wgmma),
-cp.async in inline PTX, inline PTX, cooperative groups (the asynchronous copies of
+wrong answer every run. Thread block clusters (__cluster_dims__, this_cluster) run cluster by
+cluster, each cluster's blocks at once: reading another block's shared memory before that block
+reached this_cluster() or after it exited is an error. What it refuses at compile time: tensor
+cores (wmma, mma.sync, wgmma), cp.async in inline PTX, inline PTX, cooperative groups other than
+clusters (the asynchronous copies of
 <cuda_pipeline.h> run: each lands at the __pipeline_wait_prior that covers its
 batch, so reading a slot too early shows its old contents). What it does not model: timing (event
 times are host times), a thread preempted while it spins on another thread of its

@@ -3,10 +3,10 @@
 A build has three steps:
 
 1. preprocess the source with ``cuda_emu.h`` force-included (``g++ -E``), with
-   ``__global__``, ``__shared__`` and ``__launch_bounds__`` left as plain words;
+   ``__global__``, ``__shared__``, ``__launch_bounds__`` and ``__cluster_dims__`` left as plain words;
 2. scan the result: refuse what the emulator does not model (inline PTX, tensor
    cores, cp.async in PTX) naming the construct and the line; find every
-   ``extern "C" __global__`` kernel and its launch bounds; turn each
+   ``extern "C" __global__`` kernel, its launch bounds and cluster shape; turn each
    ``extern __shared__`` array into a pointer to the block's dynamic shared memory,
    and have each static ``__shared__`` variable poisoned at the start of every block
    (as the runtime poisons the dynamic one), so a read before any write finds
@@ -58,6 +58,7 @@ DEFINES = {
     "__global__": "",
     "__shared__": "static thread_local",  # every fiber of a block runs on the block's OS thread
     "__launch_bounds__(...)": "",
+    "__cluster_dims__(...)": "",  # read by kernels(): the runtime launches the clusters
 }
 MAIN = "kernel.cu"  # the source's name in messages
 
@@ -66,6 +67,8 @@ UNSUPPORTED = [
     (r"\bwmma::", "tensor-core fragments (nvcuda::wmma)"),
     # cp.async through inline PTX (the <cuda_pipeline.h> intrinsics are modelled: include/)
     (r"\b__cvta_generic_to_shared\b", "asynchronous copies to shared memory (cp.async)"),
+    # include/cooperative_groups.h models thread block clusters only
+    (r"\b(?:cooperative_groups|cg)::(?!this_cluster\b|cluster_group\b)\w+", "cooperative groups other than clusters"),
 ]
 PTX = [  # the first word of an inline-PTX string -> what it is
     ("wgmma", "Hopper warpgroup tensor-core instructions (wgmma)"),
@@ -171,15 +174,24 @@ def _refuse(text: str) -> None:
             )
 
 
-_BOUNDS = r"__launch_bounds__\s*\(((?:[^()]|\([^()]*\))*)\)\s*"
-_KERNEL = re.compile(rf'(extern\s+"C"\s+)?__global__\s+(?:{_BOUNDS})?void\s+(?:{_BOUNDS})?(\w+)\s*\(')
+_ARGUMENTS = r"\s*\(((?:[^()]|\([^()]*\))*)\)"  # one level of nested parentheses
+_BOUNDS = re.compile(r"__launch_bounds__" + _ARGUMENTS)
+_CLUSTER = re.compile(r"__cluster_dims__" + _ARGUMENTS)
+_ATTRIBUTES = r"(?:(?:__launch_bounds__|__cluster_dims__)\s*\((?:[^()]|\([^()]*\))*\)\s*)*"
+_KERNEL = re.compile(rf'(extern\s+"C"\s+)?__global__\s+({_ATTRIBUTES}void\s+{_ATTRIBUTES})(\w+)\s*\(')
 _DYNAMIC = re.compile(r"extern\s+__shared__\s+([^;\[\]]*?)\s*\b(\w+)\s*\[\s*\]\s*;")
 
 
-def kernels(text: str, c_linkage_only: bool) -> dict[str, str | None]:
-    """{kernel name: its __launch_bounds__ arguments or None} of the preprocessed text. A kernel
-    without ``extern "C"`` has a mangled name that get_function cannot find (as on a GPU)."""
-    return {m.group(4): m.group(2) or m.group(3) for m in _KERNEL.finditer(text) if m.group(1) or not c_linkage_only}
+def kernels(text: str, c_linkage_only: bool) -> dict[str, tuple[str | None, str | None]]:
+    """{kernel name: (its __launch_bounds__ arguments, its __cluster_dims__ arguments), each or None}
+    of the preprocessed text. A kernel without ``extern "C"`` has a mangled name that get_function
+    cannot find (as on a GPU)."""
+    found = {}
+    for m in _KERNEL.finditer(text):
+        if m.group(1) or not c_linkage_only:
+            bounds, cluster = _BOUNDS.search(m.group(2)), _CLUSTER.search(m.group(2))
+            found[m.group(3)] = (bounds and bounds.group(1), cluster and cluster.group(1))
+    return found
 
 
 # What the scopes of the preprocessed text are told by: braces, and string literals to step over.
@@ -277,12 +289,16 @@ def _shared(text: str) -> tuple[str, list[str]]:
 class Library:
     """A compiled kernel library: its launch entries and launch bounds, by kernel name."""
 
-    def __init__(self, path: Path, bounds: dict[str, str | None]):
+    def __init__(self, path: Path, kernels: dict[str, tuple[str | None, str | None]]):
         self.cdll = ctypes.CDLL(str(path))
-        self.names = set(bounds)
+        self.names = set(kernels)
         self.max_threads = {
-            name: ctypes.c_int.in_dll(self.cdll, f"__emu_bounds_{name}").value if b else 1024
-            for name, b in bounds.items()
+            name: ctypes.c_int.in_dll(self.cdll, f"__emu_bounds_{name}").value if bounds else 1024
+            for name, (bounds, _) in kernels.items()
+        }
+        self.cluster = {  # __cluster_dims__: the blocks of each cluster, x, y and z
+            name: tuple((ctypes.c_uint * 3).in_dll(self.cdll, f"__emu_cluster_{name}")) if cluster else (1, 1, 1)
+            for name, (_, cluster) in kernels.items()
         }
 
     def entry(self, name: str):
@@ -317,10 +333,12 @@ def build(
         body, file_scope = _shared(text)
         unit = "".join(f"#define {k} {v}\n" for k, v in DEFINES.items()) + body
         poison = POISON.format(", ".join(file_scope)) if file_scope else ""
-        for name, bounds in found.items():
+        for name, (bounds, cluster) in found.items():
             unit += f'\nextern "C" void __emu_entry_{name}(void** args) {{{poison} emu::invoke({name}, args); }}\n'
             if bounds:
                 unit += f'extern "C" const int __emu_bounds_{name} = emu::launch_bound({bounds});\n'
+            if cluster:
+                unit += f'extern "C" const uint3 __emu_cluster_{name} = emu::cluster_dims({cluster});\n'
         compile_flags = [*CXXFLAGS, *CHECKS, "-w", "-shared"]
         key = hashlib.sha256("\0".join([unit, *compile_flags, compiler_version()]).encode()).hexdigest()[:24]
         path = _cache_dir(cache_dir) / f"kernels-{key}.so"

@@ -100,12 +100,16 @@ inline void invoke(void (*kernel)(P...), void** args) {
 }
 
 constexpr int launch_bound(int max_threads, int = 0, int = 0) { return max_threads; }
+constexpr uint3 cluster_dims(unsigned x, unsigned y = 1, unsigned z = 1) { return {x, y, z}; }  // __cluster_dims__
 
 }  // namespace emu
 
 extern "C" {
 int __emu_syncthreads(int predicate, const char* file, int line);
 void __emu_grid_barrier(void* bar, const char* file, int line);  // grid_barrier.cuh's, on the CPU
+uint3 __emu_cluster_enter(const void* anchor);  // include/cooperative_groups.h's thread block clusters
+void __emu_cluster_sync(const char* file, int line);
+void* __emu_cluster_map(const void* address, unsigned rank, const void* anchor, const char* file, int line);
 unsigned long long __emu_warp(int op, unsigned mask, unsigned long long value, int arg, int width, const char* name,
                               const char* file, int line);
 unsigned __emu_activemask(void);

@@ -35,6 +35,7 @@ MAX_BLOCK, MAX_GRID = (1024, 1024, 64), (2**31 - 1, 65535, 65535)
 # blocks runs them all at once (so a grid barrier works), each on its own OS thread. Few, and the
 # same on every machine, so that a kernel sized one block per SM gets the same small grid everywhere.
 MULTIPROCESSORS = 4
+MAX_CLUSTER = 8  # blocks in a thread block cluster: the portable limit (__cluster_dims__)
 
 
 def _workers() -> int:
@@ -50,8 +51,8 @@ def _runtime() -> ctypes.CDLL:
         lib.emu_unregister.argtypes = [ctypes.c_size_t]
         lib.emu_check_range.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
         c = ctypes
-        lib.emu_launch.argtypes = [c.c_void_p, c.c_void_p, c.c_char_p, c.c_void_p, c.c_void_p, c.c_size_t, c.c_int,
-                                   c.c_int, c.c_char_p, c.c_size_t]  # fmt: skip
+        lib.emu_launch.argtypes = [c.c_void_p, c.c_void_p, c.c_char_p, c.c_void_p, c.c_void_p, c.c_void_p,
+                                   c.c_size_t, c.c_int, c.c_int, c.c_char_p, c.c_size_t]  # fmt: skip
         lib._prototyped = True
     return lib
 
@@ -322,6 +323,7 @@ class Function:
         self._entry = library.entry(name)
         self.name = name
         self.max_threads_per_block = min(MAX_THREADS, library.max_threads[name])
+        self.cluster = library.cluster[name]  # __cluster_dims__, (1, 1, 1) without
         self.max_dynamic_shared = DEFAULT_DYNAMIC_SHARED
         self.num_regs = self.local_size_bytes = self.shared_size_bytes = 0  # nothing is allocated in registers
         self._format: str | None = None
@@ -361,6 +363,12 @@ class Function:
             raise LogicError(f"kernel '{self.name}' takes {self._count} arguments, got {len(args)}")
         grid = _dims(grid, MAX_GRID, "grid", self.name)
         block = _dims(block, MAX_BLOCK, "block", self.name)
+        if any(g % c for g, c in zip(grid, self.cluster)) or np.prod(self.cluster) > MAX_CLUSTER:
+            raise LaunchError(
+                f"cuLaunchKernel failed for kernel '{self.name}': invalid cluster size (grid {grid} in clusters of "
+                f"{self.cluster} blocks: a cluster's extents must divide the grid's, and hold at most {MAX_CLUSTER} "
+                "blocks)"
+            )
         threads = block[0] * block[1] * block[2]
         if threads > self.max_threads_per_block:
             raise LaunchError(
@@ -384,7 +392,7 @@ class Function:
         dims = ctypes.c_uint * 3
         rc = _runtime().emu_launch(
             ctypes.cast(self._entry, ctypes.c_void_p), pointers, self.name.encode(), dims(*grid), dims(*block),
-            shared_size, _workers(), MULTIPROCESSORS, error, len(error),
+            dims(*self.cluster), shared_size, _workers(), MULTIPROCESSORS, error, len(error),
         )  # fmt: skip
         if rc != 0:
             message = re.sub(r"/[^\s:'\"]*/([^/\s:'\"]+)", r"\1", error.value.decode(errors="replace"))

@@ -26,6 +26,12 @@
 // take turns in block order, each running until it waits at a grid barrier or exits,
 // as the threads of a block do between barriers: so a missing grid barrier, too, shows
 // up the same way every run (block 0 runs ahead through every phase), never by chance.
+//
+// A launch of a kernel with __cluster_dims__ runs cluster by cluster, each cluster as such a
+// co-resident launch of its own blocks: cluster.sync() is its grid barrier, after which the block
+// that arrived last runs on first, and map_shared_rank finds a variable of another block's shared
+// memory on that block's worker (an error before that block has called this_cluster() or after it
+// has exited).
 #include "cuda_emu.h"
 
 #include <pthread.h>
@@ -133,6 +139,7 @@ struct Fiber : Thread {  // the rest of a thread's state, after what kernels rea
 
 struct BlockRun : Block {
     Worker* worker;
+    const void* cluster_anchor;  // a thread_local of the kernel's library, once this_cluster() is called
     long long index;  // in launch order: x fastest
     int nthreads, started, live, at_barrier;
     Fiber* threads[kMaxThreads];  // null before a thread starts and after it exits
@@ -150,6 +157,13 @@ struct Launch {
     long long total;     // blocks in the grid
     long long resident;  // the most blocks the device runs at once (its multiprocessors)
     bool co_resident;    // total <= resident: every block runs at once, each on its own worker
+    // A cluster launch runs as one such launch per cluster: its blocks, rank by rank, from `origin`.
+    dim3 cluster;
+    uint3 origin{};
+    std::vector<BlockRun*> members;  // by rank, once each block starts
+    unsigned cluster_bar[2] = {0, 0};  // cluster.sync()'s barrier, a GridBarrier{count, generation}
+    const char* barrier = "grid_barrier";  // what the blocks meet at, in messages: its call
+    const char* barrier_words = "grid barrier";  // and in words
     std::atomic<long long> next_block{0};
     std::atomic<bool> failed{false};
     std::mutex error_lock;
@@ -370,9 +384,10 @@ void pass_turn(Launch& l) {  // to the next block that has not exited; with grid
 
 std::string grid_divergence(const Launch& l) {  // with grid_lock held
     return printf_string(
-        "grid barrier divergence: %lld of %lld blocks wait at grid_barrier at %s:%d, but block (%u, %u, %u) has "
-        "exited; every block must reach every grid barrier (on a GPU the waiting blocks would never return)",
-        l.grid_arrived, l.total, l.grid_file, l.grid_line, l.first_exited.x, l.first_exited.y, l.first_exited.z);
+        "%s divergence: %lld of %lld blocks%s wait at %s at %s:%d, but block (%u, %u, %u) has exited; every block "
+        "must reach every %s (on a GPU the waiting blocks would never return)",
+        l.barrier_words, l.grid_arrived, l.total, l.members.empty() ? "" : " of the cluster", l.barrier, l.grid_file,
+        l.grid_line, l.first_exited.x, l.first_exited.y, l.first_exited.z, l.barrier_words);
 }
 
 // The block has met at grid_barrier(bar) at file:line: wait for every other block. Never
@@ -408,7 +423,8 @@ void grid_wait(Worker& w, void* bar, const char* file, int line) {
         fail(w, "%s", problem.c_str());
     }
     const unsigned long long opened = l.grid_generation;  // this barrier is open once it moves on
-    if (++l.grid_arrived == l.total) {
+    const bool last = ++l.grid_arrived == l.total;
+    if (last) {
         // The last block: leave the GridBarrier as the GPU's code does (count 0, generation
         // one on), then open it. No block can arrive or exit meanwhile: all wait here.
         lock.unlock();
@@ -417,7 +433,9 @@ void grid_wait(Worker& w, void* bar, const char* file, int line) {
         l.grid_arrived = 0;
         l.grid_generation++;
     }
-    pass_turn(l);
+    // At a cluster.sync() the last block runs on first: one that exits without a later sync then
+    // exits before the others read its shared memory, which map_shared_rank reports.
+    if (!last || l.members.empty()) pass_turn(l);
     l.grid_open.wait(lock, [&] { return (l.grid_generation != opened && l.turn == w.block.index) || l.failed; });
     const bool gave_up = l.failed;
     lock.unlock();
@@ -496,6 +514,7 @@ void run_block(Worker& w, uint3 idx) {
     Launch& l = *w.launch;
     BlockRun& b = w.block;
     b.block_idx = idx;
+    b.cluster_anchor = nullptr;
     b.serial = ++w.blocks_run;  // its static __shared__ variables are poisoned as its threads declare them
     memset(b.dynamic_shared, kSharedPoison, l.shared_bytes);
     b.block_dim = l.block;
@@ -561,8 +580,14 @@ void run_blocks(Worker& w) {
             if (l.failed) break;
         }
         w.block.index = i;
-        run_block(w, {unsigned(i % l.grid.x), unsigned(i / l.grid.x % l.grid.y),
-                      unsigned(i / ((long long)l.grid.x * l.grid.y))});
+        if (!l.members.empty()) {  // a cluster: block i is rank i
+            l.members[size_t(i)] = &w.block;
+            run_block(w, {l.origin.x + unsigned(i % l.cluster.x), l.origin.y + unsigned(i / l.cluster.x % l.cluster.y),
+                          l.origin.z + unsigned(i / ((long long)l.cluster.x * l.cluster.y))});
+        } else {
+            run_block(w, {unsigned(i % l.grid.x), unsigned(i / l.grid.x % l.grid.y),
+                          unsigned(i / ((long long)l.grid.x * l.grid.y))});
+        }
         if (l.co_resident) block_exited(w);
     }
     w.in_kernel = false;
@@ -705,6 +730,9 @@ extern "C" int __emu_syncthreads(int predicate, const char* file, int line) {
 extern "C" void __emu_grid_barrier(void* bar, const char* file, int line) {
     Fiber* f = static_cast<Fiber*>(self());
     BlockRun& b = *static_cast<BlockRun*>(f->block);
+    if (!b.worker->launch->members.empty())
+        fail(*b.worker, "grid_barrier at %s:%d in a launch with clusters: the emulator runs one cluster at a time",
+             file, line);
     f->state = BARRIER;
     f->what = "grid_barrier";
     f->value = 0;
@@ -712,6 +740,62 @@ extern "C" void __emu_grid_barrier(void* bar, const char* file, int line) {
     f->line = line;
     if (++b.at_barrier == b.nthreads) open_barrier(*b.worker, bar);
     suspend(f);
+}
+
+// include/cooperative_groups.h's this_cluster(): the cluster's shape; notes where this block's
+// thread_local variables lie (`anchor`, one of them), for map_shared_rank.
+extern "C" uint3 __emu_cluster_enter(const void* anchor) {
+    BlockRun& b = *static_cast<BlockRun*>(self()->block);
+    b.cluster_anchor = anchor;
+    const dim3 c = b.worker->launch->cluster;
+    return {c.x, c.y, c.z};
+}
+
+// cluster.sync(): the block's threads meet as at __syncthreads, then the cluster's blocks meet.
+extern "C" void __emu_cluster_sync(const char* file, int line) {
+    Fiber* f = static_cast<Fiber*>(self());
+    BlockRun& b = *static_cast<BlockRun*>(f->block);
+    Launch& l = *b.worker->launch;
+    f->state = BARRIER;
+    f->what = "cluster.sync()";
+    f->value = 0;
+    f->file = file;
+    f->line = line;
+    if (++b.at_barrier == b.nthreads) open_barrier(*b.worker, l.members.empty() ? nullptr : l.cluster_bar);
+    suspend(f);
+}
+
+// cluster.map_shared_rank(address, rank): the same variable in the shared memory of the block of
+// that rank: dynamic shared memory at the same offset, a static __shared__ variable (thread_local)
+// at the same distance from `anchor` on that block's worker.
+extern "C" void* __emu_cluster_map(const void* address, unsigned rank, const void* anchor, const char* file,
+                                   int line) {
+    BlockRun& b = *static_cast<BlockRun*>(self()->block);
+    Worker& w = *b.worker;
+    Launch& l = *w.launch;
+    const long long size = (long long)l.cluster.x * l.cluster.y * l.cluster.z;
+    if (rank >= size)
+        fail(w, "map_shared_rank(%p, %u) at %s:%d: the cluster has %lld blocks, ranks 0 to %lld", address, rank, file,
+             line, size, size - 1);
+    if (l.members.empty()) return const_cast<void*>(address);  // a cluster of one block: its own
+    std::unique_lock<std::mutex> lock(l.grid_lock);  // released before fail, which takes it
+    const bool exited = l.exited[rank];
+    const BlockRun* peer = l.members[rank];
+    lock.unlock();
+    if (exited)
+        fail(w,
+             "map_shared_rank(%p, %u) at %s:%d: the block of rank %u has exited, and its shared memory with it (a "
+             "cluster.sync() before any block exits keeps every block's shared memory there)",
+             address, rank, file, line, rank);
+    if (!peer || !peer->cluster_anchor)
+        fail(w,
+             "map_shared_rank(%p, %u) at %s:%d: the block of rank %u has not reached this_cluster() yet, so "
+             "nothing it stores is there to read (a cluster.sync() after its stores and before the read is missing)",
+             address, rank, file, line, rank);
+    const uintptr_t a = reinterpret_cast<uintptr_t>(address), mine = reinterpret_cast<uintptr_t>(b.dynamic_shared);
+    if (a >= mine && a < mine + l.shared_bytes) return peer->dynamic_shared + (a - mine);
+    return reinterpret_cast<void*>(a - reinterpret_cast<uintptr_t>(anchor) +
+                                   reinterpret_cast<uintptr_t>(peer->cluster_anchor));
 }
 
 extern "C" unsigned long long __emu_warp(int op, unsigned mask, unsigned long long value, int arg, int width,
@@ -870,26 +954,42 @@ extern "C" int emu_check_range(uintptr_t address, size_t bytes) {
 extern "C" int emu_workers(void) { return int(std::max(1u, std::thread::hardware_concurrency())); }
 
 // Runs a launch to completion on `workers` OS threads, or co-resident (one per block) when it
-// has at most `resident` blocks; returns 0, or -1 with the first error in `error`.
+// has at most `resident` blocks; a launch with clusters of more than one block (`cluster`, whose
+// extents divide the grid's), cluster by cluster, each co-resident. Returns 0, or -1 with the
+// first error in `error`.
 extern "C" int emu_launch(void (*entry)(void**), void** args, const char* name, const unsigned* grid,
-                          const unsigned* block, size_t shared_bytes, int workers, int resident, char* error,
-                          size_t error_bytes) {
+                          const unsigned* block, const unsigned* cluster, size_t shared_bytes, int workers,
+                          int resident, char* error, size_t error_bytes) {
     std::lock_guard<std::mutex> serial(g_launch_lock);  // one stream: launches run in order
     if (!g_pool) g_pool = new Pool;
-    Launch l;
-    l.entry = entry;
-    l.args = args;
-    l.name = name;
-    l.grid = dim3(grid[0], grid[1], grid[2]);
-    l.block = dim3(block[0], block[1], block[2]);
-    l.shared_bytes = shared_bytes;
-    l.total = (long long)l.grid.x * l.grid.y * l.grid.z;
-    l.resident = resident;
-    l.co_resident = l.total <= resident;
-    if (l.co_resident) l.exited.assign(size_t(l.total), 0);
-    g_pool->run(l, l.co_resident ? int(l.total) : workers);
-    fflush(stdout);  // a kernel's printf shows when the launch returns, as after a GPU's sync
-    if (!l.failed) return 0;
-    snprintf(error, error_bytes, "%s", l.error.c_str());
-    return -1;
+    const dim3 g(grid[0], grid[1], grid[2]), c(cluster[0], cluster[1], cluster[2]);
+    const long long size = (long long)c.x * c.y * c.z, clusters = (long long)g.x * g.y * g.z / size;
+    for (long long k = 0; k < (size > 1 ? clusters : 1); ++k) {
+        Launch l;
+        l.entry = entry;
+        l.args = args;
+        l.name = name;
+        l.grid = g;
+        l.block = dim3(block[0], block[1], block[2]);
+        l.cluster = c;
+        l.shared_bytes = shared_bytes;
+        l.total = size > 1 ? size : (long long)g.x * g.y * g.z;
+        l.resident = size > 1 ? size : resident;
+        l.co_resident = l.total <= l.resident;
+        if (l.co_resident) l.exited.assign(size_t(l.total), 0);
+        if (size > 1) {  // cluster k, in the order of the blocks of its rank 0
+            const unsigned across = g.x / c.x, down = g.y / c.y;
+            l.origin = {unsigned(k % across) * c.x, unsigned(k / across % down) * c.y,
+                        unsigned(k / ((long long)across * down)) * c.z};
+            l.members.assign(size_t(size), nullptr);
+            l.barrier = l.barrier_words = "cluster.sync()";
+        }
+        g_pool->run(l, l.co_resident ? int(l.total) : workers);
+        fflush(stdout);  // a kernel's printf shows when the launch returns, as after a GPU's sync
+        if (l.failed) {
+            snprintf(error, error_bytes, "%s", l.error.c_str());
+            return -1;
+        }
+    }
+    return 0;
 }

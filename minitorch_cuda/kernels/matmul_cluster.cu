@@ -14,7 +14,7 @@
 // so the bits are the two-launch product's; nothing goes through global memory but C.
 // The tile is stored by thread: value (i, j) of thread t at tile[i * TN + j][t], so a warp's
 // stores and the remote reads of rank 0's same thread t are 32 consecutive words.
-// The emulator refuses this file (cooperative groups); stage 9 tunes it only on a GPU.
+// Stage 9 tunes it only on a Hopper GPU; the CPU emulator runs it too, cluster by cluster.
 #include <cooperative_groups.h>
 
 #include "matmul_regtiled.cuh"
