@@ -174,10 +174,10 @@ def _refuse(text: str) -> None:
             )
 
 
-_ARGUMENTS = r"\s*\(((?:[^()]|\([^()]*\))*)\)"  # one level of nested parentheses
-_BOUNDS = re.compile(r"__launch_bounds__" + _ARGUMENTS)
-_CLUSTER = re.compile(r"__cluster_dims__" + _ARGUMENTS)
-_ATTRIBUTES = r"(?:(?:__launch_bounds__|__cluster_dims__)\s*\((?:[^()]|\([^()]*\))*\)\s*)*"
+_NESTED = r"(?:[^()]|\([^()]*\))*"  # an attribute's arguments: one level of nested parentheses
+_BOUNDS = re.compile(rf"__launch_bounds__\s*\(({_NESTED})\)")
+_CLUSTER = re.compile(rf"__cluster_dims__\s*\(({_NESTED})\)")
+_ATTRIBUTES = rf"(?:(?:__launch_bounds__|__cluster_dims__)\s*\({_NESTED}\)\s*)*"
 _KERNEL = re.compile(rf'(extern\s+"C"\s+)?__global__\s+({_ATTRIBUTES}void\s+{_ATTRIBUTES})(\w+)\s*\(')
 _DYNAMIC = re.compile(r"extern\s+__shared__\s+([^;\[\]]*?)\s*\b(\w+)\s*\[\s*\]\s*;")
 

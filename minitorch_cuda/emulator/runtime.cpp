@@ -161,6 +161,7 @@ struct Launch {
     dim3 cluster;
     uint3 origin{};
     std::vector<BlockRun*> members;  // by rank, once each block starts
+    bool clustered() const { return !members.empty(); }
     unsigned cluster_bar[2] = {0, 0};  // cluster.sync()'s barrier, a GridBarrier{count, generation}
     const char* barrier = "grid_barrier";  // what the blocks meet at, in messages: its call
     const char* barrier_words = "grid barrier";  // and in words
@@ -386,7 +387,7 @@ std::string grid_divergence(const Launch& l) {  // with grid_lock held
     return printf_string(
         "%s divergence: %lld of %lld blocks%s wait at %s at %s:%d, but block (%u, %u, %u) has exited; every block "
         "must reach every %s (on a GPU the waiting blocks would never return)",
-        l.barrier_words, l.grid_arrived, l.total, l.members.empty() ? "" : " of the cluster", l.barrier, l.grid_file,
+        l.barrier_words, l.grid_arrived, l.total, l.clustered() ? " of the cluster" : "", l.barrier, l.grid_file,
         l.grid_line, l.first_exited.x, l.first_exited.y, l.first_exited.z, l.barrier_words);
 }
 
@@ -435,7 +436,7 @@ void grid_wait(Worker& w, void* bar, const char* file, int line) {
     }
     // At a cluster.sync() the last block runs on first: one that exits without a later sync then
     // exits before the others read its shared memory, which map_shared_rank reports.
-    if (!last || l.members.empty()) pass_turn(l);
+    if (!last || !l.clustered()) pass_turn(l);
     l.grid_open.wait(lock, [&] { return (l.grid_generation != opened && l.turn == w.block.index) || l.failed; });
     const bool gave_up = l.failed;
     lock.unlock();
@@ -580,7 +581,7 @@ void run_blocks(Worker& w) {
             if (l.failed) break;
         }
         w.block.index = i;
-        if (!l.members.empty()) {  // a cluster: block i is rank i
+        if (l.clustered()) {  // block i is rank i
             l.members[size_t(i)] = &w.block;
             run_block(w, {l.origin.x + unsigned(i % l.cluster.x), l.origin.y + unsigned(i / l.cluster.x % l.cluster.y),
                           l.origin.z + unsigned(i / ((long long)l.cluster.x * l.cluster.y))});
@@ -730,7 +731,7 @@ extern "C" int __emu_syncthreads(int predicate, const char* file, int line) {
 extern "C" void __emu_grid_barrier(void* bar, const char* file, int line) {
     Fiber* f = static_cast<Fiber*>(self());
     BlockRun& b = *static_cast<BlockRun*>(f->block);
-    if (!b.worker->launch->members.empty())
+    if (b.worker->launch->clustered())
         fail(*b.worker, "grid_barrier at %s:%d in a launch with clusters: the emulator runs one cluster at a time",
              file, line);
     f->state = BARRIER;
@@ -761,7 +762,7 @@ extern "C" void __emu_cluster_sync(const char* file, int line) {
     f->value = 0;
     f->file = file;
     f->line = line;
-    if (++b.at_barrier == b.nthreads) open_barrier(*b.worker, l.members.empty() ? nullptr : l.cluster_bar);
+    if (++b.at_barrier == b.nthreads) open_barrier(*b.worker, l.clustered() ? l.cluster_bar : nullptr);
     suspend(f);
 }
 
@@ -777,7 +778,7 @@ extern "C" void* __emu_cluster_map(const void* address, unsigned rank, const voi
     if (rank >= size)
         fail(w, "map_shared_rank(%p, %u) at %s:%d: the cluster has %lld blocks, ranks 0 to %lld", address, rank, file,
              line, size, size - 1);
-    if (l.members.empty()) return const_cast<void*>(address);  // a cluster of one block: its own
+    if (!l.clustered()) return const_cast<void*>(address);  // a cluster of one block: its own
     std::unique_lock<std::mutex> lock(l.grid_lock);  // released before fail, which takes it
     const bool exited = l.exited[rank];
     const BlockRun* peer = l.members[rank];
