@@ -61,7 +61,7 @@
 #define WT_TILE_N WT_BN
 #endif
 #define WT_BK 32
-#define WT_BOX_BYTES 4096  // N-major: one TMA box of B, 32 rows of K by 32 columns of N (128-byte rows)
+#define WT_BOX_BYTES (WT_BK * 128)  // N-major: one TMA box of B, WT_BK rows of K by 32 columns of N (128-byte rows)
 #define WT_THREADS 384  // a producer warpgroup and two consumer warpgroups
 #define WT_PRODUCER_REGS 40
 #define WT_CONSUMER_REGS 232  // 128 x 40 + 256 x 232 <= 65536 registers
