@@ -29,7 +29,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from . import driver
+from . import device_process, driver
 from .errors import CompileError, LogicError
 
 HERE = Path(__file__).resolve().parent
@@ -290,8 +290,15 @@ class Library:
     """A compiled kernel library: its launch entries and launch bounds, by kernel name."""
 
     def __init__(self, path: Path, kernels: dict[str, tuple[str | None, str | None]]):
-        self.cdll = ctypes.CDLL(str(path))
         self.names = set(kernels)
+        process = device_process.current()
+        if process is not None:  # loaded by the device process only (its numbers are what it says)
+            found = process.load(path, sorted(kernels))
+            self._entries = {name: entry for name, (entry, _, _) in found.items()}
+            self.max_threads = {name: bounds or 1024 for name, (_, bounds, _) in found.items()}
+            self.cluster = {name: cluster for name, (_, _, cluster) in found.items()}
+            return
+        self.cdll = ctypes.CDLL(str(path))
         self.max_threads = {
             name: ctypes.c_int.in_dll(self.cdll, f"__emu_bounds_{name}").value if bounds else 1024
             for name, (bounds, _) in kernels.items()
@@ -302,6 +309,9 @@ class Library:
         }
 
     def entry(self, name: str):
+        """The kernel's launch entry: a function of this process, or its address in the device process."""
+        if not hasattr(self, "cdll"):
+            return self._entries[name]
         return getattr(self.cdll, f"__emu_entry_{name}")
 
 

@@ -23,7 +23,7 @@ import weakref
 
 import numpy as np
 
-from . import compiler
+from . import compiler, device_process
 from .errors import CompileError, Error, LaunchError, LogicError, MemoryError
 
 __all__ = ["CompileError", "Error", "LaunchError", "LogicError", "MemoryError"]
@@ -146,17 +146,28 @@ class DeviceAllocation:
     unmapped by ``free()`` or when the object is gone (never earlier: a reference cycle's other
     finalizers may hand it back to a pool, as they may a PyCUDA allocation)."""
 
+    made = 0  # allocations so far: device_process.isolate() must come before the first
+
     def __init__(self, nbytes: int):
+        DeviceAllocation.made += 1
         self.nbytes = nbytes
         data = -(-max(nbytes, 1) // 16) * 16
-        try:
-            self._map = mmap.mmap(-1, -(-data // mmap.PAGESIZE) * mmap.PAGESIZE + 2 * mmap.PAGESIZE, mmap.MAP_PRIVATE)
-        except OSError as exc:
-            raise MemoryError(f"cuMemAlloc failed: out of memory ({nbytes} bytes: {exc})") from None
-        view = ctypes.c_char.from_buffer(self._map)
-        base = ctypes.addressof(view)
-        del view  # the mapping may be closed only once nothing exports it
+        length = -(-data // mmap.PAGESIZE) * mmap.PAGESIZE + 2 * mmap.PAGESIZE
+        process = device_process.current()
+        if process is not None:  # shared with the device process that runs the launches
+            self._map = device_process.SharedMapping(length, nbytes, process)
+            base = self._map.address
+        else:
+            try:
+                self._map = mmap.mmap(-1, length, mmap.MAP_PRIVATE)
+            except OSError as exc:
+                raise MemoryError(f"cuMemAlloc failed: out of memory ({nbytes} bytes: {exc})") from None
+            view = ctypes.c_char.from_buffer(self._map)
+            base = ctypes.addressof(view)
+            del view  # the mapping may be closed only once nothing exports it
         self.ptr = _runtime().emu_register(base, len(self._map), nbytes)
+        if process is not None:
+            self._map.data = self.ptr
 
     def __int__(self) -> int:
         return self.ptr
@@ -388,6 +399,14 @@ class Function:
             raise LogicError(f"kernel '{self.name}': an argument does not fit its parameter type ({exc})") from None
         base = ctypes.addressof(packed)
         pointers = (ctypes.c_void_p * max(1, self._count))(*(base + 8 * i for i in range(self._count)))
+        process = device_process.current()
+        if process is not None:
+            try:
+                process.launch(self._entry, self.name, grid, block, self.cluster, shared_size, _workers(),
+                               MULTIPROCESSORS, packed.raw[: 8 * self._count])  # fmt: skip
+            except LaunchError as exc:
+                raise LaunchError(f"{_short_paths(str(exc))} (emulated on the CPU)") from None
+            return
         error = ctypes.create_string_buffer(4096)
         dims = ctypes.c_uint * 3
         rc = _runtime().emu_launch(
@@ -395,5 +414,9 @@ class Function:
             dims(*self.cluster), shared_size, _workers(), MULTIPROCESSORS, error, len(error),
         )  # fmt: skip
         if rc != 0:
-            message = re.sub(r"/[^\s:'\"]*/([^/\s:'\"]+)", r"\1", error.value.decode(errors="replace"))
-            raise LaunchError(f"{message} (emulated on the CPU)")
+            raise LaunchError(f"{_short_paths(error.value.decode(errors='replace'))} (emulated on the CPU)")
+
+
+def _short_paths(message: str) -> str:
+    """A file's name for its path (the build's temporary folder means nothing to a reader)."""
+    return re.sub(r"/[^\s:'\"]*/([^/\s:'\"]+)", r"\1", message)

@@ -180,6 +180,7 @@ def check_kernel(ex, kernel_source: str, sanitize: bool, sanitize_timeout: float
     compute-sanitizer (the runner allows for ``sanitize_timeout`` more)."""
     import minitorch_cuda as mt
 
+    from ..emulator import device_process
     from . import checks, native, sanitizer, verdict
     from .verdict import CheckResult
 
@@ -189,6 +190,7 @@ def check_kernel(ex, kernel_source: str, sanitize: bool, sanitize_timeout: float
         if refused:  # the emulator would run, as C++, what nvcc refuses (a call to a host function)
             return CheckResult(ex.id, False, verdict.COMPILE_ERROR, "nvcc refuses the kernel for the GPU", refused)
         native.guard()  # and host code that nvcc accepts but never runs on a GPU (a constructor)
+        device_process.isolate()  # the kernel runs in a filtered process of its own, never in this one
     try:
         result = checks.run_check(ex.id, kernel_source)
     except NotImplementedError:
@@ -221,7 +223,7 @@ def check(exercise_id: str, payload_file: str, result_file: str) -> int:
         if subject is not None:
             subject.close()
     elif ex.kind == "cuda":
-        if os.environ.get("MINITORCH_CUDA_EMULATE") == "1":  # the kernel runs here, as native code
+        if os.environ.get("MINITORCH_CUDA_EMULATE") == "1":  # limits the device process inherits
             sandbox.limit_resources(memory_bytes=EMULATED_MEMORY)  # a printf loop, a memory bomb
         timeouts = float(payload.get("sanitize_timeout", 90)), float(payload.get("timeout", 120))
         result = check_kernel(ex, payload["source"], bool(payload.get("sanitize")), *timeouts)
@@ -250,10 +252,12 @@ def execute(notebook: str, result_file: str, cell_timeout: str) -> int:
 
 def launch(exercise_id: str, kernel_file: str) -> int:
     """The small launch the sanitizer (or the emulator) watches; a fault prints ``fault: ...``."""
+    from ..emulator import device_process
     from . import checks, exercises, kernel_checks, native, sanitizer, verdict
 
     if os.environ.get("MINITORCH_CUDA_EMULATE") == "1":
         native.guard()  # a constructor's _exit(0) would report the emulator's launch clean
+        device_process.isolate()  # and the launch runs in a filtered process of its own
     try:
         kernel_checks.small_launch(exercises.get(exercise_id), Path(kernel_file).read_text())
     except Exception as exc:
