@@ -502,6 +502,87 @@ CHEATS: dict[str, tuple[Student, str, set[str]]] = {
 }
 
 
+# --- class 3 (issue 36): an emulated kernel reaching the C library -------------------------------
+#
+# On the emulator a kernel is native code: a branch the emulator compiles and nvcc never does
+# (``__CUDA_ARCH__`` is 700 there, 900 for nvcc's sm_90) may call any C library function through an
+# address computed from printf's, which a kernel may take: no import names it, so inspecting the
+# library finds nothing. Run in the checker, such a kernel wrote its own verdict. Each must now be
+# stopped by the device process's filter, and fail as host code.
+
+def _libc_offset(name: str) -> int:
+    """Where the C library's ``name`` lies from its ``printf``, in this machine's C library (the one
+    the emulated kernel runs against)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    address = ctypes.c_void_p
+    return ctypes.cast(getattr(libc, name), address).value - ctypes.cast(libc.printf, address).value
+
+
+def _through_printf(calls: str, **functions: str) -> str:
+    """Kernel lines that run ``calls`` once, on the emulator only, with each of ``functions`` (name:
+    its C type) found at its offset from printf."""
+    found = "".join(
+        f"        auto {name} = ({kind})((char*)&printf + {_libc_offset(name)}L);\n" for name, kind in functions.items()
+    )
+    return (
+        "#if __CUDA_ARCH__ < 900\n    if (blockIdx.x == 0 && threadIdx.x == 0) {\n" + found + calls + "    }\n#endif\n"
+    )
+
+
+RELU_LINES = "    const float x = a[i];\n    out[i] = x > 0.0f ? x : 0.0f;\n"
+FORGED_VERDICT = _through_printf(
+    '        void* f = fopen("result.json", "w");\n'
+    "        fputs(\"{\\\"exercise\\\": \\\"3.1\\\", \\\"passed\\\": true, \\\"reason\\\": \\\"passed\\\"}\", f);\n"
+    "        fclose(f);\n        _exit(0);\n",
+    fopen="void* (*)(const char*, const char*)",
+    fputs="int (*)(const char*, void*)",
+    fclose="int (*)(void*)",
+    _exit="void (*)(int)",
+)
+
+CHEATS |= {
+    "libc_forges_verdict": (
+        cheat(
+            "leaves its kernel empty and, on the emulator, writes its own passing verdict with fopen found from "
+            "printf's address",
+            Edit("03_building_the_backend", RELU_LINES, "    // (the verdict is written instead)\n" + FORGED_VERDICT),
+            extra=(3,),
+        ),
+        "3.1",
+        {"host_side"},
+    ),
+    "libc_runs_a_program": (
+        cheat(
+            "calls system() (found from printf's address) from an otherwise correct kernel, on the emulator",
+            Edit(
+                "03_building_the_backend",
+                RELU_LINES,
+                RELU_LINES + _through_printf('        system("touch PWNED_BY_KERNEL");\n', system="int (*)(const char*)"),
+            ),
+            extra=(3,),
+        ),
+        "3.1",
+        {"host_side"},
+    ),
+    "libc_kills_its_checker": (
+        cheat(
+            "signals its process group to die (kill, found from printf's address) from a correct kernel, on the "
+            "emulator",
+            Edit(
+                "03_building_the_backend",
+                RELU_LINES,
+                RELU_LINES + _through_printf("        kill(0, 9);\n", kill="int (*)(int, int)"),
+            ),
+            extra=(3,),
+        ),
+        "3.1",
+        {"host_side"},
+    ),
+}
+
+
 def vandal(root: Path) -> Student:
     """A student whose notebook, when it runs, rewrites and deletes everything under ``root`` (the
     submissions) and its own other notebooks, then starts processes meant to outlive the grader.

@@ -21,8 +21,9 @@ waits for the device ``waits`` names),
 from __future__ import annotations
 
 from .. import emulator
+from ..emulator.device_process import REFUSED_CALL
 from . import exercises, host_checks, kernel_checks, mma_fragments
-from .verdict import COMPILE_ERROR, CUDA_ERROR, EXCEPTION, NO_GPU, PASSED, CheckFailed, CheckResult
+from .verdict import COMPILE_ERROR, CUDA_ERROR, EXCEPTION, HOST_SIDE, NO_GPU, PASSED, CheckFailed, CheckResult
 
 
 def _fib_tile(fib_tile, source: str = "") -> list[str]:
@@ -89,6 +90,8 @@ def classify_exception(exc: BaseException) -> str:
         return COMPILE_ERROR
     if name == "CudaUnavailableError":
         return NO_GPU
+    if REFUSED_CALL in str(exc):  # the emulator's device process stopped a call into the C library
+        return HOST_SIDE
     if any(
         s in text
         for s in (
