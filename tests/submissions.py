@@ -510,7 +510,7 @@ CHEATS: dict[str, tuple[Student, str, set[str]]] = {
 # library finds nothing. Run in the checker, such a kernel wrote its own verdict. Each must now be
 # stopped by the device process's filter, and fail as host code.
 
-def _libc_offset(name: str) -> int:
+def libc_offset(name: str) -> int:
     """Where the C library's ``name`` lies from its ``printf``, in this machine's C library (the one
     the emulated kernel runs against)."""
     import ctypes
@@ -520,11 +520,11 @@ def _libc_offset(name: str) -> int:
     return ctypes.cast(getattr(libc, name), address).value - ctypes.cast(libc.printf, address).value
 
 
-def _through_printf(calls: str, **functions: str) -> str:
+def through_printf(calls: str, **functions: str) -> str:
     """Kernel lines that run ``calls`` once, on the emulator only, with each of ``functions`` (name:
     its C type) found at its offset from printf."""
     found = "".join(
-        f"        auto {name} = ({kind})((char*)&printf + {_libc_offset(name)}L);\n" for name, kind in functions.items()
+        f"        auto {name} = ({kind})((char*)&printf + {libc_offset(name)}L);\n" for name, kind in functions.items()
     )
     return (
         "#if __CUDA_ARCH__ < 900\n    if (blockIdx.x == 0 && threadIdx.x == 0) {\n" + found + calls + "    }\n#endif\n"
@@ -532,7 +532,7 @@ def _through_printf(calls: str, **functions: str) -> str:
 
 
 RELU_LINES = "    const float x = a[i];\n    out[i] = x > 0.0f ? x : 0.0f;\n"
-FORGED_VERDICT = _through_printf(
+FORGED_VERDICT = through_printf(
     '        void* f = fopen("result.json", "w");\n'
     "        fputs(\"{\\\"exercise\\\": \\\"3.1\\\", \\\"passed\\\": true, \\\"reason\\\": \\\"passed\\\"}\", f);\n"
     "        fclose(f);\n        _exit(0);\n",
@@ -559,7 +559,7 @@ CHEATS |= {
             Edit(
                 "03_building_the_backend",
                 RELU_LINES,
-                RELU_LINES + _through_printf('        system("touch PWNED_BY_KERNEL");\n', system="int (*)(const char*)"),
+                RELU_LINES + through_printf('        system("touch PWNED_BY_KERNEL");\n', system="int (*)(const char*)"),
             ),
             extra=(3,),
         ),
@@ -573,7 +573,7 @@ CHEATS |= {
             Edit(
                 "03_building_the_backend",
                 RELU_LINES,
-                RELU_LINES + _through_printf("        kill(0, 9);\n", kill="int (*)(int, int)"),
+                RELU_LINES + through_printf("        kill(0, 9);\n", kill="int (*)(int, int)"),
             ),
             extra=(3,),
         ),

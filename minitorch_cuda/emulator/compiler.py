@@ -80,8 +80,9 @@ PTX = [  # the first word of an inline-PTX string -> what it is
 
 # Where the framework caches compiled kernels (cuda/runtime.py's CACHE_DIR), unless a caller names another.
 DEFAULT_CACHE = Path(os.environ.get("MINITORCH_CUDA_CACHE", Path.home() / ".cache" / "minitorch_cuda"))
-# Called with every kernel library's path before it is loaded into this process, to refuse it by
-# raising (the grader's inspection of a student's library: grade/native.py); None loads every one.
+# Called with every kernel library's path before it is loaded (here, or in the device process where
+# device_process.isolate() was called), to refuse it by raising (grade/native.py's early refusal of
+# host code); None loads every one.
 before_load: Callable[[Path], None] | None = None
 
 

@@ -21,7 +21,8 @@ Notebooks and tests keep running kernels in their own process (the student's own
 student's own process), which is faster: a launch through the device process costs about 0.1 ms
 more (a message each way) and each new allocation a memfd and a mapping on both sides.
 x86-64 Linux only, as the emulator itself; where the filter cannot be installed, ``isolate()``
-refuses (the grader then cannot grade emulated kernels) rather than run them unfiltered.
+refuses rather than run kernels unfiltered (the grader then leaves the exercise not graded, for a
+GPU or another machine).
 """
 
 from __future__ import annotations
@@ -341,7 +342,13 @@ def isolate() -> None:
 
     if driver.DeviceAllocation.made:
         raise LogicError("isolate() must come before the first device allocation, which the device could not see")
-    _process = DeviceProcess()
+    process = DeviceProcess()
+    try:  # now, so that a machine where the filter cannot be installed is told apart from a kernel's fault
+        with process.lock:
+            process._start()
+    except (Error, OSError) as exc:
+        raise Error(f"the CPU emulator cannot run a kernel it must not trust on this machine: {exc}") from None
+    _process = process
 
 
 def current() -> DeviceProcess | None:

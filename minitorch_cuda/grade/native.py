@@ -1,9 +1,13 @@
-"""What a kernel library built by the CPU emulator may contain before the checker loads it.
+"""An early refusal, with a message a student understands, of kernel libraries that hold host code.
 
-On the emulator a kernel is native code in the checking process, where the verdict is
-written: host code in its source (a constructor, a static object, a destructor, an
-``#if __CUDA_ARCH__`` branch that nvcc never compiles) would run there and could write
-the result itself. ``guard()`` makes every library the emulator builds in this process
+The guarantee does not come from here: the grader runs every emulated kernel in the emulator's
+device process (emulator/device_process.py), under a system call filter, and never loads a
+kernel library into the checking process; a library that calls the C library through an address
+it computed (which no inspection sees) is stopped there. What this adds is the plain case named
+before anything runs: host code in the source (a constructor, a static object, a destructor, an
+``#if __CUDA_ARCH__`` branch that nvcc never compiles) that imports what device code cannot call
+gets "host code, which a GPU never runs", the same verdict the filter gives, with the function's
+name. ``guard()`` makes every library the emulator builds in this process
 pass ``refusal`` before it is loaded (the emulator's ``compiler.before_load``): nothing
 that runs on loading or unloading (one entry each in ``.init_array`` and ``.fini_array``,
 those g++ puts in every library; no

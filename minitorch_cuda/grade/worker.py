@@ -190,7 +190,10 @@ def check_kernel(ex, kernel_source: str, sanitize: bool, sanitize_timeout: float
         if refused:  # the emulator would run, as C++, what nvcc refuses (a call to a host function)
             return CheckResult(ex.id, False, verdict.COMPILE_ERROR, "nvcc refuses the kernel for the GPU", refused)
         native.guard()  # and host code that nvcc accepts but never runs on a GPU (a constructor)
-        device_process.isolate()  # the kernel runs in a filtered process of its own, never in this one
+        try:
+            device_process.isolate()  # the kernel runs in a filtered process of its own, never in this one
+        except device_process.Error as exc:  # the machine's lack, not the student's: graded elsewhere
+            return CheckResult(ex.id, False, verdict.NO_GPU, f"{exc}; grade this exercise on a GPU")
     try:
         result = checks.run_check(ex.id, kernel_source)
     except NotImplementedError:
