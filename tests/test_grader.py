@@ -366,6 +366,23 @@ def test_a_cheat_loses_exactly_its_exercise(cheat_grades, name) -> None:
             )
 
 
+# class 3's cheats (tests/submissions.py) and the words the refusal of each must use
+LIBC_CALLS = {"libc_forges_verdict": "open a file", "libc_runs_a_program": "a system call", "libc_kills_its_checker": "send a signal"}
+
+
+@pytest.mark.skipif(bool(runner.visible_gpus()), reason="on a GPU the cheats' emulator-only branch is not compiled")
+def test_a_kernel_reaching_the_c_library_is_stopped_and_named_on_the_emulator(cheat_grades) -> None:
+    """Each call reached through printf's address is stopped by the device process's filter before it
+    happens: host code, with the call named for the student; the checker gave its verdict."""
+    if not _emulator_usable():
+        pytest.skip("the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing")
+    results, _, _ = cheat_grades
+    for name, named in LIBC_CALLS.items():
+        result = results[(name, "3.1")]
+        assert result["reason"] == verdict.HOST_SIDE and result.get("emulated"), result
+        assert "which device code cannot do" in result["message"] and named in result["message"], result
+
+
 def test_cheats_change_no_file_and_leave_no_process(cheat_grades) -> None:
     _, subs, before = cheat_grades
     assert tree_bytes(subs) == before

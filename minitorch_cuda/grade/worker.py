@@ -265,7 +265,8 @@ def launch(exercise_id: str, kernel_file: str) -> int:
         kernel_checks.small_launch(exercises.get(exercise_id), Path(kernel_file).read_text())
     except Exception as exc:
         host = isinstance(exc, verdict.CheckFailed) and exc.reason == verdict.HOST_SIDE
-        faulted = host or checks.classify_exception(exc) == verdict.CUDA_ERROR
+        # a fault, or a call into the C library that the device process stopped (host code)
+        faulted = host or checks.classify_exception(exc) in (verdict.CUDA_ERROR, verdict.HOST_SIDE)
         text = exc.message if host else f"{type(exc).__name__}: {exc}"
         print(f"{'fault' if faulted else 'error'}: {text}"[:2000], flush=True)
         return sanitizer.EMULATOR_FAULT if faulted else 4
