@@ -512,6 +512,7 @@ CHEATS: dict[str, tuple[Student, str, set[str]]] = {
 # the empty kernel fails as such, and the correct ones fail the sanitizer's step, whose launch on the
 # emulator the filter stops.
 
+
 def libc_offset(name: str) -> int:
     """Where the C library's ``name`` lies from its ``printf``, in this machine's C library (the one
     the emulated kernel runs against)."""
@@ -536,7 +537,7 @@ def through_printf(calls: str, **functions: str) -> str:
 RELU_LINES = "    const float x = a[i];\n    out[i] = x > 0.0f ? x : 0.0f;\n"
 FORGED_VERDICT = through_printf(
     '        void* f = fopen("result.json", "w");\n'
-    "        fputs(\"{\\\"exercise\\\": \\\"3.1\\\", \\\"passed\\\": true, \\\"reason\\\": \\\"passed\\\"}\", f);\n"
+    '        fputs("{\\"exercise\\": \\"3.1\\", \\"passed\\": true, \\"reason\\": \\"passed\\"}", f);\n'
     "        fclose(f);\n        _exit(0);\n",
     fopen="void* (*)(const char*, const char*)",
     fputs="int (*)(const char*, void*)",
@@ -561,7 +562,8 @@ CHEATS |= {
             Edit(
                 "03_building_the_backend",
                 RELU_LINES,
-                RELU_LINES + through_printf('        system("touch PWNED_BY_KERNEL");\n', system="int (*)(const char*)"),
+                RELU_LINES
+                + through_printf('        system("touch PWNED_BY_KERNEL");\n', system="int (*)(const char*)"),
             ),
             extra=(3,),
         ),

@@ -51,7 +51,7 @@ def run(code: str, where: str, cwd: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-KERNELS = r'''
+KERNELS = r"""
 __global__ void scale(float* out, const float* a, float s, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = s * a[i];
@@ -71,7 +71,7 @@ __global__ void block_sum(float* out, const float* a, int n) {  // shared memory
 }
 __global__ void past_the_end(float* out, int n) { out[n + 64] = 1.0f; }
 __global__ void load_first(float* out, const float* a) { out[0] = a[0]; }
-'''
+"""
 
 SAME_EVERYWHERE = f"""
 source = {KERNELS!r}

@@ -367,7 +367,11 @@ def test_a_cheat_loses_exactly_its_exercise(cheat_grades, name) -> None:
 
 
 # class 3's cheats (tests/submissions.py) and the words the refusal of each must use
-LIBC_CALLS = {"libc_forges_verdict": "open a file", "libc_runs_a_program": "a system call", "libc_kills_its_checker": "send a signal"}
+LIBC_CALLS = {
+    "libc_forges_verdict": "open a file",
+    "libc_runs_a_program": "a system call",
+    "libc_kills_its_checker": "send a signal",
+}
 
 
 @pytest.mark.skipif(bool(runner.visible_gpus()), reason="on a GPU the cheats' emulator-only branch is not compiled")

@@ -49,9 +49,7 @@ SOURCE = Path(__file__).resolve().with_name("device_process.cpp")
 # The protocol of device_process.cpp: requests, and the structs they carry
 MAP, UNMAP, LOAD, LAUNCH = 1, 2, 3, 4
 OK, FAILED, SYSCALL = 0, 1, 2
-REQUEST, REGION, SYMBOL, LAUNCH_HEAD, REPLY = (
-    struct.Struct(f) for f in ("<II", "<QQQ", "<QiIII", "<Q9I4xQii", "<iiI")
-)
+REQUEST, REGION, SYMBOL, LAUNCH_HEAD, REPLY = (struct.Struct(f) for f in ("<II", "<QQQ", "<QiIII", "<Q9I4xQii", "<iiI"))
 MAX_MESSAGE = 1 << 16
 MAX_FDS = 200  # descriptors per MAP message (the kernel's limit is 253)
 
@@ -257,7 +255,9 @@ class DeviceProcess:
             if code == -signal.SIGSYS:
                 raise self._fail(f"{what}: {refused_call(None)}")
             died = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
-            raise self._fail(f"{what}: the emulated device's process {died} without an answer" + (f" ({error})" if error else ""))
+            raise self._fail(
+                f"{what}: the emulated device's process {died} without an answer" + (f" ({error})" if error else "")
+            )
         status, number, length = REPLY.unpack_from(data)
         text = data[REPLY.size : REPLY.size + min(length, MAX_MESSAGE)]
         if status == OK:

@@ -202,7 +202,7 @@ def seed_emulator_cache(workdir: Path) -> None:
 def build_emulator_runtime() -> None:
     """Build the emulator's runtime and device process once in the grader's cache (trusted code), for
     the sandboxes to copy."""
-    code = "from minitorch_cuda.emulator import compiler, device_process; compiler.runtime_library(); device_process.binary()"
+    code = "from minitorch_cuda.emulator import compiler as c, device_process as d; c.runtime_library(); d.binary()"
     env = dict(os.environ, MINITORCH_CUDA_EMULATE="1", CUDA_VISIBLE_DEVICES="")
     env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     with contextlib.suppress(OSError, subprocess.SubprocessError):
