@@ -173,3 +173,25 @@ def test_isolating_after_an_allocation_is_refused(tmp_path) -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert "refused: isolate() must come before the first device allocation" in done.stdout, done.stderr
+
+
+# A kernel that answers for the device process (to report its launch clean), sent to every likely descriptor
+FORGED_REPLIES = {
+    "short": ("int reply[3] = {0, 0, 0};", 12, "malformed reply"),
+    "out_of_turn": ("long reply[3] = {0, 0, 0};", 24, "answered out of turn"),
+}
+
+
+@pytest.mark.parametrize("form", list(FORGED_REPLIES))
+def test_a_reply_the_kernel_forges_fails_its_launch(tmp_path, form) -> None:
+    """The kernel runs in the process that answers, so it can write an answer; one that is not the
+    answer to the request in turn fails the launch instead of hiding the kernel's fault."""
+    declaration, size, named = FORGED_REPLIES[form]
+    forge = f"        {declaration}\n        for (int fd = 3; fd < 16; ++fd) send(fd, reply, {size}, 0x4000);\n"
+    lines = through_printf(forge, send="long (*)(int, const void*, unsigned long, int)")
+    source = 'extern "C" __global__ void reach(float* out, int n) {\n' + lines + "    out[n + 64] = 1.0f;\n}\n"
+    code = f"""
+    d = drv.mem_alloc(64)
+    out["first"] = launch({source!r}, "reach", "Pi", (1, 1, 1), (1, 1, 1), d, 16)
+    """
+    assert named in run(code, "isolated", tmp_path)["first"]

@@ -51,6 +51,7 @@ enum Status : int32_t { OK = 0, FAILED = 1, SYSCALL = 2 };
 
 struct Request {
     uint32_t kind, count;
+    uint64_t serial;  // echoed in the reply: an answer out of turn (forged by a kernel) shows
 };
 struct Region {  // MAP: where the caller mapped a memfd, and the buffer's size; UNMAP: data is the buffer
     uint64_t map, map_bytes, bytes_or_data;
@@ -68,18 +69,21 @@ struct Launch {
     // then `count` 8-byte argument slots, then the kernel's name
 };
 struct Reply {
+    uint64_t serial;  // the request's
     int32_t status, syscall;
     uint32_t length;  // of the text that follows
+    uint32_t reserved;
 };
 
 constexpr size_t kMaxMessage = 1 << 16;
 constexpr int kMaxFds = 200;
 
 int g_socket = -1;
+uint64_t g_serial = 0;  // of the request being served
 
 void reply(int32_t status, const std::string& text = "", int32_t syscall_nr = 0) {
     std::string message(sizeof(Reply), '\0');
-    const Reply head{status, syscall_nr, uint32_t(std::min(text.size(), kMaxMessage - sizeof(Reply)))};
+    const Reply head{g_serial, status, syscall_nr, uint32_t(std::min(text.size(), kMaxMessage - sizeof(Reply))), 0};
     memcpy(&message[0], &head, sizeof head);
     message.append(text, 0, head.length);
     send(g_socket, message.data(), message.size(), MSG_NOSIGNAL);
@@ -104,7 +108,7 @@ void on_sigsys(int, siginfo_t* info, void* context) {
             }
         }
     }
-    const Reply head{SYSCALL, info->si_syscall, 0};
+    const Reply head{g_serial, SYSCALL, info->si_syscall, 0, 0};
     syscall(SYS_sendto, g_socket, &head, sizeof head, MSG_NOSIGNAL, nullptr, 0);
     syscall(SYS_exit_group, 125);
 }
@@ -307,6 +311,7 @@ int main(int argc, char** argv) {
         Request request;
         if (size_t(got) < sizeof request) return 1;
         memcpy(&request, buffer.data(), sizeof request);
+        g_serial = request.serial;
         const char* body = buffer.data() + sizeof request;
         const size_t size = size_t(got) - sizeof request;
         switch (request.kind) {

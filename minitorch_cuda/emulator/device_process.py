@@ -52,7 +52,9 @@ SOURCE = Path(__file__).resolve().with_name("device_process.cpp")
 # The protocol of device_process.cpp: requests, and the structs they carry
 MAP, UNMAP, LOAD, LAUNCH = 1, 2, 3, 4
 OK, FAILED, SYSCALL = 0, 1, 2
-REQUEST, REGION, SYMBOL, LAUNCH_HEAD, REPLY = (struct.Struct(f) for f in ("<II", "<QQQ", "<QiIII", "<Q9I4xQii", "<iiI"))
+REQUEST, REGION, SYMBOL, LAUNCH_HEAD, REPLY = (
+    struct.Struct(f) for f in ("<IIQ", "<QQQ", "<QiIII", "<Q9I4xQii", "<QiiI4x")
+)
 MAX_MESSAGE = 1 << 16
 MAX_FDS = 200  # descriptors per MAP message (the kernel's limit is 253)
 
@@ -208,6 +210,7 @@ class DeviceProcess:
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
         self.failure: str | None = None  # why it stopped: every later request fails with it
+        self.serial = 0  # of the last request: its reply must echo it
         self.to_map: list[SharedMapping] = []  # allocated here, not yet mapped there
         self.to_unmap: list[tuple[int, int, int]] = []  # (map, bytes, 0) freed here, still mapped there
         self.sent: weakref.WeakSet = weakref.WeakSet()
@@ -253,7 +256,11 @@ class DeviceProcess:
             data, error = b"", exc
         else:
             error = None
-        if len(data) < REPLY.size:
+        if data and len(data) < REPLY.size:
+            raise self._fail(f"{what}: the emulated device's process answered with a malformed reply")
+        if not data:  # it ended, or closed its end (then it is ended here)
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.kill()
             code = self.proc.wait() if self.proc is not None else None
             if code == -signal.SIGSYS:
                 raise self._fail(f"{what}: {refused_call(None)}")
@@ -261,7 +268,9 @@ class DeviceProcess:
             raise self._fail(
                 f"{what}: the emulated device's process {died} without an answer" + (f" ({error})" if error else "")
             )
-        status, number, length = REPLY.unpack_from(data)
+        serial, status, number, length = REPLY.unpack_from(data)
+        if serial != self.serial:  # a reply the kernel wrote itself (to hide a fault), or a stale one
+            raise self._fail(f"{what}: the emulated device's process answered out of turn (a reply the kernel forged?)")
         text = data[REPLY.size : REPLY.size + min(length, MAX_MESSAGE)]
         if status == OK:
             return text
@@ -286,7 +295,8 @@ class DeviceProcess:
 
     def _send(self, kind: int, count: int, body: bytes, what: str, fds=()) -> None:
         try:
-            socket.send_fds(self.sock, [REQUEST.pack(kind, count) + body], list(fds))
+            self.serial += 1
+            socket.send_fds(self.sock, [REQUEST.pack(kind, count, self.serial) + body], list(fds))
         except OSError as exc:
             raise self._fail(f"{what}: the emulated device's process is gone ({exc})") from None
 
