@@ -440,6 +440,14 @@ LEAVE_BEHIND = (
     "    os.setsid()\n"
     f"    os.execvp('sleep', ['sleep', '{MARKER + 1}'])"
 )
+READ_THE_SOLUTION = (  # an editable install's package sits in the repository, beside solutions/
+    "    import pathlib, re, minitorch_cuda\n"
+    "    shipped = pathlib.Path(minitorch_cuda.__file__).parents[1] / 'solutions' / '19_tensor_cores.md'\n"
+    "    answer = re.search(r'def round_to_tf32.*?(?=\\n```)', shipped.read_text(), re.S).group()\n"
+    "    found = {}\n"
+    "    exec(answer, {'np': np}, found)\n"
+    "    return found['round_to_tf32'](x)\n"
+)
 KILL_PARENT = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.killpg(0, signal.SIGKILL)"
 
 CHEATS: dict[str, tuple[Student, str, set[str]]] = {
@@ -499,7 +507,20 @@ CHEATS: dict[str, tuple[Student, str, set[str]]] = {
         "19.1",
         {"wrong_result"},
     ),
+    # --- the answer is reachable (issue 36, class 1) ---
+    "reads_the_solutions": (
+        cheat(
+            "reads 19.1's answer from the checkout's solutions/ folder, next to the installed package",
+            Edit("19_tensor_cores", ROUND_TO_TF32, ROUND_TO_TF32 + READ_THE_SOLUTION),
+        ),
+        "19.1",
+        {"exception"},
+    ),
 }
+
+
+# what only bubblewrap's mount namespace stops: without it the subject can read any file by path
+SANDBOX_ONLY = {"reads_the_solutions"}
 
 
 def vandal(root: Path) -> Student:

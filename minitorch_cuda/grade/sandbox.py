@@ -105,6 +105,21 @@ def _read_only_paths() -> list[str]:
     return out
 
 
+def _course_content(read_only: list[str]) -> list[Path]:
+    """What of a checkout the sandbox must not show: installed editable (or put on PYTHONPATH), the
+    package sits in the course's repository, whose ``solutions/``, ``exercises/``, ``tests/`` and
+    ``chapters/`` hold every exercise's answer. Every entry beside the package is hidden, except one
+    holding a path the sandbox needs (a virtual environment kept in the checkout)."""
+    if not (PACKAGE_ROOT / "pyproject.toml").is_file():  # installed: its neighbours are other packages
+        return []
+    needed = [Path(p) for p in read_only if Path(p) != PACKAGE_ROOT]
+    return [
+        entry
+        for entry in sorted(PACKAGE_ROOT.iterdir())
+        if entry.name != "minitorch_cuda" and not any(n == entry or entry in n.parents for n in needed)
+    ]
+
+
 def command(argv: list[str], workdir: Path, *, gpu: bool = False, hide: list[Path] = ()) -> list[str]:
     """``argv`` wrapped in bwrap (when usable); ``workdir`` is the only writable folder; ``hide``
     (the submissions, the outputs) is covered by an empty tmpfs should a read-only path hold it."""
@@ -133,6 +148,11 @@ def command(argv: list[str], workdir: Path, *, gpu: bool = False, hide: list[Pat
             args += ["--dev-bind", node, node]
         if os.path.isdir("/sys"):
             args += ["--ro-bind", "/sys", "/sys"]
+    for entry in _course_content(ro):
+        if entry.is_symlink() or not entry.is_dir():
+            args += ["--ro-bind", "/dev/null", str(entry)]  # a file (or a link): not readable there
+        else:
+            args += ["--tmpfs", str(entry)]
     for path in hide:
         path = Path(path).resolve()
         if any(str(path).startswith(q.rstrip("/") + "/") or str(path) == q for q in ro) and path.is_dir():
