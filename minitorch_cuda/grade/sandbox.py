@@ -108,15 +108,16 @@ def _read_only_paths() -> list[str]:
 def _course_content(read_only: list[str]) -> list[Path]:
     """What of a checkout the sandbox must not show: installed editable (or put on PYTHONPATH), the
     package sits in the course's repository, whose ``solutions/``, ``exercises/``, ``tests/`` and
-    ``chapters/`` hold every exercise's answer. Every entry beside the package is hidden, except one
-    holding a path the sandbox needs (a virtual environment kept in the checkout)."""
+    ``chapters/`` hold every exercise's answer. Every entry beside the package and the data it
+    trains on is hidden, except one holding a path the sandbox needs (a virtual environment kept in
+    the checkout)."""
     if not (PACKAGE_ROOT / "pyproject.toml").is_file():  # installed: its neighbours are other packages
         return []
     needed = [Path(p) for p in read_only if Path(p) != PACKAGE_ROOT]
     return [
         entry
         for entry in sorted(PACKAGE_ROOT.iterdir())
-        if entry.name != "minitorch_cuda" and not any(n == entry or entry in n.parents for n in needed)
+        if entry.name not in ("minitorch_cuda", "data") and not any(n == entry or entry in n.parents for n in needed)
     ]
 
 
