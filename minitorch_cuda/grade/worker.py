@@ -130,6 +130,8 @@ def check_python(ex, cell: str, subject: Subject):
             return CheckResult(ex.id, False, verdict.NOT_IMPLEMENTED, f"Exercise {ex.id} is still the stub")
         if status == "raised":
             return CheckResult(ex.id, False, verdict.EXCEPTION, f"the exercise cell raised {outcome.get('message')}")
+        if status == "refused":  # subject_rules: what the exercise rules out, tried by the cell
+            return CheckResult(ex.id, False, verdict.FORBIDDEN, f"your exercise cell: {outcome.get('message')}")
         if status == "tampered":
             changed = ", ".join(str(c) for c in outcome.get("changed", []))
             message = f"the exercise cell modifies the framework instead of implementing the exercise: {changed}"

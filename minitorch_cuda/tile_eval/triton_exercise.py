@@ -53,6 +53,7 @@ def check_bias_relu_triton(bias_relu_triton, source: str = "") -> list[str]:
         bias = rng.standard_normal(N).astype(np.float32)
         out = np.full((M, stride), POISON, np.float32)
         what = f"{M} x {N} (rows {stride} floats apart)"
+        want = np.maximum(c[:, :N].astype(np.float64) + bias, 0)  # before the student's code sees c
         got = call(f"bias_relu_triton on {what}", bias_relu_triton, out, c, bias)
         got = np.asarray(got)
         if got.shape != out.shape:
@@ -65,7 +66,6 @@ def check_bias_relu_triton(bias_relu_triton, source: str = "") -> list[str]:
                 f"{what}: {int(past.sum())} values written past column {N - 1}, first in row {row}, column {col}: "
                 "mask the ragged last tile (columns >= N) in both tl.load and tl.store",
             )
-        want = np.maximum(c[:, :N].astype(np.float64) + bias, 0)
         compare(got[:, :N], want, what, atol=1e-7, rtol=1e-6, poison=POISON)
     done.append(f"out = max(c + bias, 0) for (M, N, row stride) {SHAPES} in tiles of {BLOCK_N} columns")
     done.append("nothing written past column N - 1 of any row: the ragged last tile is masked")

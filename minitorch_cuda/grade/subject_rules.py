@@ -1,0 +1,132 @@
+"""What a student's Python may not reach in the subject process, refused as it happens.
+
+``install(exercise_id)`` adds an audit hook (which no code can remove) just before the
+exercise cell runs. From then on the interpreter itself reports every import, file
+opened and program started, whatever the spelling that led there (``import``,
+``__import__``, ``importlib.import_module("nu" + "mpy")``, ``getattr(__builtins__, ...)``,
+``exec(open(path).read())``), and the hook refuses:
+
+- the exercise's forbidden modules (``ml_dtypes`` for 2.1's rounding, ...);
+- the course's answer keys: the grader's checks and reference models, the framework's
+  reference code (``numerics``, ``experiments``, ``book``, ``tile_eval``, the ``.cu``
+  kernels), and ``solutions/``, ``exercises/``, ``tests/``, ``chapters/`` of a checkout,
+  whether imported or opened as files;
+- starting programs (a child process would run without this hook) and signalling others;
+- ``ctypes`` and ``gc``'s object lists (ways around the interpreter's own checks).
+
+The modules the subject loaded before the cell (numpy, the framework's core) stay
+usable. A refusal raises ``PermissionError`` in the student's code, naming the rule, and is kept in
+``refusals``: a cell that stops on one fails with the reason ``forbidden``, and so does a
+check whose call tried one, even where the student's code caught the exception (the
+checker asks for them after its check). The texts here are what the student reads.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+PACKAGE = "minitorch_cuda"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+CHECKOUT = PACKAGE_DIR.parent  # the repository, for an editable install (else site-packages)
+CHECKOUT_KEYS = ("solutions", "exercises", "tests", "chapters", "book")  # folders of a checkout
+
+# the grader's modules the subject itself runs on; every other one is a check or an answer key
+SUBJECT_MODULES = {"", "channel", "subject", "subject_rules", "fakes", "exercises", "notebook", "sandbox", "verdict"}
+ANSWER_KEYS = {  # the framework's modules (relative to the package) that hold an exercise's answer
+    "numerics": "minitorch_cuda.numerics holds the rounding this exercise asks for",
+    "experiments": "the course's experiments hold the chapters' reference code",
+    "book": "the book's diagrams and tables are drawn from the answer",
+    "tile_eval": "chapter 20's evaluation code holds the tile kernels' answers",
+    "torch_reference": "the PyTorch reference holds the framework's answers",
+    "kernels": "the framework's kernels are the answers of the kernel exercises",
+}
+WHY_GRADER = "the grader's own code holds the checks and their answer keys"
+WHY_CHECKOUT = "solutions/, exercises/, tests/ and the chapters hold the answers"
+_NO_DL = "numpy only: no deep-learning library does the work for you"
+_NO_TYPE = "round with bit operations on numpy arrays, not with a library's float type"
+FORBIDDEN = {  # exercise id -> {module: why}, on top of the answer keys
+    exercise_id: {"ml_dtypes": _NO_TYPE, "torch": _NO_DL, "jax": _NO_DL, "tensorflow": _NO_DL}
+    for exercise_id in ("2.1", "19.1")
+}
+# what an exercise needs of the answer keys' packages (20.2's launcher wraps numpy arrays for Triton)
+ALLOWED = {"20.2": {"tile_eval", "tile_eval.interop", "tile_eval.cases"}}
+
+WHY_PROCESS = "your code may not start programs or signal processes: the grader runs only your Python"
+WHY_INTERNALS = "your code may not use ctypes or gc's object lists: they reach around the interpreter"
+PROCESS_EVENTS = {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.kill"}
+PROCESS_EVENTS |= {"os.killpg", "signal.pthread_kill", "os.startfile", "pty.spawn", "os.fork", "os.forkpty"}
+# (a thread would run outside python_work's line count, set for this thread before the cell)
+INTERNALS_EVENTS = {"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile"}
+INTERNALS_EVENTS |= {"_thread.start_new_thread"}
+
+refusals: list[str] = []  # what was refused, in order: the checker asks for them after its check
+
+
+class Refused(PermissionError):
+    """What the student's code tried that the exercise rules out."""
+
+
+def _package_rule(relative: str, exercise_id: str) -> str | None:
+    """Why module ``minitorch_cuda.<relative>`` is out of reach, or None."""
+    if relative in ALLOWED.get(exercise_id, set()):
+        return None
+    parts = relative.split(".") if relative else []
+    if parts[:1] == ["grade"]:
+        return None if ".".join(parts[1:2]) in SUBJECT_MODULES else WHY_GRADER
+    return ANSWER_KEYS.get(parts[0]) if parts else None
+
+
+def module_rule(name: str, exercise_id: str) -> str | None:
+    """Why importing ``name`` is refused in exercise ``exercise_id``, or None."""
+    top = name.split(".", 1)[0]
+    if top == PACKAGE:
+        return _package_rule(name[len(PACKAGE) + 1 :], exercise_id)
+    if top in CHECKOUT_KEYS or top == "conftest":
+        return WHY_CHECKOUT
+    return FORBIDDEN.get(exercise_id, {}).get(top)
+
+
+def path_rule(path, exercise_id: str) -> str | None:
+    """Why opening ``path`` is refused: a file of a refused module, or a checkout's answers."""
+    if isinstance(path, int) or path is None:
+        return None
+    try:
+        real = Path(os.path.realpath(os.fsdecode(path)))
+    except (TypeError, ValueError):
+        return None
+    if (CHECKOUT / "pyproject.toml").is_file():  # an editable install: the repository's other folders
+        for folder in CHECKOUT_KEYS:
+            if real == CHECKOUT / folder or (CHECKOUT / folder) in real.parents:
+                return WHY_CHECKOUT
+    if PACKAGE_DIR not in real.parents:
+        return None
+    parts = list(real.relative_to(PACKAGE_DIR).parts)
+    if parts and parts[-1] != "__pycache__":
+        stem = parts[-1].split(".", 1)[0]  # numerics.py, numerics.cpython-311.pyc
+        parts = [p for p in parts[:-1] if p != "__pycache__"] + ([] if stem == "__init__" else [stem])
+    return _package_rule(".".join(parts), exercise_id)
+
+
+def install(exercise_id: str) -> None:
+    """Refuse from now on what ``exercise_id`` rules out (an audit hook stays for the process's life)."""
+    exercise_id = str(exercise_id)
+
+    def hook(event: str, args: tuple) -> None:
+        why = None
+        if event == "import":
+            why = module_rule(str(args[0]), exercise_id)
+            what = f"importing {args[0]}"
+        elif event == "open":
+            why = path_rule(args[0], exercise_id)
+            what = f"opening {args[0]!r}"
+        elif event in PROCESS_EVENTS:
+            why, what = WHY_PROCESS, event
+        elif event.startswith("ctypes.") or event in INTERNALS_EVENTS:
+            why, what = WHY_INTERNALS, event
+        if why is not None:
+            refusals.append(f"{what} was refused: {why}")
+            raise Refused(refusals[-1])
+
+    sys.addaudithook(hook)
