@@ -88,7 +88,26 @@ def module_rule(name: str, exercise_id: str) -> str | None:
     return FORBIDDEN.get(exercise_id, {}).get(top)
 
 
-def path_rule(path, exercise_id: str) -> str | None:
+def forbidden_files(exercise_id: str) -> dict[Path, str]:
+    """The folders (or files) of the exercise's forbidden libraries, found without importing them:
+    ``importlib.import_module`` raises no audit event for the module it is asked for, but loading
+    it opens these files."""
+    import importlib.util
+
+    out = {}
+    for name, why in FORBIDDEN.get(exercise_id, {}).items():
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        if spec is None:
+            continue
+        for place in spec.submodule_search_locations or ([spec.origin] if spec.origin else []):
+            out[Path(os.path.realpath(place))] = why
+    return out
+
+
+def path_rule(path, exercise_id: str, libraries: dict[Path, str] | None = None) -> str | None:
     """Why opening ``path`` is refused: a file of a refused module, or a checkout's answers."""
     if isinstance(path, int) or path is None:
         return None
@@ -96,6 +115,9 @@ def path_rule(path, exercise_id: str) -> str | None:
         real = Path(os.path.realpath(os.fsdecode(path)))
     except (TypeError, ValueError):
         return None
+    for place, why in (libraries or {}).items():
+        if real == place or place in real.parents:
+            return why
     if (CHECKOUT / "pyproject.toml").is_file():  # an editable install: the repository's other folders
         for folder in CHECKOUT_KEYS:
             if real == CHECKOUT / folder or (CHECKOUT / folder) in real.parents:
@@ -109,9 +131,26 @@ def path_rule(path, exercise_id: str) -> str | None:
     return _package_rule(".".join(parts), exercise_id)
 
 
+class _RefusingFinder:
+    """First on ``sys.meta_path``: ``importlib.import_module(name)`` asks it before any finder (the
+    audit hook sees only the imports that module makes in turn, and the files it opens)."""
+
+    def __init__(self, exercise_id: str):
+        self.exercise_id = exercise_id
+
+    def find_spec(self, name, path=None, target=None):
+        why = module_rule(name, self.exercise_id)
+        if why is not None:
+            refusals.append(f"importing {name} was refused: {why}")
+            raise Refused(refusals[-1])
+        return None
+
+
 def install(exercise_id: str) -> None:
     """Refuse from now on what ``exercise_id`` rules out (an audit hook stays for the process's life)."""
     exercise_id = str(exercise_id)
+    libraries = forbidden_files(exercise_id)
+    sys.meta_path.insert(0, _RefusingFinder(exercise_id))
 
     def hook(event: str, args: tuple) -> None:
         why = None
@@ -119,7 +158,7 @@ def install(exercise_id: str) -> None:
             why = module_rule(str(args[0]), exercise_id)
             what = f"importing {args[0]}"
         elif event == "open":
-            why = path_rule(args[0], exercise_id)
+            why = path_rule(args[0], exercise_id, libraries)
             what = f"opening {args[0]!r}"
         elif event in PROCESS_EVENTS:
             why, what = WHY_PROCESS, event
