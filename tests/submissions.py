@@ -593,6 +593,41 @@ CHEATS |= {
         "20.1",
         {"host_side"},
     ),
+    "loops_per_element_as_numpy": (
+        cheat(
+            "runs the per-element while loop from code compiled under numpy's file name, to pass for library code",
+            Edit(
+                "20_tile_programming",
+                FIB_TILE,
+                FIB_TILE + "    body = 'def each(n):\\n' + EACH  # already indented as a function body\n"
+                "    space = {'np': np}\n"
+                "    exec(compile(body, np.__file__, 'exec'), space)\n"
+                "    return space['each'](n)\n",
+            ),
+            Edit("20_tile_programming", "MAX_FIB_N = 42\n", "MAX_FIB_N = 42\nEACH = " + repr(PER_ELEMENT_WHILE) + "\n"),
+        ),
+        "20.1",
+        {"host_side"},
+    ),
+    "forges_the_line_count": (
+        cheat(
+            "walks up the frames to the channel, replaces the line counter's answer, then loops per element",
+            Edit(
+                "20_tile_programming",
+                "MAX_FIB_N = 42\n",
+                "MAX_FIB_N = 42\n"
+                "import sys\n\n"
+                "frame = sys._getframe()\n"
+                "while frame is not None and 'peer' not in frame.f_locals:\n"
+                "    frame = frame.f_back\n"
+                "if frame is not None:\n"
+                "    frame.f_locals['peer'].services['python_lines_stop'] = lambda: 0\n",
+            ),
+            Edit("20_tile_programming", FIB_TILE, FIB_TILE + PER_ELEMENT_WHILE),
+        ),
+        "20.1",
+        {"forbidden"},
+    ),
     "hides_nan_in_an_empty_result": (
         cheat(
             "rounds NaN payloads wrongly, and returns an empty array for any input with a NaN",

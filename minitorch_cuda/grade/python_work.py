@@ -9,7 +9,11 @@ its own, ``subject_rules``); the checker calls the student's function on a small
 large input and fails it when the count grows with the input (``require_whole_array``).
 
 Student code is code whose file is not an installed module's (the cell, strings it
-executes); library code (numpy, the framework) is not counted.
+executes), or whose file name was compiled after the counter was installed (``compile`` with
+the name of a numpy file); library code (numpy, the framework) is not counted. So that no
+code can pass for a library's, ``subject_rules`` refuses in these exercises what would make
+code objects or reach this counter other than by ``compile``: frames, ``code.replace``,
+``marshal``.
 """
 
 from __future__ import annotations
@@ -32,13 +36,19 @@ class Counter:
         self.library_dirs = tuple(d.rstrip("/") + "/" for d in library_dirs if d)
         self.active, self.lines = False, 0
         self._student_code: dict[object, bool] = {}
+        self._compiled: set[str] = set()  # file names compiled since install: the student's
 
     def _is_student(self, code) -> bool:
         known = self._student_code.get(code)
         if known is None:
-            known = not code.co_filename.startswith(self.library_dirs)
+            name = code.co_filename
+            known = name in self._compiled or not name.startswith(self.library_dirs)
             self._student_code[code] = known
         return known
+
+    def _audit(self, event: str, args: tuple) -> None:
+        if event == "compile" and len(args) > 1 and args[1] is not None:
+            self._compiled.add(args[1] if isinstance(args[1], str) else repr(args[1]))
 
     def _line(self, frame, event, arg):
         if event == "line" and self.active:
@@ -60,6 +70,7 @@ class Counter:
             return self.lines
 
         peer.services["python_lines_start"], peer.services["python_lines_stop"] = start, stop
+        sys.addaudithook(self._audit)
         sys.settrace(self.trace)
 
 

@@ -63,9 +63,10 @@ def load(exercise_id: str, source: str, peer) -> tuple[dict, object]:
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         return _raised(exc), None
     peer.services["refusals"] = lambda: list(subject_rules.refusals)
-    if ex.id in python_work.EXERCISES:
+    counted = ex.id in python_work.EXERCISES
+    if counted:
         python_work.Counter(python_work.library_dirs()).install(peer)
-    subject_rules.install(ex.id)
+    subject_rules.install(ex.id, counted)
     try:
         exec(code, namespace)
     except NotImplementedError:

@@ -61,6 +61,12 @@ PROCESS_EVENTS |= {"os.killpg", "signal.pthread_kill", "os.startfile", "pty.spaw
 INTERNALS_EVENTS = {"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile"}
 INTERNALS_EVENTS |= {"_thread.start_new_thread"}
 
+# where Python per element is ruled out (python_work): no way to make code pass for a library's
+# or to reach the line counter (frames lead to it; code.replace and marshal make code objects)
+WHY_COUNTER = "your code may not reach frames or make code objects here: the check counts your Python"
+COUNTER_EVENTS = {"sys._getframe", "sys._current_frames", "code.__new__", "marshal.loads", "marshal.load"}
+FRAME_ATTRIBUTES = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "f_locals", "f_globals"}
+
 refusals: list[str] = []  # what was refused, in order: the checker asks for them after its check
 
 
@@ -146,8 +152,9 @@ class _RefusingFinder:
         return None
 
 
-def install(exercise_id: str) -> None:
-    """Refuse from now on what ``exercise_id`` rules out (an audit hook stays for the process's life)."""
+def install(exercise_id: str, counted: bool = False) -> None:
+    """Refuse from now on what ``exercise_id`` rules out (an audit hook stays for the process's life);
+    ``counted``: the check counts the student's Python lines (``python_work``)."""
     exercise_id = str(exercise_id)
     libraries = forbidden_files(exercise_id)
     sys.meta_path.insert(0, _RefusingFinder(exercise_id))
@@ -164,6 +171,10 @@ def install(exercise_id: str) -> None:
             why, what = WHY_PROCESS, event
         elif event.startswith("ctypes.") or event in INTERNALS_EVENTS:
             why, what = WHY_INTERNALS, event
+        elif counted and (
+            event in COUNTER_EVENTS or (event == "object.__getattr__" and str(args[1]) in FRAME_ATTRIBUTES)
+        ):
+            why, what = WHY_COUNTER, event if event != "object.__getattr__" else f"reading .{args[1]}"
         if why is not None:
             refusals.append(f"{what} was refused: {why}")
             raise Refused(refusals[-1])
