@@ -628,6 +628,35 @@ CHEATS |= {
         "20.1",
         {"forbidden"},
     ),
+    "uses_the_frameworks_pool": (
+        cheat(
+            "hands in the framework's own memory pool, wrapped to take the device's allocate",
+            Edit(
+                "04_memory",
+                "class MemoryPool:\n",
+                "from minitorch_cuda.cuda import memory as _framework\n\n\n"
+                "class MemoryPool(_framework.MemoryPool):\n"
+                "    def __init__(self, allocate):\n"
+                "        super().__init__()\n"
+                "        self.allocate = allocate\n\n\n"
+                "class _Unused:\n",
+            ),
+        ),
+        "4.1",
+        {"forbidden"},
+    ),
+    "uses_the_frameworks_graphed_step": (
+        cheat(
+            "hands in the framework's own GraphedStep (minitorch_cuda.cuda.graphs) for 18.1",
+            Edit(
+                "18_cuda_graphs",
+                "class GraphedStep:\n",
+                "from minitorch_cuda.cuda.graphs import GraphedStep\n\n\nclass _Unused:\n",
+            ),
+        ),
+        "18.1",
+        {"forbidden"},
+    ),
     "hides_nan_in_an_empty_result": (
         cheat(
             "rounds NaN payloads wrongly, and returns an empty array for any input with a NaN",

@@ -1264,8 +1264,8 @@ RULES_PROBE = """
 import importlib, json, os, sys
 import numpy as np
 import minitorch_cuda.exercise  # what the subject loads before the cell
-from minitorch_cuda.grade import fakes, subject_rules
-subject_rules.install(sys.argv[1])
+from minitorch_cuda.grade import fakes, python_work, subject_rules
+subject_rules.install(sys.argv[1], library_dirs=python_work.library_dirs())
 root = os.path.dirname(os.path.dirname(subject_rules.__file__))
 attempts = {
     "import": lambda: __import__("ml_dtypes"),
@@ -1277,6 +1277,8 @@ attempts = {
     "a second Python": lambda: __import__("subprocess").run([sys.executable, "-c", "1"]),
     "ctypes": lambda: __import__("ctypes").string_at(id(1), 8),
     "gc's objects": lambda: __import__("gc").get_objects(),
+    "the framework's own pool": lambda: importlib.import_module("minitorch_cuda.cuda.memory"),
+    "the framework's graphed step, as a file": lambda: open(os.path.join(root, "cuda", "graphs.py")).read(),
 }
 refused = {}
 for what, attempt in attempts.items():

@@ -9,18 +9,18 @@ its own, ``subject_rules``); the checker calls the student's function on a small
 large input and fails it when the count grows with the input (``require_whole_array``).
 
 Student code is code whose file is not an installed module's (the cell, strings it
-executes), or whose file name was compiled after the counter was installed (``compile`` with
-the name of a numpy file); library code (numpy, the framework) is not counted. So that no
-code can pass for a library's, ``subject_rules`` refuses in these exercises what would make
-code objects or reach this counter other than by ``compile``: frames, ``code.replace``,
-``marshal``.
+executes), or whose file name the student's code compiled after the cell began (``compile``
+with the name of a numpy file: ``subject_rules.student_files``); library code (numpy, the
+framework) is not counted. So that no code can pass for a library's, ``subject_rules``
+refuses in these exercises what would make code objects or reach this counter other than by
+``compile``: frames, ``code.replace``, ``marshal``.
 """
 
 from __future__ import annotations
 
 import sys
 
-from . import channel
+from . import channel, subject_rules
 from .verdict import HOST_SIDE, call, fail
 
 EXERCISES = {"2.1", "19.1", "20.1"}  # the exercises whose rules rule out Python per element
@@ -36,19 +36,14 @@ class Counter:
         self.library_dirs = tuple(d.rstrip("/") + "/" for d in library_dirs if d)
         self.active, self.lines = False, 0
         self._student_code: dict[object, bool] = {}
-        self._compiled: set[str] = set()  # file names compiled since install: the student's
 
     def _is_student(self, code) -> bool:
         known = self._student_code.get(code)
         if known is None:
             name = code.co_filename
-            known = name in self._compiled or not name.startswith(self.library_dirs)
+            known = name in subject_rules.student_files or not name.startswith(self.library_dirs)
             self._student_code[code] = known
         return known
-
-    def _audit(self, event: str, args: tuple) -> None:
-        if event == "compile" and len(args) > 1 and args[1] is not None:
-            self._compiled.add(args[1] if isinstance(args[1], str) else repr(args[1]))
 
     def _line(self, frame, event, arg):
         if event == "line" and self.active:
@@ -70,7 +65,6 @@ class Counter:
             return self.lines
 
         peer.services["python_lines_start"], peer.services["python_lines_stop"] = start, stop
-        sys.addaudithook(self._audit)
         sys.settrace(self.trace)
 
 

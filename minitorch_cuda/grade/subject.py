@@ -66,7 +66,7 @@ def load(exercise_id: str, source: str, peer) -> tuple[dict, object]:
     counted = ex.id in python_work.EXERCISES
     if counted:
         python_work.Counter(python_work.library_dirs()).install(peer)
-    subject_rules.install(ex.id, counted)
+    subject_rules.install(ex.id, counted, python_work.library_dirs())
     try:
         exec(code, namespace)
     except NotImplementedError:

@@ -11,6 +11,9 @@ opened and program started, whatever the spelling that led there (``import``,
   reference code (``numerics``, ``experiments``, ``book``, ``tile_eval``, the ``.cu``
   kernels), and ``solutions/``, ``exercises/``, ``tests/``, ``chapters/`` of a checkout,
   whether imported or opened as files;
+- any other framework module the subject did not load before the cell, when the student's
+  code asks for it (the framework's own memory pool is 4.1's answer, its graphed step
+  18.1's): the framework may still load what it needs;
 - starting programs (a child process would run without this hook) and signalling others;
 - ``ctypes`` and ``gc``'s object lists (ways around the interpreter's own checks).
 
@@ -43,6 +46,10 @@ ANSWER_KEYS = {  # the framework's modules (relative to the package) that hold a
     "kernels": "the framework's kernels are the answers of the kernel exercises",
 }
 WHY_GRADER = "the grader's own code holds the checks and their answer keys"
+WHY_FRAMEWORK = (
+    "the framework's modules beyond those the notebook gives you (np, mt) hold answers "
+    "(its memory pool, its graphed step, its launchers): write the exercise yourself"
+)
 WHY_CHECKOUT = "solutions/, exercises/, tests/ and the chapters hold the answers"
 _NO_DL = "numpy only: no deep-learning library does the work for you"
 _NO_TYPE = "round with bit operations on numpy arrays, not with a library's float type"
@@ -67,7 +74,10 @@ WHY_COUNTER = "your code may not reach frames or make code objects here: the che
 COUNTER_EVENTS = {"sys._getframe", "sys._current_frames", "code.__new__", "marshal.loads", "marshal.load"}
 FRAME_ATTRIBUTES = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "f_locals", "f_globals"}
 
-refusals: list[str] = []  # what was refused, in order: the checker asks for them after its check
+refusals: list[str] = []
+# file names the student's code compiled after install (``compile(source, "numpy/x.py")``): its own
+# code, whatever the name says (python_work counts their lines too)
+student_files: set[str] = set()  # what was refused, in order: the checker asks for them after its check
 
 
 class Refused(PermissionError):
@@ -137,42 +147,120 @@ def path_rule(path, exercise_id: str, libraries: dict[Path, str] | None = None) 
     return _package_rule(".".join(parts), exercise_id)
 
 
+def _module_of(path) -> str | None:
+    """``minitorch_cuda.x.y`` for a file of the package (its .py, its .pyc, a data file), else None."""
+    if isinstance(path, int) or path is None:
+        return None
+    try:
+        real = Path(os.path.realpath(os.fsdecode(path)))
+    except (TypeError, ValueError):
+        return None
+    if PACKAGE_DIR not in real.parents:
+        return None
+    parts = [p for p in real.relative_to(PACKAGE_DIR).parts if p != "__pycache__"]
+    stem = parts[-1].split(".", 1)[0]
+    return ".".join([PACKAGE, *parts[:-1], *([] if stem == "__init__" else [stem])])
+
+
+class _Reach:
+    """Whether the student's code is the one asking: the nearest frame that is neither the standard
+    library's nor an installed package's (numpy, importlib, pathlib pass it on) is the student's
+    (the cell, code it compiled since, a file it wrote) and not the framework's."""
+
+    def __init__(self, library_dirs: list[str]):
+        self.library_dirs = tuple(d.rstrip("/") + "/" for d in library_dirs)
+        self.framework = str(PACKAGE_DIR) + "/"
+        self.busy = False  # walking the frames raises audit events of its own: not judged
+
+    def _caller(self):
+        frame = sys._getframe(2)
+        while frame is not None and frame.f_code.co_filename == __file__:  # this module's own
+            frame = frame.f_back
+        return frame
+
+    def by_import(self) -> bool:
+        """Whether the import system itself asks (compiling a module it loads)."""
+        self.busy = True
+        try:
+            frame = self._caller()
+            return frame is not None and frame.f_code.co_filename.startswith("<frozen importlib")
+        finally:
+            self.busy = False
+
+    def student_asking(self) -> bool:
+        self.busy = True
+        try:
+            frame = self._caller()
+            while frame is not None:
+                name = frame.f_code.co_filename
+                if name in student_files:
+                    return True
+                if name.startswith(self.framework):
+                    return False
+                if not (name.startswith(self.library_dirs) or name.startswith("<frozen ")):
+                    return True
+                frame = frame.f_back
+            return False
+        finally:
+            self.busy = False
+
+
 class _RefusingFinder:
     """First on ``sys.meta_path``: ``importlib.import_module(name)`` asks it before any finder (the
     audit hook sees only the imports that module makes in turn, and the files it opens)."""
 
-    def __init__(self, exercise_id: str):
-        self.exercise_id = exercise_id
+    def __init__(self, rule):
+        self.rule = rule
 
     def find_spec(self, name, path=None, target=None):
-        why = module_rule(name, self.exercise_id)
+        why = self.rule(name)
         if why is not None:
             refusals.append(f"importing {name} was refused: {why}")
             raise Refused(refusals[-1])
         return None
 
 
-def install(exercise_id: str, counted: bool = False) -> None:
+def install(exercise_id: str, counted: bool = False, library_dirs: list[str] = ()) -> None:
     """Refuse from now on what ``exercise_id`` rules out (an audit hook stays for the process's life);
-    ``counted``: the check counts the student's Python lines (``python_work``)."""
+    ``counted``: the check counts the student's Python lines (``python_work``). ``library_dirs``:
+    where installed code lives (the standard library, site-packages)."""
     exercise_id = str(exercise_id)
     libraries = forbidden_files(exercise_id)
-    sys.meta_path.insert(0, _RefusingFinder(exercise_id))
+    loaded = frozenset(name for name in sys.modules if name.startswith(PACKAGE))
+    allowed = {f"{PACKAGE}.{name}" for name in ALLOWED.get(exercise_id, set())}
+    reach = _Reach(list(library_dirs))
+
+    def framework_rule(module: str | None) -> str | None:
+        """A framework module the subject did not load before the cell, asked for by the student."""
+        if module is None or module in loaded or module in allowed or not module.startswith(PACKAGE + "."):
+            return None
+        return WHY_FRAMEWORK if reach.student_asking() else None
+
+    def import_rule(name: str) -> str | None:
+        return module_rule(name, exercise_id) or framework_rule(name)
+
+    sys.meta_path.insert(0, _RefusingFinder(import_rule))
 
     def hook(event: str, args: tuple) -> None:
+        if reach.busy:
+            return
         why = None
-        if event == "import":
-            why = module_rule(str(args[0]), exercise_id)
+        if event == "compile" and len(args) > 1 and isinstance(args[1], str) and not reach.by_import():
+            student_files.add(args[1])
+        elif event == "import":
+            why = import_rule(str(args[0]))
             what = f"importing {args[0]}"
         elif event == "open":
-            why = path_rule(args[0], exercise_id, libraries)
+            why = path_rule(args[0], exercise_id, libraries) or framework_rule(_module_of(args[0]))
             what = f"opening {args[0]!r}"
         elif event in PROCESS_EVENTS:
             why, what = WHY_PROCESS, event
         elif event.startswith("ctypes.") or event in INTERNALS_EVENTS:
             why, what = WHY_INTERNALS, event
-        elif counted and (
-            event in COUNTER_EVENTS or (event == "object.__getattr__" and str(args[1]) in FRAME_ATTRIBUTES)
+        elif (
+            counted
+            and (event in COUNTER_EVENTS or (event == "object.__getattr__" and str(args[1]) in FRAME_ATTRIBUTES))
+            and not reach.by_import()  # (the import system unmarshals the modules it loads)
         ):
             why, what = WHY_COUNTER, event if event != "object.__getattr__" else f"reading .{args[1]}"
         if why is not None:
