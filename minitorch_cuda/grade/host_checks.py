@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..numerics import tf32_reference
-from . import channel, python_work
+from . import channel, hidden, python_work
 from .fakes import CaptureError, FakeArray, FakeDevice, GraphDevice, QueueingDevice, TinyStep
 from .verdict import (
     BOUNDARY,
@@ -26,18 +26,23 @@ from .verdict import (
 
 # --- 1.2 launch configuration ----------------------------------------------------
 
+FIXED_LAUNCH_SIZES = (1, 31, 255, 256, 257, 1000, 2**20 + 1, 54_000 * 784, 10**9)
+
 
 def check_launch_config(launch_config, source: str = "") -> list[str]:
     done = []
-    for threads in (256, 1024, 64):
-        for n in (1, 31, 255, 256, 257, 1000, 2**20 + 1, 54_000 * 784, 10**9):
-            grid, block = call(f"launch_config({n}, {threads})", launch_config, n, threads)
-            want_grid, want_block = ((n + threads - 1) // threads, 1, 1), (threads, 1, 1)
-            got = (tuple(int(v) for v in grid), tuple(int(v) for v in block))
-            if got != (want_grid, want_block):
-                reason = BOUNDARY if got[0][0] == want_grid[0] - 1 else WRONG_RESULT
-                fail(reason, f"launch_config({n}, {threads}) = {got}, want ({want_grid}, {want_block})")
-    done.append("grid = ceil(n / threads) blocks of (threads, 1, 1) for 27 sizes")
+    # hidden: sizes no table of the fixed ones holds, whole warps per block
+    drawn = [(32 * t, n) for t, n in zip(hidden.between("warps", 1, 32, 4), hidden.between("n", 2, 2**31 - 1, 4))]
+    cases = [(threads, n) for threads in (256, 1024, 64) for n in FIXED_LAUNCH_SIZES] + drawn
+    for threads, n in cases:
+        grid, block = call(f"launch_config({n}, {threads})", launch_config, n, threads)
+        want_grid, want_block = ((n + threads - 1) // threads, 1, 1), (threads, 1, 1)
+        got = (tuple(int(v) for v in grid), tuple(int(v) for v in block))
+        if got != (want_grid, want_block):
+            reason = BOUNDARY if got[0][0] == want_grid[0] - 1 else WRONG_RESULT
+            fail(reason, f"launch_config({n}, {threads}) = {got}, want ({want_grid}, {want_block})")
+    fixed = 3 * len(FIXED_LAUNCH_SIZES)
+    done.append(f"grid = ceil(n / threads) blocks of (threads, 1, 1) for {fixed} sizes and hidden ones")
     for n in (0, -5):
         expect_value_error(f"launch_config({n}, 256)", launch_config, n, 256, why=" (nothing to launch)")
     done.append("n <= 0 raises ValueError")

@@ -48,7 +48,10 @@ def check_bias_relu_triton(bias_relu_triton, source: str = "") -> list[str]:
             fail(FORBIDDEN, f"the cell must define the kernel with {what} (found no {needed!r})")
     rng = np.random.default_rng()
     done = []
-    for M, N, stride in SHAPES:
+    from ..grade import hidden  # a shape drawn from the grader's seed, past the fixed ones
+
+    rows, cols = hidden.between("M", 2, 40, 1)[0], hidden.between("N", 65, 1500, 1)[0]
+    for M, N, stride in [*SHAPES, (rows, cols, cols + hidden.between("pad", 0, 70, 1)[0])]:
         c = (rng.standard_normal((M, stride)) * 2).astype(np.float32)
         bias = rng.standard_normal(N).astype(np.float32)
         out = np.full((M, stride), POISON, np.float32)
@@ -67,6 +70,6 @@ def check_bias_relu_triton(bias_relu_triton, source: str = "") -> list[str]:
                 "mask the ragged last tile (columns >= N) in both tl.load and tl.store",
             )
         compare(got[:, :N], want, what, atol=1e-7, rtol=1e-6, poison=POISON)
-    done.append(f"out = max(c + bias, 0) for (M, N, row stride) {SHAPES} in tiles of {BLOCK_N} columns")
+    done.append(f"out = max(c + bias, 0) for (M, N, row stride) {SHAPES} and a hidden one, in tiles of {BLOCK_N}")
     done.append("nothing written past column N - 1 of any row: the ragged last tile is masked")
     return done
