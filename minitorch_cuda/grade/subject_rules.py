@@ -57,7 +57,10 @@ FORBIDDEN = {  # exercise id -> {module: why}, on top of the answer keys
     exercise_id: {"ml_dtypes": _NO_TYPE, "torch": _NO_DL, "jax": _NO_DL, "tensorflow": _NO_DL}
     for exercise_id in ("2.1", "19.1")
 }
-# what an exercise needs of the answer keys' packages (20.2's launcher wraps numpy arrays for Triton)
+# framework modules a cell may import beyond those loaded: what the notebooks' setup cells import
+# (a cell that repeats such an import is honest) and what an exercise needs (20.2's launcher wraps
+# numpy arrays for Triton)
+SETUP_MODULES = {"results", "exercise", "profiler"}
 ALLOWED = {"20.2": {"tile_eval", "tile_eval.interop", "tile_eval.cases"}}
 
 WHY_PROCESS = "your code may not start programs or signal processes: the grader runs only your Python"
@@ -227,7 +230,7 @@ def install(exercise_id: str, counted: bool = False, library_dirs: list[str] = (
     exercise_id = str(exercise_id)
     libraries = forbidden_files(exercise_id)
     loaded = frozenset(name for name in sys.modules if name.startswith(PACKAGE))
-    allowed = {f"{PACKAGE}.{name}" for name in ALLOWED.get(exercise_id, set())}
+    allowed = {f"{PACKAGE}.{name}" for name in SETUP_MODULES | ALLOWED.get(exercise_id, set())}
     reach = _Reach(list(library_dirs))
 
     def framework_rule(module: str | None) -> str | None:
