@@ -18,8 +18,8 @@ opened and program started, whatever the spelling that led there (``import``,
 - ``ctypes`` and ``gc``'s object lists (ways around the interpreter's own checks).
 
 The modules the subject loaded before the cell (numpy, the framework's core) stay
-usable. A refusal raises ``PermissionError`` in the student's code, naming the rule, and is kept in
-``refusals``: a cell that stops on one fails with the reason ``forbidden``, and so does a
+usable. A refusal raises ``PermissionError`` in the student's code, naming the rule, and
+is kept in ``refusals``: a cell that stops on one fails with the reason ``forbidden``, and so does a
 check whose call tried one, even where the student's code caught the exception (the
 checker asks for them after its check). The texts here are what the student reads.
 """
@@ -77,10 +77,10 @@ WHY_COUNTER = "your code may not reach frames or make code objects here: the che
 COUNTER_EVENTS = {"sys._getframe", "sys._current_frames", "code.__new__", "marshal.loads", "marshal.load"}
 FRAME_ATTRIBUTES = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "f_locals", "f_globals"}
 
-refusals: list[str] = []
+refusals: list[str] = []  # what was refused, in order: the checker asks for them after its check
 # file names the student's code compiled after install (``compile(source, "numpy/x.py")``): its own
 # code, whatever the name says (python_work counts their lines too)
-student_files: set[str] = set()  # what was refused, in order: the checker asks for them after its check
+student_files: set[str] = set()
 
 
 class Refused(PermissionError):
