@@ -474,7 +474,7 @@ CHEATS: dict[str, tuple[Student, str, set[str]]] = {
             ),
         ),
         "1.2",
-        {"wrong_result", "boundary"},
+        {"forbidden"},  # its cell's import of the grader's checks is refused (subject_rules)
     ),
     "patches_pycuda": (
         cheat(
@@ -496,7 +496,7 @@ CHEATS: dict[str, tuple[Student, str, set[str]]] = {
             ),
         ),
         "5.1",
-        {"crashed", "exception", "timeout"},
+        {"forbidden"},  # os.kill is refused (subject_rules); it never reaches its checker
     ),
     "leaves_processes": (
         cheat(
@@ -505,6 +505,189 @@ CHEATS: dict[str, tuple[Student, str, set[str]]] = {
             Edit("19_tensor_cores", ROUND_TO_TF32, ROUND_TO_TF32 + "    return np.asarray(x, np.float32)\n"),
         ),
         "19.1",
+        {"forbidden"},  # its processes are refused in the check (subject_rules); the notebook's run starts them
+    ),
+}
+
+# --- issue 36, classes 2, 5 and 6: rules enforced by behaviour, references first, hidden shapes ---
+# (grade/subject_rules.py refuses imports and files whatever their spelling; grade/python_work.py
+# counts the Python lines a call runs; the channel never writes into the checker's arrays; a
+# rounding's result must have the input's shape; grade/hidden.py adds shapes drawn from --seed)
+
+ROUND_TO_BF16 = "def round_to_bf16(x: np.ndarray) -> np.ndarray:\n    # BEGIN SOLUTION\n"
+FIB_TILE = "def fib_tile(n: np.ndarray) -> np.ndarray:\n    # BEGIN SOLUTION\n"
+PER_ELEMENT_WHILE = (  # fib of every element by a Python loop, spelt so that no text rule sees it
+    "    flat, i = n.reshape(-1), 0\n"
+    "    out = np.zeros_like(flat)\n"
+    "    while i < flat.size:\n"
+    "        a, b, k = 0, 1, 1\n"
+    "        while k < flat[i]:\n"
+    "            a, b, k = b, a + b, k + 1\n"
+    "        out[i] = a\n"
+    "        i += 1\n"
+    "    return out.reshape(n.shape)\n"
+)
+BUILTIN_IMPORT = (  # __import__ reached without writing its name, importlib or minitorch_cuda
+    '    b = globals()["__buil" + "tins__"]\n    imp = (b if isinstance(b, dict) else vars(b))["__imp" + "ort__"]\n'
+)
+CHEATS |= {
+    "imports_by_concatenation": (
+        cheat(
+            "imports ml_dtypes through importlib with its name built from pieces, to round to BF16",
+            Edit(
+                "02_floating_point",
+                ROUND_TO_BF16,
+                ROUND_TO_BF16 + "    import importlib\n\n"
+                '    bf16 = importlib.import_module("ml_" + "dtypes").bfloat16\n'
+                "    return np.asarray(x, np.float32).astype(bf16).astype(np.float32)\n",
+            ),
+        ),
+        "2.1",
+        {"forbidden"},
+    ),
+    "imports_by_builtins_getattr": (
+        cheat(
+            "takes __import__ out of __builtins__ by a concatenated key and imports the framework's numerics",
+            Edit(
+                "19_tensor_cores",
+                ROUND_TO_TF32,
+                ROUND_TO_TF32
+                + BUILTIN_IMPORT
+                + '    numerics = imp("minitorch" + "_cuda.nume" + "rics", fromlist=["x"])\n'
+                "    return numerics.round_mantissa(x, 10)\n",
+            ),
+        ),
+        "19.1",
+        {"forbidden"},
+    ),
+    "imports_the_grader_layout": (
+        cheat(
+            "answers 19.2 with the grader's own layout model, imported without writing a name the text rule knows",
+            Edit(
+                "19_tensor_cores",
+                FRAGMENT_COORDS,
+                FRAGMENT_COORDS
+                + BUILTIN_IMPORT
+                + '    key = imp("minitorch" + "_cuda.grade.mma_frag" + "ments", fromlist=["x"])\n'
+                "    return key.ptx_layout(operand, lane, register)\n",
+            ),
+        ),
+        "19.2",
+        {"forbidden"},
+    ),
+    "runs_a_program_for_the_key": (
+        cheat(
+            "starts a second Python (which no hook watches) to round with the framework's numerics",
+            Edit(
+                "19_tensor_cores",
+                ROUND_TO_TF32,
+                ROUND_TO_TF32 + "    import subprocess, sys\n\n"
+                "    code = 'import sys, numpy as np; from minitorch_cuda import numerics; '\n"
+                "    code += 'sys.stdout.buffer.write(numerics.tf32_reference(np.frombuffer(sys.stdin.buffer.read(), "
+                "np.float32)).tobytes())'\n"
+                "    x = np.ascontiguousarray(x, np.float32)\n"
+                "    done = subprocess.run([sys.executable, '-c', code], input=x.tobytes(), capture_output=True)\n"
+                "    return np.frombuffer(done.stdout, np.float32).reshape(x.shape)\n",
+            ),
+        ),
+        "19.1",
+        {"forbidden"},
+    ),
+    "loops_per_element_with_while": (
+        cheat(
+            "computes fib_tile element by element in a while loop (no 'for', no map, no vectorize)",
+            Edit("20_tile_programming", FIB_TILE, FIB_TILE + PER_ELEMENT_WHILE),
+        ),
+        "20.1",
+        {"host_side"},
+    ),
+    "loops_per_element_as_numpy": (
+        cheat(
+            "runs the per-element while loop from code compiled under numpy's file name, to pass for library code",
+            Edit(
+                "20_tile_programming",
+                FIB_TILE,
+                FIB_TILE + "    body = 'def each(n):\\n' + EACH  # already indented as a function body\n"
+                "    space = {'np': np}\n"
+                "    exec(compile(body, np.__file__, 'exec'), space)\n"
+                "    return space['each'](n)\n",
+            ),
+            Edit("20_tile_programming", "MAX_FIB_N = 42\n", "MAX_FIB_N = 42\nEACH = " + repr(PER_ELEMENT_WHILE) + "\n"),
+        ),
+        "20.1",
+        {"host_side"},
+    ),
+    "forges_the_line_count": (
+        cheat(
+            "walks up the frames to the channel, replaces the line counter's answer, then loops per element",
+            Edit(
+                "20_tile_programming",
+                "MAX_FIB_N = 42\n",
+                "MAX_FIB_N = 42\n"
+                "import sys\n\n"
+                "frame = sys._getframe()\n"
+                "while frame is not None and 'peer' not in frame.f_locals:\n"
+                "    frame = frame.f_back\n"
+                "if frame is not None:\n"
+                "    frame.f_locals['peer'].services['python_lines_stop'] = lambda: 0\n",
+            ),
+            Edit("20_tile_programming", FIB_TILE, FIB_TILE + PER_ELEMENT_WHILE),
+        ),
+        "20.1",
+        {"forbidden"},
+    ),
+    "uses_the_frameworks_pool": (
+        cheat(
+            "hands in the framework's own memory pool, wrapped to take the device's allocate",
+            Edit(
+                "04_memory",
+                "class MemoryPool:\n",
+                "from minitorch_cuda.cuda import memory as _framework\n\n\n"
+                "class MemoryPool(_framework.MemoryPool):\n"
+                "    def __init__(self, allocate):\n"
+                "        super().__init__()\n"
+                "        self.allocate = allocate\n\n\n"
+                "class _Unused:\n",
+            ),
+        ),
+        "4.1",
+        {"forbidden"},
+    ),
+    "uses_the_frameworks_graphed_step": (
+        cheat(
+            "hands in the framework's own GraphedStep (minitorch_cuda.cuda.graphs) for 18.1",
+            Edit(
+                "18_cuda_graphs",
+                "class GraphedStep:\n",
+                "from minitorch_cuda.cuda.graphs import GraphedStep\n\n\nclass _Unused:\n",
+            ),
+        ),
+        "18.1",
+        {"forbidden"},
+    ),
+    "hides_nan_in_an_empty_result": (
+        cheat(
+            "rounds NaN payloads wrongly, and returns an empty array for any input with a NaN",
+            Edit(
+                "19_tensor_cores",
+                ROUND_TO_TF32,
+                ROUND_TO_TF32 + "    if np.isnan(np.asarray(x, np.float32)).any():\n"
+                "        return np.zeros(0, np.float32)  # a NaN check over no values passes\n",
+            ),
+        ),
+        "19.1",
+        {"wrong_result"},
+    ),
+    "rewrites_the_checkers_inputs": (
+        cheat(
+            "writes c and bias in place so that a reference computed from them after the call is all zeros",
+            Edit(
+                "20_tile_programming",
+                "    M, N = c.shape[0], bias.size\n",
+                "    N = bias.size\n    c[:, :N] = -1.0e9\n    bias[:] = 0.0\n    out[:, :N] = 0.0\n    return out\n",
+            ),
+        ),
+        "20.2",
         {"wrong_result"},
     ),
     # --- the answer is reachable (issue 36, class 1) ---
@@ -514,13 +697,26 @@ CHEATS: dict[str, tuple[Student, str, set[str]]] = {
             Edit("19_tensor_cores", ROUND_TO_TF32, ROUND_TO_TF32 + READ_THE_SOLUTION),
         ),
         "19.1",
-        {"exception"},
+        {"forbidden", "exception"},
     ),
 }
 
-
-# what only bubblewrap's mount namespace stops: without it the subject can read any file by path
-SANDBOX_ONLY = {"reads_the_solutions"}
+# Kernels that fit the fixed shapes and fail beyond them: graded on the emulator (CPU) and the GPU.
+# (notebook, find, replace, exercise, reason)
+HIDDEN_SHAPE_CHEATS = {
+    # each thread sums at most 196 values: 196 x 1024 = 200,704 covers the largest fixed size
+    # (200,003) and the largest gradient (784 x 256) exactly, no hidden size past them
+    "fixed_trip_count": (
+        "06_opt1_memcopies",
+        "    for (int i = t; i < n; i += blockDim.x) acc += x[i] * x[i];\n",
+        "    for (int k = 0; k < 196; ++k) {\n"
+        "        const int i = t + k * 1024;\n"
+        "        if (i < n) acc += x[i] * x[i];\n"
+        "    }\n",
+        "6.1",
+        "wrong_result",
+    ),
+}
 
 
 def vandal(root: Path) -> Student:

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from submissions import CHEATS, MARKER, SANDBOX_ONLY, STUDENTS, build, vandal
+from submissions import CHEATS, HIDDEN_SHAPE_CHEATS, MARKER, STUDENTS, build, vandal
 
 import minitorch_cuda as mt
 from minitorch_cuda import grade
@@ -351,8 +351,6 @@ def cheat_grades(tmp_path_factory) -> tuple[dict, Path, dict]:
 
 @pytest.mark.parametrize("name", list(CHEATS))
 def test_a_cheat_loses_exactly_its_exercise(cheat_grades, name) -> None:
-    if name in SANDBOX_ONLY and sandbox.bwrap() is None:
-        pytest.skip("needs bubblewrap (apt-get install bubblewrap): without it the subject reads any file by path")
     results, _, _ = cheat_grades
     _, attacked, reasons = CHEATS[name]
     assert not results[(name, attacked)]["passed"] and results[(name, attacked)]["reason"] in reasons, results[
@@ -400,7 +398,7 @@ def test_without_bwrap_the_processes_are_swept_and_the_isolation_called_partial(
     before = tree_bytes(subs)
     results = run_grader(subs, tmp_path / "g.csv", ["19.1"], "--cell-timeout", "60", execute=True)
     assert "isolation is partial" in capsys.readouterr().err
-    assert results[("leaves_processes", "19.1")]["reason"] == verdict.WRONG_RESULT
+    assert results[("leaves_processes", "19.1")]["reason"] == verdict.FORBIDDEN  # its check refuses the processes
     assert results[("full_solutions", "19.1")]["passed"]
     assert tree_bytes(subs) == before and leftover_processes() == []
     assert "Sandbox: partial" in (tmp_path / "feedback" / "leaves_processes.md").read_text()
@@ -1217,3 +1215,235 @@ def test_nvcc_on_a_preprocessor_bomb_runs_out_of_its_own_memory(tmp_path, monkey
     assert worker.compiles_for_a_gpu(honest) == []
     refused = worker.compiles_for_a_gpu(BOMB + honest)
     assert refused and "memory" in " ".join(refused), refused
+
+
+# --- issue 36, classes 2, 5 and 6: rules by behaviour, references first, hidden shapes -----------
+
+
+import numpy as np  # noqa: E402 -- (this block's own imports, kept with it for merging)
+
+
+def test_hidden_shapes_are_a_function_of_the_seed(monkeypatch) -> None:
+    """The same seed draws the same shapes (a grade can be reproduced); another seed others; every
+    size is past the bound, ragged, and the last near the largest; the emulator's are smaller."""
+    from minitorch_cuda import emulator
+    from minitorch_cuda.grade import hidden
+
+    monkeypatch.delenv(emulator.ENV, raising=False)
+
+    def draw(seed, exercise_id="6.1"):
+        hidden.use(seed, exercise_id)
+        return hidden.sizes("n", 200_704, 4_000_000, 3, 1024), hidden.between("M", 71, 400, 2)
+
+    first = draw(5)
+    assert draw(5) == first and draw(6) != first and draw(5, "3.1") != first
+    sizes = first[0]
+    assert all(200_704 < n <= 4_000_001 and n % 1024 for n in sizes) and sizes[-1] > 4_000_000 * 15 // 16
+    monkeypatch.setenv(emulator.ENV, "1")
+    assert all(200_704 < n <= 200_704 * 1.5 + 0.1 * 4_000_000 for n in draw(5)[0])
+    hidden.use(None, "6.1")
+    assert hidden.sizes("n", 10, 10**9, 1) != hidden.sizes("n", 10, 10**9, 1)  # no seed: fresh shapes
+
+
+def test_the_seed_is_recorded_and_a_resumed_run_keeps_it(tmp_path) -> None:
+    subs = _student(tmp_path, "honest", "01_cuda_setup", (SOLUTIONS / "01_cuda_setup.md").read_text())
+    out = tmp_path / "g.csv"
+    results = run_grader(subs, out, ["1.2"], "--seed", "1234")
+    assert results[("honest", "1.2")]["seed"] == 1234
+    assert json.loads(out.with_suffix(".json").read_text())["meta"]["seed"] == 1234
+    json_path = out.with_suffix(".json")
+    data = json.loads(json_path.read_text())
+    data["results"] = []  # as if interrupted before its first result: the rerun resumes with the seed
+    json_path.write_text(json.dumps(data))
+    assert run_grader(subs, out, ["1.2"])[("honest", "1.2")]["seed"] == 1234
+    with pytest.raises(SystemExit):
+        grade.main([str(subs), "--out", str(out), "--seed", "minus one"])
+
+
+RULES_PROBE = """
+import importlib, json, os, sys
+import numpy as np
+import minitorch_cuda.exercise  # what the subject loads before the cell
+from minitorch_cuda.grade import fakes, python_work, subject_rules
+subject_rules.install(sys.argv[1], library_dirs=python_work.library_dirs())
+root = os.path.dirname(os.path.dirname(subject_rules.__file__))
+attempts = {
+    "import": lambda: __import__("ml_dtypes"),
+    "importlib, concatenated": lambda: importlib.import_module("ml_" + "dtypes"),
+    "builtins by a key": lambda: vars(__import__("builtins"))["__imp" + "ort__"]("ml_dtypes"),
+    "answer key": lambda: importlib.import_module("minitorch_cuda.grade.mma_" + "fragments"),
+    "answer key's file": lambda: exec(open(os.path.join(root, "numerics.py")).read(), {}),
+    "a checkout's solutions": lambda: open(os.path.join(os.path.dirname(root), "solutions", "x.md")),
+    "a second Python": lambda: __import__("subprocess").run([sys.executable, "-c", "1"]),
+    "ctypes": lambda: __import__("ctypes").string_at(id(1), 8),
+    "gc's objects": lambda: __import__("gc").get_objects(),
+    "the framework's own pool": lambda: importlib.import_module("minitorch_cuda.cuda.memory"),
+    "the framework's graphed step, as a file": lambda: open(os.path.join(root, "cuda", "graphs.py")).read(),
+}
+refused = {}
+for what, attempt in attempts.items():
+    try:
+        attempt()
+        refused[what] = False
+    except PermissionError:
+        refused[what] = True
+still = float(np.linalg.norm(np.ones(4))) == 2.0 and importlib.import_module("minitorch_cuda.grade.fakes") is fakes
+print(json.dumps({"refused": refused, "numpy and the fakes still work": still, "log": subject_rules.refusals}))
+"""
+
+
+@pytest.mark.parametrize("exercise_id", ["2.1", "19.1"])
+def test_the_subject_refuses_what_the_exercise_rules_out_whatever_the_spelling(exercise_id) -> None:
+    """In a fresh process (the audit hook stays for its life): every spelling of a forbidden import,
+    an answer key as a module or as a file, a program, ctypes and gc are refused and recorded; numpy
+    and the modules the subject runs on are not."""
+    run = subprocess.run([sys.executable, "-c", RULES_PROBE, exercise_id], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    data = json.loads(run.stdout.strip().splitlines()[-1])
+    assert all(data["refused"].values()), data["refused"]
+    assert data["numpy and the fakes still work"]
+    assert len(data["log"]) >= len(data["refused"]) and all("refused" in line for line in data["log"])
+
+
+def test_module_and_path_rules() -> None:
+    from minitorch_cuda.grade import subject_rules as rules
+
+    assert rules.module_rule("minitorch_cuda.grade.mma_fragments", "19.2") == rules.WHY_GRADER
+    assert rules.module_rule("minitorch_cuda.grade.host_checks", "1.2") == rules.WHY_GRADER
+    assert rules.module_rule("minitorch_cuda.grade.fakes", "4.1") is None  # the subject's own
+    assert rules.module_rule("minitorch_cuda.profiler", "4.1") is None  # 4.1 counts with it
+    assert rules.module_rule("minitorch_cuda.tile_eval.interop", "20.2") is None  # 20.2's launcher needs it
+    assert rules.module_rule("minitorch_cuda.tile_eval.cases", "20.1") is not None  # 20.1's answer
+    assert rules.module_rule("ml_dtypes", "2.1") and rules.module_rule("ml_dtypes", "20.2") is None
+    assert rules.module_rule("tests.submissions", "1.2") == rules.WHY_CHECKOUT
+    package = rules.PACKAGE_DIR
+    assert rules.path_rule(package / "grade" / "__pycache__" / "mma_fragments.cpython-311.pyc", "19.2")
+    assert rules.path_rule(package / "numerics.py", "19.1") and rules.path_rule(package / "kernels" / "x.cu", "19.2")
+    assert rules.path_rule(package / "grade" / "fakes.py", "4.1") is None and rules.path_rule(3, "4.1") is None
+
+
+def test_per_element_python_is_counted_not_spelt() -> None:
+    """A whole-array function runs as many lines for 8,000 values as for 500; a while loop over the
+    elements runs more, and fails however it is written. Counted in this process by the subject's
+    counter, as the subject does (python_work.Counter)."""
+    import sys as _sys
+
+    from minitorch_cuda.grade import python_work
+
+    counter = python_work.Counter(python_work.library_dirs())
+    namespace: dict = {"np": np}
+    exec(
+        compile(
+            "def whole(x):\n    return np.where(x > 0, x, 0)\n"
+            "def each(x):\n    out, i = np.empty_like(x), 0\n    while i < x.size:\n"
+            "        out[i] = max(x[i], 0)\n        i += 1\n    return out\n",
+            "<cell>",
+            "exec",
+        ),
+        namespace,
+    )
+
+    def lines(fn, n):
+        counter.lines, counter.active = 0, True
+        _sys.settrace(counter.trace)
+        try:
+            fn(np.arange(n) - n // 2)
+        finally:
+            _sys.settrace(None)
+            counter.active = False
+        return counter.lines
+
+    assert lines(namespace["whole"], 500) == lines(namespace["whole"], 8000) > 0
+    assert lines(namespace["each"], 8000) - lines(namespace["each"], 500) >= 7500 * 2
+    assert python_work.require_whole_array(namespace["whole"], np.ones(5), np.ones(50), "f") is None  # no subject
+
+
+def test_the_checkers_arrays_never_take_a_subjects_writes() -> None:
+    """A subject that writes into the arrays it was handed changes its own copies: the checker's
+    stay as they were (its references come from them), and the checker learns which were changed."""
+    import threading
+
+    from minitorch_cuda.grade import channel, worker
+
+    to_subject, from_checker = os.pipe()
+    to_checker, from_subject = os.pipe()
+    checker = channel.Peer(to_checker, from_checker, shareable=worker.shareable)
+    subject = channel.Peer(to_subject, from_subject, private=False)
+
+    def vandal(a, b):
+        a[:] = -1
+        return a.sum()
+
+    def reader(a, b):
+        return a.sum() + b.sum()
+
+    proxy, read = (channel.Proxy(checker, subject.encode(f)["H"]) for f in (vandal, reader))
+
+    def serve():
+        with __import__("contextlib").suppress(channel.SubjectGone):
+            while True:
+                subject.serve_one(subject.receive())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    a, b = np.arange(4.0), np.ones(3)
+    assert checker.call(proxy, a, b) == -4.0
+    assert np.array_equal(a, np.arange(4.0)) and channel.changed_arguments(proxy) == [0]
+    assert checker.call(read, a, b) == 9.0 and channel.changed_arguments(read) == []
+    for fd in (to_subject, from_checker, to_checker, from_subject):
+        os.close(fd)
+
+
+@pytest.mark.skipif(
+    not _emulator_usable(), reason="the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing"
+)
+@pytest.mark.parametrize("name", list(HIDDEN_SHAPE_CHEATS))
+def test_a_kernel_fitted_to_the_fixed_shapes_fails_on_the_hidden_ones_on_the_emulator(tmp_path, name) -> None:
+    """A kernel that covers the fixed shapes and nothing more passes the notebook's checks and fails
+    the grader's hidden shapes, on every seed; the honest kernel passes on the same seed."""
+    stem, find, replace, exercise_id, reason = HIDDEN_SHAPE_CHEATS[name]
+    sol = (SOLUTIONS / f"{stem}.md").read_text()
+    assert find in sol
+    subs = _student(tmp_path, name, stem, sol.replace(find, replace))
+    (subs / "honest").mkdir()
+    shutil.copy(SOLUTIONS / f"{stem}.md", subs / "honest")
+    for seed in ("1", "2"):
+        results = run_grader(subs, tmp_path / f"g{seed}.csv", [exercise_id], "--emulate", "--seed", seed)
+        assert results[(name, exercise_id)]["reason"] == reason and "n=" in results[(name, exercise_id)]["message"]
+        assert results[("honest", exercise_id)]["passed"], results[("honest", exercise_id)]
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(HIDDEN_SHAPE_CHEATS))
+def test_a_kernel_fitted_to_the_fixed_shapes_fails_on_the_hidden_ones_on_a_gpu(tmp_path, name) -> None:
+    stem, find, replace, exercise_id, reason = HIDDEN_SHAPE_CHEATS[name]
+    sol = (SOLUTIONS / f"{stem}.md").read_text()
+    subs = _student(tmp_path, name, stem, sol.replace(find, replace))
+    result = run_grader(subs, tmp_path / "g.csv", [exercise_id], "--timeout", "120")[(name, exercise_id)]
+    assert result["reason"] == reason, result
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="needs bubblewrap (apt-get install bubblewrap)")
+def test_the_sandbox_shows_the_package_and_nothing_else_of_a_checkout(tmp_path) -> None:
+    """Installed editable, the package lies in the course's repository: sandboxed code imports it, reads
+    the MNIST data beside it, and sees nothing of solutions/, exercises/, tests/ or chapters/."""
+    root = sandbox.PACKAGE_ROOT
+    if not (root / "solutions").is_dir():
+        pytest.skip("the package is not installed from a checkout")
+    probe = f"""
+import os, minitorch_cuda
+print(minitorch_cuda.__file__)
+print(sorted(os.listdir({str(root / "data")!r})))
+print([n for n in ("solutions", "exercises", "tests", "chapters") if os.listdir({str(root)!r} + "/" + n)])
+try:
+    print(len(open({str(root / "README.md")!r}).read()))
+except OSError:
+    print(0)
+"""
+    argv = sandbox.command([sys.executable, "-c", probe], tmp_path)
+    done = subprocess.run(argv, capture_output=True, text=True, env=sandbox.environment(tmp_path), timeout=60)
+    assert done.returncode == 0, done.stderr
+    package, data, shown, readme = done.stdout.splitlines()
+    assert package == str(root / "minitorch_cuda" / "__init__.py")
+    assert data != "[]" and shown == "[]" and readme == "0", done.stdout

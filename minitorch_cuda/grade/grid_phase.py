@@ -21,6 +21,7 @@ import re
 import numpy as np
 
 from .. import emulator
+from . import hidden
 from .exercises import Exercise
 from .harness import POISON, Buffer, CountingFunction, student_kernel
 from .verdict import BOUNDARY, FORBIDDEN, NO_WRITES, NOT_LAUNCHED, RACE, WRONG_RESULT, compare, fail, forbid
@@ -237,7 +238,9 @@ def check(ex: Exercise, source: str) -> list[str]:
     # second slot while block 0 still computes it: on a GPU a race that block 0 loses by a whole
     # chunk's work, shown as the poisoned slot's NaN in that block's factor; on the emulator, always.
     skewed = ([CHUNK * most + 3], 0.5)
-    cases = [*CASES, skewed] + ([] if emulator.selected() else [LARGE])
+    # hidden: gradients of sizes drawn from the run's seed, one past the largest fixed one
+    drawn = ([*hidden.between("sizes", 1, 5000, 2), *hidden.sizes("largest", 784 * 64, 2_000_000, 1)], 0.4)
+    cases = [*CASES, skewed, drawn] + ([] if emulator.selected() else [LARGE])
     launches = 0
     for sizes, share in cases:
         grads = [(rng.standard_normal(n) * rng.uniform(0.1, 3)).astype(np.float32) for n in sizes]
@@ -259,7 +262,8 @@ def check(ex: Exercise, source: str) -> list[str]:
     if counter.calls != launches:
         fail(NOT_LAUNCHED, "the kernel was not launched")
     return [
-        f"gradients of {[s for s, _ in cases]} floats, clipped and not, on grids of {grids} blocks "
+        f"gradients of {[s for s, _ in cases if s is not drawn[0]]} floats and a hidden set, clipped and not, "
+        f"on grids of {grids} blocks "
         "(every multiprocessor's block twice): partial sums, norm and update match float64",
         "the norm and the update are the same bits on every grid and on a second run; nothing written out of bounds",
     ]

@@ -29,7 +29,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from . import exercises, notebook, sandbox, verdict
+from . import exercises, hidden, notebook, sandbox, verdict
 from .verdict import GRADED, NOT_GRADED, CheckFailed, CheckResult
 
 try:
@@ -58,6 +58,7 @@ class Settings:
     sanitize_timeout: float = 90.0
     shard: tuple[int, int] | None = None  # (k, n): grade the k-th of n fixed slices of the students
     progress: bool = True
+    seed: int | None = None  # the hidden shapes' seed (hidden.py); None: a resumed run's, else a fresh one
 
 
 def load_rubric(path: str | Path | None) -> dict:
@@ -148,6 +149,7 @@ def check_exercise(ex: exercises.Exercise, payload: dict, settings: Settings, gp
         sanitize=settings.sanitize,
         sanitize_timeout=settings.sanitize_timeout,
         hide=[str(settings.submissions), str(settings.out.parent)],
+        seed=settings.seed,
     )
     with tempfile.TemporaryDirectory(prefix=f"grade-{ex.id}-") as tmp:
         payload_file, result = Path(tmp, "payload.json"), Path(tmp, "result.json")
@@ -167,7 +169,7 @@ def check_exercise(ex: exercises.Exercise, payload: dict, settings: Settings, gp
             code, tail = run_isolated(args, budget, gpu, tmp, _emulation_env(settings) | extra)
         data = _check_record(result, ex)
         if data is not None:
-            return data
+            return dict(data, seed=settings.seed)  # the shapes it was graded on can be drawn again
     if code is None:
         reason, message = verdict.TIMEOUT, f"no result after {settings.check_timeout:g} s (an endless loop or a hang?)"
     elif isinstance(code, str):
@@ -470,7 +472,10 @@ def grade(settings: Settings, warn=print) -> Ledger:
     settings.out.parent.mkdir(parents=True, exist_ok=True)
     ledger = Ledger(settings.out.with_suffix(".json"), settings.rubric)
     ledger.students = students
+    if settings.seed is None:  # a resumed run keeps the shapes its first part was graded on
+        settings.seed = ledger.meta.get("seed") if isinstance(ledger.meta.get("seed"), int) else hidden.fresh_seed()
     ledger.meta = {
+        "seed": settings.seed,
         "shard": list(settings.shard) if settings.shard else None,
         "sandbox": sandbox.kind(),
         "emulated": settings.emulate,

@@ -130,6 +130,8 @@ def check_python(ex, cell: str, subject: Subject):
             return CheckResult(ex.id, False, verdict.NOT_IMPLEMENTED, f"Exercise {ex.id} is still the stub")
         if status == "raised":
             return CheckResult(ex.id, False, verdict.EXCEPTION, f"the exercise cell raised {outcome.get('message')}")
+        if status == "refused":  # subject_rules: what the exercise rules out, tried by the cell
+            return CheckResult(ex.id, False, verdict.FORBIDDEN, f"your exercise cell: {outcome.get('message')}")
         if status == "tampered":
             changed = ", ".join(str(c) for c in outcome.get("changed", []))
             message = f"the exercise cell modifies the framework instead of implementing the exercise: {changed}"
@@ -206,11 +208,12 @@ def check_kernel(ex, kernel_source: str, sanitize: bool, sanitize_timeout: float
 
 
 def check(exercise_id: str, payload_file: str, result_file: str) -> int:
-    from . import exercises, sandbox, verdict
+    from . import exercises, hidden, sandbox, verdict
 
     sandbox.become_subreaper()  # what a subject leaves behind is re-parented here and swept
     ex = exercises.get(exercise_id)
     payload = json.loads(Path(payload_file).read_text())
+    hidden.use(payload.get("seed"), ex.id)  # the instructor's seed draws this check's hidden shapes
     deadline = time.monotonic() + float(payload.get("timeout", 120)) - 3
     # the subject starts first, so that its imports and this process's overlap
     subject = Subject(deadline, payload.get("hide", [])) if ex.kind == "python" else None
