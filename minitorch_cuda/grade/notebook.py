@@ -8,6 +8,7 @@ last code cell that defines the exercise's variable. Outputs are never read.
 from __future__ import annotations
 
 import ast
+import re
 import time
 from pathlib import Path
 
@@ -18,13 +19,42 @@ from .exercises import Exercise
 GPU_TAG = "gpu"
 
 
+MAX_CELLS = 5000  # cells of one notebook (a course notebook has about a hundred)
+
+
 def read(path: str | Path) -> nbformat.NotebookNode:
+    """The notebook at ``path``. A MyST header that uses YAML anchors or aliases (``&a``, ``*a``: a
+    few KB of them expand exponentially) is refused, as is a notebook of more than ``MAX_CELLS``
+    cells; the grader calls this in a worker with a cap on memory and time (``runner.read_exercises``)."""
     path = Path(path)
     if path.suffix == ".md":
         import jupytext
 
-        return jupytext.read(path)
-    return nbformat.read(path, as_version=4)
+        text = path.read_text(encoding="utf-8", errors="surrogateescape")
+        refuse_yaml_aliases(text)
+        nb = jupytext.reads(text, fmt="md")
+    else:
+        nb = nbformat.read(path, as_version=4)
+    if len(nb.cells) > MAX_CELLS:
+        raise ValueError(f"it has {len(nb.cells)} cells, more than the {MAX_CELLS} a notebook may have")
+    return nb
+
+
+def refuse_yaml_aliases(text: str) -> None:
+    """Raise ValueError if the YAML header (between the first two ``---`` lines) or any directive's
+    ``---`` options use an anchor or an alias (a "billion laughs" expands a few KB into gigabytes)."""
+    import yaml
+
+    for block in re.findall(r"^---[ \t]*\n(.*?)^---[ \t]*$", text, re.S | re.M):
+        try:
+            tokens = list(yaml.scan(block, Loader=yaml.SafeLoader))
+        except yaml.YAMLError:
+            continue  # not YAML: jupytext says what is wrong with it
+        if any(isinstance(t, (yaml.AnchorToken, yaml.AliasToken)) for t in tokens):
+            raise ValueError(
+                "its YAML header uses anchors or aliases (& and *), which the grader does not read: "
+                "write the values out (the header jupytext writes has none)"
+            )
 
 
 def find(folder: Path, stem: str) -> Path | None:
