@@ -507,16 +507,20 @@ def read_exercises(path: Path, todo: list[exercises.Exercise]) -> dict[str, dict
     argv = [sys.executable, "-m", "minitorch_cuda.grade.worker", "read", str(path), ",".join(e.id for e in todo)]
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    # started as ours (sandbox.popen): the sweep of what students' runs leave behind spares it
+    proc = sandbox.popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        out = subprocess.run(argv, capture_output=True, timeout=READ_TIMEOUT, env=env, stdin=subprocess.DEVNULL)
+        stdout, stderr = proc.communicate(timeout=READ_TIMEOUT)
     except subprocess.TimeoutExpired:
         raise ValueError(f"reading it took more than {READ_TIMEOUT:g} s (is it megabytes of tiny cells?)") from None
+    finally:
+        sandbox.finish(proc)
     try:
-        data = json.loads(out.stdout)
+        data = json.loads(stdout)
     except (ValueError, RecursionError):
         data = None
     if not isinstance(data, dict):
-        tail = out.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit code {out.returncode}"]
+        tail = stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
         if "MemoryError" in tail[0]:
             tail = [f"reading it took more than {READ_MEMORY >> 30} GB of memory"]
         raise ValueError(tail[0][:300])
