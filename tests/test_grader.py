@@ -26,7 +26,7 @@ from submissions import CHEATS, MARKER, STUDENTS, build, vandal
 
 import minitorch_cuda as mt
 from minitorch_cuda import grade
-from minitorch_cuda.grade import exercises, runner, sandbox, verdict
+from minitorch_cuda.grade import exercises, notebook, runner, sandbox, verdict
 
 SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
 CPU_IDS = ["1.2", "2.1", "4.1", "5.1", "14.1", "18.1", "19.1", "19.2", "20.1", "20.2"]
@@ -906,8 +906,8 @@ def test_a_linked_or_special_notebook_is_not_graded(tmp_path) -> None:
         assert result["reason"] == verdict.MISSING_NOTEBOOK and "not a regular file" in result["message"], result
 
 
-# a cell that replaces the sandboxed runner's record of the notebook's run: the record's file lies in
-# the folder the notebook runs in, and a directory in the way of its temporary file stops the runner
+# a cell that writes a record of the notebook's run where the runner once wrote it (the folder the
+# notebook runs in), and a directory in the way of its temporary file
 FORGE_RECORD = (
     "\n```{code-cell} ipython3\n"
     "import json, pathlib\n"
@@ -925,9 +925,9 @@ RECORDS = {
 
 @pytest.mark.skipif(sandbox.bwrap() is None, reason="needs bubblewrap (apt-get install bubblewrap)")
 def test_a_notebook_cannot_forge_its_execution_record(tmp_path) -> None:
-    """What the notebook writes as its run's record is read as untrusted text: a record that is not
-    one says the notebook could not be executed (it crashed the whole run before), and no line of
-    it can pass for a heading or a total in the feedback. The grade comes from the check."""
+    """What the notebook writes as its run's record is never read: the runner's record reaches the
+    grader through a pipe, and no line of the forgery can pass for a heading or a total in the
+    feedback. The grade comes from the check."""
     sol = (SOLUTIONS / "01_cuda_setup.md").read_text()
     subs = tmp_path / "subs"
     for name, record in RECORDS.items():
@@ -942,8 +942,13 @@ def test_a_notebook_cannot_forge_its_execution_record(tmp_path) -> None:
         assert results[(name, "1.2")]["passed"], results[(name, "1.2")]
         feedback = (tmp_path / "feedback" / f"{name}.md").read_text().splitlines()
         assert not [line for line in feedback if line.startswith(("## Exercise 1.2: forged", "Total: 64"))], feedback
-    for name in ("not_a_list", "not_json"):
-        assert "could not be executed" in executions[f"{name}/01_cuda_setup"]["errors"][0]
+    # the record comes through the runner's pipe, not the folder: the forged file changes nothing
+    ran = notebook.read(SOLUTIONS / "01_cuda_setup.md")
+    ran = ran if mt.cuda_available() else notebook.without_gpu_cells(ran)
+    cells = sum(1 for c in ran.cells if c.cell_type == "code") + 1  # and the forging cell
+    for name in RECORDS:
+        assert executions[f"{name}/01_cuda_setup"]["cells"] == cells, executions[f"{name}/01_cuda_setup"]
+        assert not executions[f"{name}/01_cuda_setup"]["errors"], executions[f"{name}/01_cuda_setup"]
 
 
 def test_an_exception_message_cannot_pass_for_a_grade_in_the_feedback(tmp_path) -> None:
@@ -1056,9 +1061,11 @@ def test_a_cell_nested_past_the_parsers_depth_costs_only_its_exercise(tmp_path) 
 
 def test_code_that_fills_the_disk_is_stopped(tmp_path, monkeypatch) -> None:
     """A per-file limit does not bound many files: a cell that writes file after file (into its
-    sandbox's folder) would fill the disk every other student's checks write to; it is stopped,
-    and costs its exercise only."""
+    sandbox's folder) would fill the disk every other student's checks write to; its folder is a
+    file system of a fixed size (or, without bwrap's --size, the run is stopped), and it costs its
+    exercise only."""
     monkeypatch.setattr(sandbox, "MAX_WRITTEN", 200 << 20)
+    monkeypatch.setenv("MINITORCH_CUDA_GRADE_DISK_BYTES", str(200 << 20))
     fill = (
         "import itertools, time\n"
         "for k in itertools.count():\n"
@@ -1070,7 +1077,10 @@ def test_code_that_fills_the_disk_is_stopped(tmp_path, monkeypatch) -> None:
     results = run_grader(subs, tmp_path / "g.csv", ["4.1"], "--timeout", "60")
     assert results[("honest", "4.1")]["passed"]
     result = results[("filler", "4.1")]
-    assert result["reason"] == verdict.CRASHED and "wrote more than 200 MB" in result["message"], result
+    if sandbox.own_disk():  # its folder is a file system of 200 MB: the write that would pass it fails
+        assert result["reason"] == verdict.EXCEPTION and "No space left on device" in result["message"], result
+    else:  # what it writes is polled
+        assert result["reason"] == verdict.CRASHED and "wrote more than 200 MB" in result["message"], result
 
 
 def _python_in_sandbox(code: str, folder: Path) -> subprocess.CompletedProcess:

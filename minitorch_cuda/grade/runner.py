@@ -101,7 +101,7 @@ def find_students(root: Path) -> tuple[list[str], list[str]]:
     students, skipped = [], []
     folders = (p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and not p.name.startswith("."))
     for path in sorted(folders):  # names are kept as os.fsdecode gives them (bytes as surrogates)
-        if any(f.is_file() and not f.is_symlink() and f.suffix in NOTEBOOK_SUFFIXES for f in path.iterdir()):
+        if any(f.is_file() and f.suffix in NOTEBOOK_SUFFIXES for f in path.iterdir()):  # a link is refused later, named
             students.append(path.name)
         else:
             skipped.append(path.name)

@@ -105,7 +105,8 @@ def _read_only_paths() -> list[str]:
     return out
 
 
-DISK_BYTES = 1 << 30  # what a sandboxed run may write: its folder is a file system of this size
+# what a sandboxed run may write: its folder is a file system of this size (in memory, gone with it)
+DISK_BYTES = int(os.environ.get("MINITORCH_CUDA_GRADE_DISK_BYTES", 1 << 30))
 INPUT = "/grade-input"  # where a run with a disk of its own sees its folder's files, read-only
 INPUT_ENV = "MINITORCH_CUDA_GRADE_INPUT"
 
@@ -457,24 +458,25 @@ MAX_COPIED = 256 << 20  # bytes of a student's folder copied for a notebook's ru
 MAX_DEPTH = 32  # folders below a copied folder: deeper ones are left out (no notebook needs more)
 
 
-def copy_tree(folder: Path, dest: Path, limit: int = MAX_COPIED) -> list[str]:
+def copy_tree(folder: Path, dest: Path, limit: int | None = None) -> list[str]:
     """Copy the regular files and folders under ``folder`` into ``dest`` (no link followed, no fifo,
     socket or device opened; iteratively, so no depth costs the grader its stack) and return what was
     left out, as text: what cannot be read, what lies deeper than ``MAX_DEPTH``, what would take the
     copy past ``limit`` bytes (a folder of huge files must not fill the grading machine's disk)."""
+    limit = MAX_COPIED if limit is None else limit
     dest.mkdir(parents=True, exist_ok=True)
     copied, left_out = 0, []
-    stack = [(os.fsencode(folder), os.fsencode(dest), 0)]
+    stack = [(str(folder), str(dest), 0)]  # names as os.fsdecode keeps them: any bytes go through
     while stack:
         src, dst, depth = stack.pop()
         try:
             with os.scandir(src) as scan:
                 entries = sorted(scan, key=lambda e: e.name)
         except OSError:
-            left_out.append(os.fsdecode(os.path.relpath(src, os.fsencode(folder))))
+            left_out.append(os.path.relpath(src, folder))
             continue
         for entry in entries:
-            name = os.fsdecode(os.path.relpath(entry.path, os.fsencode(folder)))
+            name = os.path.relpath(entry.path, folder)
             target = os.path.join(dst, entry.name)
             try:
                 if entry.is_dir(follow_symlinks=False):
@@ -488,7 +490,7 @@ def copy_tree(folder: Path, dest: Path, limit: int = MAX_COPIED) -> list[str]:
                     if copied + size > limit:
                         left_out.append(name)
                         continue
-                    shutil.copyfile(entry.path, target, follow_symlinks=False)
+                    shutil.copyfile(entry.path, target)
                     copied += size
             except OSError:  # unreadable (its mode), gone, or a name too long: the run goes on without it
                 left_out.append(name)
@@ -503,8 +505,7 @@ def private_copy(folder: Path, dest: Path) -> tuple[Path, list[str]]:
 def remove_tree(folder: Path) -> None:
     """Remove ``folder`` and everything under it, iteratively (a run may leave folders nested deeper
     than ``shutil.rmtree``'s recursion reaches), following no link; what cannot be removed stays."""
-    top = os.fsencode(folder)
-    stack, folders = [top], []
+    stack, folders = [str(folder)], []
     while stack:
         current = stack.pop()
         folders.append(current)

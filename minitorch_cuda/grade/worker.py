@@ -90,7 +90,7 @@ class Subject:
         argv = [sys.executable, "-m", "minitorch_cuda.grade.subject", str(to_subject), str(from_subject)]
         self.log = open(Path(self.workdir, "subject.log"), "wb")  # noqa: SIM115 -- closed in close()
         self.proc = sandbox.popen(
-            sandbox.command(argv, Path(self.workdir), gpu=False, hide=[Path(p) for p in hide]),
+            sandbox.command(argv, Path(self.workdir), gpu=False, hide=[Path(p) for p in hide], own_disk=True),
             pass_fds=(to_subject, from_subject),
             stdin=subprocess.DEVNULL,
             stdout=self.log,
