@@ -16,6 +16,7 @@ import csv
 import errno
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from submissions import CHEATS, MARKER, STUDENTS, build, vandal
 
 import minitorch_cuda as mt
 from minitorch_cuda import grade
-from minitorch_cuda.grade import exercises, notebook, runner, sandbox, verdict
+from minitorch_cuda.grade import exercises, notebook, runner, sandbox, similarity, verdict
 
 SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
 CPU_IDS = ["1.2", "2.1", "4.1", "5.1", "14.1", "18.1", "19.1", "19.2", "20.1", "20.2"]
@@ -1023,8 +1024,8 @@ def test_an_emulated_kernel_cannot_fill_the_disk_or_the_memory(tmp_path, monkeyp
     monkeypatch.setenv("MINITORCH_CUDA_GRADE_EMULATED_MEMORY", str(1 << 30))
     logs = []
 
-    def run(argv, timeout, cwd, env):
-        done = run.original(argv, timeout, cwd, env)
+    def run(argv, timeout, cwd, env, **kwargs):
+        done = run.original(argv, timeout, cwd, env, **kwargs)
         logs.append(Path(cwd, "output.log").stat().st_size)
         return done
 
@@ -1225,3 +1226,143 @@ def test_nvcc_on_a_preprocessor_bomb_runs_out_of_its_own_memory(tmp_path, monkey
     assert worker.compiles_for_a_gpu(honest) == []
     refused = worker.compiles_for_a_gpu(BOMB + honest)
     assert refused and "memory" in " ".join(refused), refused
+
+
+# --- class 7 of issue 36: untrusted input (what the grader parses, walks, writes and shows) ---------
+
+CLEAR_REASONS = {  # the cheat (tests/submissions.py) -> words of the message its exercise gets
+    "yaml_alias_bomb": "anchors or aliases",
+    "tiny_cells": "cells, more than",
+    "fallocates_gigabytes": "No space left on device",
+    "forges_markdown": "Total: 64",
+}
+
+
+@pytest.mark.parametrize("name", list(CLEAR_REASONS))
+def test_untrusted_input_cheats_get_a_clear_reason(cheat_grades, name) -> None:
+    if name == "fallocates_gigabytes" and not sandbox.own_disk():
+        pytest.skip("needs bwrap with --size (a disk of its own per run)")
+    results, _, _ = cheat_grades
+    _, attacked, _ = CHEATS[name]
+    assert CLEAR_REASONS[name] in results[(name, attacked)]["message"], results[(name, attacked)]
+
+
+def test_student_text_in_the_feedback_is_plain_text() -> None:
+    """A message, a detail, a notebook's error or a name a student controls renders as the characters
+    typed: no heading, total, table, HTML, link or code fence of theirs reaches the Markdown."""
+    forged = "x\n# Feedback for you\n\nTotal: 64 / 64\n| a | b |\n<h2>passed</h2> [ok](http://x) ``` *"
+    result = verdict.CheckResult("1.2", False, verdict.EXCEPTION, "## Exercise 1.2 (1/1, passed) " + forged, [forged])
+    results = {("m#llory <b>", "1.2"): dict(result.to_dict(), points=0.0, max_points=1.0, status=verdict.GRADED)}
+    executions = {"m#llory <b>/01_cuda_setup": {"errors": [forged], "sandbox": "bwrap"}}
+    text = runner._feedback("m#llory <b>", ["1.2"], results, executions, {"points": {"1.2": 1.0}})
+    lines = text.splitlines()
+    assert [line for line in lines if line.startswith("#")] == [
+        "# Feedback for m\\#llory \\<b\\>",
+        f"## Exercise 1.2: {exercises.get('1.2').title} (0/1, failed: exception)",
+        "## When your notebooks ran",
+    ]
+    assert [line for line in lines if line.startswith("Total")] == ["Total: 0 / 1"]
+    outside_code = [line for line in lines if not line.startswith("    ")]
+    assert not [line for line in outside_code if re.search(r"(?<!\\)[<|`\[]", line)], outside_code
+
+
+def test_a_deep_folder_and_undecodable_names_cost_no_one_anything(tmp_path) -> None:
+    """A folder nested past the recursion limit beside a notebook, a student folder and a file whose
+    names are not UTF-8: every student is graded, the feedback names them escaped, a rerun resumes."""
+    subs = tmp_path / "subs"
+    for name in ("honest", "deep"):
+        (subs / name).mkdir(parents=True)
+        shutil.copy(SOLUTIONS / "01_cuda_setup.md", subs / name)
+    fd = os.open(subs / "deep", os.O_RDONLY)
+    for _ in range(sys.getrecursionlimit() + 500):  # one level at a time: no path is too long to make
+        os.mkdir("d", dir_fd=fd)
+        fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+        os.close(old)
+    os.close(fd)
+    odd = os.path.join(os.fsencode(subs), b"caf\xe9")
+    os.mkdir(odd)
+    shutil.copy(SOLUTIONS / "01_cuda_setup.md", os.fsdecode(odd))
+    open(os.path.join(odd, b"notes-\xff.txt"), "wb").close()
+    out = tmp_path / "g.csv"
+    results = run_grader(subs, out, ["1.2"], "--cell-timeout", "60", execute=True)
+    student = os.fsdecode(odd).rsplit("/", 1)[1]
+    for name in ("honest", "deep", student):
+        assert results[(name, "1.2")]["passed"], results[(name, "1.2")]
+    assert "caf\\xe9" in (tmp_path / "g.csv").read_text()
+    assert (tmp_path / "feedback" / f"{student}.md").read_text().startswith("# Feedback for caf\\xe9")
+    executions = json.loads(out.with_suffix(".json").read_text())["executions"]
+    assert any("not copied" in e for e in executions["deep/01_cuda_setup"]["errors"]), executions
+    again = run_grader(subs, out, ["1.2"])  # resumes: nothing to grade again, nothing stops
+    assert {k: r["graded_at"] for k, r in again.items()} == {k: r["graded_at"] for k, r in results.items()}
+
+
+def test_the_ledger_appends_and_resume_ignores_a_torn_line(tmp_path) -> None:
+    """A result costs one line of grades.journal (grades.json is not rewritten); a rerun reads both,
+    and a last line torn by a kill is ignored (that result is graded again)."""
+    rubric = runner.load_rubric(None)
+    ledger = runner.Ledger(tmp_path / "grades.json", rubric)
+    ledger.students = ["ann", "bob"]
+    ledger.compact()
+    compacted = (tmp_path / "grades.json").read_bytes()
+    ledger.add("ann", verdict.CheckResult("1.2", True, verdict.PASSED).to_dict())
+    ledger.add("bob", verdict.CheckResult("1.2", False, verdict.WRONG_RESULT, "no").to_dict())
+    assert (tmp_path / "grades.json").read_bytes() == compacted
+    journal = tmp_path / "grades.journal"
+    assert len(journal.read_text().splitlines()) == 2
+    journal.write_bytes(journal.read_bytes()[:-20])  # killed mid-line
+    again = runner.Ledger(tmp_path / "grades.json", rubric)
+    assert again.done("ann", "1.2") and not again.done("bob", "1.2")
+    again.compact()
+    assert not journal.exists() and runner.Ledger(tmp_path / "grades.json", rubric).done("ann", "1.2")
+    (tmp_path / "grades.json").write_text("{")
+    with pytest.raises(ValueError, match="move it away"):
+        runner.Ledger(tmp_path / "grades.json", rubric)
+
+
+def test_the_csv_says_what_was_emulated_and_leaves_an_ungraded_row_blank(tmp_path) -> None:
+    rubric = runner.load_rubric(None)
+    ledger = runner.Ledger(tmp_path / "g.json", rubric)
+    emulated = dict(verdict.CheckResult("3.1", True, verdict.PASSED).to_dict(), emulated=True)
+    ledger.add("ann", emulated)
+    ledger.add("ann", verdict.CheckResult("3.2", False, verdict.NO_GPU, "no GPU").to_dict())
+    runner.write_outputs(ledger, ["ann", "bob"], ["3.1", "3.2"], tmp_path / "g.csv")
+    rows = {r["student"]: r for r in csv.DictReader((tmp_path / "g.csv").open())}
+    assert rows["ann"]["notes"] == "emulated: 3.1; not graded (needs a GPU): 3.2"
+    assert (rows["bob"]["3.1"], rows["bob"]["total"]) == ("", "")
+    assert "not run under compute-sanitizer" in (tmp_path / "feedback" / "ann.md").read_text()
+
+
+def test_without_a_terminal_progress_is_a_line_now_and_then(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(runner, "PROGRESS_EVERY", 0.0)
+    bar = runner._progress(2, True)
+    bar.update(1)
+    bar.update(1)
+    assert capsys.readouterr().err.splitlines() == [
+        "grading: 1 of 2 exercises done",
+        "grading: 2 of 2 exercises done",
+    ]
+
+
+def test_the_similarity_report_flags_a_copied_built_in_kernel_and_a_shared_kernel(tmp_path, capsys) -> None:
+    """similarity.csv and the instructor's files name two students handing in the same kernel and a
+    kernel copied from the framework; the grades and the students' own feedback do not change."""
+    sol = (SOLUTIONS / "03_building_the_backend.md").read_text()
+    gather = similarity.global_functions((similarity.KERNELS / "gather.cu").read_text())["gather_rows"]
+    entry = 'ew_relu_source = r"""\n'
+    copied = sol.replace(entry, entry + "// mine\n" + gather.replace("gather_rows", "my_kernel") + "\n")
+    subs = tmp_path / "subs"
+    for name, text in (("ann", sol), ("bob", sol), ("cy", copied)):
+        (subs / name).mkdir(parents=True)
+        (subs / name / "03_building_the_backend.md").write_text(text)
+    out = tmp_path / "g.csv"
+    results = run_grader(subs, out, ["3.1", "3.3"], "--allow-partial")
+    rows = [r for r in csv.DictReader((tmp_path / "similarity.csv").open()) if r["flagged"] == "yes"]
+    assert ("3.3", "ann", "bob") in {(r["exercise"], r["student"], r["matches"]) for r in rows}, rows
+    assert ("3.1", "cy", "built-in gather.cu:gather_rows") in {(r["exercise"], r["student"], r["matches"]) for r in rows}
+    assert "bob" in (tmp_path / "instructor" / "ann.md").read_text()
+    assert "gather_rows" in (tmp_path / "instructor" / "cy.md").read_text()
+    assert "bob" not in (tmp_path / "feedback" / "ann.md").read_text()
+    assert "gather_rows" not in (tmp_path / "feedback" / "cy.md").read_text()
+    assert results[("ann", "3.3")]["reason"] == results[("bob", "3.3")]["reason"]  # a flag, never a grade
+    summary = capsys.readouterr().out
+    assert re.search(r"similarity: \d+ flagged \(1 of a built-in kernel", summary), summary

@@ -32,6 +32,9 @@ def read(path: str | Path) -> nbformat.NotebookNode:
 
         text = path.read_text(encoding="utf-8", errors="surrogateescape")
         refuse_yaml_aliases(text)
+        marks = text.count("{code-cell}") + text.count("\n+++")  # cell starts, counted before jupytext's slow parse
+        if marks > MAX_CELLS:
+            raise ValueError(f"it has about {marks} cells, more than the {MAX_CELLS} a notebook may have")
         nb = jupytext.reads(text, fmt="md")
     else:
         nb = nbformat.read(path, as_version=4)
@@ -40,20 +43,31 @@ def read(path: str | Path) -> nbformat.NotebookNode:
     return nb
 
 
+# the YAML jupytext parses in a MyST notebook: the header, and a code cell's options (a --- block
+# or :key: lines right after its fence)
+_YAML_BLOCKS = re.compile(
+    r"\A---[ \t]*\n(.*?)^---[ \t]*$"
+    r"|^```\{code-cell\}[^\n]*\n---[ \t]*\n(.*?)^---[ \t]*$"
+    r"|^```\{code-cell\}[^\n]*\n((?::[^\n]*\n)+)",
+    re.S | re.M,
+)
+
+
 def refuse_yaml_aliases(text: str) -> None:
-    """Raise ValueError if the YAML header (between the first two ``---`` lines) or any directive's
-    ``---`` options use an anchor or an alias (a "billion laughs" expands a few KB into gigabytes)."""
+    """Raise ValueError if the YAML jupytext reads (``_YAML_BLOCKS``) uses an anchor or an alias (a
+    "billion laughs" expands a few KB into gigabytes)."""
     import yaml
 
-    for block in re.findall(r"^---[ \t]*\n(.*?)^---[ \t]*$", text, re.S | re.M):
+    for match in _YAML_BLOCKS.finditer(text):
+        block = next(g for g in match.groups() if g is not None)
         try:
             tokens = list(yaml.scan(block, Loader=yaml.SafeLoader))
         except yaml.YAMLError:
-            continue  # not YAML: jupytext says what is wrong with it
-        if any(isinstance(t, (yaml.AnchorToken, yaml.AliasToken)) for t in tokens):
+            tokens = [t for t in ("&", "*") if re.search(rf"(^|[\s\[{{,:]){re.escape(t)}\w", block)]
+        if any(isinstance(t, (yaml.AnchorToken, yaml.AliasToken, str)) for t in tokens):
             raise ValueError(
-                "its YAML header uses anchors or aliases (& and *), which the grader does not read: "
-                "write the values out (the header jupytext writes has none)"
+                "its YAML header or a cell's options use anchors or aliases (& and *), which the grader "
+                "does not read: write the values out (jupytext writes none)"
             )
 
 
