@@ -1283,13 +1283,20 @@ def test_a_deep_folder_and_undecodable_names_cost_no_one_anything(tmp_path) -> N
     os.mkdir(odd)
     shutil.copy(SOLUTIONS / "01_cuda_setup.md", os.fsdecode(odd))
     open(os.path.join(odd, b"notes-\xff.txt"), "wb").close()
+    try:
+        _grade_deep_and_undecodable(subs, tmp_path, os.fsdecode(odd).rsplit("/", 1)[1])
+    finally:  # pytest's own clean-up recurses
+        sandbox.remove_tree(subs / "deep" / "d")
+
+
+def _grade_deep_and_undecodable(subs: Path, tmp_path: Path, student: str) -> None:
     out = tmp_path / "g.csv"
     results = run_grader(subs, out, ["1.2"], "--cell-timeout", "60", execute=True)
-    student = os.fsdecode(odd).rsplit("/", 1)[1]
     for name in ("honest", "deep", student):
         assert results[(name, "1.2")]["passed"], results[(name, "1.2")]
     assert "caf\\xe9" in (tmp_path / "g.csv").read_text()
-    assert (tmp_path / "feedback" / f"{student}.md").read_text().startswith("# Feedback for caf\\xe9")
+    # the byte shown as \xe9, its backslash escaped for Markdown
+    assert (tmp_path / "feedback" / f"{student}.md").read_text().startswith("# Feedback for caf\\\\xe9\n")
     executions = json.loads(out.with_suffix(".json").read_text())["executions"]
     assert any("not copied" in e for e in executions["deep/01_cuda_setup"]["errors"]), executions
     again = run_grader(subs, out, ["1.2"])  # resumes: nothing to grade again, nothing stops
@@ -1358,7 +1365,9 @@ def test_the_similarity_report_flags_a_copied_built_in_kernel_and_a_shared_kerne
     results = run_grader(subs, out, ["3.1", "3.3"], "--allow-partial")
     rows = [r for r in csv.DictReader((tmp_path / "similarity.csv").open()) if r["flagged"] == "yes"]
     assert ("3.3", "ann", "bob") in {(r["exercise"], r["student"], r["matches"]) for r in rows}, rows
-    assert ("3.1", "cy", "built-in gather.cu:gather_rows") in {(r["exercise"], r["student"], r["matches"]) for r in rows}
+    assert ("3.1", "cy", "built-in gather.cu:gather_rows") in {
+        (r["exercise"], r["student"], r["matches"]) for r in rows
+    }
     assert "bob" in (tmp_path / "instructor" / "ann.md").read_text()
     assert "gather_rows" in (tmp_path / "instructor" / "cy.md").read_text()
     assert "bob" not in (tmp_path / "feedback" / "ann.md").read_text()

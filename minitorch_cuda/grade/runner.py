@@ -45,6 +45,7 @@ DEFAULT_RUBRIC = Path(__file__).with_name("rubric.toml")
 NOTEBOOK_SUFFIXES = (".ipynb", ".md")
 MAX_NOTEBOOK = 64 << 20  # bytes: a larger file is not read (outputs never count, so none needs more)
 MAX_RECORD = 4 << 20  # bytes of a worker's record read back (a notebook's run, a check's result)
+MAX_ERRORS = 20  # a notebook run's errors kept for the feedback
 READ_TIMEOUT = 60.0  # seconds to read one notebook (in a worker: a parser bomb costs this at most)
 READ_MEMORY = 2 << 30  # address space of that worker
 
@@ -145,7 +146,12 @@ def _run(
         argv = [a.replace("{record}", f"fd:{pipe[1]}") for a in argv]
     with log_path.open("wb") as log:
         proc = sandbox.popen(
-            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             pass_fds=(pipe[1],) if pipe else (),
         )
         reader = None
@@ -415,7 +421,10 @@ def _feedback(student: str, ids: list[str], results: dict, executions: dict, rub
     errors, sandboxes = [], set()
     for key, record in sorted(executions.items()):
         if key.startswith(f"{student}/"):
-            errors += [f"- {markdown_text(key.split('/', 1)[1], 100)}: {markdown_text(e, 400)}" for e in record.get("errors", [])]
+            errors += [
+                f"- {markdown_text(key.split('/', 1)[1], 100)}: {markdown_text(e, 400)}"
+                for e in record.get("errors", [])
+            ]
             if record.get("sandbox"):
                 sandboxes.add(record["sandbox"])
     if errors or sandboxes:
@@ -461,7 +470,8 @@ def execute_notebook(path: Path, settings: Settings, gpu: str | None) -> dict:
             return {"errors": [f"the notebook could not be executed to the end ({why})"], "sandbox": sandbox.kind()}
     cells = [c for c in data["cells"] if isinstance(c, dict)]
     errors = [
-        f"not copied for the run (unreadable, or over {sandbox.MAX_COPIED >> 20} MB in all): {_one_line(name, 200)}"
+        f"not copied for the run (unreadable, deeper than {sandbox.MAX_DEPTH} folders, or over "
+        f"{sandbox.MAX_COPIED >> 20} MB in all): {_one_line(shown(name), 200)}"
         for name in left_out[:5]
     ]
     errors += [
@@ -471,6 +481,8 @@ def execute_notebook(path: Path, settings: Settings, gpu: str | None) -> dict:
         for c in cells
         if isinstance(c.get("error"), dict)
     ]
+    if len(errors) > MAX_ERRORS:  # a notebook of thousands of failing cells: grades.json stays small
+        errors = errors[:MAX_ERRORS] + [f"... and {len(errors) - MAX_ERRORS} more"]
     return {
         "errors": errors,
         "cells": len(cells),
@@ -542,7 +554,9 @@ def payloads(nb, todo: list[exercises.Exercise], path: Path) -> dict[str, dict]:
                 continue
             out[ex.id] = payload_for(ex, cell, path.parent)
         except CheckFailed as failure:
-            out[ex.id] = {"failed": CheckResult(ex.id, False, failure.reason, failure.message, failure.details).to_dict()}
+            out[ex.id] = {
+                "failed": CheckResult(ex.id, False, failure.reason, failure.message, failure.details).to_dict()
+            }
         except Exception as exc:
             message = f"the exercise cell cannot be read ({type(exc).__name__}: {str(exc)[:200]})"
             out[ex.id] = {"failed": CheckResult(ex.id, False, verdict.EXCEPTION, message).to_dict()}
@@ -609,7 +623,9 @@ class _Lines:
         self.n += n
         if time.monotonic() - self.last >= PROGRESS_EVERY or self.n == self.total:
             self.last = time.monotonic()
-            print(f"grading: {self.n} of {self.total} {_plural(self.total, 'exercise')} done", file=sys.stderr, flush=True)
+            print(
+                f"grading: {self.n} of {self.total} {_plural(self.total, 'exercise')} done", file=sys.stderr, flush=True
+            )
 
     def close(self) -> None:
         pass
