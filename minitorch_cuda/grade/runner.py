@@ -517,7 +517,8 @@ def read_exercises(path: Path, todo: list[exercises.Exercise]) -> dict[str, dict
     header, megabytes of tiny cells, JSON nested past the parser's depth cost that process only).
     Raises ValueError, with the reason, where the notebook cannot be read."""
     argv = [sys.executable, "-m", "minitorch_cuda.grade.worker", "read", str(path), ",".join(e.id for e in todo)]
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    # one BLAS thread: on a many-core machine each thread's arena would count against the memory cap
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     # started as ours (sandbox.popen): the sweep of what students' runs leave behind spares it
     proc = sandbox.popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

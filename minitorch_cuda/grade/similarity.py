@@ -81,18 +81,13 @@ def _hash(run: list[str]) -> int:
 
 
 def fingerprints(source: str, k: int = K, window: int = WINDOW) -> frozenset[int]:
-    """The winnowed fingerprints of ``source``: of each ``window`` consecutive ``k``-token hashes,
-    the smallest (the rightmost of equal ones), as the paper's robust winnowing keeps them."""
+    """The winnowed fingerprints of ``source``: of each ``window`` consecutive ``k``-token hashes, the
+    smallest (kept as a set of hashes: where in the text they lie does not matter for the score)."""
     toks = tokens(source)
     hashes = [_hash(toks[i : i + k]) for i in range(len(toks) - k + 1)]
     if len(hashes) <= window:
         return frozenset(hashes)
-    kept = set()
-    for start in range(len(hashes) - window + 1):
-        chunk = hashes[start : start + window]
-        smallest = min(chunk)
-        kept.add(smallest)
-    return frozenset(kept)
+    return frozenset(min(hashes[start : start + window]) for start in range(len(hashes) - window + 1))
 
 
 def score(a: frozenset[int], b: frozenset[int]) -> float:
@@ -167,16 +162,15 @@ def compare(
     for student, source in submissions.items():
         whole[student] = fingerprints(source) - base
         parts[student] = [fingerprints(f) - base for f in global_functions(source).values()] or [whole[student]]
+    course = {name: theirs - base for name, theirs in builtins.items()}
+    course = {name: theirs for name, theirs in course.items() if len(theirs) >= MIN_FINGERPRINTS}
     matches = []
     for student in sorted(submissions):
         best: dict[str, tuple[float, int]] = {}
         for part in parts[student]:
             if len(part) < MIN_FINGERPRINTS:
                 continue
-            for name, theirs in builtins.items():
-                theirs = theirs - base
-                if len(theirs) < MIN_FINGERPRINTS:
-                    continue
+            for name, theirs in course.items():
                 found = (score(part, theirs), len(part & theirs))
                 best[name] = max(best.get(name, found), found)
         matches += [Match(exercise, student, name, s, n) for name, (s, n) in best.items() if s >= REPORTED]
