@@ -273,9 +273,10 @@ def test_folders_without_notebooks_are_not_students(tmp_path, capsys) -> None:
     (subs / "__MACOSX").mkdir()
     (subs / "empty").mkdir()
     (subs / "empty" / "notes.txt").write_text("no notebook here")
+    (subs / "linked").symlink_to(subs / "full_solutions")  # another student's work, handed in as a link
     results = run_grader(subs, tmp_path / "g.csv", ["1.2"])
     assert {s for s, _ in results} == {"full_solutions"}
-    assert "skipped 2 folder(s) without notebooks: __MACOSX, empty" in capsys.readouterr().err
+    assert "skipped 3 folder(s) without notebooks, or links: __MACOSX, empty, linked" in capsys.readouterr().err
     rows = list(csv.DictReader((tmp_path / "g.csv").open()))
     assert [r["student"] for r in rows] == ["full_solutions"]
     with pytest.raises(SystemExit) as exit_:
@@ -1375,3 +1376,25 @@ def test_the_similarity_report_flags_a_copied_built_in_kernel_and_a_shared_kerne
     assert results[("ann", "3.3")]["reason"] == results[("bob", "3.3")]["reason"]  # a flag, never a grade
     summary = capsys.readouterr().out
     assert re.search(r"similarity: \d+ flagged \(1 of a built-in kernel", summary), summary
+
+
+def test_the_notebook_reader_refuses_aliases_anywhere_jupytext_reads_yaml(tmp_path) -> None:
+    """Anchors and aliases in the header or in a cell's options are refused before jupytext parses
+    anything; an honest notebook's prose (``*emphasis*`` between two rules) is not YAML; bytes that
+    are not UTF-8 are named."""
+    sol = (SOLUTIONS / "01_cuda_setup.md").read_text()
+    cell = "```{code-cell} ipython3\n"
+    cases = {
+        "header": sol.replace("kernelspec:\n", "x: &x [1]\ny: *x\nkernelspec:\n", 1),
+        "options": sol.replace(cell, cell + "---\nx: &x [1]\ny: [*x, *x]\n---\n", 1),
+        "short_options": sol.replace(cell, cell + ":x: &x [1]\n:y: [*x]\n", 1),
+    }
+    for name, text in cases.items():
+        (tmp_path / f"{name}.md").write_text(text)
+        with pytest.raises(ValueError, match="anchors or aliases"):
+            notebook.read(tmp_path / f"{name}.md")
+    (tmp_path / "prose.md").write_text(sol + "\n---\n\nSome *emphasis* and **bold** &amp; more.\n\n---\n")
+    assert notebook.read(tmp_path / "prose.md").cells
+    (tmp_path / "latin1.md").write_bytes(sol.encode() + b"\n# caf\xe9\n")
+    with pytest.raises(ValueError, match="not UTF-8"):
+        notebook.read(tmp_path / "latin1.md")

@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None, prog: str = "minitorch-cuda grade") -> i
     students, skipped = runner.find_students(submissions)
     if skipped:
         names = ", ".join(verdict.shown(s) for s in skipped)
-        print(f"warning: skipped {len(skipped)} folder(s) without notebooks: {names}", file=sys.stderr)
+        print(f"warning: skipped {len(skipped)} folder(s) without notebooks, or links: {names}", file=sys.stderr)
     if not students:
         parser.error(f"{args.submissions} has no student folder (a folder holding .ipynb or .md notebooks)")
     if submissions == out.parent or submissions in out.parents:

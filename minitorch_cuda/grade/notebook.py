@@ -30,7 +30,10 @@ def read(path: str | Path) -> nbformat.NotebookNode:
     if path.suffix == ".md":
         import jupytext
 
-        text = path.read_text(encoding="utf-8", errors="surrogateescape")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"it is not UTF-8 text (byte {exc.start}): save it again from Jupyter") from None
         refuse_yaml_aliases(text)
         marks = text.count("{code-cell}") + text.count("\n+++")  # cell starts, counted before jupytext's slow parse
         if marks > MAX_CELLS:

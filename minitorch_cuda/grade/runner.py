@@ -98,11 +98,16 @@ def default_jobs(gpus: int) -> int:
 
 
 def find_students(root: Path) -> tuple[list[str], list[str]]:
-    """(student folders, skipped folders): a student's folder holds at least one notebook."""
+    """(student folders, skipped folders): a student's folder holds at least one notebook and is no
+    link (to another student's folder, or outside the submissions)."""
     students, skipped = [], []
-    folders = (p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and not p.name.startswith("."))
+    folders = (p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     for path in sorted(folders):  # names are kept as os.fsdecode gives them (bytes as surrogates)
-        if any(f.is_file() and f.suffix in NOTEBOOK_SUFFIXES for f in path.iterdir()):  # a link is refused later, named
+        if path.is_symlink():
+            skipped.append(path.name)
+        elif any(
+            f.is_file() and f.suffix in NOTEBOOK_SUFFIXES for f in path.iterdir()
+        ):  # a link is refused later, named
             students.append(path.name)
         else:
             skipped.append(path.name)
