@@ -1398,3 +1398,30 @@ def test_the_notebook_reader_refuses_aliases_anywhere_jupytext_reads_yaml(tmp_pa
     (tmp_path / "latin1.md").write_bytes(sol.encode() + b"\n# caf\xe9\n")
     with pytest.raises(ValueError, match="not UTF-8"):
         notebook.read(tmp_path / "latin1.md")
+
+
+# a cell that writes a record of its own into every file its runner process holds open
+FORGE_THROUGH_PROC = (
+    "\n```{code-cell} ipython3\n"
+    "import glob, os\n"
+    "for held in glob.glob(f'/proc/{os.getppid()}/fd/*'):\n"
+    "    try:\n"
+    "        with open(held, 'a') as f:\n"
+    "            f.write('{\"cells\": []}')\n"
+    "        print('wrote', held)\n"
+    "    except OSError as exc:\n"
+    "        print('refused', held, exc)\n"
+    "```\n"
+)
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="needs bubblewrap (apt-get install bubblewrap)")
+def test_a_notebook_cannot_write_into_its_runners_pipe(tmp_path) -> None:
+    """The runner makes itself non-dumpable and does not hand its end of the pipe to the kernel: the
+    kernel cannot open the runner's files through /proc, so the record is the runner's own."""
+    sol = (SOLUTIONS / "01_cuda_setup.md").read_text()
+    subs = _student(tmp_path, "prober", "01_cuda_setup", sol + FORGE_THROUGH_PROC)
+    out = tmp_path / "g.csv"
+    run_grader(subs, out, ["1.2"], "--cell-timeout", "60", execute=True)
+    record = json.loads(out.with_suffix(".json").read_text())["executions"]["prober/01_cuda_setup"]
+    assert record["cells"] > 1 and not record["errors"], record
