@@ -1333,8 +1333,9 @@ def test_the_csv_says_what_was_emulated_and_leaves_an_ungraded_row_blank(tmp_pat
     emulated = dict(verdict.CheckResult("3.1", True, verdict.PASSED).to_dict(), emulated=True)
     ledger.add("ann", emulated)
     ledger.add("ann", verdict.CheckResult("3.2", False, verdict.NO_GPU, "no GPU").to_dict())
-    runner.write_outputs(ledger, ["ann", "bob"], ["3.1", "3.2"], tmp_path / "g.csv")
+    runner.write_outputs(ledger, ["ann", "bob", "=2+5"], ["3.1", "3.2"], tmp_path / "g.csv")
     rows = {r["student"]: r for r in csv.DictReader((tmp_path / "g.csv").open())}
+    assert "'=2+5" in rows  # a spreadsheet shows that folder's name, it does not compute it
     assert rows["ann"]["notes"] == "emulated: 3.1; not graded (needs a GPU): 3.2"
     assert (rows["bob"]["3.1"], rows["bob"]["total"]) == ("", "")
     assert "not run under compute-sanitizer" in (tmp_path / "feedback" / "ann.md").read_text()

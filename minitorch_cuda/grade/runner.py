@@ -371,13 +371,21 @@ def write_outputs(
                 row = ["" if r.get("points") is None else r["points"] for r in results]
                 graded = [p for p in row if p != ""]
                 total = sum(graded) if graded else ""  # nothing graded yet: blank, not 0
-                writer.writerow([shown(student), *[_fmt(p) for p in row], _fmt(total), _fmt(maximum), _notes(results)])
+                cells = [_csv_text(student), *[_fmt(p) for p in row], _fmt(total), _fmt(maximum), _notes(results)]
+                writer.writerow(cells)
         os.replace(tmp, out)
         feedback = out.parent / "feedback"
         feedback.mkdir(exist_ok=True)
         for student in students if feedback_for is None else feedback_for:
             text = _feedback(student, ids, ledger.results, ledger.executions, ledger.rubric)
             (feedback / f"{student}.md").write_text(text)  # the name as the folder's (undecodable bytes kept)
+
+
+def _csv_text(name: str) -> str:
+    """A name (a student's folder) as a CSV cell: undecodable bytes escaped, and one that a spreadsheet
+    would run as a formula (``=HYPERLINK(...)``, ``+``, ``-``, ``@``) kept as text by a leading ``'``."""
+    text = shown(name)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
 def _notes(results: list[dict]) -> str:
@@ -743,7 +751,7 @@ def similarity_report(settings: Settings, students: list[str], ids: list[str], k
         matches += similarity.compare(ex.id, submitted, builtins, starter=_starter(ex))
     path = settings.out.with_name("similarity.csv")
     with path.open("w", newline="") as f:
-        csv.writer(f).writerows([[shown(c) for c in row] for row in similarity.rows(matches)])
+        csv.writer(f).writerows([[_csv_text(c) for c in row] for row in similarity.rows(matches)])
     return matches
 
 
