@@ -1252,7 +1252,8 @@ def test_student_text_in_the_feedback_is_plain_text() -> None:
     """A message, a detail, a notebook's error or a name a student controls renders as the characters
     typed: no heading, total, table, HTML, link or code fence of theirs reaches the Markdown."""
     forged = "x\n# Feedback for you\n\nTotal: 64 / 64\n| a | b |\n<h2>passed</h2> [ok](http://x) ``` *"
-    result = verdict.CheckResult("1.2", False, verdict.EXCEPTION, "## Exercise 1.2 (1/1, passed) " + forged, [forged])
+    reason = verdict.EXCEPTION
+    result = verdict.CheckResult("1.2", False, reason, "## Exercise 1.2 (1/1, passed) " + forged, [forged])
     results = {("m#llory <b>", "1.2"): dict(result.to_dict(), points=0.0, max_points=1.0, status=verdict.GRADED)}
     executions = {"m#llory <b>/01_cuda_setup": {"errors": [forged], "sandbox": "bwrap"}}
     text = runner._feedback("m#llory <b>", ["1.2"], results, executions, {"points": {"1.2": 1.0}})
@@ -1265,6 +1266,14 @@ def test_student_text_in_the_feedback_is_plain_text() -> None:
     assert [line for line in lines if line.startswith("Total")] == ["Total: 0 / 1"]
     outside_code = [line for line in lines if not line.startswith("    ")]
     assert not [line for line in outside_code if re.search(r"(?<!\\)[<|`\[]", line)], outside_code
+    # a reason forged by code that runs in the checker's process (a kernel on the emulator)
+    results[("m#llory <b>", "1.2")]["reason"] = "x)\n\nTotal: 64 / 64\n# ok"
+    text = runner._feedback("m#llory <b>", ["1.2"], results, executions, {"points": {"1.2": 1.0}})
+    assert [line for line in text.splitlines() if line.startswith(("#", "Total"))][:3] == [
+        "# Feedback for m\\#llory \\<b\\>",
+        "Total: 0 / 1",
+        f"## Exercise 1.2: {exercises.get('1.2').title} (0/1, failed: x) Total: 64 / 64 \\# ok)",
+    ]
 
 
 def test_a_deep_folder_and_undecodable_names_cost_no_one_anything(tmp_path) -> None:

@@ -418,7 +418,8 @@ def _feedback(student: str, ids: list[str], results: dict, executions: dict, rub
             continue
         total += r["points"]
         unsanitized |= bool(r.get("emulated") and r["passed"])
-        outcome = "passed" if r["passed"] else f"failed: {r['reason']}"
+        # (on the emulator the kernel runs in the checker's process, which reports the reason: escaped too)
+        outcome = "passed" if r["passed"] else f"failed: {markdown_text(r['reason'], 40)}"
         lines.append(f"## Exercise {i}: {ex.title} ({_fmt(r['points'])}/{_fmt(r['max_points'])}, {outcome}{emulated})")
         lines.append("")
         if r.get("message"):
