@@ -770,3 +770,56 @@ def build(dest: Path, students: dict[str, Student] = STUDENTS) -> Path:
             text = apply((ROOT / source).read_text(), edits, f"{name}/{stem} (from {source})")
             (dest / name / f"{student.renamed.get(stem, stem)}.md").write_text(text)
     return dest
+
+
+# --- class 7 of issue 36: untrusted input (files the grader parses, text it shows) ------------------
+
+YAML_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(  # 9**9 x's once expanded, 400 bytes here
+    f"{b}: &{b} [{', '.join(['*' + a] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi")
+)
+TINY_CELLS = "\n```{code-cell} ipython3\n```\n" * 200_000  # 5.6 MB of empty cells
+FALLOCATE = (  # gigabytes in milliseconds, faster than any poll of the folder's size
+    "import os\n"
+    "for k in range(16):\n"
+    "    with open(f'big{k}', 'wb') as f:\n"
+    "        os.posix_fallocate(f.fileno(), 0, 200 << 20)"
+)
+FORGED_MARKDOWN = (  # a heading, a total, a table and HTML in the message the feedback quotes
+    "raise ValueError('x\\n# Feedback for full_solutions\\n\\nTotal: 64 / 64\\n| a | b |\\n|---|---|\\n"
+    "<h2>Exercise 18.1 (10/10, passed)</h2> [passed](http://x) ```')"
+)
+
+CHEATS |= {
+    "yaml_alias_bomb": (
+        cheat(
+            "puts a YAML alias chain (a billion laughs) in the notebook's jupytext header",
+            Edit("02_floating_point", "kernelspec:\n", YAML_BOMB + "kernelspec:\n"),
+        ),
+        "2.1",
+        {"missing_notebook"},
+    ),
+    "tiny_cells": (
+        cheat(
+            "hands in megabytes of empty cells (minutes and gigabytes for a notebook parser)",
+            Edit("04_memory", "\n## Exercise 4.1", TINY_CELLS + "\n## Exercise 4.1"),
+        ),
+        "4.1",
+        {"missing_notebook"},
+    ),
+    "fallocates_gigabytes": (
+        cheat(
+            "allocates 3 GB of files in its exercise cell, in milliseconds",
+            Edit("05_profiling", ":exercise: '5.1'\n\n", _top_of_cell("5.1", FALLOCATE)),
+        ),
+        "5.1",
+        {"exception"},
+    ),
+    "forges_markdown": (
+        cheat(
+            "raises an error whose message is a Markdown heading, a total, a table, HTML and a link",
+            Edit("18_cuda_graphs", ":exercise: '18.1'\n\n", _top_of_cell("18.1", FORGED_MARKDOWN)),
+        ),
+        "18.1",
+        {"exception"},
+    ),
+}

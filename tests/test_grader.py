@@ -16,6 +16,7 @@ import csv
 import errno
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from submissions import CHEATS, HIDDEN_SHAPE_CHEATS, MARKER, STUDENTS, build, va
 
 import minitorch_cuda as mt
 from minitorch_cuda import grade
-from minitorch_cuda.grade import exercises, runner, sandbox, verdict
+from minitorch_cuda.grade import exercises, notebook, runner, sandbox, similarity, verdict
 
 SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
 CPU_IDS = ["1.2", "2.1", "4.1", "5.1", "14.1", "18.1", "19.1", "19.2", "20.1", "20.2"]
@@ -272,9 +273,10 @@ def test_folders_without_notebooks_are_not_students(tmp_path, capsys) -> None:
     (subs / "__MACOSX").mkdir()
     (subs / "empty").mkdir()
     (subs / "empty" / "notes.txt").write_text("no notebook here")
+    (subs / "linked").symlink_to(subs / "full_solutions")  # another student's work, handed in as a link
     results = run_grader(subs, tmp_path / "g.csv", ["1.2"])
     assert {s for s, _ in results} == {"full_solutions"}
-    assert "skipped 2 folder(s) without notebooks: __MACOSX, empty" in capsys.readouterr().err
+    assert "skipped 3 folder(s) without notebooks, or links: __MACOSX, empty, linked" in capsys.readouterr().err
     rows = list(csv.DictReader((tmp_path / "g.csv").open()))
     assert [r["student"] for r in rows] == ["full_solutions"]
     with pytest.raises(SystemExit) as exit_:
@@ -906,8 +908,8 @@ def test_a_linked_or_special_notebook_is_not_graded(tmp_path) -> None:
         assert result["reason"] == verdict.MISSING_NOTEBOOK and "not a regular file" in result["message"], result
 
 
-# a cell that replaces the sandboxed runner's record of the notebook's run: the record's file lies in
-# the folder the notebook runs in, and a directory in the way of its temporary file stops the runner
+# a cell that writes a record of the notebook's run where the runner once wrote it (the folder the
+# notebook runs in), and a directory in the way of its temporary file
 FORGE_RECORD = (
     "\n```{code-cell} ipython3\n"
     "import json, pathlib\n"
@@ -925,9 +927,9 @@ RECORDS = {
 
 @pytest.mark.skipif(sandbox.bwrap() is None, reason="needs bubblewrap (apt-get install bubblewrap)")
 def test_a_notebook_cannot_forge_its_execution_record(tmp_path) -> None:
-    """What the notebook writes as its run's record is read as untrusted text: a record that is not
-    one says the notebook could not be executed (it crashed the whole run before), and no line of
-    it can pass for a heading or a total in the feedback. The grade comes from the check."""
+    """What the notebook writes as its run's record is never read: the runner's record reaches the
+    grader through a pipe, and no line of the forgery can pass for a heading or a total in the
+    feedback. The grade comes from the check."""
     sol = (SOLUTIONS / "01_cuda_setup.md").read_text()
     subs = tmp_path / "subs"
     for name, record in RECORDS.items():
@@ -942,8 +944,13 @@ def test_a_notebook_cannot_forge_its_execution_record(tmp_path) -> None:
         assert results[(name, "1.2")]["passed"], results[(name, "1.2")]
         feedback = (tmp_path / "feedback" / f"{name}.md").read_text().splitlines()
         assert not [line for line in feedback if line.startswith(("## Exercise 1.2: forged", "Total: 64"))], feedback
-    for name in ("not_a_list", "not_json"):
-        assert "could not be executed" in executions[f"{name}/01_cuda_setup"]["errors"][0]
+    # the record comes through the runner's pipe, not the folder: the forged file changes nothing
+    ran = notebook.read(SOLUTIONS / "01_cuda_setup.md")
+    ran = ran if mt.cuda_available() else notebook.without_gpu_cells(ran)
+    cells = sum(1 for c in ran.cells if c.cell_type == "code") + 1  # and the forging cell
+    for name in RECORDS:
+        assert executions[f"{name}/01_cuda_setup"]["cells"] == cells, executions[f"{name}/01_cuda_setup"]
+        assert not executions[f"{name}/01_cuda_setup"]["errors"], executions[f"{name}/01_cuda_setup"]
 
 
 def test_an_exception_message_cannot_pass_for_a_grade_in_the_feedback(tmp_path) -> None:
@@ -1018,8 +1025,8 @@ def test_an_emulated_kernel_cannot_fill_the_disk_or_the_memory(tmp_path, monkeyp
     monkeypatch.setenv("MINITORCH_CUDA_GRADE_EMULATED_MEMORY", str(1 << 30))
     logs = []
 
-    def run(argv, timeout, cwd, env):
-        done = run.original(argv, timeout, cwd, env)
+    def run(argv, timeout, cwd, env, **kwargs):
+        done = run.original(argv, timeout, cwd, env, **kwargs)
         logs.append(Path(cwd, "output.log").stat().st_size)
         return done
 
@@ -1056,9 +1063,11 @@ def test_a_cell_nested_past_the_parsers_depth_costs_only_its_exercise(tmp_path) 
 
 def test_code_that_fills_the_disk_is_stopped(tmp_path, monkeypatch) -> None:
     """A per-file limit does not bound many files: a cell that writes file after file (into its
-    sandbox's folder) would fill the disk every other student's checks write to; it is stopped,
-    and costs its exercise only."""
+    sandbox's folder) would fill the disk every other student's checks write to; its folder is a
+    file system of a fixed size (or, without bwrap's --size, the run is stopped), and it costs its
+    exercise only."""
     monkeypatch.setattr(sandbox, "MAX_WRITTEN", 200 << 20)
+    monkeypatch.setenv("MINITORCH_CUDA_GRADE_DISK_BYTES", str(200 << 20))
     fill = (
         "import itertools, time\n"
         "for k in itertools.count():\n"
@@ -1070,7 +1079,10 @@ def test_code_that_fills_the_disk_is_stopped(tmp_path, monkeypatch) -> None:
     results = run_grader(subs, tmp_path / "g.csv", ["4.1"], "--timeout", "60")
     assert results[("honest", "4.1")]["passed"]
     result = results[("filler", "4.1")]
-    assert result["reason"] == verdict.CRASHED and "wrote more than 200 MB" in result["message"], result
+    if sandbox.own_disk():  # its folder is a file system of 200 MB: the write that would pass it fails
+        assert result["reason"] == verdict.EXCEPTION and "No space left on device" in result["message"], result
+    else:  # what it writes is polled
+        assert result["reason"] == verdict.CRASHED and "wrote more than 200 MB" in result["message"], result
 
 
 def _python_in_sandbox(code: str, folder: Path) -> subprocess.CompletedProcess:
@@ -1447,3 +1459,211 @@ except OSError:
     package, data, shown, readme = done.stdout.splitlines()
     assert package == str(root / "minitorch_cuda" / "__init__.py")
     assert data != "[]" and shown == "[]" and readme == "0", done.stdout
+
+
+# --- class 7 of issue 36: untrusted input (what the grader parses, walks, writes and shows) ---------
+
+CLEAR_REASONS = {  # the cheat (tests/submissions.py) -> words of the message its exercise gets
+    "yaml_alias_bomb": "anchors or aliases",
+    "tiny_cells": "cells, more than",
+    "fallocates_gigabytes": "No space left on device",
+    "forges_markdown": "Total: 64",
+}
+
+
+@pytest.mark.parametrize("name", list(CLEAR_REASONS))
+def test_untrusted_input_cheats_get_a_clear_reason(cheat_grades, name) -> None:
+    if name == "fallocates_gigabytes" and not sandbox.own_disk():
+        pytest.skip("needs bwrap with --size (a disk of its own per run)")
+    results, _, _ = cheat_grades
+    _, attacked, _ = CHEATS[name]
+    assert CLEAR_REASONS[name] in results[(name, attacked)]["message"], results[(name, attacked)]
+
+
+def test_student_text_in_the_feedback_is_plain_text() -> None:
+    """A message, a detail, a notebook's error or a name a student controls renders as the characters
+    typed: no heading, total, table, HTML, link or code fence of theirs reaches the Markdown."""
+    forged = "x\n# Feedback for you\n\nTotal: 64 / 64\n| a | b |\n<h2>passed</h2> [ok](http://x) ``` *"
+    reason = verdict.EXCEPTION
+    result = verdict.CheckResult("1.2", False, reason, "## Exercise 1.2 (1/1, passed) " + forged, [forged])
+    results = {("m#llory <b>", "1.2"): dict(result.to_dict(), points=0.0, max_points=1.0, status=verdict.GRADED)}
+    executions = {"m#llory <b>/01_cuda_setup": {"errors": [forged], "sandbox": "bwrap"}}
+    text = runner._feedback("m#llory <b>", ["1.2"], results, executions, {"points": {"1.2": 1.0}})
+    lines = text.splitlines()
+    assert [line for line in lines if line.startswith("#")] == [
+        "# Feedback for m\\#llory \\<b\\>",
+        f"## Exercise 1.2: {exercises.get('1.2').title} (0/1, failed: exception)",
+        "## When your notebooks ran",
+    ]
+    assert [line for line in lines if line.startswith("Total")] == ["Total: 0 / 1"]
+    outside_code = [line for line in lines if not line.startswith("    ")]
+    assert not [line for line in outside_code if re.search(r"(?<!\\)[<|`\[]", line)], outside_code
+    # a reason forged by code that runs in the checker's process (a kernel on the emulator)
+    results[("m#llory <b>", "1.2")]["reason"] = "x)\n\nTotal: 64 / 64\n# ok"
+    text = runner._feedback("m#llory <b>", ["1.2"], results, executions, {"points": {"1.2": 1.0}})
+    assert [line for line in text.splitlines() if line.startswith(("#", "Total"))][:3] == [
+        "# Feedback for m\\#llory \\<b\\>",
+        "Total: 0 / 1",
+        f"## Exercise 1.2: {exercises.get('1.2').title} (0/1, failed: x) Total: 64 / 64 \\# ok)",
+    ]
+
+
+def test_a_deep_folder_and_undecodable_names_cost_no_one_anything(tmp_path) -> None:
+    """A folder nested past the recursion limit beside a notebook, a student folder and a file whose
+    names are not UTF-8: every student is graded, the feedback names them escaped, a rerun resumes."""
+    subs = tmp_path / "subs"
+    for name in ("honest", "deep"):
+        (subs / name).mkdir(parents=True)
+        shutil.copy(SOLUTIONS / "01_cuda_setup.md", subs / name)
+    fd = os.open(subs / "deep", os.O_RDONLY)
+    for _ in range(sys.getrecursionlimit() + 500):  # one level at a time: no path is too long to make
+        os.mkdir("d", dir_fd=fd)
+        fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+        os.close(old)
+    os.close(fd)
+    odd = os.path.join(os.fsencode(subs), b"caf\xe9")
+    os.mkdir(odd)
+    shutil.copy(SOLUTIONS / "01_cuda_setup.md", os.fsdecode(odd))
+    open(os.path.join(odd, b"notes-\xff.txt"), "wb").close()
+    try:
+        _grade_deep_and_undecodable(subs, tmp_path, os.fsdecode(odd).rsplit("/", 1)[1])
+    finally:  # pytest's own clean-up recurses
+        sandbox.remove_tree(subs / "deep" / "d")
+
+
+def _grade_deep_and_undecodable(subs: Path, tmp_path: Path, student: str) -> None:
+    out = tmp_path / "g.csv"
+    results = run_grader(subs, out, ["1.2"], "--cell-timeout", "60", execute=True)
+    for name in ("honest", "deep", student):
+        assert results[(name, "1.2")]["passed"], results[(name, "1.2")]
+    assert "caf\\xe9" in (tmp_path / "g.csv").read_text()
+    # the byte shown as \xe9, its backslash escaped for Markdown
+    assert (tmp_path / "feedback" / f"{student}.md").read_text().startswith("# Feedback for caf\\\\xe9\n")
+    executions = json.loads(out.with_suffix(".json").read_text())["executions"]
+    assert any("not copied" in e for e in executions["deep/01_cuda_setup"]["errors"]), executions
+    again = run_grader(subs, out, ["1.2"])  # resumes: nothing to grade again, nothing stops
+    assert {k: r["graded_at"] for k, r in again.items()} == {k: r["graded_at"] for k, r in results.items()}
+
+
+def test_the_ledger_appends_and_resume_ignores_a_torn_line(tmp_path) -> None:
+    """A result costs one line of grades.journal (grades.json is not rewritten); a rerun reads both,
+    and a last line torn by a kill is ignored (that result is graded again)."""
+    rubric = runner.load_rubric(None)
+    ledger = runner.Ledger(tmp_path / "grades.json", rubric)
+    ledger.students = ["ann", "bob"]
+    ledger.compact()
+    compacted = (tmp_path / "grades.json").read_bytes()
+    ledger.add("ann", verdict.CheckResult("1.2", True, verdict.PASSED).to_dict())
+    ledger.add("bob", verdict.CheckResult("1.2", False, verdict.WRONG_RESULT, "no").to_dict())
+    assert (tmp_path / "grades.json").read_bytes() == compacted
+    journal = tmp_path / "grades.journal"
+    assert len(journal.read_text().splitlines()) == 2
+    journal.write_bytes(journal.read_bytes()[:-20])  # killed mid-line
+    again = runner.Ledger(tmp_path / "grades.json", rubric)
+    assert again.done("ann", "1.2") and not again.done("bob", "1.2")
+    again.compact()
+    assert not journal.exists() and runner.Ledger(tmp_path / "grades.json", rubric).done("ann", "1.2")
+    (tmp_path / "grades.json").write_text("{")
+    with pytest.raises(ValueError, match="move it away"):
+        runner.Ledger(tmp_path / "grades.json", rubric)
+
+
+def test_the_csv_says_what_was_emulated_and_leaves_an_ungraded_row_blank(tmp_path) -> None:
+    rubric = runner.load_rubric(None)
+    ledger = runner.Ledger(tmp_path / "g.json", rubric)
+    emulated = dict(verdict.CheckResult("3.1", True, verdict.PASSED).to_dict(), emulated=True)
+    ledger.add("ann", emulated)
+    ledger.add("ann", verdict.CheckResult("3.2", False, verdict.NO_GPU, "no GPU").to_dict())
+    runner.write_outputs(ledger, ["ann", "bob", "=2+5"], ["3.1", "3.2"], tmp_path / "g.csv")
+    rows = {r["student"]: r for r in csv.DictReader((tmp_path / "g.csv").open())}
+    assert "'=2+5" in rows  # a spreadsheet shows that folder's name, it does not compute it
+    assert rows["ann"]["notes"] == "emulated: 3.1; not graded (needs a GPU): 3.2"
+    assert (rows["bob"]["3.1"], rows["bob"]["total"]) == ("", "")
+    assert "not run under compute-sanitizer" in (tmp_path / "feedback" / "ann.md").read_text()
+
+
+def test_without_a_terminal_progress_is_a_line_now_and_then(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(runner, "PROGRESS_EVERY", 0.0)
+    bar = runner._progress(2, True)
+    bar.update(1)
+    bar.update(1)
+    assert capsys.readouterr().err.splitlines() == [
+        "grading: 1 of 2 exercises done",
+        "grading: 2 of 2 exercises done",
+    ]
+
+
+def test_the_similarity_report_flags_a_copied_built_in_kernel_and_a_shared_kernel(tmp_path, capsys) -> None:
+    """similarity.csv and the instructor's files name two students handing in the same kernel and a
+    kernel copied from the framework; the grades and the students' own feedback do not change."""
+    sol = (SOLUTIONS / "03_building_the_backend.md").read_text()
+    gather = similarity.global_functions((similarity.KERNELS / "gather.cu").read_text())["gather_rows"]
+    entry = 'ew_relu_source = r"""\n'
+    copied = sol.replace(entry, entry + "// mine\n" + gather.replace("gather_rows", "my_kernel") + "\n")
+    subs = tmp_path / "subs"
+    for name, text in (("ann", sol), ("bob", sol), ("cy", copied)):
+        (subs / name).mkdir(parents=True)
+        (subs / name / "03_building_the_backend.md").write_text(text)
+    out = tmp_path / "g.csv"
+    results = run_grader(subs, out, ["3.1", "3.3"], "--allow-partial")
+    rows = [r for r in csv.DictReader((tmp_path / "similarity.csv").open()) if r["flagged"] == "yes"]
+    assert ("3.3", "ann", "bob") in {(r["exercise"], r["student"], r["matches"]) for r in rows}, rows
+    assert ("3.1", "cy", "built-in gather.cu:gather_rows") in {
+        (r["exercise"], r["student"], r["matches"]) for r in rows
+    }
+    assert "bob" in (tmp_path / "instructor" / "ann.md").read_text()
+    assert "gather_rows" in (tmp_path / "instructor" / "cy.md").read_text()
+    assert "bob" not in (tmp_path / "feedback" / "ann.md").read_text()
+    assert "gather_rows" not in (tmp_path / "feedback" / "cy.md").read_text()
+    assert results[("ann", "3.3")]["reason"] == results[("bob", "3.3")]["reason"]  # a flag, never a grade
+    summary = capsys.readouterr().out
+    assert re.search(r"similarity: \d+ flagged \(1 of a built-in kernel", summary), summary
+
+
+def test_the_notebook_reader_refuses_aliases_anywhere_jupytext_reads_yaml(tmp_path) -> None:
+    """Anchors and aliases in the header or in a cell's options are refused before jupytext parses
+    anything; an honest notebook's prose (``*emphasis*`` between two rules) is not YAML; bytes that
+    are not UTF-8 are named."""
+    sol = (SOLUTIONS / "01_cuda_setup.md").read_text()
+    cell = "```{code-cell} ipython3\n"
+    cases = {
+        "header": sol.replace("kernelspec:\n", "x: &x [1]\ny: *x\nkernelspec:\n", 1),
+        "options": sol.replace(cell, cell + "---\nx: &x [1]\ny: [*x, *x]\n---\n", 1),
+        "short_options": sol.replace(cell, cell + ":x: &x [1]\n:y: [*x]\n", 1),
+    }
+    for name, text in cases.items():
+        (tmp_path / f"{name}.md").write_text(text)
+        with pytest.raises(ValueError, match="anchors or aliases"):
+            notebook.read(tmp_path / f"{name}.md")
+    (tmp_path / "prose.md").write_text(sol + "\n---\n\nSome *emphasis* and **bold** &amp; more.\n\n---\n")
+    assert notebook.read(tmp_path / "prose.md").cells
+    (tmp_path / "latin1.md").write_bytes(sol.encode() + b"\n# caf\xe9\n")
+    with pytest.raises(ValueError, match="not UTF-8"):
+        notebook.read(tmp_path / "latin1.md")
+
+
+# a cell that writes a record of its own into every file its runner process holds open
+FORGE_THROUGH_PROC = (
+    "\n```{code-cell} ipython3\n"
+    "import glob, os\n"
+    "for held in glob.glob(f'/proc/{os.getppid()}/fd/*'):\n"
+    "    try:\n"
+    "        with open(held, 'a') as f:\n"
+    "            f.write('{\"cells\": []}')\n"
+    "        print('wrote', held)\n"
+    "    except OSError as exc:\n"
+    "        print('refused', held, exc)\n"
+    "```\n"
+)
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="needs bubblewrap (apt-get install bubblewrap)")
+def test_a_notebook_cannot_write_into_its_runners_pipe(tmp_path) -> None:
+    """The runner makes itself non-dumpable and does not hand its end of the pipe to the kernel: the
+    kernel cannot open the runner's files through /proc, so the record is the runner's own."""
+    sol = (SOLUTIONS / "01_cuda_setup.md").read_text()
+    subs = _student(tmp_path, "prober", "01_cuda_setup", sol + FORGE_THROUGH_PROC)
+    out = tmp_path / "g.csv"
+    run_grader(subs, out, ["1.2"], "--cell-timeout", "60", execute=True)
+    record = json.loads(out.with_suffix(".json").read_text())["executions"]["prober/01_cuda_setup"]
+    assert record["cells"] > 1 and not record["errors"], record

@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None, prog: str = "minitorch-cuda grade") -> i
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "merge":
         return merge_main(argv[1:], f"{prog} merge")
-    from . import exercises, runner, sandbox
+    from . import exercises, runner, sandbox, verdict
 
     parser = _parser(prog)
     args = parser.parse_args(argv)
@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None, prog: str = "minitorch-cuda grade") -> i
         parser.error(str(exc))
     students, skipped = runner.find_students(submissions)
     if skipped:
-        print(f"warning: skipped {len(skipped)} folder(s) without notebooks: {', '.join(skipped)}", file=sys.stderr)
+        names = ", ".join(verdict.shown(s) for s in skipped)
+        print(f"warning: skipped {len(skipped)} folder(s) without notebooks, or links: {names}", file=sys.stderr)
     if not students:
         parser.error(f"{args.submissions} has no student folder (a folder holding .ipynb or .md notebooks)")
     if submissions == out.parent or submissions in out.parents:
@@ -210,14 +211,23 @@ def main(argv: list[str] | None = None, prog: str = "minitorch-cuda grade") -> i
                 "there (the feedback says so; grades come from the checks)",
                 file=sys.stderr,
             )
-    ledger = runner.grade(settings)
+    try:
+        ledger = runner.grade(settings, warn=lambda line: print(line, file=sys.stderr))
+    except ValueError as exc:  # a grades.json to resume from that cannot be read
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
     graded = runner.shard_of(students, args.shard)
     counts = runner.summary(ledger, graded, ids)
     emulated = f", {counts['emulated']} on the CPU emulator" if counts["emulated"] else ""
+    flagged = [m for m in ledger.similar if m.flagged]
+    copies = sum(1 for m in flagged if m.other.startswith("built-in "))
     print(
-        f"graded {len(graded)} students: {counts['passed']} exercises passed, {counts['failed']} failed, "
-        f"{counts['not_graded']} not graded (need a GPU){emulated}: {out}, {out.with_suffix('.json')}, "
-        f"{out.parent / 'feedback'}/"
+        f"graded {len(graded)} student{'' if len(graded) == 1 else 's'}: {counts['passed']} "
+        f"exercise{'' if counts['passed'] == 1 else 's'} passed, {counts['failed']} failed, "
+        f"{counts['not_graded']} not graded (need a GPU){emulated}; similarity: {len(flagged)} flagged "
+        f"({copies} of a built-in kernel, {len(flagged) - copies} between students): {out}, "
+        f"{out.with_suffix('.json')}, {out.parent / 'feedback'}/, {out.with_name('similarity.csv')}, "
+        f"{out.parent / 'instructor'}/"
     )
     if counts["not_graded"] and not args.allow_partial:
         print("error: some exercises were not graded; rerun where a GPU is, or pass --allow-partial", file=sys.stderr)

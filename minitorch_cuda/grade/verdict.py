@@ -87,6 +87,30 @@ def fail(reason: str, message: str, details: list[str] | None = None):
 # --- comparing arrays ------------------------------------------------------------
 
 
+# --- student text in the feedback (Markdown) -----------------------------------------
+
+_LINE_BREAKS = re.compile(r"[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]+")
+# what can make a heading, a table, a link or image, HTML, code or emphasis (an intraword _ cannot)
+_MARKDOWN = re.compile(r"([\\`*<>\[\]|#~])")
+
+
+def shown(value) -> str:
+    """Text that may hold a name's undecodable bytes (kept as surrogates, ``os.fsdecode``) as text
+    every file can hold: those bytes as ``\\xNN``, the rest as it is."""
+    try:
+        raw = str(value).encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no file name decodes to (from a JSON escape)
+        raw = str(value).encode("utf-8", "backslashreplace")
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def markdown_text(value, limit: int) -> str:
+    """Text a student controls, for the Markdown feedback: one line of at most ``limit`` characters
+    in which no character is Markdown or HTML (a forged "## Exercise 1.2 (10/10, passed)", a table,
+    a link, a code fence or a ``<script>`` shows as the characters typed)."""
+    return _MARKDOWN.sub(r"\\\1", _LINE_BREAKS.sub(" ", shown(value))[:limit])
+
+
 def first_mismatches(got: np.ndarray, want: np.ndarray, bad: np.ndarray, limit: int = 5) -> list[str]:
     """``index: got x, want y`` for the first ``limit`` True entries of ``bad``."""
     out = []

@@ -4,6 +4,7 @@ context costs only that job):
     python -m minitorch_cuda.grade.worker check EXERCISE_ID PAYLOAD_JSON RESULT_JSON
     python -m minitorch_cuda.grade.worker execute NOTEBOOK RESULT_JSON CELL_TIMEOUT
     python -m minitorch_cuda.grade.worker launch EXERCISE_ID KERNEL_CU
+    python -m minitorch_cuda.grade.worker read NOTEBOOK EXERCISE_IDS
 
 ``check`` is the checker: it decides the verdict and never runs student Python.
 A kernel exercise's CUDA source (read from the notebook by ``source``) is
@@ -13,7 +14,14 @@ compute-sanitizer; a Python exercise's cell runs in a subject process
 ``channel``, holding the references, the fakes and the comparisons.
 ``execute`` runs a whole notebook with nbclient, inside the sandbox, for the
 feedback only: nothing it prints is trusted. ``launch`` is the small launch that
-compute-sanitizer watches.
+compute-sanitizer watches. ``read`` reads a notebook's exercise cells (and the
+kernel sources they name) for the grader, under a cap on memory, and prints them
+as JSON: a parser bomb costs this process, not the grader.
+
+A RESULT_JSON of the form ``fd:N`` is the pipe the grader reads the record from
+(``runner._run``); this process then makes itself non-dumpable, so that nothing
+it starts (a notebook's kernel, the same user) can open the pipe through
+``/proc/PID/fd``.
 """
 
 from __future__ import annotations
@@ -45,6 +53,10 @@ EMULATED_MEMORY = int(os.environ.get("MINITORCH_CUDA_GRADE_EMULATED_MEMORY", 8 <
 
 
 def _write(path: str, data: dict) -> None:
+    if path.startswith("fd:"):
+        with open(int(path[3:]), "w") as pipe:
+            pipe.write(json.dumps(data, default=str))
+        return
     tmp = Path(path).with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=1, default=str))
     os.replace(tmp, path)
@@ -78,7 +90,7 @@ class Subject:
         argv = [sys.executable, "-m", "minitorch_cuda.grade.subject", str(to_subject), str(from_subject)]
         self.log = open(Path(self.workdir, "subject.log"), "wb")  # noqa: SIM115 -- closed in close()
         self.proc = sandbox.popen(
-            sandbox.command(argv, Path(self.workdir), gpu=False, hide=[Path(p) for p in hide]),
+            sandbox.command(argv, Path(self.workdir), gpu=False, hide=[Path(p) for p in hide], own_disk=True),
             pass_fds=(to_subject, from_subject),
             stdin=subprocess.DEVNULL,
             stdout=self.log,
@@ -268,11 +280,45 @@ def launch(exercise_id: str, kernel_file: str) -> int:
     return 0
 
 
+def read(notebook: str, ids: str) -> int:
+    from . import exercises, runner, sandbox
+    from . import notebook as nbtools
+
+    sandbox.limit_resources(memory_bytes=runner.READ_MEMORY)
+    try:
+        nb = nbtools.read(notebook)
+    except MemoryError:
+        print(json.dumps({"unreadable": f"reading it took more than {runner.READ_MEMORY >> 30} GB of memory"}))
+        return 0
+    except Exception as exc:  # noqa: BLE001 -- every way a file fails to parse is the student's to fix
+        print(json.dumps({"unreadable": (str(exc) or type(exc).__name__)[:300]}))
+        return 0
+    todo = [exercises.get(i) for i in ids.split(",") if i]
+    print(json.dumps(runner.payloads(nb, todo, Path(notebook))))
+    return 0
+
+
+def _keep_private(argv: list[str]) -> None:
+    """Where the record goes to a pipe: that end not inherited by what this process starts, and this
+    process not dumpable (its /proc/PID/fd then belongs to root: a child cannot open the pipe there)."""
+    import ctypes
+
+    for arg in argv:
+        if arg.startswith("fd:"):
+            os.set_inheritable(int(arg[3:]), False)
+            with contextlib.suppress(OSError, AttributeError):
+                ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+
+
 def main(argv: list[str]) -> int:
-    commands = {"check": check, "execute": execute, "launch": launch}
+    commands = {"check": check, "execute": execute, "launch": launch, "read": read}
     if not argv or argv[0] not in commands:
         print(__doc__, file=sys.stderr)
         return 2
+    from . import sandbox
+
+    _keep_private(argv)
+    sandbox.unpack_input()  # a run on a disk of its own: its files, before anything of the student's runs
     return commands[argv[0]](*argv[1:])
 
 
