@@ -1,0 +1,194 @@
+"""Building a student's kernel: nothing to copy from, and the rules read from what was built.
+
+A student's source compiles against ``headers()``, a folder of the course headers a kernel may
+include (no ``.cu`` file, none that holds an exercise's answer), inside the sandbox
+(``sandbox.run_compiler``: no other student, no checkout, not the grader's environment), on the
+GPU (nvcc to a cubin, loaded from its bytes) and on the CPU emulator (its g++ build). What the source
+opened comes from the preprocessor's own output (its line markers), and a file outside those headers
+and the system's is refused by name. A compiler's log reaches the feedback only in its lines about the
+student's own file. ``build`` returns the loaded module and its ``Artifact`` (grade/artifact.py).
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import functools
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from .. import emulator
+from ..cuda.kernel_table import KERNEL_DIR, NVCC_OPTIONS
+from . import sandbox
+from .artifact import Artifact, from_preprocessed, from_ptx
+from .verdict import FORBIDDEN, fail
+
+MAIN = "kernel.cu"  # the student's source, as compilers name it in their messages (PyCUDA's name too)
+# Headers of the kernel folder that hold an exercise's answer (16.1's register tiling and its tile
+# loader): never in the students' include folder. block_reduce.cuh is there, for 21.1, and refused
+# by the reductions' own rules (kernel_checks).
+ANSWER_KEYS = frozenset({"matmul_regtiled.cuh", "tile_load.cuh"})
+MAX_LOG_LINES = 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+    module: object  # a pycuda Module (from the cubin's bytes) or the emulator's SourceModule
+    artifact: Artifact
+
+
+@functools.cache
+def headers() -> Path:
+    """The folder a student's kernel includes from, made once per process: a copy of the kernel
+    folder's headers (``.cuh``, ``.h``) without ``ANSWER_KEYS``."""
+    folder = Path(tempfile.mkdtemp(prefix="minitorch-cuda-headers-")).resolve()
+    atexit.register(shutil.rmtree, folder, True)
+    for path in sorted(KERNEL_DIR.iterdir()):
+        if path.suffix in (".cuh", ".h") and path.name not in ANSWER_KEYS:
+            shutil.copyfile(path, folder / path.name)
+    return folder
+
+
+def _system_dirs() -> list[str]:
+    """Where the system's and CUDA's own headers lie (what a kernel may open besides ``headers()``)."""
+    dirs = ["/usr/include", "/usr/lib/gcc", "/usr/local/include", "/usr/local/cuda", str(emulator_dir())]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        dirs += [os.path.realpath(str(Path(nvcc).parents[1]))]
+        text = Path(nvcc).read_bytes()[:4096]  # /usr/local/bin/nvcc may be a script naming the toolkit
+        dirs += [os.path.realpath(m.decode()) for m in re.findall(rb"(/[\w./+-]+)/bin/nvcc", text)]
+    return dirs
+
+
+def emulator_dir() -> Path:
+    from ..emulator import compiler
+
+    return compiler.HERE
+
+
+def _refusal(name: str) -> str:
+    allowed = ", ".join(sorted(p.name for p in headers().iterdir()))
+    shown = name if len(name) <= 80 else name[:77] + "..."
+    base = Path(name).name
+    if (KERNEL_DIR / base).is_file() and (base.endswith(".cu") or base in ANSWER_KEYS):
+        return (
+            f"your kernel includes the framework's `{base}`, which holds the answer: write the kernel yourself, "
+            f"including only the course's headers ({allowed})"
+        )
+    return f"your kernel includes `{shown}`, a file outside the course's headers: include only those ({allowed})"
+
+
+_MARKER = re.compile(r'^#(?: line)? \d+ "((?:\\.|[^"\\])*)"(.*)$', re.M)
+
+
+def check_opened(preprocessed: str) -> None:
+    """Fail unless every file the preprocessor opened (its line markers) is the student's own, a course
+    header or a system/CUDA header."""
+    folder, system = str(headers()), _system_dirs()
+    for name, flags in dict.fromkeys(_MARKER.findall(preprocessed)):
+        name = name.encode().decode("unicode_escape", errors="replace") if "\\" in name else name
+        if name in (MAIN, "<built-in>", "<command-line>") or name.startswith("<"):
+            continue
+        path = os.path.normpath(name if os.path.isabs(name) else os.path.join("/nonexistent", name))
+        if Path(path).parent == Path(folder) and Path(path).suffix in (".cuh", ".h"):
+            continue
+        if "3" in flags.split() or any(path == d or path.startswith(d.rstrip("/") + "/") for d in system):
+            continue
+        fail(FORBIDDEN, _refusal(name))
+
+
+_MISSING = re.compile(r"^kernel\.cu[(:]\d+\)?(?::\d+)?:? (?:fatal )?error:? (?:#include file )?\"?([^\"\n]+?)\"?(?::)? "
+                      r"(?:No such file or directory|cannot be opened|could not be opened)", re.M)  # fmt: skip
+
+
+def student_log(log: str) -> str:
+    """The lines of a compiler's log about the student's own file (``kernel.cu(12): error: ...``) and
+    ptxas's verdicts on its kernels, at most ``MAX_LOG_LINES``: nothing that quotes another file."""
+    kept = [line[:300] for line in log.splitlines() if re.match(r"(kernel\.cu[(:]\d+|ptxas (error|fatal))", line)]
+    return "\n".join(kept[:MAX_LOG_LINES]) or "(the compiler's messages are about files other than your kernel)"
+
+
+def _compile_error(source: str, compiler: str, log: str):
+    from ..cuda.runtime import KernelCompileError, _numbered_excerpt
+
+    missing = _MISSING.search(log)
+    if missing:
+        fail(FORBIDDEN, _refusal(missing.group(1)))
+    kept = student_log(re.sub(rf"^{re.escape(MAIN)}:(\d+):\d+: ", rf"{MAIN}(\1): ", log, flags=re.M))
+    return KernelCompileError(f"{compiler} could not compile your kernel:\n{kept}\n\n{_numbered_excerpt(source, kept)}")
+
+
+def _nvcc(source: str, arch: str, folder: Path) -> tuple[int, str]:
+    """nvcc on ``source`` in the sandbox, keeping its device-side preprocessing and PTX in ``folder``."""
+    (folder / MAIN).write_text(source)
+    argv = ["nvcc", "-cubin", f"-arch={arch}", f"-I{headers()}", *NVCC_OPTIONS, "--keep", "-o", "kernel.cubin", MAIN]
+    done = sandbox.run_compiler(argv, folder, [headers()])
+    return done.returncode, done.stdout + done.stderr
+
+
+def gpu_errors(source: str, arch: str = "sm_90") -> list[str]:
+    """nvcc's first errors on ``source`` for ``arch`` (built as ``build`` builds it), or [] where it
+    compiles, where nvcc is absent, or where the emulator's build gives the reason (an include)."""
+    if shutil.which("nvcc") is None:
+        return []
+    with tempfile.TemporaryDirectory(prefix="grade-nvcc-") as tmp:
+        try:
+            code, log = _nvcc(source, arch, Path(tmp))
+        except (OSError, sandbox.subprocess.SubprocessError):
+            return []
+    if code == 0 or _MISSING.search(log):
+        return []
+    return student_log(log).splitlines()[:3]
+
+
+@functools.cache
+def build(source: str, arch_specific: bool = False) -> Built:
+    """``source`` compiled for this process's device (the GPU, or the CPU emulator), with its artifact;
+    fails (FORBIDDEN) on a file it may not include, raises KernelCompileError with its own lines."""
+    if emulator.selected():
+        return _emulated(source)
+    import pycuda.driver as drv
+
+    from ..cuda.runtime import arch
+
+    with tempfile.TemporaryDirectory(prefix="grade-nvcc-") as tmp:
+        folder = Path(tmp)
+        code, log = _nvcc(source, arch() + ("a" if arch_specific else ""), folder)
+        if code != 0:
+            raise _compile_error(source, "nvcc", log)
+        for kept in sorted(folder.glob("*.ii")):  # the preprocessed source, device side and host side
+            check_opened(kept.read_text(errors="replace"))
+        ptx = (folder / "kernel.ptx").read_text(errors="replace")
+        cubin = (folder / "kernel.cubin").read_bytes()
+    return Built(drv.module_from_buffer(cubin), from_ptx(ptx, headers()))
+
+
+def _emulated(source: str) -> Built:
+    from ..cuda.kernel_table import source_define
+    from ..cuda.runtime import CACHE_DIR
+    from ..emulator import compiler
+    from ..emulator.errors import CompileError
+
+    seen: list[Artifact] = []
+
+    def preprocessed(text: str) -> None:
+        check_opened(text)
+        seen.append(from_preprocessed(text, MAIN, headers()))
+
+    def run(argv: list[str], cwd: str):
+        return sandbox.run_compiler(argv, Path(cwd), [headers(), emulator_dir()])
+
+    compiler.run_compiler, compiler.on_preprocessed = run, preprocessed
+    try:
+        options = [*NVCC_OPTIONS, source_define(source)]
+        module = compiler.SourceModule(
+            source, options=options, include_dirs=[str(headers())], no_extern_c=True, cache_dir=str(CACHE_DIR)
+        )
+    except CompileError as exc:
+        raise _compile_error(source, "g++ (the CPU emulator)", exc.stderr or str(exc)) from None
+    finally:
+        compiler.run_compiler = compiler.on_preprocessed = None
+    return Built(module, seen[-1])
