@@ -81,21 +81,21 @@ def _refusal(name: str) -> str:
     return f"your kernel includes `{shown}`, a file outside the course's headers: include only those ({allowed})"
 
 
-_MARKER = re.compile(r'^#(?: line)? \d+ "((?:\\.|[^"\\])*)"(.*)$', re.M)
+_MARKER = re.compile(r'^#(?: line)? \d+ "((?:\\.|[^"\\])*)"', re.M)
 
 
 def check_opened(preprocessed: str) -> None:
     """Fail unless every file the preprocessor opened (its line markers) is the student's own, a course
     header or a system/CUDA header."""
     folder, system = str(headers()), _system_dirs()
-    for name, flags in dict.fromkeys(_MARKER.findall(preprocessed)):
+    for name in dict.fromkeys(_MARKER.findall(preprocessed)):
         name = name.encode().decode("unicode_escape", errors="replace") if "\\" in name else name
         if name in (MAIN, "<built-in>", "<command-line>") or name.startswith("<"):
             continue
         path = os.path.normpath(name if os.path.isabs(name) else os.path.join("/nonexistent", name))
         if Path(path).parent == Path(folder) and Path(path).suffix in (".cuh", ".h"):
             continue
-        if "3" in flags.split() or any(path == d or path.startswith(d.rstrip("/") + "/") for d in system):
+        if any(path == d or path.startswith(d.rstrip("/") + "/") for d in system):  # by where it lies, not a flag
             continue
         fail(FORBIDDEN, _refusal(name))
 
@@ -104,19 +104,28 @@ _MISSING = re.compile(r"^kernel\.cu[(:]\d+\)?(?::\d+)?:? (?:fatal )?error:? (?:#
                       r"(?:No such file or directory|cannot be opened|could not be opened)", re.M)  # fmt: skip
 
 
+# what a compiler says of itself, in words of ours (its own lines may quote files)
+_VERDICTS = [
+    (r"memory exhausted|out of memory|cannot allocate memory|std::bad_alloc", "the compiler ran out of memory "
+     "(a macro that expands without end?)"),
+    (r"compile time limit", f"the compiler took more than {sandbox.COMPILE_TIMEOUT} s"),
+]  # fmt: skip
+
+
 def student_log(log: str) -> str:
     """The lines of a compiler's log about the student's own file (``kernel.cu(12): error: ...``) and
     ptxas's verdicts on its kernels, at most ``MAX_LOG_LINES``: nothing that quotes another file."""
     kept = [line[:300] for line in log.splitlines() if re.match(r"(kernel\.cu[(:]\d+|ptxas (error|fatal))", line)]
+    kept += [words for pattern, words in _VERDICTS if re.search(pattern, log, re.I)]
     return "\n".join(kept[:MAX_LOG_LINES]) or "(the compiler's messages are about files other than your kernel)"
 
 
 def _compile_error(source: str, compiler: str, log: str):
-    from ..cuda.runtime import KernelCompileError, _numbered_excerpt
-
     missing = _MISSING.search(log)
     if missing:
         fail(FORBIDDEN, _refusal(missing.group(1)))
+    from ..cuda.runtime import KernelCompileError, _numbered_excerpt  # (the runtime needs a device)
+
     kept = student_log(re.sub(rf"^{re.escape(MAIN)}:(\d+):\d+: ", rf"{MAIN}(\1): ", log, flags=re.M))
     return KernelCompileError(f"{compiler} could not compile your kernel:\n{kept}\n\n{_numbered_excerpt(source, kept)}")
 
@@ -129,19 +138,31 @@ def _nvcc(source: str, arch: str, folder: Path) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
+def compile_for_gpu(source: str, arch: str) -> tuple[str, bytes]:
+    """``source``'s PTX and cubin for ``arch`` (nvcc in the sandbox, against ``headers()``); fails
+    (FORBIDDEN) on a file it may not include, raises KernelCompileError with its own lines."""
+    with tempfile.TemporaryDirectory(prefix="grade-nvcc-") as tmp:
+        folder = Path(tmp)
+        code, log = _nvcc(source, arch, folder)
+        for kept in sorted(folder.glob("*.ii")):  # the preprocessed source (kept also when the compile failed)
+            check_opened(kept.read_text(errors="replace"))
+        if code != 0:
+            raise _compile_error(source, "nvcc", log)
+        return (folder / "kernel.ptx").read_text(errors="replace"), (folder / "kernel.cubin").read_bytes()
+
+
 def gpu_errors(source: str, arch: str = "sm_90") -> list[str]:
-    """nvcc's first errors on ``source`` for ``arch`` (built as ``build`` builds it), or [] where it
-    compiles, where nvcc is absent, or where the emulator's build gives the reason (an include)."""
+    """Under emulation, nvcc's first errors on ``source`` for a GPU (built as ``build`` builds it there),
+    or [] where it compiles or where nvcc is absent; fails (FORBIDDEN) on a file it may not include."""
+    from ..cuda.runtime import KernelCompileError
+
     if shutil.which("nvcc") is None:
         return []
-    with tempfile.TemporaryDirectory(prefix="grade-nvcc-") as tmp:
-        try:
-            code, log = _nvcc(source, arch, Path(tmp))
-        except (OSError, sandbox.subprocess.SubprocessError):
-            return []
-    if code == 0 or _MISSING.search(log):
-        return []
-    return student_log(log).splitlines()[:3]
+    try:
+        compile_for_gpu(source, arch)
+    except KernelCompileError as exc:
+        return student_log(str(exc)).splitlines()[:3] or [str(exc).splitlines()[-1]]
+    return []
 
 
 @functools.cache
@@ -154,21 +175,12 @@ def build(source: str, arch_specific: bool = False) -> Built:
 
     from ..cuda.runtime import arch
 
-    with tempfile.TemporaryDirectory(prefix="grade-nvcc-") as tmp:
-        folder = Path(tmp)
-        code, log = _nvcc(source, arch() + ("a" if arch_specific else ""), folder)
-        if code != 0:
-            raise _compile_error(source, "nvcc", log)
-        for kept in sorted(folder.glob("*.ii")):  # the preprocessed source, device side and host side
-            check_opened(kept.read_text(errors="replace"))
-        ptx = (folder / "kernel.ptx").read_text(errors="replace")
-        cubin = (folder / "kernel.cubin").read_bytes()
+    ptx, cubin = compile_for_gpu(source, arch() + ("a" if arch_specific else ""))
     return Built(drv.module_from_buffer(cubin), from_ptx(ptx, headers()))
 
 
 def _emulated(source: str) -> Built:
     from ..cuda.kernel_table import source_define
-    from ..cuda.runtime import CACHE_DIR
     from ..emulator import compiler
     from ..emulator.errors import CompileError
 
@@ -184,9 +196,7 @@ def _emulated(source: str) -> Built:
     compiler.run_compiler, compiler.on_preprocessed = run, preprocessed
     try:
         options = [*NVCC_OPTIONS, source_define(source)]
-        module = compiler.SourceModule(
-            source, options=options, include_dirs=[str(headers())], no_extern_c=True, cache_dir=str(CACHE_DIR)
-        )
+        module = compiler.SourceModule(source, options=options, include_dirs=[str(headers())], no_extern_c=True)
     except CompileError as exc:
         raise _compile_error(source, "g++ (the CPU emulator)", exc.stderr or str(exc)) from None
     finally:

@@ -519,19 +519,23 @@ def compile_environment(workdir: Path) -> dict:
 def run_compiler(argv: list[str], workdir: Path, readable: list[Path] = ()) -> subprocess.CompletedProcess:
     """Run a compiler on a student's source in the sandbox (``compile_command``), its address space
     capped (a preprocessor bomb) and its time limited; output as text."""
+    compiler_memory = COMPILER_MEMORY
 
     def cap() -> None:
         import resource
 
-        resource.setrlimit(resource.RLIMIT_AS, (COMPILER_MEMORY, COMPILER_MEMORY))
+        resource.setrlimit(resource.RLIMIT_AS, (compiler_memory, compiler_memory))
 
-    return subprocess.run(
-        compile_command(argv, workdir, readable),
-        cwd=workdir,
-        env=compile_environment(workdir),
-        capture_output=True,
-        text=True,
-        errors="replace",
-        timeout=COMPILE_TIMEOUT,
-        preexec_fn=cap,
-    )
+    try:
+        return subprocess.run(
+            compile_command(argv, workdir, readable),
+            cwd=workdir,
+            env=compile_environment(workdir),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=COMPILE_TIMEOUT,
+            preexec_fn=cap,
+        )
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 124, "", f"compile time limit: more than {COMPILE_TIMEOUT} s")
