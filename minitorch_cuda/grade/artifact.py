@@ -77,8 +77,9 @@ def _info_strings(ptx: str) -> dict[str, str]:
     return out
 
 
-def from_ptx(ptx: str, headers: Path) -> Artifact:
-    """The artifact of nvcc's PTX (built with ``-lineinfo``); ``headers`` is the course's header folder."""
+def from_ptx(ptx: str, headers: Path, opened: frozenset[str]) -> Artifact:
+    """The artifact of nvcc's PTX (built with ``-lineinfo``); ``headers`` is the course's header folder,
+    ``opened`` the headers of it that the preprocessor opened."""
     entries = {}
     for name, params in _ENTRY.findall(ptx):
         codes = []
@@ -88,7 +89,6 @@ def from_ptx(ptx: str, headers: Path) -> Artifact:
     files = {int(n): path for n, path in _FILE.findall(ptx)}
     folder = str(headers)
     course = {n for n, path in files.items() if path.startswith(folder + "/") or Path(path).parent == headers}
-    opened = frozenset(Path(files[n]).name for n in course)
     names = _info_strings(ptx)
     parent: dict[tuple, tuple | None] = {}  # a location -> the call site it was last seen inlined at
     chain: list[tuple] = []  # the current instruction's location, then its call sites outwards
@@ -133,18 +133,15 @@ _ATOMIC = re.compile(r"\b(atomic[A-Z]\w*|__atomic_\w+|__sync_\w+|__nv_atomic\w*|
 _CALLED = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^;{}()]*>)?\s*\(")
 
 
-def from_preprocessed(text: str, main: str, headers: Path) -> Artifact:
+def from_preprocessed(text: str, main: str, opened: frozenset[str]) -> Artifact:
     """The artifact of the emulator's preprocessed ``text``: ``main`` is the student's file's name
-    in its line markers, ``headers`` the course's header folder."""
+    in its line markers, ``opened`` the course headers the preprocessor opened."""
     own: list[str] = []  # the student's lines
-    opened: set[str] = set()
     file = main
     for raw in text.splitlines():
         marker = _MARKER.match(raw)
         if marker:
             file = marker.group(2)
-            if Path(file).parent == headers:
-                opened.add(Path(file).name)
             continue
         if file == main:
             own.append(raw)
@@ -159,7 +156,7 @@ def from_preprocessed(text: str, main: str, headers: Path) -> Artifact:
             entries[name] = (str(exc),)
     return Artifact(
         entries,
-        frozenset(opened),
+        opened,
         bool(re.search(r"\b__shared__\b", code)),
         bool(_SHUFFLE.search(code)),
         tuple(_ATOMIC.findall(code)),

@@ -84,20 +84,22 @@ def _refusal(name: str) -> str:
 _MARKER = re.compile(r'^#(?: line)? \d+ "((?:\\.|[^"\\])*)"', re.M)
 
 
-def check_opened(preprocessed: str) -> None:
-    """Fail unless every file the preprocessor opened (its line markers) is the student's own, a course
-    header or a system/CUDA header."""
-    folder, system = str(headers()), _system_dirs()
+def check_opened(preprocessed: str) -> frozenset[str]:
+    """The course headers the preprocessor opened (its line markers); fails unless every file it opened
+    is the student's own, a course header or a system/CUDA header."""
+    folder, system, opened = str(headers()), _system_dirs(), set()
     for name in dict.fromkeys(_MARKER.findall(preprocessed)):
         name = name.encode().decode("unicode_escape", errors="replace") if "\\" in name else name
         if name in (MAIN, "<built-in>", "<command-line>") or name.startswith("<"):
             continue
         path = os.path.normpath(name if os.path.isabs(name) else os.path.join("/nonexistent", name))
         if Path(path).parent == Path(folder) and Path(path).suffix in (".cuh", ".h"):
+            opened.add(Path(path).name)
             continue
         if any(path == d or path.startswith(d.rstrip("/") + "/") for d in system):  # by where it lies, not a flag
             continue
         fail(FORBIDDEN, _refusal(name))
+    return frozenset(opened)
 
 
 _MISSING = re.compile(r"^kernel\.cu[(:]\d+\)?(?::\d+)?:? (?:fatal )?error:? (?:#include file )?\"?([^\"\n]+?)\"?(?::)? "
@@ -120,10 +122,14 @@ def student_log(log: str) -> str:
     return "\n".join(kept[:MAX_LOG_LINES]) or "(the compiler's messages are about files other than your kernel)"
 
 
-def _compile_error(source: str, compiler: str, log: str):
+def _refuse_missing(log: str) -> None:
+    """An include the compiler did not find (not in the course's headers) is refused by name."""
     missing = _MISSING.search(log)
     if missing:
         fail(FORBIDDEN, _refusal(missing.group(1)))
+
+
+def _compile_error(source: str, compiler: str, log: str):
     from ..cuda.runtime import KernelCompileError, _numbered_excerpt  # (the runtime needs a device)
 
     kept = student_log(re.sub(rf"^{re.escape(MAIN)}:(\d+):\d+: ", rf"{MAIN}(\1): ", log, flags=re.M))
@@ -138,31 +144,45 @@ def _nvcc(source: str, arch: str, folder: Path) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
-def compile_for_gpu(source: str, arch: str) -> tuple[str, bytes]:
-    """``source``'s PTX and cubin for ``arch`` (nvcc in the sandbox, against ``headers()``); fails
-    (FORBIDDEN) on a file it may not include, raises KernelCompileError with its own lines."""
+@dataclasses.dataclass(frozen=True)
+class GpuBuild:
+    ptx: str | None  # None: nvcc failed
+    cubin: bytes
+    opened: frozenset[str]  # the course headers its preprocessing opened
+    log: str
+
+
+def _gpu_compile(source: str, arch: str) -> GpuBuild:
+    """nvcc on ``source``, in the sandbox; fails (FORBIDDEN) on a file it may not include."""
     with tempfile.TemporaryDirectory(prefix="grade-nvcc-") as tmp:
         folder = Path(tmp)
         code, log = _nvcc(source, arch, folder)
+        opened: frozenset[str] = frozenset()
         for kept in sorted(folder.glob("*.ii")):  # the preprocessed source (kept also when the compile failed)
-            check_opened(kept.read_text(errors="replace"))
+            opened |= check_opened(kept.read_text(errors="replace"))
         if code != 0:
-            raise _compile_error(source, "nvcc", log)
-        return (folder / "kernel.ptx").read_text(errors="replace"), (folder / "kernel.cubin").read_bytes()
+            _refuse_missing(log)
+            return GpuBuild(None, b"", opened, log)
+        ptx = (folder / "kernel.ptx").read_text(errors="replace")
+        return GpuBuild(ptx, (folder / "kernel.cubin").read_bytes(), opened, log)
+
+
+def compile_for_gpu(source: str, arch: str) -> tuple[bytes, Artifact]:
+    """``source``'s cubin for ``arch`` (nvcc in the sandbox, against ``headers()``) and its artifact; fails
+    (FORBIDDEN) on a file it may not include, raises KernelCompileError with its own lines."""
+    built = _gpu_compile(source, arch)
+    if built.ptx is None:
+        raise _compile_error(source, "nvcc", built.log)
+    return built.cubin, from_ptx(built.ptx, headers(), built.opened)
 
 
 def gpu_errors(source: str, arch: str = "sm_90") -> list[str]:
     """Under emulation, nvcc's first errors on ``source`` for a GPU (built as ``build`` builds it there),
     or [] where it compiles or where nvcc is absent; fails (FORBIDDEN) on a file it may not include."""
-    from ..cuda.runtime import KernelCompileError
-
     if shutil.which("nvcc") is None:
         return []
-    try:
-        compile_for_gpu(source, arch)
-    except KernelCompileError as exc:
-        return student_log(str(exc)).splitlines()[:3] or [str(exc).splitlines()[-1]]
-    return []
+    built = _gpu_compile(source, arch)
+    return [] if built.ptx is not None else student_log(built.log).splitlines()[:3]
 
 
 @functools.cache
@@ -175,8 +195,8 @@ def build(source: str, arch_specific: bool = False) -> Built:
 
     from ..cuda.runtime import arch
 
-    ptx, cubin = compile_for_gpu(source, arch() + ("a" if arch_specific else ""))
-    return Built(drv.module_from_buffer(cubin), from_ptx(ptx, headers()))
+    cubin, artifact = compile_for_gpu(source, arch() + ("a" if arch_specific else ""))
+    return Built(drv.module_from_buffer(cubin), artifact)
 
 
 def _emulated(source: str) -> Built:
@@ -187,8 +207,7 @@ def _emulated(source: str) -> Built:
     seen: list[Artifact] = []
 
     def preprocessed(text: str) -> None:
-        check_opened(text)
-        seen.append(from_preprocessed(text, MAIN, headers()))
+        seen.append(from_preprocessed(text, MAIN, check_opened(text)))
 
     def run(argv: list[str], cwd: str):
         return sandbox.run_compiler(argv, Path(cwd), [headers(), emulator_dir()])
@@ -198,6 +217,7 @@ def _emulated(source: str) -> Built:
         options = [*NVCC_OPTIONS, source_define(source)]
         module = compiler.SourceModule(source, options=options, include_dirs=[str(headers())], no_extern_c=True)
     except CompileError as exc:
+        _refuse_missing(exc.stderr or str(exc))
         raise _compile_error(source, "g++ (the CPU emulator)", exc.stderr or str(exc)) from None
     finally:
         compiler.run_compiler = compiler.on_preprocessed = None
