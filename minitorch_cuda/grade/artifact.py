@@ -32,6 +32,7 @@ class Artifact:
     uses_shuffle: bool  # a warp shuffle (__shfl_*_sync)
     own_atomics: tuple[str, ...]  # atomic operations of the student's own code (not a course header's)
     calls: frozenset[str]  # the device functions the code calls (inlined or not), by their plain name
+    moves_16_bytes: bool  # loads and stores global memory 16 bytes at a time (float4)
 
     def signature(self, entry: str) -> tuple[str, ...] | None:
         return self.entries.get(entry)
@@ -53,6 +54,7 @@ _INFO_STRING = re.compile(r"^(\$L__info_string\d+):\s*\n((?:\.b8[^\n]*\n)+)", re
 _FUNCTION_NAME = re.compile(r"function_name\s+(\$L__info_string\d+)")
 _CALL = re.compile(r"^\s*(?:@!?%\w+\s+)?call(?:\.uni)?\s+(?:\([^)]*\)\s*,\s*)?([\w$]+)", re.M)  # over lines
 _OPCODE = re.compile(r"^\s*(?:@!?%\w+\s+)?([a-z][\w.:]*)")
+_WIDE = re.compile(r"(ld|st)\.global(\.\w+)*\.(v4\.(f32|b32|u32|s32)|v2\.(f64|b64|u64|s64))$")
 _PTX_TYPES = {"u64": "P", "s64": "P", "b64": "P", "u32": "i", "s32": "i", "b32": "i", "f32": "f"}
 
 
@@ -93,6 +95,7 @@ def from_ptx(ptx: str, headers: Path, opened: frozenset[str]) -> Artifact:
     parent: dict[tuple, tuple | None] = {}  # a location -> the call site it was last seen inlined at
     chain: list[tuple] = []  # the current instruction's location, then its call sites outwards
     shared = shuffle = False
+    wide = set()  # "ld" / "st" where global memory is moved 16 bytes at a time
     atomics: list[str] = []
     calls: set[str] = set()
     for line in ptx.splitlines():
@@ -117,11 +120,13 @@ def from_ptx(ptx: str, headers: Path, opened: frozenset[str]) -> Artifact:
             shared = True
         if opcode.startswith("shfl."):
             shuffle = True
+        if _WIDE.match(opcode):
+            wide.add(opcode[:2])
         if opcode.startswith(("atom.", "red.")) or ".red." in opcode:
             if not any(f in course for f, _, _ in chain):  # a course header's own (the barrier's counter)
                 atomics.append(opcode)
     calls |= {_plain_name(target) for target in _CALL.findall(ptx)}  # calls not inlined
-    return Artifact(entries, opened, shared, shuffle, tuple(atomics), frozenset(calls))
+    return Artifact(entries, opened, shared, shuffle, tuple(atomics), frozenset(calls), wide == {"ld", "st"})
 
 
 # --- the CPU emulator: its preprocessed text --------------------------------------------------
@@ -161,4 +166,5 @@ def from_preprocessed(text: str, main: str, opened: frozenset[str]) -> Artifact:
         bool(_SHUFFLE.search(code)),
         tuple(_ATOMIC.findall(code)),
         frozenset(_CALLED.findall(code)),
+        bool(re.search(r"\bfloat4\b", code)),  # (the CPU's own loads tell nothing of a GPU's)
     )

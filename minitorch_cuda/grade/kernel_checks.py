@@ -190,8 +190,8 @@ def check_relu_vec4(ex: Exercise, source: str) -> list[str]:
 
     from ..cuda import launchers
 
-    if "float4" not in source:
-        fail(FORBIDDEN, "move 16 bytes per load and per store: read and write float4")
+    if not compiled(ex, source).moves_16_bytes:
+        fail(FORBIDDEN, "move 16 bytes per load and per store: read and write float4 (your compiled kernel does not)")
     rng = _rng()
     sizes = [5, 1023, 1, 3, 4, 1025, 4 * launchers.BLOCK + 3, 100_003]  # a float4 and a tail first
     small = [(100_003, (1, 256)), (100_001, (7, 128)), (2**20 + 2, (3, 256))]  # fewer threads than float4s
