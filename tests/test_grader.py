@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from submissions import CHEATS, MARKER, STUDENTS, build, vandal
+from submissions import CHEATS, KERNEL_CHEATS, MARKER, STUDENTS, build, vandal
 
 import minitorch_cuda as mt
 from minitorch_cuda import grade
@@ -861,6 +861,61 @@ def test_host_code_in_a_kernel_source_cannot_write_its_verdict_on_the_emulator(t
 # An #include in each spelling the preprocessor accepts is judged where the kernel compiles, by the
 # files the preprocessor opened: tests/test_kernel_build.py (test_an_include_is_judged_by_what_the_
 # preprocessor_opened), and through the grader by the known cheats of KERNEL_CHEATS below.
+
+
+@pytest.fixture(scope="module")
+def kernel_cheat_grades(tmp_path_factory) -> tuple[dict, Path]:
+    """KERNEL_CHEATS and the honest student, graded on the emulator (--emulate)."""
+    subs = build(
+        tmp_path_factory.mktemp("kernel_cheats"),
+        {"full_solutions": STUDENTS["full_solutions"]} | {n: c[0] for n, c in KERNEL_CHEATS.items()},
+    )
+    out = tmp_path_factory.mktemp("kernel_cheat_grades") / "grades.csv"
+    ids = sorted({c[1] for c in KERNEL_CHEATS.values()}, key=lambda i: exercises.get(i).sort_key)
+    results = run_grader(subs, out, ids, "--emulate", "--timeout", "300", "--jobs", "2", "--allow-partial")
+    return results, out.parent
+
+
+@pytest.mark.skipif(
+    not _emulator_usable(), reason="the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing"
+)
+@pytest.mark.parametrize("name", list(KERNEL_CHEATS))
+def test_a_kernel_cheat_loses_its_exercise_on_the_emulator(kernel_cheat_grades, name) -> None:
+    """Issue 36, classes 1 and 2: an answer included from the framework (by name, through a macro, past
+    a digit separator), a file quoted into a compile error, and a requirement met or a prohibition dodged
+    only in the text (an #if 0 block, a comment, a pasted macro) each lose exactly their exercise, for
+    the rule's reason in words; the honest student keeps every point, and no feedback quotes a file."""
+    results, out = kernel_cheat_grades
+    _, attacked, reasons = KERNEL_CHEATS[name]
+    result = results[(name, attacked)]
+    assert not result["passed"] and result["reason"] in reasons, result
+    assert results[("full_solutions", attacked)]["passed"], results[("full_solutions", attacked)]
+    for (student, exercise_id), other in results.items():
+        if student == name and exercise_id != attacked and other["reason"] != verdict.MISSING_NOTEBOOK:
+            assert other["passed"], other
+    feedback = (out / "feedback" / f"{name}.md").read_text()
+    assert "root:x:0" not in feedback and "/bin/bash" not in feedback
+
+
+KERNEL_CHEAT_MESSAGES = {  # what each kernel cheat is told
+    "includes_the_answer": "includes the framework's `elementwise.cu`, which holds the answer",
+    "includes_through_a_macro": "includes the framework's `elementwise.cu`, which holds the answer",
+    "quotes_a_file_in_a_compile_error": "includes `/etc/passwd`, a file outside the course's headers",
+    "shared_only_in_a_dead_block": "your compiled kernel never uses shared memory",
+    "shuffle_only_in_a_comment": "your compiled kernel has none",
+    "atomic_through_a_macro": "use no atomics",
+}
+
+
+@pytest.mark.skipif(
+    not _emulator_usable(), reason="the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing"
+)
+def test_each_kernel_cheat_is_told_its_rule(kernel_cheat_grades) -> None:
+    results, _ = kernel_cheat_grades
+    assert set(KERNEL_CHEAT_MESSAGES) == set(KERNEL_CHEATS)
+    for name, told in KERNEL_CHEAT_MESSAGES.items():
+        result = results[(name, KERNEL_CHEATS[name][1])]
+        assert told in result["message"], result
 
 
 @pytest.mark.timeout(300)
