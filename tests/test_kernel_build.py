@@ -147,6 +147,16 @@ def test_atomics_are_read_from_the_compiled_code(reader) -> None:
     assert "grid_barrier" not in commented.calls
 
 
+VEC4 = 'extern "C" __global__ void k(float* out, const float* a) {\n'
+VEC4 += "    reinterpret_cast<float4*>(out)[threadIdx.x] = reinterpret_cast<const float4*>(a)[threadIdx.x];\n}\n"
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_16_byte_moves_are_read_from_the_compiled_code(reader) -> None:
+    assert reader(VEC4).moves_16_bytes
+    assert not reader("// float4 loads, float4 stores\n" + PLAIN).moves_16_bytes
+
+
 @pytest.mark.parametrize("reader", READERS)
 def test_the_entry_and_its_parameters_are_read_from_the_compiled_code(reader) -> None:
     ex = exercises.get("3.1")

@@ -53,20 +53,18 @@ def headers() -> Path:
 
 
 def _system_dirs() -> list[str]:
-    """Where the system's and CUDA's own headers lie (what a kernel may open besides ``headers()``)."""
-    dirs = ["/usr/include", "/usr/lib/gcc", "/usr/local/include", "/usr/local/cuda", str(emulator_dir())]
+    """Where the system's and CUDA's own headers lie (what a kernel may open besides ``headers()``), and
+    the emulator's stand-ins for CUDA's (its include folder and cuda_emu.h, not its runtime's source)."""
+    from ..emulator import compiler
+
+    dirs = ["/usr/include", "/usr/lib/gcc", "/usr/local/include", "/usr/local/cuda", str(compiler.INCLUDE)]
+    dirs.append(str(compiler.HEADER))
     nvcc = shutil.which("nvcc")
     if nvcc:
         dirs += [os.path.realpath(str(Path(nvcc).parents[1]))]
         text = Path(nvcc).read_bytes()[:4096]  # /usr/local/bin/nvcc may be a script naming the toolkit
         dirs += [os.path.realpath(m.decode()) for m in re.findall(rb"(/[\w./+-]+)/bin/nvcc", text)]
     return dirs
-
-
-def emulator_dir() -> Path:
-    from ..emulator import compiler
-
-    return compiler.HERE
 
 
 def _refusal(name: str) -> str:
@@ -210,7 +208,7 @@ def _emulated(source: str) -> Built:
         seen.append(from_preprocessed(text, MAIN, check_opened(text)))
 
     def run(argv: list[str], cwd: str):
-        return sandbox.run_compiler(argv, Path(cwd), [headers(), emulator_dir()])
+        return sandbox.run_compiler(argv, Path(cwd), [headers(), compiler.HERE])  # (HERE: cuda_emu.h, include/)
 
     compiler.run_compiler, compiler.on_preprocessed = run, preprocessed
     try:
