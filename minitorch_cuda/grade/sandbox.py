@@ -524,7 +524,9 @@ def run_compiler(argv: list[str], workdir: Path, readable: list[Path] = ()) -> s
     def cap() -> None:
         import resource
 
-        resource.setrlimit(resource.RLIMIT_AS, (compiler_memory, compiler_memory))
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)  # a cap this process has already (the checker's) stays
+        cap_bytes = compiler_memory if hard == resource.RLIM_INFINITY else min(compiler_memory, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (cap_bytes, cap_bytes))
 
     try:
         return subprocess.run(
