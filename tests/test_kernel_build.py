@@ -147,6 +147,44 @@ def test_atomics_are_read_from_the_compiled_code(reader) -> None:
     assert "grid_barrier" not in commented.calls
 
 
+HIDDEN_ATOMICS = {  # an atomic the student's code performs, passed off as a system header's or hidden in text
+    "line_directive": '#line 1 "/usr/include/stdio.h"\n__device__ void f(float* p) { atomicAdd(p, 1.0f); }\n'
+    '#line 3 "kernel.cu"\nextern "C" __global__ void k(float* out) { f(out); }\n',
+    "gnu_line_marker": '# 1 "/usr/include/stdio.h" 1 3 4\n__device__ void f(float* p) { atomicAdd(p, 1.0f); }\n'
+    '# 3 "kernel.cu" 2\nextern "C" __global__ void k(float* out) { f(out); }\n',
+    "digit_separators": 'extern "C" __global__ void k(float* out) {\n'
+    "    int x = 1'000; atomicAdd(out, 1.0f); int y = 2'0;\n}\n",
+    "raw_string": 'extern "C" __global__ void k(float* out) {\n'
+    '    const char* r = R"x(")x"; atomicAdd(out, 1.0f); r = "";\n}\n',
+}
+
+
+@pytest.mark.parametrize("reader", READERS)
+@pytest.mark.parametrize("form", list(HIDDEN_ATOMICS))
+def test_an_atomic_is_seen_however_the_source_hides_it(reader, form) -> None:
+    assert reader(HIDDEN_ATOMICS[form]).own_atomics
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_a_macro_that_changes_a_course_header_is_refused(reader) -> None:
+    """A macro of the student's used inside a course header would pass the student's code off as the
+    header's (on a GPU, ``#define __threadfence() atomicAdd(...)`` puts an atomic inside grid_barrier)."""
+    source = "#define bar bar_of_mine\n" + BARRIER.replace("BARRIER_CALL", "grid_barrier(b);")
+    with pytest.raises(verdict.CheckFailed) as refused:
+        reader(source)
+    assert refused.value.reason == verdict.FORBIDDEN and "`grid_barrier.cuh`" in refused.value.message
+    assert reader(BARRIER.replace("BARRIER_CALL", "grid_barrier(b);") + "#define bar bar_of_mine\n").own_atomics == ()
+
+
+@needs_nvcc
+def test_an_atomic_put_inside_the_barrier_by_a_macro_is_refused_on_the_gpu_path() -> None:
+    source = "#define __threadfence() atomicAdd((unsigned*)bar, 1u)\n" + BARRIER.replace(
+        "BARRIER_CALL", "grid_barrier(b);"
+    )
+    with pytest.raises(verdict.CheckFailed, match="changes what the course's `grid_barrier.cuh` compiles to"):
+        ptx_artifact(source)
+
+
 VEC4 = 'extern "C" __global__ void k(float* out, const float* a) {\n'
 VEC4 += "    reinterpret_cast<float4*>(out)[threadIdx.x] = reinterpret_cast<const float4*>(a)[threadIdx.x];\n}\n"
 

@@ -17,6 +17,7 @@ operation behind a macro or another spelling (an ``atomicCAS`` loop) is seen for
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import re
 from pathlib import Path
@@ -131,30 +132,47 @@ def from_ptx(ptx: str, headers: Path, opened: frozenset[str]) -> Artifact:
 
 # --- the CPU emulator: its preprocessed text --------------------------------------------------
 
-_MARKER = re.compile(r'^# (\d+) "([^"]*)"(.*)$')
-_LITERAL = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'')
+# What a literal says is no code: raw strings, strings, characters, and numbers with digit separators
+# (1'000, which a scan for character literals would take for one), tried in that order at each place.
+_LITERAL = re.compile(
+    r"""(?:u8|[uUL])?R"(?P<delimiter>[^()\\\s]{0,16})\(.*?\)(?P=delimiter)"
+    |(?:u8|[uUL])?"(?:\\.|[^"\\\n])*"
+    |(?:u8|[uUL])?'(?:\\.|[^'\\\n])*'
+    |(?<![\w.])\.?\d(?:[eEpP][+-]|'?[\w.])*""",
+    re.S | re.X,
+)
+_MARKER = re.compile(r'^#(?: line)? \d+ "[^\n]*$', re.M)
+_SHARED = re.compile(r"\b__shared__\b")
 _SHUFFLE = re.compile(r"\b__shfl\w*")
 _ATOMIC = re.compile(r"\b(atomic[A-Z]\w*|__atomic_\w+|__sync_\w+|__nv_atomic\w*|(?:std|cuda)::atomic\w*)\b")
 _CALLED = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^;{}()]*>)?\s*\(")
+_FLOAT4 = re.compile(r"\bfloat4\b")
 
 
-def from_preprocessed(text: str, main: str, opened: frozenset[str]) -> Artifact:
-    """The artifact of the emulator's preprocessed ``text``: ``main`` is the student's file's name
-    in its line markers, ``opened`` the course headers the preprocessor opened."""
-    own: list[str] = []  # the student's lines
-    file = main
-    for raw in text.splitlines():
-        marker = _MARKER.match(raw)
-        if marker:
-            file = marker.group(2)
-            continue
-        if file == main:
-            own.append(raw)
-    code = _LITERAL.sub(lambda m: m[0] if m[0] == '"C"' else '""', "\n".join(own))  # what strings say is not code
+def _code(text: str) -> str:
+    """Preprocessed text without its line markers and what its strings say (``extern "C"`` stays)."""
+    def blank(m: re.Match) -> str:
+        return m[0] if m[0] == '"C"' else "0" if m[0][-1] not in "\"'" else '""'
+
+    return _LITERAL.sub(blank, _MARKER.sub("", text))
+
+
+def from_preprocessed(text: str, baseline: str, opened: frozenset[str]) -> Artifact:
+    """The artifact of the emulator's preprocessed ``text``. ``baseline`` is the same preprocessing of a
+    source that only includes ``opened`` (the course headers the student's opened): what the text holds
+    beyond it is the student's, however its line markers name the files (a ``#line`` may rename any)."""
+    code, base = _code(text), _code(baseline)
+
+    def more(pattern: re.Pattern) -> list[str]:
+        """The matches of ``pattern`` that the student's code adds to the baseline's."""
+        extra = collections.Counter(pattern.findall(code))
+        extra.subtract(collections.Counter(pattern.findall(base)))
+        return sorted(name for name, n in extra.items() if n > 0)
+
     from ..emulator.compiler import kernels
 
     entries = {}
-    for name in kernels(code, c_linkage_only=True):
+    for name in set(kernels(code, c_linkage_only=True)) - set(kernels(base, c_linkage_only=True)):
         try:
             entries[name] = tuple(re.findall(r"\d+s|.", prepare_signature(entry_params(code, name))))
         except (TypeError, ValueError) as exc:
@@ -162,9 +180,9 @@ def from_preprocessed(text: str, main: str, opened: frozenset[str]) -> Artifact:
     return Artifact(
         entries,
         opened,
-        bool(re.search(r"\b__shared__\b", code)),
-        bool(_SHUFFLE.search(code)),
-        tuple(_ATOMIC.findall(code)),
-        frozenset(_CALLED.findall(code)),
-        bool(re.search(r"\bfloat4\b", code)),  # (the CPU's own loads tell nothing of a GPU's)
+        bool(more(_SHARED)),
+        bool(more(_SHUFFLE)),
+        tuple(more(_ATOMIC)),
+        frozenset(more(_CALLED)),
+        bool(more(_FLOAT4)),  # (the CPU's own loads tell nothing of a GPU's)
     )

@@ -100,6 +100,40 @@ def check_opened(preprocessed: str) -> frozenset[str]:
     return frozenset(opened)
 
 
+def _header_lines(preprocessed: str) -> dict[str, list[str]]:
+    """Each course header's own lines in preprocessed text (after its markers, before the next one)."""
+    folder, out, name = headers(), {}, None
+    for line in preprocessed.splitlines():
+        marker = _MARKER.match(line)
+        if marker:
+            path = Path(os.path.normpath(marker.group(1)))
+            name = path.name if path.parent == folder else None
+            out.setdefault(name, [])
+        elif name is not None and line.strip():
+            out[name].append(line)
+    out.pop(None, None)
+    return out
+
+
+def check_headers_unchanged(preprocessed: str, baseline: str) -> None:
+    """Fail if a course header compiles to other code in the student's source than it does included
+    alone (``baseline``): a macro of the student's used inside it would pass the student's code off
+    as the header's (an atomic inside grid_barrier, say)."""
+    theirs = _header_lines(baseline)
+    for name, lines in _header_lines(preprocessed).items():
+        if lines != theirs.get(name):
+            fail(
+                FORBIDDEN,
+                f"your kernel changes what the course's `{name}` compiles to (a macro of yours is used inside it): "
+                "define no macro that a course header uses before including it",
+            )
+
+
+def baseline_source(opened: frozenset[str]) -> str:
+    """A source that only includes the course headers ``opened``."""
+    return "".join(f'#include "{name}"\n' for name in sorted(opened))
+
+
 _MISSING = re.compile(r"^kernel\.cu[(:]\d+\)?(?::\d+)?:? (?:fatal )?error:? (?:#include file )?\"?([^\"\n]+?)\"?(?::)? "
                       r"(?:No such file or directory|cannot be opened|could not be opened)", re.M)  # fmt: skip
 
@@ -147,6 +181,7 @@ class GpuBuild:
     ptx: str | None  # None: nvcc failed
     cubin: bytes
     opened: frozenset[str]  # the course headers its preprocessing opened
+    preprocessed: str  # nvcc's preprocessed source (device side)
     log: str
 
 
@@ -155,20 +190,27 @@ def _gpu_compile(source: str, arch: str) -> GpuBuild:
     with tempfile.TemporaryDirectory(prefix="grade-nvcc-") as tmp:
         folder = Path(tmp)
         code, log = _nvcc(source, arch, folder)
-        opened: frozenset[str] = frozenset()
-        for kept in sorted(folder.glob("*.ii")):  # the preprocessed source (kept also when the compile failed)
-            opened |= check_opened(kept.read_text(errors="replace"))
+        # the preprocessed source, kept also when the compile failed
+        preprocessed = "".join(kept.read_text(errors="replace") for kept in sorted(folder.glob("*.ii")))
+        opened = check_opened(preprocessed)
         if code != 0:
             _refuse_missing(log)
-            return GpuBuild(None, b"", opened, log)
+            return GpuBuild(None, b"", opened, preprocessed, log)
         ptx = (folder / "kernel.ptx").read_text(errors="replace")
-        return GpuBuild(ptx, (folder / "kernel.cubin").read_bytes(), opened, log)
+        return GpuBuild(ptx, (folder / "kernel.cubin").read_bytes(), opened, preprocessed, log)
+
+
+@functools.cache
+def _gpu_baseline(opened: frozenset[str], arch: str) -> str:
+    return _gpu_compile(baseline_source(opened), arch).preprocessed
 
 
 def compile_for_gpu(source: str, arch: str) -> tuple[bytes, Artifact]:
     """``source``'s cubin for ``arch`` (nvcc in the sandbox, against ``headers()``) and its artifact; fails
     (FORBIDDEN) on a file it may not include, raises KernelCompileError with its own lines."""
     built = _gpu_compile(source, arch)
+    if built.opened:
+        check_headers_unchanged(built.preprocessed, _gpu_baseline(built.opened, arch))
     if built.ptx is None:
         raise _compile_error(source, "nvcc", built.log)
     return built.cubin, from_ptx(built.ptx, headers(), built.opened)
@@ -198,25 +240,37 @@ def build(source: str, arch_specific: bool = False) -> Built:
 
 
 def _emulated(source: str) -> Built:
-    from ..cuda.kernel_table import source_define
     from ..emulator import compiler
-    from ..emulator.errors import CompileError
 
-    seen: list[Artifact] = []
+    seen: list[tuple[str, frozenset[str]]] = []  # (preprocessed text, course headers opened) of each build
 
-    def preprocessed(text: str) -> None:
-        seen.append(from_preprocessed(text, MAIN, check_opened(text)))
+    def preprocessed(text: str) -> None:  # before g++ compiles it: a refused file never reaches a log
+        seen.append((text, check_opened(text)))
 
     def run(argv: list[str], cwd: str):
         return sandbox.run_compiler(argv, Path(cwd), [headers(), compiler.HERE])  # (HERE: cuda_emu.h, include/)
 
     compiler.run_compiler, compiler.on_preprocessed = run, preprocessed
     try:
+        module = _emulator_module(source)
+        text, opened = seen[-1]
+        _emulator_module(baseline_source(opened))
+        baseline = seen[-1][0]
+    finally:
+        compiler.run_compiler = compiler.on_preprocessed = None
+    check_headers_unchanged(text, baseline)
+    return Built(module, from_preprocessed(text, baseline, opened))
+
+
+def _emulator_module(source: str):
+    """The emulator's build of ``source`` (in the sandbox while ``_emulated`` has set its hooks)."""
+    from ..cuda.kernel_table import source_define
+    from ..emulator import compiler
+    from ..emulator.errors import CompileError
+
+    try:
         options = [*NVCC_OPTIONS, source_define(source)]
-        module = compiler.SourceModule(source, options=options, include_dirs=[str(headers())], no_extern_c=True)
+        return compiler.SourceModule(source, options=options, include_dirs=[str(headers())], no_extern_c=True)
     except CompileError as exc:
         _refuse_missing(exc.stderr or str(exc))
         raise _compile_error(source, "g++ (the CPU emulator)", exc.stderr or str(exc)) from None
-    finally:
-        compiler.run_compiler = compiler.on_preprocessed = None
-    return Built(module, seen[-1])
