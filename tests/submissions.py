@@ -503,9 +503,9 @@ CHEATS: dict[str, tuple[Student, str, set[str]]] = {
 
 
 # --- issue 36, classes 1 and 2 (kernels): nothing to copy from, rules read from what was compiled --
-# Kernel cheats are graded with --emulate (tests/test_grader.py, test_a_kernel_cheat_loses_its_exercise_
-# on_the_emulator): the same name -> (student, the exercise it must lose, the reasons it may fail with).
-# Each passed (or quoted a file into its feedback) while includes were scanned and rules were regexes.
+# Kernel cheats are graded on the GPU, or with --emulate on the CPU (tests/test_grader.py,
+# test_a_kernel_cheat_loses_its_exercise): name -> (student, the exercise it must lose, its reasons).
+# At 2c616be (includes scanned, rules regexes) five passed; the sixth got /etc/passwd into the compiler.
 
 RELU_SIGNATURE = 'extern "C" __global__ void ew_relu(float* out, const float* a, int n) {\n'
 SIGMOID_SIGNATURE = 'extern "C" __global__ void ew_sigmoid(float* out, const float* a, int n) {\n'

@@ -865,22 +865,30 @@ def test_host_code_in_a_kernel_source_cannot_write_its_verdict_on_the_emulator(t
 
 @pytest.fixture(scope="module")
 def kernel_cheat_grades(tmp_path_factory) -> tuple[dict, Path]:
-    """KERNEL_CHEATS and the honest student, graded on the emulator (--emulate)."""
+    """KERNEL_CHEATS and the honest student, graded on the GPU where there is one (nvcc's PTX is read),
+    else on the emulator (--emulate: its build is read)."""
     subs = build(
         tmp_path_factory.mktemp("kernel_cheats"),
         {"full_solutions": STUDENTS["full_solutions"]} | {n: c[0] for n, c in KERNEL_CHEATS.items()},
     )
     out = tmp_path_factory.mktemp("kernel_cheat_grades") / "grades.csv"
     ids = sorted({c[1] for c in KERNEL_CHEATS.values()}, key=lambda i: exercises.get(i).sort_key)
-    results = run_grader(subs, out, ids, "--emulate", "--timeout", "300", "--jobs", "2", "--allow-partial")
+    on_cpu = [] if mt.cuda_available() and not emulator_selected() else ["--emulate"]
+    results = run_grader(subs, out, ids, *on_cpu, "--timeout", "300", "--jobs", "2", "--allow-partial")
     return results, out.parent
 
 
+def emulator_selected() -> bool:
+    from minitorch_cuda import emulator
+
+    return emulator.selected()
+
+
 @pytest.mark.skipif(
-    not _emulator_usable(), reason="the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing"
+    not _emulator_usable() and not mt.cuda_available(), reason="needs a GPU, or the CPU emulator and a C++ compiler"
 )
 @pytest.mark.parametrize("name", list(KERNEL_CHEATS))
-def test_a_kernel_cheat_loses_its_exercise_on_the_emulator(kernel_cheat_grades, name) -> None:
+def test_a_kernel_cheat_loses_its_exercise(kernel_cheat_grades, name) -> None:
     """Issue 36, classes 1 and 2: an answer included from the framework (by name, through a macro, past
     a digit separator), a file quoted into a compile error, and a requirement met or a prohibition dodged
     only in the text (an #if 0 block, a comment, a pasted macro) each lose exactly their exercise, for
@@ -908,7 +916,7 @@ KERNEL_CHEAT_MESSAGES = {  # what each kernel cheat is told
 
 
 @pytest.mark.skipif(
-    not _emulator_usable(), reason="the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing"
+    not _emulator_usable() and not mt.cuda_available(), reason="needs a GPU, or the CPU emulator and a C++ compiler"
 )
 def test_each_kernel_cheat_is_told_its_rule(kernel_cheat_grades) -> None:
     results, _ = kernel_cheat_grades
