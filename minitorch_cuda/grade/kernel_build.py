@@ -59,11 +59,9 @@ def _system_dirs() -> list[str]:
 
     dirs = ["/usr/include", "/usr/lib/gcc", "/usr/local/include", "/usr/local/cuda", str(compiler.INCLUDE)]
     dirs.append(str(compiler.HEADER))
-    nvcc = shutil.which("nvcc")
+    nvcc = sandbox.real_nvcc()
     if nvcc:
-        dirs += [os.path.realpath(str(Path(nvcc).parents[1]))]
-        text = Path(nvcc).read_bytes()[:4096]  # /usr/local/bin/nvcc may be a script naming the toolkit
-        dirs += [os.path.realpath(m.decode()) for m in re.findall(rb"(/[\w./+-]+)/bin/nvcc", text)]
+        dirs.append(os.path.realpath(str(Path(nvcc).parents[1])))
     return dirs
 
 

@@ -458,18 +458,30 @@ def private_copy(folder: Path, dest: Path) -> tuple[Path, list[str]]:
 COMPILE_TIMEOUT = 120  # seconds of one compiler run on a student's source
 
 
+def real_nvcc() -> str | None:
+    """The nvcc a compile runs: the one on PATH, or the toolkit's that a wrapper script there runs
+    (``limited_compilers``', or a /usr/local/bin/nvcc that execs /usr/local/cuda/bin/nvcc)."""
+    found = shutil.which("nvcc")
+    for _ in range(4):  # a wrapper of a wrapper
+        try:
+            head = Path(found).read_bytes()[:4096] if found else b""
+        except OSError:
+            break
+        runs = re.search(rb"(/[\w./+-]+/bin/nvcc)\b", head) if head.startswith(b"#!") else None
+        if runs is None or not os.path.isfile(runs.group(1).decode()):
+            break
+        found = runs.group(1).decode()
+    return found
+
+
 def _compiler_dirs() -> list[str]:
     """What a compiler needs to see: the system (``/usr``: g++, and nvcc under /usr/local) and the CUDA
     toolkit where it lies elsewhere; no /etc, /home, /work or /proc of the grader."""
     dirs = ["/usr"]
-    nvcc = shutil.which("nvcc")
+    nvcc = real_nvcc()
     for extra in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), nvcc and str(Path(nvcc).parents[1])):
         if extra and os.path.isdir(extra):
             dirs.append(os.path.realpath(extra))
-    if nvcc:  # /usr/local/bin/nvcc may be a script that runs the toolkit's
-        text = Path(nvcc).read_bytes()[:4096]
-        for found in re.findall(rb"(/[\w./+-]+)/bin/nvcc", text):
-            dirs.append(os.path.realpath(found.decode()))
     out: list[str] = []
     for d in sorted(set(dirs)):
         if not any(d == q or d.startswith(q + "/") for q in out):
@@ -510,7 +522,7 @@ def compile_command(argv: list[str], workdir: Path, readable: list[Path] = ()) -
 def compile_environment(workdir: Path) -> dict:
     """A compiler's whole environment: a PATH to the compilers and a home in ``workdir``; nothing
     of the grader's (its /proc/self/environ, read by a kernel's ``#include``, shows only this)."""
-    paths = [str(Path(p).parent) for p in (shutil.which("nvcc"), shutil.which("g++")) if p]
+    paths = [str(Path(p).parent) for p in (real_nvcc(), shutil.which("g++")) if p]
     path = os.pathsep.join(dict.fromkeys([*paths, "/usr/local/bin", "/usr/bin", "/bin"]))
     home = str(Path(workdir).resolve())
     return {"PATH": path, "HOME": home, "TMPDIR": home, "LC_ALL": "C"}
