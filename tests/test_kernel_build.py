@@ -266,3 +266,15 @@ def test_the_compiler_sees_nothing_of_the_grader(tmp_path, monkeypatch) -> None:
     seen = out.stdout + out.stderr
     assert "hunter2" not in seen and "GRADER_SECRET" not in seen
     assert "passwd" not in seen and "solutions" not in seen and "pyproject" not in seen, seen
+
+
+@needs_nvcc
+def test_the_compile_finds_the_toolkits_nvcc_through_a_wrapper(tmp_path, monkeypatch) -> None:
+    """On a GPU the checker's PATH starts with a memory-capping nvcc script (limited_compilers) that the
+    sandbox cannot see: the compile runs the toolkit's nvcc, bound into the sandbox and on its PATH."""
+    tools = sandbox.limited_compilers(tmp_path)
+    monkeypatch.setenv("PATH", os.pathsep.join([tools, os.environ["PATH"]]))
+    real = sandbox.real_nvcc()
+    assert real and not real.startswith(str(tmp_path)) and Path(real).parent.name == "bin"
+    assert sandbox.compile_environment(tmp_path)["PATH"].startswith(str(Path(real).parent))
+    assert ptx_artifact(RELU).entries["ew_relu"] == ("P", "P", "i")
