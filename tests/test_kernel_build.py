@@ -237,9 +237,9 @@ except Exception as exc:
 
 @pytest.mark.parametrize("reader", READERS)
 def test_a_compile_error_in_a_header_quotes_none_of_it(reader) -> None:
-    """A macro that breaks a course header: the errors lie in the header, whose lines stay out of the
-    feedback; the student's own erroneous line is shown."""
-    source = '#define volatile = 1 +\n#include "grid_barrier.cuh"\n' + RELU.replace(
+    """A name that clashes with a course header's: the errors lie in the header, whose lines stay out of
+    the feedback; the student's own erroneous line is shown."""
+    source = 'typedef int GridBarrier;\n#include "grid_barrier.cuh"\n' + RELU.replace(
         "out[i] =", "out[i] = undefined_x +"
     )
     env = dict(os.environ, MINITORCH_CUDA_EMULATE="1", PYTHONPATH=str(ROOT))  # the runtime's error type
