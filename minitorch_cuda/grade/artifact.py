@@ -151,6 +151,7 @@ _FLOAT4 = re.compile(r"\bfloat4\b")
 
 def _code(text: str) -> str:
     """Preprocessed text without its line markers and what its strings say (``extern "C"`` stays)."""
+
     def blank(m: re.Match) -> str:
         return m[0] if m[0] == '"C"' else "0" if m[0][-1] not in "\"'" else '""'
 
