@@ -65,7 +65,7 @@ def cuda_exercise(exercise_id: str, source: str) -> None:
     ex = exercises.get(exercise_id)
     if "TODO: Exercise" in source:
         raise NotImplementedError(f"Exercise {ex.id}")
-    exercises.check_entry(ex, source)
+    exercises.check_source_entry(ex, source)
     from .device import cuda_available, cuda_unavailable_reason
 
     if not cuda_available():

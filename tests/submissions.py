@@ -719,6 +719,145 @@ HIDDEN_SHAPE_CHEATS = {
 }
 
 
+# --- issue 36, classes 1 and 2 (kernels): nothing to copy from, rules read from what was compiled --
+# Kernel cheats are graded on the GPU, or with --emulate on the CPU (tests/test_grader.py,
+# test_a_kernel_cheat_loses_its_exercise): name -> (student, the exercise it must lose, its reasons).
+# At 2c616be (includes scanned, rules regexes) five passed; the sixth got /etc/passwd into the compiler.
+
+RELU_SIGNATURE = 'extern "C" __global__ void ew_relu(float* out, const float* a, int n) {\n'
+SIGMOID_SIGNATURE = 'extern "C" __global__ void ew_sigmoid(float* out, const float* a, int n) {\n'
+RELU_BODY_3 = (
+    "    const int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i >= n) return;\n"
+    "    const float x = a[i];\n    out[i] = x > 0.0f ? x : 0.0f;\n"
+)
+TILED_SIGNATURE = "                                        int stride_a, int stride_b) {\n    // BEGIN SOLUTION\n"
+NAIVE_MATMUL = (  # 10.1's kernel: correct, with no tiles at all
+    "    const int row = blockIdx.y * blockDim.y + threadIdx.y;\n"
+    "    const int col = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (row >= M || col >= N) return;\n"
+    "    const long long z = blockIdx.z;\n"
+    "    a += z * stride_a;\n"
+    "    b += z * stride_b;\n"
+    "    float acc = 0.0f;\n"
+    "    for (int k = 0; k < K; ++k) {\n"
+    "        const float x = ta ? a[(long long)k * M + row] : a[(long long)row * K + k];\n"
+    "        const float y = tb ? b[(long long)col * K + k] : b[(long long)k * N + col];\n"
+    "        acc += x * y;\n"
+    "    }\n"
+    "    c[z * M * N + (long long)row * N + col] = acc;\n"
+)
+SHUFFLE_SOLUTION_13 = (  # 13.1's solution, from its shared array to its end
+    "    __shared__ float per_warp[32];\n"
+    "    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;\n"
+    "    const float* row = in + (long long)blockIdx.x * cols;\n"
+    "    float v = 0.0f;\n"
+    "    for (int c = threadIdx.x; c < cols; c += blockDim.x) v += row[c];\n"
+    "    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);\n"
+    "    if (lane == 0) per_warp[warp] = v;\n"
+    "    __syncthreads();\n"
+    "    if (warp == 0) {\n"
+    "        v = lane < (int)(blockDim.x >> 5) ? per_warp[lane] : 0.0f;\n"
+    "        for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);\n"
+    "        if (lane == 0) out[blockIdx.x] = scale * v;\n"
+    "    }\n"
+)
+NO_SHUFFLE_13 = (  # a block's sums added up by thread 0: correct, and no warp shuffle at all
+    "    __shared__ float sums[1024];  // __shfl_down_sync(0xffffffffu, v, offset) next time\n"
+    "    const float* row = in + (long long)blockIdx.x * cols;\n"
+    "    float v = 0.0f;\n"
+    "    for (int c = threadIdx.x; c < cols; c += blockDim.x) v += row[c];\n"
+    "    sums[threadIdx.x] = v;\n"
+    "    __syncthreads();\n"
+    "    if (threadIdx.x == 0) {\n"
+    "        for (int t = 1; t < (int)blockDim.x; ++t) v += sums[t];\n"
+    "        out[blockIdx.x] = scale * v;\n"
+    "    }\n"
+)
+CAS_ADD = (  # a float atomicAdd as an atomicCAS loop, its name pasted together by a macro
+    "#define SWAP(p, a, b) atomic##CAS(p, a, b)\n"
+    "__device__ void add_to(float* p, float v) {\n"
+    "    int* q = (int*)p; int old = *q, seen;\n"
+    "    do { seen = old; old = SWAP(q, seen, __float_as_int(v + __int_as_float(seen))); } while (seen != old);\n"
+    "}\n\n"
+)
+
+
+def kernel_cheat(why: str, chapter: int, *edits: Edit) -> Student:
+    return Student(why, chapters("solutions", chapter), edits)
+
+
+KERNEL_CHEATS: dict[str, tuple[Student, str, set[str]]] = {
+    "includes_the_answer": (
+        kernel_cheat(
+            "includes the framework's elementwise.cu, which defines ew_relu; a comment names the entry",
+            3,
+            Edit("03_building_the_backend", RELU_SIGNATURE + "    // BEGIN SOLUTION\n" + RELU_BODY_3
+                 + "    // END SOLUTION\n}\n", '#include "elementwise.cu"  // __global__ void ew_relu(float* out, '
+                 "const float* a, int n)\n"),
+        ),
+        "3.1",
+        {"forbidden"},
+    ),
+    "includes_through_a_macro": (
+        kernel_cheat(
+            "includes the answer through a macro, behind a digit separator the include scanner read as a "
+            "character literal opening a comment",
+            3,
+            Edit("03_building_the_backend", SIGMOID_SIGNATURE,
+                 "#define ANSWER \"elementwise.cu\"\nstatic const int ten = 1'0 + '/*';\n#include ANSWER\n// */\n"
+                 "#if 0\n" + SIGMOID_SIGNATURE),
+            Edit("03_building_the_backend", "    // END SOLUTION\n}\n\"\"\"\ncuda_exercise(\"3.2\"",
+                 "    // END SOLUTION\n}\n#endif\n\"\"\"\ncuda_exercise(\"3.2\""),
+        ),
+        "3.2",
+        {"forbidden"},
+    ),
+    "quotes_a_file_in_a_compile_error": (
+        kernel_cheat(
+            "includes /etc/passwd past a digit separator, so that the compile error quotes it into the feedback",
+            3,
+            Edit("03_building_the_backend", RELU_SIGNATURE,
+                 "static const int ten = 1'0 + '/*';\n#include \"/etc/passwd\"\n// */\n" + RELU_SIGNATURE),
+        ),
+        "3.1",
+        {"forbidden"},
+    ),
+    "shared_only_in_a_dead_block": (
+        kernel_cheat(
+            "hands in 10.1's matmul for the tiled one; its __shared__ tiles stay in an #if 0 block",
+            11,
+            Edit("11_opt6_tiled_matmul", TILED_SIGNATURE, TILED_SIGNATURE + NAIVE_MATMUL + "#if 0\n"),
+            Edit("11_opt6_tiled_matmul", "    // END SOLUTION\n}\n\"\"\"\ncuda_exercise(\"11.1\"",
+                 "#endif\n    // END SOLUTION\n}\n\"\"\"\ncuda_exercise(\"11.1\""),
+        ),
+        "11.1",
+        {"forbidden"},
+    ),
+    "shuffle_only_in_a_comment": (
+        kernel_cheat(
+            "sums a row through shared memory alone; __shfl_down_sync appears in a comment",
+            13,
+            Edit("13_opt8_warp_shuffle", SHUFFLE_SOLUTION_13, NO_SHUFFLE_13),
+        ),
+        "13.1",
+        {"forbidden"},
+    ),
+    "atomic_through_a_macro": (
+        kernel_cheat(
+            "writes each chunk's sum into its slot with an atomicAdd made of an atomicCAS loop, its name pasted "
+            "together by a macro",
+            21,
+            Edit("21_latency_floor", '#include "grid_barrier.cuh"  // GridBarrier, grid_barrier(barrier)\n',
+                 '#include "grid_barrier.cuh"  // GridBarrier, grid_barrier(barrier)\n\n' + CAS_ADD),
+            Edit("21_latency_floor", "if (threadIdx.x == 0) partials[first + c] = sumsq;",
+                 "if (threadIdx.x == 0) { partials[first + c] = 0.0f; add_to(&partials[first + c], sumsq); }"),
+        ),
+        "21.1",
+        {"forbidden"},
+    ),
+}  # fmt: skip
+
+
 def vandal(root: Path) -> Student:
     """A student whose notebook, when it runs, rewrites and deletes everything under ``root`` (the
     submissions) and its own other notebooks, then starts processes meant to outlive the grader.

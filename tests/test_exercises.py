@@ -355,7 +355,8 @@ RELU = 'extern "C" __global__ void ew_relu(float* out, const float* a, int n) { 
         ),
         (f"setattr(mt, 'tensor', None)\new_relu_source = '''{RELU}'''", verdict.HOST_SIDE, "setattr"),
         (f"f = print\nf.__code__\new_relu_source = '''{RELU}'''", verdict.HOST_SIDE, "__code__"),
-        (f"ew_relu_source = '#include \"/etc/passwd\"\\n' + '''{RELU}'''", verdict.NOT_A_KERNEL, "include only"),
+        # read as it is: what it includes is judged where it compiles (tests/test_kernel_build.py)
+        (f"ew_relu_source = '#include \"/etc/passwd\"\\n' + '''{RELU}'''", None, ""),
         ("ew_relu_source = '''", verdict.EXCEPTION, "SyntaxError"),
     ],
 )
@@ -643,14 +644,11 @@ def test_21_1_grid_phase_checks(student) -> None:
         assert told in result.message, str(result)
 
 
-def test_21_1_reads_no_call_in_a_comment() -> None:
-    """The static checks read the kernel without its comments: a barrier or an atomic named in a
-    comment (as the stub's include line names grid_barrier) is neither called nor forbidden."""
+def test_21_1_grid_sizes() -> None:
+    """The grids 21.1 is checked on. (A barrier or an atomic named only in a comment is neither called
+    nor forbidden: the rules read the compiled kernel, tests/test_kernel_build.py.)"""
     from minitorch_cuda.grade import grid_phase
 
-    commented = "// grid_barrier(barrier) after this\n/* atomicAdd(&x, 1) */ int x;"
-    assert "grid_barrier(" not in grid_phase._without_comments(commented)
-    assert "atomicAdd(" not in grid_phase._without_comments(commented)
     assert grid_phase.grid_sizes(4) == [1, 2, 3, 4] and grid_phase.grid_sizes(132) == [1, 2, 3, 7, 132]
 
 

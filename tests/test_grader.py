@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from submissions import CHEATS, HIDDEN_SHAPE_CHEATS, MARKER, STUDENTS, build, vandal
+from submissions import CHEATS, HIDDEN_SHAPE_CHEATS, KERNEL_CHEATS, MARKER, STUDENTS, build, vandal
 
 import minitorch_cuda as mt
 from minitorch_cuda import grade
@@ -860,34 +860,72 @@ def test_host_code_in_a_kernel_source_cannot_write_its_verdict_on_the_emulator(t
         assert result["reason"] == verdict.HOST_SIDE and "host code" in result["message"], result
 
 
-# an #include in each spelling the preprocessor accepts (all read the file on g++): through a macro,
-# split over lines, behind a comment, as a digraph, include_next, #import, after a lone carriage
-# return, and after a raw string whose text looks like a comment opener
-INCLUDES = {
-    "macro": '#define THEIRS "/subs/bob/relu.cu"\n#include THEIRS\n',
-    "continued_line": '#inc\\  \nlude "/subs/bob/relu.cu"\n',
-    "comment": '#/**/include "/subs/bob/relu.cu"\n',
-    "digraph": '%:include "/subs/bob/relu.cu"\n',
-    "include_next": "#include_next </etc/passwd>\n",
-    "import": '#import "../bob/relu.cu"\n',
-    "carriage_return": 'int x;\r#include "/etc/passwd"\n',
-    "raw_string": 'const char* s = R"x(\n/*)x";\n#include "/etc/passwd"\n// */\n',
+# An #include in each spelling the preprocessor accepts is judged where the kernel compiles, by the
+# files the preprocessor opened: tests/test_kernel_build.py (test_an_include_is_judged_by_what_the_
+# preprocessor_opened), and through the grader by the known cheats of KERNEL_CHEATS below.
+
+
+@pytest.fixture(scope="module")
+def kernel_cheat_grades(tmp_path_factory) -> tuple[dict, Path]:
+    """KERNEL_CHEATS and the honest student, graded on the GPU where there is one (nvcc's PTX is read),
+    else on the emulator (--emulate: its build is read)."""
+    subs = build(
+        tmp_path_factory.mktemp("kernel_cheats"),
+        {"full_solutions": STUDENTS["full_solutions"]} | {n: c[0] for n, c in KERNEL_CHEATS.items()},
+    )
+    out = tmp_path_factory.mktemp("kernel_cheat_grades") / "grades.csv"
+    ids = sorted({c[1] for c in KERNEL_CHEATS.values()}, key=lambda i: exercises.get(i).sort_key)
+    on_cpu = [] if mt.cuda_available() and not emulator_selected() else ["--emulate"]
+    results = run_grader(subs, out, ids, *on_cpu, "--timeout", "300", "--jobs", "2", "--allow-partial")
+    return results, out.parent
+
+
+def emulator_selected() -> bool:
+    from minitorch_cuda import emulator
+
+    return emulator.selected()
+
+
+@pytest.mark.skipif(
+    not _emulator_usable() and not mt.cuda_available(), reason="needs a GPU, or the CPU emulator and a C++ compiler"
+)
+@pytest.mark.parametrize("name", list(KERNEL_CHEATS))
+def test_a_kernel_cheat_loses_its_exercise(kernel_cheat_grades, name) -> None:
+    """Issue 36, classes 1 and 2: an answer included from the framework (by name, through a macro, past
+    a digit separator), a file quoted into a compile error, and a requirement met or a prohibition dodged
+    only in the text (an #if 0 block, a comment, a pasted macro) each lose exactly their exercise, for
+    the rule's reason in words; the honest student keeps every point, and no feedback quotes a file."""
+    results, out = kernel_cheat_grades
+    _, attacked, reasons = KERNEL_CHEATS[name]
+    result = results[(name, attacked)]
+    assert not result["passed"] and result["reason"] in reasons, result
+    assert results[("full_solutions", attacked)]["passed"], results[("full_solutions", attacked)]
+    for (student, exercise_id), other in results.items():
+        if student == name and exercise_id != attacked and other["reason"] != verdict.MISSING_NOTEBOOK:
+            assert other["passed"], other
+    feedback = (out / "feedback" / f"{name}.md").read_text()
+    assert "root:x:0" not in feedback and "/bin/bash" not in feedback
+
+
+KERNEL_CHEAT_MESSAGES = {  # what each kernel cheat is told
+    "includes_the_answer": "includes the framework's `elementwise.cu`, which holds the answer",
+    "includes_through_a_macro": "includes the framework's `elementwise.cu`, which holds the answer",
+    "quotes_a_file_in_a_compile_error": "includes `/etc/passwd`, a file outside the course's headers",
+    "shared_only_in_a_dead_block": "your compiled kernel never uses shared memory",
+    "shuffle_only_in_a_comment": "your compiled kernel has none",
+    "atomic_through_a_macro": "use no atomics",
 }
 
 
-@pytest.mark.parametrize("form", list(INCLUDES))
-def test_an_include_of_another_file_is_refused_in_every_spelling(form) -> None:
-    """The kernel is compiled by the checker (outside the sandbox on a GPU): an #include of a path
-    would compile another student's kernel as this one, or print a file in a compile error."""
-    from minitorch_cuda.grade import source
-
-    kernel = 'extern "C" __global__ void ew_relu(float* out, const float* a, int n) { }\n'
-    cell = f"ew_relu_source = {INCLUDES[form] + kernel!r}\n"
-    with pytest.raises(verdict.CheckFailed) as refused:
-        source.kernel_source(cell, exercises.get("3.1"))
-    assert refused.value.reason == verdict.NOT_A_KERNEL
-    allowed = '#include "grid_barrier.cuh"  // #include "/etc/passwd" in a comment\n#include <cuda_fp16.h>\n'
-    assert source.kernel_source(f"ew_relu_source = {allowed + kernel!r}\n", exercises.get("3.1")).startswith(allowed)
+@pytest.mark.skipif(
+    not _emulator_usable() and not mt.cuda_available(), reason="needs a GPU, or the CPU emulator and a C++ compiler"
+)
+def test_each_kernel_cheat_is_told_its_rule(kernel_cheat_grades) -> None:
+    results, _ = kernel_cheat_grades
+    assert set(KERNEL_CHEAT_MESSAGES) == set(KERNEL_CHEATS)
+    for name, told in KERNEL_CHEAT_MESSAGES.items():
+        result = results[(name, KERNEL_CHEATS[name][1])]
+        assert told in result["message"], result
 
 
 @pytest.mark.timeout(300)
@@ -1215,17 +1253,17 @@ BOMB = "#define A0 x\n" + DOUBLINGS + "int bomb = sizeof(A40);\n"
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_nvcc_on_a_preprocessor_bomb_runs_out_of_its_own_memory(tmp_path, monkeypatch) -> None:
+def test_nvcc_on_a_preprocessor_bomb_runs_out_of_its_own_memory(monkeypatch) -> None:
     """A macro doubled forty times expands to 2^40 tokens: nvcc's preprocessor would take the grading
-    machine's memory (on a GPU the checker, holding a CUDA context, has no cap of its own). The nvcc
-    the checker finds first on its PATH has one; an honest kernel still compiles."""
-    tools = sandbox.limited_compilers(tmp_path, memory_bytes=1 << 30)
-    monkeypatch.setenv("PATH", os.pathsep.join([tools, os.environ["PATH"]]))
-    from minitorch_cuda.grade import worker
+    machine's memory (on a GPU the checker, holding a CUDA context, has no cap of its own). The
+    sandboxed compile of a student's kernel (kernel_build, sandbox.run_compiler) has one, and says
+    so in its own words; an honest kernel still compiles."""
+    from minitorch_cuda.grade import kernel_build
 
+    monkeypatch.setattr(sandbox, "COMPILER_MEMORY", 1 << 30)
     honest = 'extern "C" __global__ void ew_relu(float* out, const float* a, int n) { }\n'
-    assert worker.compiles_for_a_gpu(honest) == []
-    refused = worker.compiles_for_a_gpu(BOMB + honest)
+    assert kernel_build.gpu_errors(honest) == []
+    refused = kernel_build.gpu_errors(BOMB + honest)
     assert refused and "memory" in " ".join(refused), refused
 
 

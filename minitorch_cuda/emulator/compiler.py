@@ -83,6 +83,11 @@ DEFAULT_CACHE = Path(os.environ.get("MINITORCH_CUDA_CACHE", Path.home() / ".cach
 # Called with every kernel library's path before it is loaded into this process, to refuse it by
 # raising (the grader's inspection of a student's library: grade/native.py); None loads every one.
 before_load: Callable[[Path], None] | None = None
+# Set by the grader while it builds a student's kernel (grade/kernel_build.py), else None:
+# ``run_compiler(argv, folder)`` runs each g++ command in its sandbox, and ``on_preprocessed(text)``
+# reads the preprocessed source before it is compiled (what it opened, what it uses), and may refuse it.
+run_compiler: Callable[[list[str], str], subprocess.CompletedProcess] | None = None
+on_preprocessed: Callable[[str], None] | None = None
 
 
 def _cache_dir(cache_dir: str | None) -> Path:
@@ -93,7 +98,10 @@ def _cache_dir(cache_dir: str | None) -> Path:
 
 def _run(args: list[str], cwd: str, label: str) -> str:
     env = {**os.environ, "LC_ALL": "C"}  # plain quotes in messages, as nvcc writes them
-    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, env=env)
+    if run_compiler is not None:
+        done = run_compiler(args, cwd)
+    else:
+        done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         log = _nvcc_style(done.stderr)
         raise CompileError(f"{label} failed:\n{log}", " ".join(args), done.stdout, log)
@@ -328,6 +336,8 @@ def build(
                 raise
             where = f"{MAIN}({included.group(1)}): " if included else ""
             raise CompileError(refused.group(1), exc.command_line, "", f"{where}error: {refused.group(1)}") from None
+        if on_preprocessed is not None:
+            on_preprocessed(text)
         _refuse(text)
         found = kernels(text, c_linkage_only=no_extern_c)
         body, file_scope = _shared(text)

@@ -37,11 +37,37 @@ def _cuda(id_: str, notebook: str, title: str, kernel: str, name: str | None = N
     return Exercise(id_, notebook, title, "cuda", name or f"{kernel}_source", kernel, **kw)
 
 
-def check_entry(ex: Exercise, source: str) -> None:
-    """Raise ValueError / TypeError unless ``source`` defines the exercise's kernel with its parameters."""
+def check_entry(ex: Exercise, artifact) -> None:
+    """Raise ValueError / TypeError unless the compiled ``artifact`` (grade/artifact.py) has the exercise's
+    kernel as an ``extern "C"`` entry with its parameters."""
+    from .artifact import _plain_name, same_signature
+
+    theirs = artifact.signature(ex.kernel)
+    if theirs is None:
+        mangled = [name for name in artifact.entries if _plain_name(name) == ex.kernel]
+        if mangled:
+            raise ValueError(f'declare your kernel extern "C" __global__ void {ex.kernel}(...): without extern "C" '
+                             "its compiled name is mangled and the framework cannot find it")  # fmt: skip
+        found = ", ".join(sorted(artifact.entries)) or "none"
+        raise ValueError(
+            f'the compiled kernel has no extern "C" __global__ function {ex.kernel!r} (its entries: {found}): '
+            "the work must happen in that CUDA kernel"
+        )
+    if not same_signature(theirs, ex.params):
+        raise TypeError(f"{ex.kernel} must take ({ex.params}); yours compiles to other parameters ({_codes(theirs)})")
+
+
+def check_source_entry(ex: Exercise, source: str) -> None:
+    """The notebook's early hint, read from the text (the grader reads the compiled kernel:
+    ``check_entry``): raise ValueError / TypeError unless ``source`` declares the kernel with its parameters."""
     theirs = entry_params(source, ex.kernel)
     if prepare_signature(theirs) != prepare_signature(ex.params):
         raise TypeError(f"{ex.kernel} must take ({ex.params}); yours takes ({theirs})")
+
+
+def _codes(signature: tuple[str, ...]) -> str:
+    words = {"P": "pointer", "i": "int", "I": "unsigned", "f": "float", "128s": "TensorMap"}
+    return ", ".join(words.get(c, c) for c in signature) or "none"
 
 
 EXERCISES: dict[str, Exercise] = {

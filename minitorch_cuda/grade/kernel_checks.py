@@ -22,7 +22,9 @@ import math
 import numpy as np
 
 from .. import emulator
-from . import grid_phase, hidden
+from ..cuda.kernel_table import SPECS
+from . import grid_phase, hidden, kernel_build
+from .artifact import Artifact
 from .exercises import Exercise, check_entry
 from .harness import GUARD, POISON, Buffer, CountingFunction, Override, student_kernel  # noqa: F401
 from .verdict import (
@@ -38,22 +40,28 @@ from .verdict import (
     WRONG_RESULT,
     compare,
     fail,
-    forbid,
 )
 
 
-def static_checks(ex: Exercise, source) -> None:
-    """The submission must be CUDA C with a ``__global__`` entry of the right name and parameters."""
+def static_checks(ex: Exercise, source) -> Artifact:
+    """The submission must be CUDA C that compiles (``kernel_build``: against the course's headers, in
+    the sandbox) to an ``extern "C" __global__`` entry of the right name and parameters; its artifact."""
     if not isinstance(source, str):
         fail(HOST_SIDE, f"expected the kernel as a string of CUDA C, got a {type(source).__name__}")
-    if "__global__" not in source:
-        fail(NOT_A_KERNEL, "the source has no __global__ function: the work must happen in a CUDA kernel")
+    artifact = compiled(ex, source)
     try:
-        check_entry(ex, source)
+        check_entry(ex, artifact)
     except ValueError as exc:
         fail(NOT_A_KERNEL, str(exc))
     except TypeError as exc:
         fail(SIGNATURE, str(exc))
+    return artifact
+
+
+def compiled(ex: Exercise, source: str) -> Artifact:
+    """What ``source`` compiled to (built once per process: the checks launch the same module)."""
+    spec = SPECS.get(ex.kernel)
+    return kernel_build.build(source, bool(spec and spec.arch_specific)).artifact
 
 
 def _rng() -> np.random.Generator:
@@ -192,8 +200,8 @@ def check_relu_vec4(ex: Exercise, source: str) -> list[str]:
 
     from ..cuda import launchers
 
-    if "float4" not in source:
-        fail(FORBIDDEN, "move 16 bytes per load and per store: read and write float4")
+    if not compiled(ex, source).moves_16_bytes:
+        fail(FORBIDDEN, "move 16 bytes per load and per store: read and write float4 (your compiled kernel does not)")
     rng = _rng()
     sizes = [5, 1023, 1, 3, 4, 1025, 4 * launchers.BLOCK + 3, 100_003]  # a float4 and a tail first
     hidden_sizes = hidden.sizes("n", 2**20 + 2, 16_000_000)  # past the fixed sizes, on the capped grid
@@ -230,7 +238,17 @@ def check_relu_vec4(ex: Exercise, source: str) -> list[str]:
 
 # --- reductions: softmax, sum of squares, row sums, softmax with cross-entropy -----------
 
-_OWN_REDUCTION = {r"block_reduce|warp_reduce": "write the reduction yourself (block_reduce.cuh is the answer key)"}
+
+def _own_reduction(ex: Exercise, source: str) -> None:
+    """The reductions' rule: block_reduce.cuh (in the course's headers for 21.1) is their answer key."""
+    if "block_reduce.cuh" in compiled(ex, source).headers:
+        fail(
+            FORBIDDEN,
+            "your kernel includes the course's `block_reduce.cuh`, which holds the answer: "
+            "write the reduction yourself",
+        )
+
+
 _SHAPES_ROWS = [(64, 10), (7, 1000), (3, 3001), (5, 1), (2, 65), (1, 4096)]
 
 
@@ -246,7 +264,7 @@ def check_softmax(ex: Exercise, source: str) -> list[str]:
 
     from ..cuda import launchers
 
-    forbid(source, _OWN_REDUCTION)
+    _own_reduction(ex, source)
     rng = _rng()
     with Override(ex.kernel, source) as ov:
         for rows, cols in _SHAPES_ROWS + _hidden_rows():
@@ -294,7 +312,7 @@ def _check_clip_gradients(rng, ov, shapes, what: str, rtol: float) -> None:
 def check_sumsq(ex: Exercise, source: str) -> list[str]:
     from ..cuda import launchers
 
-    forbid(source, _OWN_REDUCTION)
+    _own_reduction(ex, source)
     rng = _rng()
     sizes = [1, 1000, 1024, 1025, 200_003]
     # past the fixed sizes and the largest gradient the exercise claims (784 x 256), on the one block
@@ -324,9 +342,12 @@ def check_sum_rows(ex: Exercise, source: str) -> list[str]:
 
     from ..cuda import launchers
 
-    forbid(source, _OWN_REDUCTION)
-    if "__shfl" not in source:
-        fail(FORBIDDEN, "reduce within each warp with __shfl_down_sync (or __shfl_xor_sync)")
+    _own_reduction(ex, source)
+    if not compiled(ex, source).uses_shuffle:
+        fail(
+            FORBIDDEN,
+            "reduce within each warp with __shfl_down_sync (or __shfl_xor_sync): your compiled kernel has none",
+        )
     rng = _rng()
     with Override(ex.kernel, source) as ov:
         for rows, cols in _SHAPES_ROWS + _hidden_rows():
@@ -367,7 +388,12 @@ def check_softmax_xent(ex: Exercise, source: str) -> list[str]:
 
     from ..cuda import launchers
 
-    forbid(source, _OWN_REDUCTION | {r"\batomicAdd": "sum the losses in a fixed order: atomics make them vary"})
+    _own_reduction(ex, source)
+    atomics = compiled(ex, source).own_atomics
+    if atomics:
+        fail(
+            FORBIDDEN, f"sum the losses in a fixed order: atomics make them vary (your kernel compiles to {atomics[0]})"
+        )
     rng = _rng()
     # within what the exercise claims (1 to 600 rows of at most 1024 columns): a ragged number of
     # rows for the block's 16 warps, a ragged row for the lanes' 32 columns, up to the largest
@@ -525,10 +551,10 @@ def check_matmul(ex: Exercise, source: str) -> list[str]:
     batched = ex.kernel != "matmul_transposed"
     shared = ex.kernel in ("matmul_tiled", "matmul_regtiled_32x32x8")
     stage = _MATMUL_STAGE[ex.kernel]
-    if shared and "__shared__" not in source:
-        fail(FORBIDDEN, "stage the tiles of A and B in __shared__ memory")
-    answer_key = "write the kernel yourself (matmul_regtiled.cuh is the answer key)"
-    forbid(source, {r"regtiled_body|matmul_regtiled\.cuh|TileLoader": answer_key})
+    if shared and not compiled(ex, source).uses_shared:
+        fail(
+            FORBIDDEN, "stage the tiles of A and B in __shared__ memory: your compiled kernel never uses shared memory"
+        )
     # one hidden shape past the fixed ones in every dimension (more tiles than they need, K past 784)
     hidden_shape = tuple(
         hidden.between(d, low, high, 1)[0] for d, low, high in (("M", 71, 400), ("N", 46, 400), ("K", 785, 1600))

@@ -23,6 +23,7 @@ import ctypes
 import functools
 import glob
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -552,3 +553,105 @@ def scratch(prefix: str):
         yield path
     finally:
         remove_tree(path)
+
+
+# --- a compiler run on a student's source ---------------------------------------------------------
+
+COMPILE_TIMEOUT = 120  # seconds of one compiler run on a student's source
+
+
+def real_nvcc() -> str | None:
+    """The nvcc a compile runs: the one on PATH, or the toolkit's that a wrapper script there runs
+    (``limited_compilers``', or a /usr/local/bin/nvcc that execs /usr/local/cuda/bin/nvcc)."""
+    found = shutil.which("nvcc")
+    for _ in range(4):  # a wrapper of a wrapper
+        try:
+            head = Path(found).read_bytes()[:4096] if found else b""
+        except OSError:
+            break
+        runs = re.search(rb"(/[\w./+-]+/bin/nvcc)\b", head) if head.startswith(b"#!") else None
+        if runs is None or not os.path.isfile(runs.group(1).decode()):
+            break
+        found = runs.group(1).decode()
+    return found
+
+
+def _compiler_dirs() -> list[str]:
+    """What a compiler needs to see: the system (``/usr``: g++, and nvcc under /usr/local) and the CUDA
+    toolkit where it lies elsewhere; no /etc, /home, /work or /proc of the grader."""
+    dirs = ["/usr"]
+    nvcc = real_nvcc()
+    for extra in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), nvcc and str(Path(nvcc).parents[1])):
+        if extra and os.path.isdir(extra):
+            dirs.append(os.path.realpath(extra))
+    out: list[str] = []
+    for d in sorted(set(dirs)):
+        if not any(d == q or d.startswith(q + "/") for q in out):
+            out.append(d)
+    return out
+
+
+def compile_command(argv: list[str], workdir: Path, readable: list[Path] = ()) -> list[str]:
+    """``argv`` (a compiler on a student's source) wrapped in bwrap: it sees the system's compilers,
+    ``readable`` (the course's headers) read-only and ``workdir`` (the source and what it builds)
+    read-write, and nothing else: no other student, no checkout, no grader's /proc. Without bwrap
+    the command is returned as it is (``describe`` says the isolation is partial)."""
+    binary = bwrap()
+    if binary is None:
+        return list(argv)
+    args = [binary, "--die-with-parent", "--new-session", "--unshare-all"]
+    if os.geteuid() == 0:
+        args += ["--cap-drop", "ALL"]
+    for link in ("/bin", "/lib", "/lib64", "/lib32", "/sbin"):
+        if os.path.islink(link):
+            args += ["--symlink", os.readlink(link), link]
+        elif os.path.isdir(link):
+            args += ["--ro-bind", link, link]
+    for path in _compiler_dirs():
+        args += ["--ro-bind", path, path]
+    package = str(PACKAGE_ROOT)
+    if any(package.startswith(d + "/") for d in _compiler_dirs()):  # an install under /usr: not its kernels
+        args += ["--tmpfs", package]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for path in readable:
+        path = str(Path(path).resolve())
+        args += ["--ro-bind", path, path]
+    workdir = Path(workdir).resolve()
+    args += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir)]
+    return args + ["--", *argv]
+
+
+def compile_environment(workdir: Path) -> dict:
+    """A compiler's whole environment: a PATH to the compilers and a home in ``workdir``; nothing
+    of the grader's (its /proc/self/environ, read by a kernel's ``#include``, shows only this)."""
+    paths = [str(Path(p).parent) for p in (real_nvcc(), shutil.which("g++")) if p]
+    path = os.pathsep.join(dict.fromkeys([*paths, "/usr/local/bin", "/usr/bin", "/bin"]))
+    home = str(Path(workdir).resolve())
+    return {"PATH": path, "HOME": home, "TMPDIR": home, "LC_ALL": "C"}
+
+
+def run_compiler(argv: list[str], workdir: Path, readable: list[Path] = ()) -> subprocess.CompletedProcess:
+    """Run a compiler on a student's source in the sandbox (``compile_command``), its address space
+    capped (a preprocessor bomb) and its time limited; output as text."""
+    compiler_memory = COMPILER_MEMORY
+
+    def cap() -> None:
+        import resource
+
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)  # a cap this process has already (the checker's) stays
+        cap_bytes = compiler_memory if hard == resource.RLIM_INFINITY else min(compiler_memory, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (cap_bytes, cap_bytes))
+
+    try:
+        return subprocess.run(
+            compile_command(argv, workdir, readable),
+            cwd=workdir,
+            env=compile_environment(workdir),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=COMPILE_TIMEOUT,
+            preexec_fn=cap,
+        )
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 124, "", f"compile time limit: more than {COMPILE_TIMEOUT} s")

@@ -166,40 +166,20 @@ def check_python(ex, cell: str, subject: Subject):
         subject.close()
 
 
-def compiles_for_a_gpu(source: str) -> list[str]:
-    """nvcc's first errors compiling ``source`` for sm_90, or [] (also where nvcc is absent)."""
-    import shutil
-
-    from ..cuda.kernel_table import nvcc_command
-
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        return []
-    with tempfile.TemporaryDirectory(prefix="grade-nvcc-") as tmp:
-        Path(tmp, "kernel.cu").write_text(source)
-        cmd = [*nvcc_command("sm_90", nvcc), "-o", "kernel.cubin", "kernel.cu"]
-        try:
-            out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=120)
-        except (OSError, subprocess.SubprocessError):
-            return []
-    if out.returncode == 0:
-        return []
-    lines = (out.stderr + out.stdout).strip().splitlines()
-    errors = [line[:200] for line in lines if "error" in line or "fatal" in line][:3]
-    return errors or [line[:200] for line in lines[-3:]] or [f"nvcc exited with code {out.returncode}"]
-
-
 def check_kernel(ex, kernel_source: str, sanitize: bool, sanitize_timeout: float, check_timeout: float):
     """The verdict on a kernel exercise: launched here (within ``check_timeout``), then under
     compute-sanitizer (the runner allows for ``sanitize_timeout`` more)."""
     import minitorch_cuda as mt
 
-    from . import checks, native, sanitizer, verdict
+    from . import checks, kernel_build, native, sanitizer, verdict
     from .verdict import CheckResult
 
     start = time.monotonic()
     if os.environ.get("MINITORCH_CUDA_EMULATE") == "1":
-        refused = compiles_for_a_gpu(kernel_source)
+        try:  # nvcc in the sandbox, against the course's headers (kernel_build), as on a GPU
+            refused = kernel_build.gpu_errors(kernel_source)
+        except verdict.CheckFailed as exc:
+            return CheckResult(ex.id, False, exc.reason, exc.message, exc.details)
         if refused:  # the emulator would run, as C++, what nvcc refuses (a call to a host function)
             return CheckResult(ex.id, False, verdict.COMPILE_ERROR, "nvcc refuses the kernel for the GPU", refused)
         native.guard()  # and host code that nvcc accepts but never runs on a GPU (a constructor)
