@@ -10,6 +10,7 @@ marked ``emulated`` here also runs on the CPU emulator (no GPU needed):
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import re
 
@@ -166,6 +167,17 @@ def numeric_grad(f, arrays: list[np.ndarray], weight: np.ndarray, h: float = 1e-
             gflat[i] = (up - down) / (2 * h)
         grads.append(g)
     return grads
+
+
+def needs_module(module: str, extra: str) -> pytest.MarkDecorator:
+    """Skip, naming the extra that brings it, where an optional module is not installed: the
+    README's no-GPU install (.[dev,book]) leaves out Triton (999 MB) and PyTorch. find_spec, not
+    import: importing triton would fix its mode (compiled or interpreted) for this process."""
+    missing = importlib.util.find_spec(module) is None
+    return pytest.mark.skipif(missing, reason=f"{module} is not installed (pip install -e '.[{extra}]')")
+
+
+needs_triton = needs_module("triton", "triton")
 
 
 def mnist_available() -> bool:

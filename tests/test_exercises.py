@@ -8,7 +8,6 @@ notebook's check cell.
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,6 +16,7 @@ import jupytext
 import nbformat
 import numpy as np
 import pytest
+from conftest import needs_triton
 
 import minitorch_cuda as mt
 from minitorch_cuda.cuda.kernel_table import KERNEL_DIR
@@ -588,7 +588,7 @@ print(json.dumps(reasons))
 """
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed (the grade extra)")
+@needs_triton
 def test_the_triton_kernel_runs_in_the_interpreter_and_its_mistakes_fail() -> None:
     """Exercise 20.2 in a fresh process with TRITON_INTERPRET=1 (Triton reads it at its first import)."""
     import json

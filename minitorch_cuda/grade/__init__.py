@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-EXIT_PARTIAL = 3  # some exercises could not be graded here (no GPU) and --allow-partial was not given
+EXIT_PARTIAL = 3  # some exercises could not be graded here (no GPU, a missing extra) and --allow-partial was not given
 
 
 class _Parser(argparse.ArgumentParser):
@@ -181,6 +181,9 @@ def main(argv: list[str] | None = None, prog: str = "minitorch-cuda grade") -> i
             "'not graded (needs a GPU)' (blank in the CSV); grade them on a GPU machine, or with --emulate",
             file=sys.stderr,
         )
+    unmet = [why for why in map(exercises.missing_dependency, map(exercises.get, ids)) if why]
+    for why in unmet:  # the grading machine's problem, said once here, never a student's zero
+        print(f"warning: {why}", file=sys.stderr)
     if settings.execute and sandbox.kind() != "bwrap":
         print(f"warning: notebooks run with {sandbox.describe()}", file=sys.stderr)
     elif settings.execute and needs_gpu and runner.visible_gpus() and not args.emulate:
@@ -195,12 +198,17 @@ def main(argv: list[str] | None = None, prog: str = "minitorch-cuda grade") -> i
     graded = runner.shard_of(students, args.shard)
     counts = runner.summary(ledger, graded, ids)
     emulated = f", {counts['emulated']} on the CPU emulator" if counts["emulated"] else ""
+    lacking = "need a GPU or an extra" if unmet else "need a GPU"
     print(
         f"graded {len(graded)} students: {counts['passed']} exercises passed, {counts['failed']} failed, "
-        f"{counts['not_graded']} not graded (need a GPU){emulated}: {out}, {out.with_suffix('.json')}, "
+        f"{counts['not_graded']} not graded ({lacking}){emulated}: {out}, {out.with_suffix('.json')}, "
         f"{out.parent / 'feedback'}/"
     )
     if counts["not_graded"] and not args.allow_partial:
-        print("error: some exercises were not graded; rerun where a GPU is, or pass --allow-partial", file=sys.stderr)
+        print(
+            "error: some exercises were not graded (no GPU or a missing extra, see the warnings above); "
+            "rerun where they can be, or pass --allow-partial",
+            file=sys.stderr,
+        )
         return EXIT_PARTIAL
     return 0

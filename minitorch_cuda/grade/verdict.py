@@ -38,9 +38,10 @@ TIMEOUT = "timeout"
 CRASHED = "crashed"  # the checking process died without a result
 SYNCS = "device_syncs"  # the training step synchronizes the device
 NO_GPU = "no_gpu"  # the grading machine has none: not the student's fault, regraded on rerun
+NO_DEPENDENCY = "missing_dependency"  # the grading machine lacks a module the check needs (Triton): as NO_GPU
 SANITIZER = "sanitizer"  # compute-sanitizer (memcheck, racecheck, synccheck) reported an error
 
-ENVIRONMENT_REASONS = {NO_GPU}
+ENVIRONMENT_REASONS = {NO_GPU, NO_DEPENDENCY}
 
 # The status of a result in grades.json: graded (passed or failed), or not graded where the
 # machine lacked what the exercise needs (blank in the CSV, never final).
