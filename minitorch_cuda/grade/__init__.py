@@ -12,10 +12,27 @@ See ``runner`` for the outputs.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 
 EXIT_PARTIAL = 3  # some exercises could not be graded here (no GPU, a missing extra) and --allow-partial was not given
+
+
+# What the grader imports from the grade extra (pyproject.toml); Triton, which one exercise
+# needs, is checked per exercise (exercises.missing_dependency).
+EXTRA_MODULES = ("nbformat", "nbclient", "jupytext", "ipykernel", "ml_dtypes")
+
+
+def missing_extra(prog: str) -> str | None:
+    """One line naming the extra to install where a module the grader imports is missing, or None."""
+    missing = [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
+    if not missing:
+        return None
+    return (
+        f"{prog}: error: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed: install the "
+        "`grade` extra (in the checkout: pip install -e '.[grade]'; elsewhere: pip install 'minitorch-cuda[grade]')"
+    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -130,6 +147,10 @@ def merge_main(argv: list[str], prog: str = "minitorch-cuda grade merge") -> int
 
 def main(argv: list[str] | None = None, prog: str = "minitorch-cuda grade") -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    no_extra = missing_extra(prog)
+    if no_extra:
+        print(no_extra, file=sys.stderr)
+        return 2
     if argv and argv[0] == "merge":
         return merge_main(argv[1:], f"{prog} merge")
     from . import exercises, runner, sandbox
