@@ -67,6 +67,19 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(f"needs a CUDA GPU: {mt.cuda_unavailable_reason()} (or the CPU emulator: MINITORCH_CUDA_EMULATE=1)")
 
 
+# .ci/run's first part (the README's install) logs here what it skipped on this machine for a
+# reason other than the GPU, to run just those again once the optional packages are installed.
+SKIPPED_LOG = os.environ.get("MINITORCH_CUDA_SKIPPED_LOG")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    report = (yield).get_result()
+    if SKIPPED_LOG and report.skipped and item.get_closest_marker("gpu") is None:
+        with open(SKIPPED_LOG, "a") as log:
+            log.write(item.nodeid + "\n")
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_call(item: pytest.Item):
     """Hypothesis's pytest plugin wraps a parametrized test's settings in one more
