@@ -261,8 +261,8 @@ def test_notebook_execution_feeds_feedback(students, tmp_path) -> None:
     data = json.loads(out.with_suffix(".json").read_text())
     assert data["executions"]["full_solutions/02_floating_point"]["errors"] == []
     errors = data["executions"]["empty_kernels/02_floating_point"]["errors"]
-    assert errors and all("NotImplementedError" in e for e in errors)
-    assert "NotImplementedError" in (tmp_path / "feedback" / "empty_kernels.md").read_text()
+    assert errors and all("ExerciseNotDone: Exercise 2.1 is not done yet" in e for e in errors)
+    assert "ExerciseNotDone" in (tmp_path / "feedback" / "empty_kernels.md").read_text()
 
 
 def test_rubric_covers_every_exercise() -> None:

@@ -1,5 +1,5 @@
 """Every notebook end to end with nbclient: chapters, solutions, exercises as
-shipped (they may fail only in exercise cells, with NotImplementedError) and
+shipped (they may fail only in exercise cells, with ExerciseNotDone) and
 exercises with the solutions swapped in. Without a GPU, cells tagged `gpu` are
 removed first. Per-cell times go to the report (record_property) and stdout.
 """
@@ -69,7 +69,7 @@ def test_exercises_as_shipped_fail_only_in_exercises(path, record_property) -> N
         i for i, c in enumerate(nb.cells) if c.metadata.get("exercise") or c.metadata.get("exercise_check")
     }
     for r in errors(records):
-        assert r["index"] in exercise_cells and r["error"]["ename"] == "NotImplementedError", r
+        assert r["index"] in exercise_cells and r["error"]["ename"] == "ExerciseNotDone", r  # one line to the student
 
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: _id(p).split("/")[1])

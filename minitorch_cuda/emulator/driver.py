@@ -10,6 +10,7 @@ callers label such times as emulated).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import enum
 import functools
@@ -18,15 +19,16 @@ import os
 import re
 import shutil
 import struct
+import threading
 import time
 import weakref
 
 import numpy as np
 
 from . import compiler
-from .errors import CompileError, Error, LaunchError, LogicError, MemoryError
+from .errors import CompileError, Error, LaunchError, LaunchTimeout, LogicError, MemoryError
 
-__all__ = ["CompileError", "Error", "LaunchError", "LogicError", "MemoryError"]
+__all__ = ["CompileError", "Error", "LaunchError", "LaunchTimeout", "LogicError", "MemoryError", "time_limit"]
 
 NAME = "CPU emulator (emulated on the CPU)"
 WARP_SIZE, MAX_THREADS, DEFAULT_DYNAMIC_SHARED, MAX_DYNAMIC_SHARED = 32, 1024, 48 << 10, 227 << 10
@@ -53,8 +55,81 @@ def _runtime() -> ctypes.CDLL:
         c = ctypes
         lib.emu_launch.argtypes = [c.c_void_p, c.c_void_p, c.c_char_p, c.c_void_p, c.c_void_p, c.c_void_p,
                                    c.c_size_t, c.c_int, c.c_int, c.c_char_p, c.c_size_t]  # fmt: skip
+        lib.emu_stop.argtypes = [ctypes.c_char_p]
         lib._prototyped = True
     return lib
+
+
+# --- stopping a launch: a time limit, Kernel > Interrupt -------------------------------------
+# The launch runs on a helper thread while the calling thread waits in short joins, so that a
+# KeyboardInterrupt (Kernel > Interrupt in a notebook) arrives there; the runtime then stops the
+# kernel's block threads (emu_stop) and the launch returns. A notebook's check cell on the
+# emulator also sets a time limit (time_limit): an endless loop ends there, as in the grader.
+
+_limit: tuple[float, float] | None = None  # (the deadline on time.monotonic(), the limit in seconds)
+_stuck = ""  # set when a stopped launch did not return: the runtime cannot take another
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    """Launches inside the block stop with LaunchTimeout once ``seconds`` have passed in all."""
+    global _limit
+    outer, _limit = _limit, (time.monotonic() + seconds, seconds)
+    try:
+        yield
+    finally:
+        _limit = outer
+
+
+def _stop(done: threading.Event, why: str) -> None:
+    """Stop the launch in progress and wait until it has returned (``done``); the runtime is asked
+    again and again: a block thread between two fibers ignores one request."""
+    global _stuck
+    give_up = time.monotonic() + 10
+    while not done.is_set() and time.monotonic() < give_up:
+        _runtime().emu_stop(why.encode())
+        done.wait(0.05)
+    if not done.is_set():
+        _stuck = why
+
+
+def _stoppable(launch, name: str) -> int:
+    """``launch()`` (the runtime's emu_launch) run so that it can be stopped; returns its status."""
+    if _stuck:
+        raise LaunchError(
+            f"the CPU emulator is still running an earlier kernel that could not be stopped ({_stuck}): "
+            "restart the Python kernel (Kernel > Restart in Jupyter)"
+        )
+    if _limit is None and threading.current_thread() is not threading.main_thread():
+        return launch()  # nothing can interrupt it here anyway
+    outcome: list = []  # the status, or what the call raised
+    done = threading.Event()  # not Thread.join: a join that a KeyboardInterrupt broke may report the thread ended
+
+    def run() -> None:
+        try:
+            outcome.append(launch())
+        except BaseException as exc:  # raised again on the calling thread
+            outcome.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"emulated {name}", daemon=True).start()
+    try:
+        while not done.wait(0.05):
+            if _limit is not None and time.monotonic() > _limit[0]:
+                why = f"kernel '{name}' ran past the time limit of {_limit[1]:g} s and was stopped"
+                _stop(done, why)
+                restart = "; it could not be stopped: restart the Python kernel" if _stuck else ""
+                raise LaunchTimeout(
+                    f"{why}: an endless loop, or a launch far too big for the CPU emulator? "
+                    f"(on a GPU it would hang the same way){restart}"
+                )
+    except KeyboardInterrupt:
+        _stop(done, f"kernel '{name}' was interrupted")
+        raise
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
 
 
 def init(flags: int = 0) -> None:
@@ -390,10 +465,10 @@ class Function:
         pointers = (ctypes.c_void_p * max(1, self._count))(*(base + 8 * i for i in range(self._count)))
         error = ctypes.create_string_buffer(4096)
         dims = ctypes.c_uint * 3
-        rc = _runtime().emu_launch(
+        rc = _stoppable(lambda: _runtime().emu_launch(
             ctypes.cast(self._entry, ctypes.c_void_p), pointers, self.name.encode(), dims(*grid), dims(*block),
             dims(*self.cluster), shared_size, _workers(), MULTIPROCESSORS, error, len(error),
-        )  # fmt: skip
+        ), self.name)  # fmt: skip
         if rc != 0:
             message = re.sub(r"/[^\s:'\"]*/([^/\s:'\"]+)", r"\1", error.value.decode(errors="replace"))
             raise LaunchError(f"{message} (emulated on the CPU)")
