@@ -243,6 +243,20 @@ def test_compare_reasons() -> None:
     assert info.value.reason == verdict.BOUNDARY and "index 299" in info.value.details[0]
 
 
+def test_an_output_computed_from_memory_no_thread_wrote_is_named() -> None:
+    """A missing __syncthreads() on the emulator reads shared memory still NaN: the message says so,
+    and the values read as numbers (nan, 3.0), not reprs (np.float64(nan))."""
+    want = np.arange(64, dtype=np.float32)
+    got = want.copy()
+    got[3::8] = np.nan
+    with pytest.raises(verdict.CheckFailed) as info:
+        verdict.compare(got, want, "row sums", poison=-1.0)
+    failure = info.value
+    assert failure.reason == verdict.WRONG_RESULT and "8 of 64 values differ" in failure.message
+    assert "8 are NaN: computed from memory no thread had written yet" in failure.message, failure.message
+    assert failure.details[0] == "index 3: got nan, want 3.0", failure.details
+
+
 def test_cuda_exercise_helper() -> None:
     with pytest.raises(NotImplementedError, match="Exercise 3.1"):
         cuda_exercise(
