@@ -302,17 +302,35 @@ def test_without_a_gpu_a_check_says_first_to_use_the_emulator(capsys) -> None:
 )
 def test_an_unsolved_exercise_is_one_line_in_the_notebook(cell, says) -> None:
     """What Jupyter shows: one line saying what to do, no traceback through the course's code."""
+    error = error_in_a_notebook(cell)
+    assert error.ename == "ExerciseNotDone" and isinstance(error.traceback, list), error
+    (line,) = error.traceback
+    assert line.startswith("ExerciseNotDone: Exercise ") and "is not done yet" in line and says in line, line
+
+
+def error_in_a_notebook(cell: str):
+    """The error output of ``cell`` run in a Jupyter kernel, as a student's notebook shows it."""
     import nbclient
     import nbformat
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("from minitorch_cuda.exercise import cuda_exercise, report\n" + cell)]
-    client = nbclient.NotebookClient(nb, timeout=120, allow_errors=True)
-    client.execute(cwd=str(ROOT))
+    nbclient.NotebookClient(nb, timeout=300, allow_errors=True).execute(cwd=str(ROOT))
     (error,) = [o for o in nb.cells[0].outputs if o.output_type == "error"]
-    assert error.ename == "ExerciseNotDone" and isinstance(error.traceback, list), error
-    (line,) = error.traceback
-    assert line.startswith("ExerciseNotDone: Exercise ") and "is not done yet" in line and says in line, line
+    return error
+
+
+@EMULATOR
+@pytest.mark.parametrize("nvcc", [pytest.param(True, marks=NVCC), False], ids=["nvcc", "emulator-only"])
+def test_a_compile_error_is_one_compilers_error_without_library_frames(monkeypatch, nvcc) -> None:
+    monkeypatch.setenv(emulator.ENV, "1")  # the notebook's kernel inherits it
+    broken = solution_kernel("3.1").replace("int i =", "intt i =", 1)
+    assert broken != solution_kernel("3.1")
+    hide = "" if nvcc else "from minitorch_cuda.cuda import nvcc_check\nnvcc_check.available = lambda: False\n"
+    error = error_in_a_notebook(f"{hide}cuda_exercise('3.1', {broken!r})")
+    (text,) = error.traceback  # the message alone: no frames of the course's code
+    assert text.startswith("KernelCompileError: ") and text.count("could not compile") == 1, text
+    assert ("nvcc could not compile" in text) == nvcc and "intt" in text and ">> " in text, text
 
 
 @EMULATOR
