@@ -22,6 +22,7 @@ import struct
 import threading
 import time
 import weakref
+from pathlib import Path
 
 import numpy as np
 
@@ -58,6 +59,74 @@ def _runtime() -> ctypes.CDLL:
         lib.emu_stop.argtypes = [ctypes.c_char_p]
         lib._prototyped = True
     return lib
+
+
+# --- what a fault says: the source line, the array and the index ------------------------------
+
+ELEMENT_BYTES = {"char": 1, "bool": 1, "short": 2, "half": 2, "__half": 2, "__nv_bfloat16": 2, "int": 4,
+                 "unsigned": 4, "float": 4, "uint32_t": 4, "int32_t": 4, "long": 8, "double": 8, "size_t": 8,
+                 "int64_t": 8, "uint64_t": 8, "float2": 8, "float4": 16, "int4": 16}  # fmt: skip
+
+
+def fault_line(library: compiler.Library, offset: int) -> str:
+    """``line N: `code``` of the kernel's source for an address in its library, or "" (addr2line
+    reads the line table the emulator's build keeps; the innermost frame in the kernel's own file)."""
+    tool = shutil.which("addr2line")
+    if tool is None:
+        return ""
+    import subprocess
+
+    found = subprocess.run([tool, "-i", "-e", str(library.path), hex(offset)], capture_output=True, text=True)
+    for frame in found.stdout.split():
+        file, _, line = frame.partition(":")
+        number = line.split()[0] if line else ""
+        if Path(file).name == compiler.MAIN and number.isdigit() and library.source:
+            lines = library.source.splitlines()
+            code = lines[int(number) - 1].strip() if 0 < int(number) <= len(lines) else ""
+            return f"line {number}: `{code}`" if code else f"line {number}"
+    return ""
+
+
+def _buffer_names(library: compiler.Library, name: str, args) -> dict[int, tuple[str, int]]:
+    """Device address -> (the kernel's parameter name, its element size) for the pointer arguments."""
+    from ..cuda.kernel_table import entry_params
+
+    try:
+        params = [p.strip() for p in entry_params(library.source, name).split(",")]
+    except ValueError:
+        return {}
+    out = {}
+    for param, value in zip(params, args):
+        match = re.fullmatch(r"(?:const\s+)?(\w+)\s*\*\s*(?:const\s+)?(?:__restrict__\s+)?(\w+)", param)
+        if match and isinstance(value, (int, DeviceAllocation)):
+            out[int(value)] = (match.group(2), ELEMENT_BYTES.get(match.group(1), 1))
+    return out
+
+
+def explain_fault(message: str, library: compiler.Library, name: str, args) -> str:
+    """The runtime's fault message with the source line for its code address, and, where the
+    address lies past a buffer passed as an argument, the parameter and the index for the raw
+    addresses: "out-of-bounds read of a[300] (a holds 255 elements) at line 4: `...`"."""
+    pc = re.search(r" \[pc (\S+)\+0x([0-9a-f]+)\]", message)
+    if pc is None:
+        return message
+    message = message.replace(pc.group(0), "")
+    near = re.search(
+        r"out-of-bounds (read|write) at 0x([0-9a-f]+), \d+ bytes (?:past the end|before the start) of a "
+        r"(\d+)-byte device buffer at 0x([0-9a-f]+)",
+        message,
+    )
+    if near:
+        buffers = _buffer_names(library, name, args)
+        base = int(near.group(4), 16)
+        if base in buffers:
+            param, size = buffers[base]
+            index = (int(near.group(2), 16) - base) // size
+            held = int(near.group(3)) // size
+            plain = f"out-of-bounds {near.group(1)} of {param}[{index}] ({param} holds {held} elements)"
+            message = message.replace(near.group(0), plain)
+    line = fault_line(library, int(pc.group(2), 16)) if Path(pc.group(1)) == Path(library.path) else ""
+    return f"{message}, at {line}" if line else message
 
 
 # --- stopping a launch: a time limit, Kernel > Interrupt -------------------------------------
@@ -396,7 +465,7 @@ class Function:
 
     def __init__(self, library: compiler.Library, name: str):
         self._entry = library.entry(name)
-        self.name = name
+        self.library, self.name = library, name
         self.max_threads_per_block = min(MAX_THREADS, library.max_threads[name])
         self.cluster = library.cluster[name]  # __cluster_dims__, (1, 1, 1) without
         self.max_dynamic_shared = DEFAULT_DYNAMIC_SHARED
@@ -470,5 +539,6 @@ class Function:
             dims(*self.cluster), shared_size, _workers(), MULTIPROCESSORS, error, len(error),
         ), self.name)  # fmt: skip
         if rc != 0:
-            message = re.sub(r"/[^\s:'\"]*/([^/\s:'\"]+)", r"\1", error.value.decode(errors="replace"))
+            message = explain_fault(error.value.decode(errors="replace"), self.library, self.name, args)
+            message = re.sub(r"/[^\s:'\"]*/([^/\s:'\"]+)", r"\1", message)
             raise LaunchError(f"{message} (emulated on the CPU)")

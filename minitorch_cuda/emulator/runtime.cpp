@@ -34,6 +34,7 @@
 // has exited).
 #include "cuda_emu.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -623,8 +624,15 @@ void on_fault(int sig, siginfo_t* info, void* context) {
         sigaction(sig, &g_previous[sig == SIGBUS], nullptr);
         return;
     }
-    const bool write = static_cast<ucontext_t*>(context)->uc_mcontext.gregs[REG_ERR] & 2;
-    fail(*w, "%s", describe(*w, reinterpret_cast<uintptr_t>(info->si_addr), write).c_str());
+    const auto& registers = static_cast<ucontext_t*>(context)->uc_mcontext.gregs;
+    const bool write = registers[REG_ERR] & 2;
+    std::string message = describe(*w, reinterpret_cast<uintptr_t>(info->si_addr), write);
+    // Where in the kernel's library: the host (driver.py) reads the source line from its line table.
+    Dl_info code{};
+    const uintptr_t pc = uintptr_t(registers[REG_RIP]);
+    if (dladdr(reinterpret_cast<void*>(pc), &code) && code.dli_fname)
+        message += printf_string(" [pc %s+0x%lx]", code.dli_fname, pc - reinterpret_cast<uintptr_t>(code.dli_fbase));
+    fail(*w, "%s", message.c_str());
 }
 
 // --- stopping a launch from the host ------------------------------------------------------
