@@ -8,7 +8,6 @@ notebook's check cell.
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,6 +16,7 @@ import jupytext
 import nbformat
 import numpy as np
 import pytest
+from conftest import needs_triton
 
 import minitorch_cuda as mt
 from minitorch_cuda.cuda.kernel_table import KERNEL_DIR
@@ -241,6 +241,20 @@ def test_compare_reasons() -> None:
     with pytest.raises(verdict.CheckFailed) as info:
         verdict.compare(tail, want, "x", tail=300 % 256)
     assert info.value.reason == verdict.BOUNDARY and "index 299" in info.value.details[0]
+
+
+def test_an_output_computed_from_memory_no_thread_wrote_is_named() -> None:
+    """A missing __syncthreads() on the emulator reads shared memory still NaN: the message says so,
+    and the values read as numbers (nan, 3.0), not reprs (np.float64(nan))."""
+    want = np.arange(64, dtype=np.float32)
+    got = want.copy()
+    got[3::8] = np.nan
+    with pytest.raises(verdict.CheckFailed) as info:
+        verdict.compare(got, want, "row sums", poison=-1.0)
+    failure = info.value
+    assert failure.reason == verdict.WRONG_RESULT and "8 of 64 values differ" in failure.message
+    assert "8 are NaN: computed from memory no thread had written yet" in failure.message, failure.message
+    assert failure.details[0] == "index 3: got nan, want 3.0", failure.details
 
 
 def test_cuda_exercise_helper() -> None:
@@ -589,7 +603,7 @@ print(json.dumps(reasons))
 """
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed (the grade extra)")
+@needs_triton
 def test_the_triton_kernel_runs_in_the_interpreter_and_its_mistakes_fail() -> None:
     """Exercise 20.2 in a fresh process with TRITON_INTERPRET=1 (Triton reads it at its first import)."""
     import json

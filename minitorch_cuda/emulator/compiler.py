@@ -297,7 +297,8 @@ def _shared(text: str) -> tuple[str, list[str]]:
 class Library:
     """A compiled kernel library: its launch entries and launch bounds, by kernel name."""
 
-    def __init__(self, path: Path, kernels: dict[str, tuple[str | None, str | None]]):
+    def __init__(self, path: Path, kernels: dict[str, tuple[str | None, str | None]], source: str = ""):
+        self.path, self.source = path, source  # for the source line of a fault (driver.fault_line)
         self.cdll = ctypes.CDLL(str(path))
         self.names = set(kernels)
         self.max_threads = {
@@ -349,7 +350,7 @@ def build(
                 unit += f'extern "C" const int __emu_bounds_{name} = emu::launch_bound({bounds});\n'
             if cluster:
                 unit += f'extern "C" const uint3 __emu_cluster_{name} = emu::cluster_dims({cluster});\n'
-        compile_flags = [*CXXFLAGS, *CHECKS, "-w", "-shared"]
+        compile_flags = [*CXXFLAGS, *CHECKS, "-g1", "-w", "-shared"]  # -g1: line tables, so a fault names its line
         key = hashlib.sha256("\0".join([unit, *compile_flags, compiler_version()]).encode()).hexdigest()[:24]
         path = _cache_dir(cache_dir) / f"kernels-{key}.so"
         if not path.exists():
@@ -358,7 +359,7 @@ def build(
             _install(Path(tmp, "unit.so"), path)
     if before_load is not None:
         before_load(path)
-    return Library(path, found)
+    return Library(path, found, source)
 
 
 class SourceModule:

@@ -22,7 +22,17 @@ from __future__ import annotations
 
 from .. import emulator
 from . import channel, exercises, host_checks, kernel_checks, mma_fragments, python_work
-from .verdict import COMPILE_ERROR, CUDA_ERROR, EXCEPTION, FORBIDDEN, NO_GPU, PASSED, CheckFailed, CheckResult
+from .verdict import (
+    COMPILE_ERROR,
+    CUDA_ERROR,
+    EXCEPTION,
+    FORBIDDEN,
+    NO_GPU,
+    PASSED,
+    TIMEOUT,
+    CheckFailed,
+    CheckResult,
+)
 
 
 def _fib_tile(fib_tile, source: str = "") -> list[str]:
@@ -111,6 +121,8 @@ def classify_exception(exc: BaseException) -> str:
         return COMPILE_ERROR
     if name == "CudaUnavailableError":
         return NO_GPU
+    if "ran past the time limit" in text:  # the emulator stopped it (a notebook's check cell: driver.time_limit)
+        return TIMEOUT
     if any(
         s in text
         for s in (
@@ -129,11 +141,20 @@ def classify_exception(exc: BaseException) -> str:
     return EXCEPTION
 
 
+# What a student without a GPU can do instead (the detail says why CUDA did not start).
+EMULATOR_ADVICE = (
+    "no usable GPU here: check kernels on the CPU emulator instead (make `%env MINITORCH_CUDA_EMULATE=1` the "
+    "notebook's first cell, then Kernel > Restart and run all; or start Jupyter with MINITORCH_CUDA_EMULATE=1)"
+)
+
+
 def report(exercise_id: str, artifact) -> CheckResult:
     """The notebook's check cell: run the grader's checks here and print the outcome."""
     if isinstance(artifact, str) and "TODO: Exercise" in artifact:
         raise NotImplementedError(f"Exercise {exercise_id}")
     result = run_check(exercise_id, artifact)
+    if result.reason == NO_GPU:  # what to do first, then why
+        result.message, result.details = EMULATOR_ADVICE, [result.message, *result.details]
     print(result)
     if exercises.get(exercise_id).kind == "cuda" and emulator.selected():
         print("  (checked on the CPU emulator: correctness only, no speed measured)")

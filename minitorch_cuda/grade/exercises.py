@@ -10,6 +10,7 @@ class). The notebook cell that holds it carries the cell metadata
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 
 from ..cuda.kernel_table import SPECS, entry_params, prepare_signature
 
@@ -24,6 +25,7 @@ class Exercise:
     kernel: str | None = None  # the registry name it overrides (or the standalone entry)
     params: str | None = None  # the C parameters of a standalone kernel (not in the registry)
     gpu: bool = True  # whether its checks need a GPU
+    needs: tuple[str, ...] = ()  # optional modules its checks import (the grade extra brings them)
 
     @property
     def sort_key(self) -> tuple[int, int]:
@@ -123,7 +125,13 @@ EXERCISES: dict[str, Exercise] = {
         ),
         Exercise("20.1", "20_tile_programming", "fibonacci as a tile function", "python", "fib_tile", gpu=False),
         Exercise(
-            "20.2", "20_tile_programming", "bias and ReLU as a Triton kernel", "python", "bias_relu_triton", gpu=False
+            "20.2",
+            "20_tile_programming",
+            "bias and ReLU as a Triton kernel",
+            "python",
+            "bias_relu_triton",
+            gpu=False,
+            needs=("triton",),
         ),
         _cuda(
             "21.1",
@@ -145,6 +153,19 @@ def get(exercise_id: str) -> Exercise:
         return EXERCISES[str(exercise_id)]
     except KeyError:
         raise KeyError(f"no exercise {exercise_id!r}; known: {', '.join(EXERCISES)}") from None
+
+
+def missing_dependency(ex: Exercise) -> str | None:
+    """Why this machine cannot grade ``ex`` (a module its checks need is not installed), or None.
+    find_spec, not import: importing triton here would fix its mode before the check chooses the interpreter."""
+    missing = [name for name in ex.needs if importlib.util.find_spec(name) is None]
+    if not missing:
+        return None
+    names = " and ".join(name.capitalize() for name in missing)
+    return (
+        f"{names} {'is' if len(missing) == 1 else 'are'} not installed: exercise {ex.id} will not be graded; "
+        "install the `grade` extra (pip install -e '.[grade]') and grade again"
+    )
 
 
 def for_notebook(notebook: str) -> list[Exercise]:

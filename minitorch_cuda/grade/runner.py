@@ -416,7 +416,8 @@ def _feedback(student: str, ids: list[str], results: dict, executions: dict, rub
         emulated = " on the CPU emulator" if r.get("emulated") else ""
         if r.get("status") == NOT_GRADED:
             pending += rubric["points"][i]
-            lines += [f"## Exercise {i}: {ex.title} (not graded: needs a GPU)", "", *_quoted(r.get("message", ""))]
+            why = "a missing extra" if r.get("reason") == verdict.NO_DEPENDENCY else "needs a GPU"
+            lines += [f"## Exercise {i}: {ex.title} (not graded: {why})", "", *_quoted(r.get("message", ""))]
             continue
         total += r["points"]
         unsanitized |= bool(r.get("emulated") and r["passed"])

@@ -211,8 +211,11 @@ def check(exercise_id: str, payload_file: str, result_file: str) -> int:
     subject = Subject(deadline, payload.get("hide", [])) if ex.kind == "python" else None
     import minitorch_cuda as mt
 
-    if ex.gpu and not mt.cuda_available():
-        result = verdict.CheckResult(ex.id, False, verdict.NO_GPU, mt.cuda_unavailable_reason())
+    unmet = exercises.missing_dependency(ex)
+    if unmet or (ex.gpu and not mt.cuda_available()):
+        result = verdict.CheckResult(
+            ex.id, False, verdict.NO_DEPENDENCY if unmet else verdict.NO_GPU, unmet or mt.cuda_unavailable_reason()
+        )
         if subject is not None:
             subject.close()
     elif ex.kind == "cuda":
