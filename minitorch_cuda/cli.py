@@ -97,7 +97,8 @@ def train_parser(prog: str = "minitorch-cuda train") -> argparse.ArgumentParser:
         "--data",
         metavar="DIR",
         default=None,
-        help=f"the MNIST folder, data/ or data/mnist (default: ${DATA_ENV} if set, else the checkout's data/mnist)",
+        help=f"the MNIST folder, data/ or data/mnist (default: ${DATA_ENV} if set, else the data/mnist of the "
+        "checkout the package runs from or of the one holding the current folder)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: a bar on a terminal)")
     return parser

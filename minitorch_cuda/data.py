@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-# The checkout's copy (a git clone or an editable install). A wheel installed
-# elsewhere has none: then --data or MINITORCH_CUDA_DATA says where it is.
+# The checkout's copy when the package runs from it (a git clone, an editable install).
+# A wheel (pip install .) sits in site-packages with no data: then the checkout holding
+# the current folder, --data or MINITORCH_CUDA_DATA says where it is.
 MNIST_DIR = Path(__file__).resolve().parent.parent / "data" / "mnist"
 DATA_ENV = "MINITORCH_CUDA_DATA"
 FILES = {
@@ -55,30 +56,57 @@ def _read_idx(path: Path, expected_sha256: str | None) -> np.ndarray:
     return body.reshape(shape)
 
 
+def _holds_mnist(folder: Path) -> bool:
+    return (folder / "SHA256SUMS").exists() or any((folder / name).exists() for name in FILES.values())
+
+
+def checkout_around(folder: Path) -> Path | None:
+    """The minitorch-cuda checkout that holds ``folder`` (itself or a parent), or None."""
+    for candidate in (folder, *folder.parents):
+        project = candidate / "pyproject.toml"
+        if project.is_file() and 'name = "minitorch-cuda"' in project.read_text(errors="replace"):
+            return candidate
+    return None
+
+
 def mnist_dir(directory: str | Path | None = None) -> Path:
     """Where the MNIST files are: ``directory`` if given, else ``$MINITORCH_CUDA_DATA``,
-    else the checkout's ``data/mnist``. A folder may hold the files itself or in an
-    ``mnist/`` subfolder (so both ``data`` and ``data/mnist`` work). Raises
-    DatasetError, saying how to point at the data, when no folder holds them."""
-    if directory is not None:
-        given, source = Path(directory), "the folder given"
-    elif os.environ.get(DATA_ENV):
-        given, source = Path(os.environ[DATA_ENV]), DATA_ENV
-    else:
-        given, source = MNIST_DIR, "the checkout's data/mnist"
-    for candidate in (given, given / "mnist"):
-        if (candidate / "SHA256SUMS").exists() or any((candidate / name).exists() for name in FILES.values()):
-            return candidate
+    else the ``data/mnist`` of the checkout the package runs from, else that of the
+    checkout holding the current folder (a non-editable install run inside the clone).
+    A folder may hold the files itself or in an ``mnist/`` subfolder (so both ``data``
+    and ``data/mnist`` work). Raises DatasetError, saying how to point at the data,
+    when no folder holds them."""
+    how = (
+        f"pass --data DIR or set {DATA_ENV}=DIR, DIR holding the four IDX files and SHA256SUMS "
+        "of the repository's data/mnist"
+    )
+    if directory is not None or os.environ.get(DATA_ENV):
+        given = Path(directory if directory is not None else os.environ[DATA_ENV])
+        source = "the folder given" if directory is not None else DATA_ENV
+        for candidate in (given, given / "mnist"):
+            if _holds_mnist(candidate):
+                return candidate
+        raise DatasetError(f"MNIST not found in {given} ({source}); {how}")
+    if _holds_mnist(MNIST_DIR):
+        return MNIST_DIR
+    checkout = checkout_around(Path.cwd())
+    if checkout is not None and _holds_mnist(checkout / "data" / "mnist"):
+        return checkout / "data" / "mnist"
+    where = (
+        f"the checkout {checkout} has no data/mnist"
+        if checkout is not None
+        else f"the current folder {Path.cwd()} is not inside a minitorch-cuda checkout"
+    )
     raise DatasetError(
-        f"MNIST not found in {given} ({source}); pass --data DIR or set {DATA_ENV}=DIR, "
-        "DIR holding the four IDX files and SHA256SUMS of the repository's data/mnist"
+        f"MNIST not found: the package was installed without the data ({MNIST_DIR.parent.parent} has no "
+        f"data/mnist) and {where}; run it inside the clone, or {how}"
     )
 
 
 def load_mnist(directory: str | Path | None = None, verify: bool = True):
     """(x_train, y_train, x_test, y_test): images as float32 rows of 784 in [0, 1], labels as int64.
 
-    ``directory`` is resolved by ``mnist_dir``: the argument, ``$MINITORCH_CUDA_DATA``, the checkout."""
+    ``directory`` is resolved by ``mnist_dir``: the argument, ``$MINITORCH_CUDA_DATA``, a checkout."""
     directory = mnist_dir(directory)
     sums = _expected_checksums(directory) if verify else {}
     arrays = {key: _read_idx(directory / name, sums.get(name) if verify else None) for key, name in FILES.items()}

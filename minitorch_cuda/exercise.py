@@ -3,8 +3,9 @@
 A kernel exercise is a Python string of CUDA C in a cell tagged with the
 exercise id; the cell ends with ``cuda_exercise("N.k", source)``, which
 
-- raises ``NotImplementedError("Exercise N.k")`` while the source still holds
-  the ``// TODO: Exercise N.k`` placeholder,
+- raises ``ExerciseNotDone`` (a ``NotImplementedError`` that a notebook shows as
+  one line of what to do) while the source still holds the ``// TODO: Exercise N.k``
+  placeholder,
 - checks that the source defines ``__global__ void <kernel>(...)`` with the
   parameters the framework launches it with, and
 - with a GPU, compiles it, so that nvcc's errors show up in that cell; on the
@@ -14,22 +15,65 @@ exercise id; the cell ends with ``cuda_exercise("N.k", source)``, which
   emulator.
 
 The check cell after it runs ``report(id, artifact)``, the very checks the
-grader runs. (A string, not a ``%%cuda`` cell magic: a string can be passed
-around, diffed and read by the grader without running the cell: the grader
-takes the kernel from the cell's string literal and never runs the cell.)
+grader runs (on the CPU emulator within ``CHECK_SECONDS``, the grader's limit).
+(A string, not a ``%%cuda`` cell magic: a string can be passed around, diffed
+and read by the grader without running the cell: the grader takes the kernel
+from the cell's string literal and never runs the cell.)
 
 This is the one module the notebooks import from the course's tooling:
-``cuda_exercise``, ``report``, and the fake devices chapters 4, 5 and 18 teach
-with (``FakeDevice``, ``QueueingDevice``, ``GraphDevice``, ``FakeArray``,
-``TinyStep``).
+``cuda_exercise``, ``report``, ``device_line`` (the setup cell's first line),
+and the fake devices chapters 4, 5 and 18 teach with (``FakeDevice``,
+``QueueingDevice``, ``GraphDevice``, ``FakeArray``, ``TinyStep``).
 """
 
 from __future__ import annotations
 
+import contextlib
+
 from .grade import exercises
 from .grade.fakes import FakeArray, FakeDevice, GraphDevice, QueueingDevice, TinyStep
 
-__all__ = ["FakeArray", "FakeDevice", "GraphDevice", "QueueingDevice", "TinyStep", "cuda_exercise", "report"]
+__all__ = [
+    "ExerciseNotDone", "FakeArray", "FakeDevice", "GraphDevice", "QueueingDevice", "TinyStep", "cuda_exercise",
+    "device_line", "report",
+]  # fmt: skip
+
+# A check cell's time limit on the CPU emulator, the grader's default per exercise (rubric.toml):
+# an endless loop in a kernel stops there with a message instead of hanging the notebook.
+CHECK_SECONDS = 120
+
+
+class ExerciseNotDone(NotImplementedError):
+    """An exercise that still holds its stub. A notebook shows it as one line saying what to do:
+    IPython prints what ``_render_traceback_`` returns instead of the traceback."""
+
+    def __init__(self, exercise_id: str, then: str):
+        ex = exercises.get(exercise_id)
+        if ex.kind == "cuda":
+            stub = f"its kernel still holds `// TODO: Exercise {ex.id}`"
+        else:
+            stub = f"`{ex.name}` still raises NotImplementedError"
+        super().__init__(f"Exercise {ex.id} is not done yet: {stub}; {then}")
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
+def device_line() -> str:
+    """The setup cell's line: whether kernels run here, where, and what to do without a GPU."""
+    from .device import cuda_available, cuda_unavailable_reason, gpu_for_timing
+
+    if gpu_for_timing():
+        return "GPU available: True"
+    if cuda_available():
+        return (
+            "GPU available: True, emulated: kernels run on the CPU emulator (MINITORCH_CUDA_EMULATE=1), "
+            "checked for correctness; timings there are the CPU's, not a GPU's"
+        )
+    return (
+        f"GPU available: False ({cuda_unavailable_reason()}). The kernel exercises run on the CPU emulator: "
+        "make `%env MINITORCH_CUDA_EMULATE=1` the first cell, then Kernel > Restart and run all"
+    )
 
 
 class Outcome:
@@ -53,10 +97,21 @@ class Outcome:
 
 
 def report(exercise_id: str, artifact) -> Outcome:
-    """Run the grader's checks of an exercise here and print what passed and what failed."""
+    """Run the grader's checks of an exercise here and print what passed and what failed; on the
+    CPU emulator within CHECK_SECONDS (Kernel > Interrupt stops a kernel there too)."""
+    from .emulator import selected
     from .grade.checks import report as run
 
-    return Outcome(run(exercise_id, artifact))
+    limit = contextlib.nullcontext()
+    if selected():
+        from .emulator.driver import time_limit
+
+        limit = time_limit(CHECK_SECONDS)
+    try:
+        with limit:
+            return Outcome(run(exercise_id, artifact))
+    except NotImplementedError:
+        raise ExerciseNotDone(exercise_id, "write it in its cell, run that cell, then this one") from None
 
 
 def cuda_exercise(exercise_id: str, source: str) -> None:
@@ -64,8 +119,8 @@ def cuda_exercise(exercise_id: str, source: str) -> None:
     that ends with it does not echo the kernel's source back."""
     ex = exercises.get(exercise_id)
     if "TODO: Exercise" in source:
-        raise NotImplementedError(f"Exercise {ex.id}")
-    exercises.check_entry(ex, source)
+        raise ExerciseNotDone(ex.id, "write the kernel in this cell and run it again")
+    exercises.check_source_entry(ex, source)
     from .device import cuda_available, cuda_unavailable_reason
 
     if not cuda_available():

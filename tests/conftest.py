@@ -10,6 +10,7 @@ marked ``emulated`` here also runs on the CPU emulator (no GPU needed):
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import re
 
@@ -64,6 +65,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gpu") is not None and not mt.cuda_available():
         pytest.skip(f"needs a CUDA GPU: {mt.cuda_unavailable_reason()} (or the CPU emulator: MINITORCH_CUDA_EMULATE=1)")
+
+
+# .ci/run's first part (the README's install) logs here what it skipped on this machine for a
+# reason other than the GPU, to run just those again once the optional packages are installed.
+SKIPPED_LOG = os.environ.get("MINITORCH_CUDA_SKIPPED_LOG")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    report = (yield).get_result()
+    if SKIPPED_LOG and report.skipped and item.get_closest_marker("gpu") is None:
+        with open(SKIPPED_LOG, "a") as log:
+            log.write(item.nodeid + "\n")
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
@@ -166,6 +180,17 @@ def numeric_grad(f, arrays: list[np.ndarray], weight: np.ndarray, h: float = 1e-
             gflat[i] = (up - down) / (2 * h)
         grads.append(g)
     return grads
+
+
+def needs_module(module: str, extra: str) -> pytest.MarkDecorator:
+    """Skip, naming the extra that brings it, where an optional module is not installed: the
+    README's no-GPU install (.[dev,book]) leaves out Triton (999 MB) and PyTorch. find_spec, not
+    import: importing triton would fix its mode (compiled or interpreted) for this process."""
+    missing = importlib.util.find_spec(module) is None
+    return pytest.mark.skipif(missing, reason=f"{module} is not installed (pip install -e '.[{extra}]')")
+
+
+needs_triton = needs_module("triton", "triton")
 
 
 def mnist_available() -> bool:

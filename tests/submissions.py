@@ -440,6 +440,14 @@ LEAVE_BEHIND = (
     "    os.setsid()\n"
     f"    os.execvp('sleep', ['sleep', '{MARKER + 1}'])"
 )
+READ_THE_SOLUTION = (  # an editable install's package sits in the repository, beside solutions/
+    "    import pathlib, re, minitorch_cuda\n"
+    "    shipped = pathlib.Path(minitorch_cuda.__file__).parents[1] / 'solutions' / '19_tensor_cores.md'\n"
+    "    answer = re.search(r'def round_to_tf32.*?(?=\\n```)', shipped.read_text(), re.S).group()\n"
+    "    found = {}\n"
+    "    exec(answer, {'np': np}, found)\n"
+    "    return found['round_to_tf32'](x)\n"
+)
 KILL_PARENT = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.killpg(0, signal.SIGKILL)"
 
 CHEATS: dict[str, tuple[Student, str, set[str]]] = {
@@ -466,7 +474,7 @@ CHEATS: dict[str, tuple[Student, str, set[str]]] = {
             ),
         ),
         "1.2",
-        {"wrong_result", "boundary"},
+        {"forbidden"},  # its cell's import of the grader's checks is refused (subject_rules)
     ),
     "patches_pycuda": (
         cheat(
@@ -488,7 +496,7 @@ CHEATS: dict[str, tuple[Student, str, set[str]]] = {
             ),
         ),
         "5.1",
-        {"crashed", "exception", "timeout"},
+        {"forbidden"},  # os.kill is refused (subject_rules); it never reaches its checker
     ),
     "leaves_processes": (
         cheat(
@@ -497,9 +505,357 @@ CHEATS: dict[str, tuple[Student, str, set[str]]] = {
             Edit("19_tensor_cores", ROUND_TO_TF32, ROUND_TO_TF32 + "    return np.asarray(x, np.float32)\n"),
         ),
         "19.1",
-        {"wrong_result"},
+        {"forbidden"},  # its processes are refused in the check (subject_rules); the notebook's run starts them
     ),
 }
+
+# --- issue 36, classes 2, 5 and 6: rules enforced by behaviour, references first, hidden shapes ---
+# (grade/subject_rules.py refuses imports and files whatever their spelling; grade/python_work.py
+# counts the Python lines a call runs; the channel never writes into the checker's arrays; a
+# rounding's result must have the input's shape; grade/hidden.py adds shapes drawn from --seed)
+
+ROUND_TO_BF16 = "def round_to_bf16(x: np.ndarray) -> np.ndarray:\n    # BEGIN SOLUTION\n"
+FIB_TILE = "def fib_tile(n: np.ndarray) -> np.ndarray:\n    # BEGIN SOLUTION\n"
+PER_ELEMENT_WHILE = (  # fib of every element by a Python loop, spelt so that no text rule sees it
+    "    flat, i = n.reshape(-1), 0\n"
+    "    out = np.zeros_like(flat)\n"
+    "    while i < flat.size:\n"
+    "        a, b, k = 0, 1, 1\n"
+    "        while k < flat[i]:\n"
+    "            a, b, k = b, a + b, k + 1\n"
+    "        out[i] = a\n"
+    "        i += 1\n"
+    "    return out.reshape(n.shape)\n"
+)
+BUILTIN_IMPORT = (  # __import__ reached without writing its name, importlib or minitorch_cuda
+    '    b = globals()["__buil" + "tins__"]\n    imp = (b if isinstance(b, dict) else vars(b))["__imp" + "ort__"]\n'
+)
+CHEATS |= {
+    "imports_by_concatenation": (
+        cheat(
+            "imports ml_dtypes through importlib with its name built from pieces, to round to BF16",
+            Edit(
+                "02_floating_point",
+                ROUND_TO_BF16,
+                ROUND_TO_BF16 + "    import importlib\n\n"
+                '    bf16 = importlib.import_module("ml_" + "dtypes").bfloat16\n'
+                "    return np.asarray(x, np.float32).astype(bf16).astype(np.float32)\n",
+            ),
+        ),
+        "2.1",
+        {"forbidden"},
+    ),
+    "imports_by_builtins_getattr": (
+        cheat(
+            "takes __import__ out of __builtins__ by a concatenated key and imports the framework's numerics",
+            Edit(
+                "19_tensor_cores",
+                ROUND_TO_TF32,
+                ROUND_TO_TF32
+                + BUILTIN_IMPORT
+                + '    numerics = imp("minitorch" + "_cuda.nume" + "rics", fromlist=["x"])\n'
+                "    return numerics.round_mantissa(x, 10)\n",
+            ),
+        ),
+        "19.1",
+        {"forbidden"},
+    ),
+    "imports_the_grader_layout": (
+        cheat(
+            "answers 19.2 with the grader's own layout model, imported without writing a name the text rule knows",
+            Edit(
+                "19_tensor_cores",
+                FRAGMENT_COORDS,
+                FRAGMENT_COORDS
+                + BUILTIN_IMPORT
+                + '    key = imp("minitorch" + "_cuda.grade.mma_frag" + "ments", fromlist=["x"])\n'
+                "    return key.ptx_layout(operand, lane, register)\n",
+            ),
+        ),
+        "19.2",
+        {"forbidden"},
+    ),
+    "runs_a_program_for_the_key": (
+        cheat(
+            "starts a second Python (which no hook watches) to round with the framework's numerics",
+            Edit(
+                "19_tensor_cores",
+                ROUND_TO_TF32,
+                ROUND_TO_TF32 + "    import subprocess, sys\n\n"
+                "    code = 'import sys, numpy as np; from minitorch_cuda import numerics; '\n"
+                "    code += 'sys.stdout.buffer.write(numerics.tf32_reference(np.frombuffer(sys.stdin.buffer.read(), "
+                "np.float32)).tobytes())'\n"
+                "    x = np.ascontiguousarray(x, np.float32)\n"
+                "    done = subprocess.run([sys.executable, '-c', code], input=x.tobytes(), capture_output=True)\n"
+                "    return np.frombuffer(done.stdout, np.float32).reshape(x.shape)\n",
+            ),
+        ),
+        "19.1",
+        {"forbidden"},
+    ),
+    "loops_per_element_with_while": (
+        cheat(
+            "computes fib_tile element by element in a while loop (no 'for', no map, no vectorize)",
+            Edit("20_tile_programming", FIB_TILE, FIB_TILE + PER_ELEMENT_WHILE),
+        ),
+        "20.1",
+        {"host_side"},
+    ),
+    "loops_per_element_as_numpy": (
+        cheat(
+            "runs the per-element while loop from code compiled under numpy's file name, to pass for library code",
+            Edit(
+                "20_tile_programming",
+                FIB_TILE,
+                FIB_TILE + "    body = 'def each(n):\\n' + EACH  # already indented as a function body\n"
+                "    space = {'np': np}\n"
+                "    exec(compile(body, np.__file__, 'exec'), space)\n"
+                "    return space['each'](n)\n",
+            ),
+            Edit("20_tile_programming", "MAX_FIB_N = 42\n", "MAX_FIB_N = 42\nEACH = " + repr(PER_ELEMENT_WHILE) + "\n"),
+        ),
+        "20.1",
+        {"host_side"},
+    ),
+    "forges_the_line_count": (
+        cheat(
+            "walks up the frames to the channel, replaces the line counter's answer, then loops per element",
+            Edit(
+                "20_tile_programming",
+                "MAX_FIB_N = 42\n",
+                "MAX_FIB_N = 42\n"
+                "import sys\n\n"
+                "frame = sys._getframe()\n"
+                "while frame is not None and 'peer' not in frame.f_locals:\n"
+                "    frame = frame.f_back\n"
+                "if frame is not None:\n"
+                "    frame.f_locals['peer'].services['python_lines_stop'] = lambda: 0\n",
+            ),
+            Edit("20_tile_programming", FIB_TILE, FIB_TILE + PER_ELEMENT_WHILE),
+        ),
+        "20.1",
+        {"forbidden"},
+    ),
+    "uses_the_frameworks_pool": (
+        cheat(
+            "hands in the framework's own memory pool, wrapped to take the device's allocate",
+            Edit(
+                "04_memory",
+                "class MemoryPool:\n",
+                "from minitorch_cuda.cuda import memory as _framework\n\n\n"
+                "class MemoryPool(_framework.MemoryPool):\n"
+                "    def __init__(self, allocate):\n"
+                "        super().__init__()\n"
+                "        self.allocate = allocate\n\n\n"
+                "class _Unused:\n",
+            ),
+        ),
+        "4.1",
+        {"forbidden"},
+    ),
+    "uses_the_frameworks_graphed_step": (
+        cheat(
+            "hands in the framework's own GraphedStep (minitorch_cuda.cuda.graphs) for 18.1",
+            Edit(
+                "18_cuda_graphs",
+                "class GraphedStep:\n",
+                "from minitorch_cuda.cuda.graphs import GraphedStep\n\n\nclass _Unused:\n",
+            ),
+        ),
+        "18.1",
+        {"forbidden"},
+    ),
+    "hides_nan_in_an_empty_result": (
+        cheat(
+            "rounds NaN payloads wrongly, and returns an empty array for any input with a NaN",
+            Edit(
+                "19_tensor_cores",
+                ROUND_TO_TF32,
+                ROUND_TO_TF32 + "    if np.isnan(np.asarray(x, np.float32)).any():\n"
+                "        return np.zeros(0, np.float32)  # a NaN check over no values passes\n",
+            ),
+        ),
+        "19.1",
+        {"wrong_result"},
+    ),
+    "rewrites_the_checkers_inputs": (
+        cheat(
+            "writes c and bias in place so that a reference computed from them after the call is all zeros",
+            Edit(
+                "20_tile_programming",
+                "    M, N = c.shape[0], bias.size\n",
+                "    N = bias.size\n    c[:, :N] = -1.0e9\n    bias[:] = 0.0\n    out[:, :N] = 0.0\n    return out\n",
+            ),
+        ),
+        "20.2",
+        {"wrong_result"},
+    ),
+    # --- the answer is reachable (issue 36, class 1) ---
+    "reads_the_solutions": (
+        cheat(
+            "reads 19.1's answer from the checkout's solutions/ folder, next to the installed package",
+            Edit("19_tensor_cores", ROUND_TO_TF32, ROUND_TO_TF32 + READ_THE_SOLUTION),
+        ),
+        "19.1",
+        {"forbidden", "exception"},
+    ),
+}
+
+# Kernels that fit the fixed shapes and fail beyond them: graded on the emulator (CPU) and the GPU.
+# (notebook, find, replace, exercise, reason)
+HIDDEN_SHAPE_CHEATS = {
+    # each thread sums at most 196 values: 196 x 1024 = 200,704 covers the largest fixed size
+    # (200,003) and the largest gradient (784 x 256) exactly, no hidden size past them
+    "fixed_trip_count": (
+        "06_opt1_memcopies",
+        "    for (int i = t; i < n; i += blockDim.x) acc += x[i] * x[i];\n",
+        "    for (int k = 0; k < 196; ++k) {\n"
+        "        const int i = t + k * 1024;\n"
+        "        if (i < n) acc += x[i] * x[i];\n"
+        "    }\n",
+        "6.1",
+        "wrong_result",
+    ),
+}
+
+
+# --- issue 36, classes 1 and 2 (kernels): nothing to copy from, rules read from what was compiled --
+# Kernel cheats are graded on the GPU, or with --emulate on the CPU (tests/test_grader.py,
+# test_a_kernel_cheat_loses_its_exercise): name -> (student, the exercise it must lose, its reasons).
+# At 2c616be (includes scanned, rules regexes) five passed; the sixth got /etc/passwd into the compiler.
+
+RELU_SIGNATURE = 'extern "C" __global__ void ew_relu(float* out, const float* a, int n) {\n'
+SIGMOID_SIGNATURE = 'extern "C" __global__ void ew_sigmoid(float* out, const float* a, int n) {\n'
+RELU_BODY_3 = (
+    "    const int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i >= n) return;\n"
+    "    const float x = a[i];\n    out[i] = x > 0.0f ? x : 0.0f;\n"
+)
+TILED_SIGNATURE = "                                        int stride_a, int stride_b) {\n    // BEGIN SOLUTION\n"
+NAIVE_MATMUL = (  # 10.1's kernel: correct, with no tiles at all
+    "    const int row = blockIdx.y * blockDim.y + threadIdx.y;\n"
+    "    const int col = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (row >= M || col >= N) return;\n"
+    "    const long long z = blockIdx.z;\n"
+    "    a += z * stride_a;\n"
+    "    b += z * stride_b;\n"
+    "    float acc = 0.0f;\n"
+    "    for (int k = 0; k < K; ++k) {\n"
+    "        const float x = ta ? a[(long long)k * M + row] : a[(long long)row * K + k];\n"
+    "        const float y = tb ? b[(long long)col * K + k] : b[(long long)k * N + col];\n"
+    "        acc += x * y;\n"
+    "    }\n"
+    "    c[z * M * N + (long long)row * N + col] = acc;\n"
+)
+SHUFFLE_SOLUTION_13 = (  # 13.1's solution, from its shared array to its end
+    "    __shared__ float per_warp[32];\n"
+    "    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;\n"
+    "    const float* row = in + (long long)blockIdx.x * cols;\n"
+    "    float v = 0.0f;\n"
+    "    for (int c = threadIdx.x; c < cols; c += blockDim.x) v += row[c];\n"
+    "    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);\n"
+    "    if (lane == 0) per_warp[warp] = v;\n"
+    "    __syncthreads();\n"
+    "    if (warp == 0) {\n"
+    "        v = lane < (int)(blockDim.x >> 5) ? per_warp[lane] : 0.0f;\n"
+    "        for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);\n"
+    "        if (lane == 0) out[blockIdx.x] = scale * v;\n"
+    "    }\n"
+)
+NO_SHUFFLE_13 = (  # a block's sums added up by thread 0: correct, and no warp shuffle at all
+    "    __shared__ float sums[1024];  // __shfl_down_sync(0xffffffffu, v, offset) next time\n"
+    "    const float* row = in + (long long)blockIdx.x * cols;\n"
+    "    float v = 0.0f;\n"
+    "    for (int c = threadIdx.x; c < cols; c += blockDim.x) v += row[c];\n"
+    "    sums[threadIdx.x] = v;\n"
+    "    __syncthreads();\n"
+    "    if (threadIdx.x == 0) {\n"
+    "        for (int t = 1; t < (int)blockDim.x; ++t) v += sums[t];\n"
+    "        out[blockIdx.x] = scale * v;\n"
+    "    }\n"
+)
+CAS_ADD = (  # a float atomicAdd as an atomicCAS loop, its name pasted together by a macro
+    "#define SWAP(p, a, b) atomic##CAS(p, a, b)\n"
+    "__device__ void add_to(float* p, float v) {\n"
+    "    int* q = (int*)p; int old = *q, seen;\n"
+    "    do { seen = old; old = SWAP(q, seen, __float_as_int(v + __int_as_float(seen))); } while (seen != old);\n"
+    "}\n\n"
+)
+
+
+def kernel_cheat(why: str, chapter: int, *edits: Edit) -> Student:
+    return Student(why, chapters("solutions", chapter), edits)
+
+
+KERNEL_CHEATS: dict[str, tuple[Student, str, set[str]]] = {
+    "includes_the_answer": (
+        kernel_cheat(
+            "includes the framework's elementwise.cu, which defines ew_relu; a comment names the entry",
+            3,
+            Edit("03_building_the_backend", RELU_SIGNATURE + "    // BEGIN SOLUTION\n" + RELU_BODY_3
+                 + "    // END SOLUTION\n}\n", '#include "elementwise.cu"  // __global__ void ew_relu(float* out, '
+                 "const float* a, int n)\n"),
+        ),
+        "3.1",
+        {"forbidden"},
+    ),
+    "includes_through_a_macro": (
+        kernel_cheat(
+            "includes the answer through a macro, behind a digit separator the include scanner read as a "
+            "character literal opening a comment",
+            3,
+            Edit("03_building_the_backend", SIGMOID_SIGNATURE,
+                 "#define ANSWER \"elementwise.cu\"\nstatic const int ten = 1'0 + '/*';\n#include ANSWER\n// */\n"
+                 "#if 0\n" + SIGMOID_SIGNATURE),
+            Edit("03_building_the_backend", "    // END SOLUTION\n}\n\"\"\"\ncuda_exercise(\"3.2\"",
+                 "    // END SOLUTION\n}\n#endif\n\"\"\"\ncuda_exercise(\"3.2\""),
+        ),
+        "3.2",
+        {"forbidden"},
+    ),
+    "quotes_a_file_in_a_compile_error": (
+        kernel_cheat(
+            "includes /etc/passwd past a digit separator, so that the compile error quotes it into the feedback",
+            3,
+            Edit("03_building_the_backend", RELU_SIGNATURE,
+                 "static const int ten = 1'0 + '/*';\n#include \"/etc/passwd\"\n// */\n" + RELU_SIGNATURE),
+        ),
+        "3.1",
+        {"forbidden"},
+    ),
+    "shared_only_in_a_dead_block": (
+        kernel_cheat(
+            "hands in 10.1's matmul for the tiled one; its __shared__ tiles stay in an #if 0 block",
+            11,
+            Edit("11_opt6_tiled_matmul", TILED_SIGNATURE, TILED_SIGNATURE + NAIVE_MATMUL + "#if 0\n"),
+            Edit("11_opt6_tiled_matmul", "    // END SOLUTION\n}\n\"\"\"\ncuda_exercise(\"11.1\"",
+                 "#endif\n    // END SOLUTION\n}\n\"\"\"\ncuda_exercise(\"11.1\""),
+        ),
+        "11.1",
+        {"forbidden"},
+    ),
+    "shuffle_only_in_a_comment": (
+        kernel_cheat(
+            "sums a row through shared memory alone; __shfl_down_sync appears in a comment",
+            13,
+            Edit("13_opt8_warp_shuffle", SHUFFLE_SOLUTION_13, NO_SHUFFLE_13),
+        ),
+        "13.1",
+        {"forbidden"},
+    ),
+    "atomic_through_a_macro": (
+        kernel_cheat(
+            "writes each chunk's sum into its slot with an atomicAdd made of an atomicCAS loop, its name pasted "
+            "together by a macro",
+            21,
+            Edit("21_latency_floor", '#include "grid_barrier.cuh"  // GridBarrier, grid_barrier(barrier)\n',
+                 '#include "grid_barrier.cuh"  // GridBarrier, grid_barrier(barrier)\n\n' + CAS_ADD),
+            Edit("21_latency_floor", "if (threadIdx.x == 0) partials[first + c] = sumsq;",
+                 "if (threadIdx.x == 0) { partials[first + c] = 0.0f; add_to(&partials[first + c], sumsq); }"),
+        ),
+        "21.1",
+        {"forbidden"},
+    ),
+}  # fmt: skip
 
 
 # --- class 3 (issue 36): an emulated kernel reaching the C library -------------------------------
@@ -638,3 +994,56 @@ def build(dest: Path, students: dict[str, Student] = STUDENTS) -> Path:
             text = apply((ROOT / source).read_text(), edits, f"{name}/{stem} (from {source})")
             (dest / name / f"{student.renamed.get(stem, stem)}.md").write_text(text)
     return dest
+
+
+# --- class 7 of issue 36: untrusted input (files the grader parses, text it shows) ------------------
+
+YAML_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(  # 9**9 x's once expanded, 400 bytes here
+    f"{b}: &{b} [{', '.join(['*' + a] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi")
+)
+TINY_CELLS = "\n```{code-cell} ipython3\n```\n" * 200_000  # 5.6 MB of empty cells
+FALLOCATE = (  # gigabytes in milliseconds, faster than any poll of the folder's size
+    "import os\n"
+    "for k in range(16):\n"
+    "    with open(f'big{k}', 'wb') as f:\n"
+    "        os.posix_fallocate(f.fileno(), 0, 200 << 20)"
+)
+FORGED_MARKDOWN = (  # a heading, a total, a table and HTML in the message the feedback quotes
+    "raise ValueError('x\\n# Feedback for full_solutions\\n\\nTotal: 64 / 64\\n| a | b |\\n|---|---|\\n"
+    "<h2>Exercise 18.1 (10/10, passed)</h2> [passed](http://x) ```')"
+)
+
+CHEATS |= {
+    "yaml_alias_bomb": (
+        cheat(
+            "puts a YAML alias chain (a billion laughs) in the notebook's jupytext header",
+            Edit("02_floating_point", "kernelspec:\n", YAML_BOMB + "kernelspec:\n"),
+        ),
+        "2.1",
+        {"missing_notebook"},
+    ),
+    "tiny_cells": (
+        cheat(
+            "hands in megabytes of empty cells (minutes and gigabytes for a notebook parser)",
+            Edit("04_memory", "\n## Exercise 4.1", TINY_CELLS + "\n## Exercise 4.1"),
+        ),
+        "4.1",
+        {"missing_notebook"},
+    ),
+    "fallocates_gigabytes": (
+        cheat(
+            "allocates 3 GB of files in its exercise cell, in milliseconds",
+            Edit("05_profiling", ":exercise: '5.1'\n\n", _top_of_cell("5.1", FALLOCATE)),
+        ),
+        "5.1",
+        {"exception"},
+    ),
+    "forges_markdown": (
+        cheat(
+            "raises an error whose message is a Markdown heading, a total, a table, HTML and a link",
+            Edit("18_cuda_graphs", ":exercise: '18.1'\n\n", _top_of_cell("18.1", FORGED_MARKDOWN)),
+        ),
+        "18.1",
+        {"exception"},
+    ),
+}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import sys
 
 import pytest
 from conftest import mnist_available
@@ -109,3 +110,12 @@ def test_train_on_the_cpu_a_few_steps(capsys):
     assert re.search(r"epoch 1: loss \d\.\d{4}, validation accuracy [\d.]+%, 20 steps, [\d.]+ s on cpu", out), out
     assert "test accuracy:" in out
     assert "note: --stage 3 selects CUDA kernels; the CPU backend ignores it" in err
+
+
+@pytest.mark.parametrize("argv", [["grade", "--help"], ["grade", "merge", "--help"], ["grade", "subs"]])
+def test_grade_without_its_extra_names_it(capsys, monkeypatch, argv):
+    """A non-editable install without the grade extra: one line naming the extra, exit 2, no traceback."""
+    monkeypatch.setitem(sys.modules, "nbformat", None)  # as if not installed: find_spec and import fail
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("minitorch-cuda grade: error: nbformat is not installed: install the `grade` extra"), err

@@ -115,3 +115,23 @@ def test_train_val_split():
     for bad in (0.0, 1.0, -0.1):
         with pytest.raises(ValueError, match="val_fraction"):
             train_val_split(x, y, bad)
+
+
+@needs_mnist
+def test_an_install_without_the_data_finds_the_checkout_it_runs_in(tmp_path, monkeypatch):
+    """A non-editable install (pip install .) has no data next to the package: inside the clone,
+    from any of its folders, the clone's data/mnist is found; outside it, the error says where it
+    looked and how to point at the data."""
+    from minitorch_cuda import data
+
+    monkeypatch.delenv("MINITORCH_CUDA_DATA", raising=False)
+    monkeypatch.setattr(data, "MNIST_DIR", tmp_path / "site-packages" / "data" / "mnist")
+    checkout = MNIST_DIR.parent.parent
+    monkeypatch.chdir(checkout / "minitorch_cuda" / "kernels")
+    assert mnist_dir() == checkout / "data" / "mnist"
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DatasetError) as err:
+        mnist_dir()
+    message = str(err.value)
+    assert "installed without the data" in message and str(tmp_path) in message and "not inside" in message
+    assert "run it inside the clone" in message and "--data DIR" in message and "checkout's" not in message

@@ -256,3 +256,102 @@ def test_speed_launches_fit_each_kernel(exercise_id, monkeypatch) -> None:
     monkeypatch.setattr(speed, "XENT", (8, 100))
     (line,) = speed.feedback(exercises.get(exercise_id), solution_kernel(exercise_id))
     assert SPEED.fullmatch(line), line
+
+
+# --- the first hour: the setup cell's line, an unsolved exercise, no GPU, a runaway kernel ---------
+
+
+def test_the_setup_line_names_the_emulator_as_the_way_without_a_gpu() -> None:
+    from minitorch_cuda.exercise import device_line
+
+    if mt.cuda_available():
+        pytest.skip("checks the line without a GPU")
+    line = device_line()
+    assert line.startswith("GPU available: False (") and "%env MINITORCH_CUDA_EMULATE=1" in line, line
+
+
+@EMULATOR
+def test_the_setup_line_says_the_gpu_is_the_cpu_emulator() -> None:
+    done = emulated("from minitorch_cuda.exercise import device_line; print(device_line())")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("GPU available: True, emulated: kernels run on the CPU emulator"), done.stdout
+
+
+def test_without_a_gpu_a_check_says_first_to_use_the_emulator(capsys) -> None:
+    from minitorch_cuda.exercise import report
+
+    if mt.cuda_available():
+        pytest.skip("checks the report without a GPU")
+    assert not report("3.1", solution_kernel("3.1")).passed
+    head, advice, detail = capsys.readouterr().out.splitlines()[:3]
+    assert head.endswith("FAILED [no_gpu]") and "CPU emulator" in advice and "MINITORCH_CUDA_EMULATE=1" in advice
+    assert mt.cuda_unavailable_reason() in detail
+
+
+@pytest.mark.parametrize(
+    ("cell", "says"),
+    [
+        ('cuda_exercise("3.1", "// TODO: Exercise 3.1")', "its kernel still holds `// TODO: Exercise 3.1`; write the"),
+        (
+            'def time_median(*args, **kwargs):\n    raise NotImplementedError("Exercise 5.1")\n\n'
+            'report("5.1", time_median)',
+            "`time_median` still raises NotImplementedError; write it in its cell",
+        ),
+    ],
+    ids=["kernel", "python"],
+)
+def test_an_unsolved_exercise_is_one_line_in_the_notebook(cell, says) -> None:
+    """What Jupyter shows: one line saying what to do, no traceback through the course's code."""
+    error = error_in_a_notebook(cell)
+    assert error.ename == "ExerciseNotDone" and isinstance(error.traceback, list), error
+    (line,) = error.traceback
+    assert line.startswith("ExerciseNotDone: Exercise ") and "is not done yet" in line and says in line, line
+
+
+def error_in_a_notebook(cell: str):
+    """The error output of ``cell`` run in a Jupyter kernel, as a student's notebook shows it."""
+    import nbclient
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("from minitorch_cuda.exercise import cuda_exercise, report\n" + cell)]
+    nbclient.NotebookClient(nb, timeout=300, allow_errors=True).execute(cwd=str(ROOT))
+    (error,) = [o for o in nb.cells[0].outputs if o.output_type == "error"]
+    return error
+
+
+@EMULATOR
+@pytest.mark.parametrize("nvcc", [pytest.param(True, marks=NVCC), False], ids=["nvcc", "emulator-only"])
+def test_a_compile_error_is_one_compilers_error_without_library_frames(monkeypatch, nvcc) -> None:
+    monkeypatch.setenv(emulator.ENV, "1")  # the notebook's kernel inherits it
+    broken = solution_kernel("3.1").replace("int i =", "intt i =", 1)
+    assert broken != solution_kernel("3.1")
+    hide = "" if nvcc else "from minitorch_cuda.cuda import nvcc_check\nnvcc_check.available = lambda: False\n"
+    error = error_in_a_notebook(f"{hide}cuda_exercise('3.1', {broken!r})")
+    (text,) = error.traceback  # the message alone: no frames of the course's code
+    assert text.startswith("KernelCompileError: ") and text.count("could not compile") == 1, text
+    assert ("nvcc could not compile" in text) == nvcc and "intt" in text and ">> " in text, text
+
+
+@EMULATOR
+def test_a_runaway_kernel_stops_at_the_check_cells_time_limit() -> None:
+    """An endless loop in a kernel: the check cell ends at its time limit (here 2 s) with a
+    timeout, as the grader's would, and the next check runs as usual."""
+    kernel = solution_kernel("3.1")
+    endless = kernel.replace("{\n", "{\n    while (clock64() >= 0) { }  // never ends\n", 1)
+    assert endless != kernel
+    done = emulated(
+        f"""
+        import time
+        import minitorch_cuda.exercise as helper
+        helper.CHECK_SECONDS = 2
+        start = time.monotonic()
+        stopped = helper.report("3.1", {endless!r})
+        print("seconds", time.monotonic() - start)
+        assert helper.report("3.1", {kernel!r}).passed
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert "FAILED [timeout]" in done.stdout and "ran past the time limit of 2 s" in done.stdout, done.stdout
+    seconds = float(re.search(r"seconds (\S+)", done.stdout).group(1))
+    assert seconds < 20, done.stdout

@@ -13,23 +13,28 @@ grade every kernel exercise on the GPU, compute-sanitizer included:
 from __future__ import annotations
 
 import csv
+import dataclasses
 import errno
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from submissions import CHEATS, MARKER, STUDENTS, build, vandal
+from submissions import CHEATS, HIDDEN_SHAPE_CHEATS, KERNEL_CHEATS, MARKER, STUDENTS, build, vandal
 
 import minitorch_cuda as mt
 from minitorch_cuda import grade
-from minitorch_cuda.grade import exercises, runner, sandbox, verdict
+from minitorch_cuda.grade import exercises, notebook, runner, sandbox, similarity, verdict
 
 SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
-CPU_IDS = ["1.2", "2.1", "4.1", "5.1", "14.1", "18.1", "19.1", "19.2", "20.1", "20.2"]
+# Exercises whose checks need a module this machine lacks (Triton without the grade extra) are
+# left out of the CPU runs: test_a_missing_extra_is_not_a_students_zero grades them instead.
+UNMET = {i: why for i in exercises.EXERCISES if (why := exercises.missing_dependency(exercises.get(i)))}
+CPU_IDS = [i for i in ["1.2", "2.1", "4.1", "5.1", "14.1", "18.1", "19.1", "19.2", "20.1", "20.2"] if i not in UNMET]
 gpu = pytest.mark.skipif(not mt.cuda_available(), reason=f"needs a GPU: {mt.cuda_unavailable_reason()}")
 
 
@@ -104,7 +109,11 @@ EXPECTED_CPU = {
 }
 
 
-@pytest.mark.parametrize("key", list(EXPECTED_CPU), ids=[f"{s}-{e}" for s, e in EXPECTED_CPU])
+@pytest.mark.parametrize(
+    "key",
+    [pytest.param(k, marks=pytest.mark.skipif(k[1] in UNMET, reason=UNMET.get(k[1], ""))) for k in EXPECTED_CPU],
+    ids=[f"{s}-{e}" for s, e in EXPECTED_CPU],
+)
 def test_cpu_reason(cpu_grades, key) -> None:
     _, results = cpu_grades
     assert results[key]["reason"] == EXPECTED_CPU[key], results[key]
@@ -202,6 +211,47 @@ def test_kernel_exercises_without_gpu_are_not_graded(tmp_path, capsys) -> None:
     run_grader(subs, out, ["3.1"], "--allow-partial", expect=0)
 
 
+def test_a_missing_extra_is_not_a_students_zero(tmp_path, capsys) -> None:
+    """Where the grading machine lacks what an exercise's checks import (Triton without the grade
+    extra), the exercise is not graded: said once at the start, blank in the CSV, a non-zero exit
+    unless --allow-partial, the feedback naming the extra; never a student's failure."""
+    if not UNMET:
+        pytest.skip("every optional module is installed here (test_a_missing_module_is_reported_by_the_check runs)")
+    out = tmp_path / "g.csv"
+    subs = build(tmp_path / "subs", {"full_solutions": STUDENTS["full_solutions"]})
+    ids = sorted(UNMET)
+    results = run_grader(subs, out, ids, expect=grade.EXIT_PARTIAL)
+    for i in ids:
+        r = results[("full_solutions", i)]
+        assert (r["reason"], r["status"], r["points"]) == (verdict.NO_DEPENDENCY, verdict.NOT_GRADED, None), r
+        assert row_of(out)[i] == "" and "install the `grade` extra" in r["message"]
+    captured = capsys.readouterr()
+    for why in UNMET.values():
+        assert captured.err.count(why) == 1, captured.err
+    assert "not graded: a missing extra" in (tmp_path / "feedback" / "full_solutions.md").read_text()
+    run_grader(subs, out, ids, "--allow-partial", expect=0)
+
+
+def row_of(out: Path) -> dict:
+    (row,) = csv.DictReader(out.open())
+    return row
+
+
+def test_a_missing_module_is_reported_by_the_check(tmp_path, monkeypatch) -> None:
+    """The check itself (the worker, here in-process) turns a missing module into 'not graded',
+    whatever this machine has installed: an exercise made to need a module that does not exist."""
+    from minitorch_cuda.grade import worker
+
+    lacking = dataclasses.replace(exercises.get("20.1"), needs=("no_such_module_of_the_course",))
+    monkeypatch.setitem(exercises.EXERCISES, "20.1", lacking)
+    payload, result = tmp_path / "payload.json", tmp_path / "result.json"
+    payload.write_text(json.dumps({"source": "fib_tile = None", "timeout": 30}))
+    assert worker.check("20.1", str(payload), str(result)) == 0
+    got = json.loads(result.read_text())
+    assert (got["passed"], got["reason"]) == (False, verdict.NO_DEPENDENCY), got
+    assert got["message"].startswith("No_such_module_of_the_course is not installed: exercise 20.1 will not be graded")
+
+
 def test_notebook_execution_feeds_feedback(students, tmp_path) -> None:
     subs = tmp_path / "subs"
     for student in ("full_solutions", "empty_kernels"):
@@ -212,8 +262,8 @@ def test_notebook_execution_feeds_feedback(students, tmp_path) -> None:
     data = json.loads(out.with_suffix(".json").read_text())
     assert data["executions"]["full_solutions/02_floating_point"]["errors"] == []
     errors = data["executions"]["empty_kernels/02_floating_point"]["errors"]
-    assert errors and all("NotImplementedError" in e for e in errors)
-    assert "NotImplementedError" in (tmp_path / "feedback" / "empty_kernels.md").read_text()
+    assert errors and all("ExerciseNotDone: Exercise 2.1 is not done yet" in e for e in errors)
+    assert "ExerciseNotDone" in (tmp_path / "feedback" / "empty_kernels.md").read_text()
 
 
 def test_rubric_covers_every_exercise() -> None:
@@ -272,9 +322,10 @@ def test_folders_without_notebooks_are_not_students(tmp_path, capsys) -> None:
     (subs / "__MACOSX").mkdir()
     (subs / "empty").mkdir()
     (subs / "empty" / "notes.txt").write_text("no notebook here")
+    (subs / "linked").symlink_to(subs / "full_solutions")  # another student's work, handed in as a link
     results = run_grader(subs, tmp_path / "g.csv", ["1.2"])
     assert {s for s, _ in results} == {"full_solutions"}
-    assert "skipped 2 folder(s) without notebooks: __MACOSX, empty" in capsys.readouterr().err
+    assert "skipped 3 folder(s) without notebooks, or links: __MACOSX, empty, linked" in capsys.readouterr().err
     rows = list(csv.DictReader((tmp_path / "g.csv").open()))
     assert [r["student"] for r in rows] == ["full_solutions"]
     with pytest.raises(SystemExit) as exit_:
@@ -355,6 +406,8 @@ def cheat_grades(tmp_path_factory) -> tuple[dict, Path, dict]:
 def test_a_cheat_loses_exactly_its_exercise(cheat_grades, name) -> None:
     results, _, _ = cheat_grades
     _, attacked, reasons = CHEATS[name]
+    if attacked in UNMET:
+        pytest.skip(UNMET[attacked])
     assert not results[(name, attacked)]["passed"] and results[(name, attacked)]["reason"] in reasons, results[
         (name, attacked)
     ]
@@ -421,7 +474,7 @@ def test_without_bwrap_the_processes_are_swept_and_the_isolation_called_partial(
     before = tree_bytes(subs)
     results = run_grader(subs, tmp_path / "g.csv", ["19.1"], "--cell-timeout", "60", execute=True)
     assert "isolation is partial" in capsys.readouterr().err
-    assert results[("leaves_processes", "19.1")]["reason"] == verdict.WRONG_RESULT
+    assert results[("leaves_processes", "19.1")]["reason"] == verdict.FORBIDDEN  # its check refuses the processes
     assert results[("full_solutions", "19.1")]["passed"]
     assert tree_bytes(subs) == before and leftover_processes() == []
     assert "Sandbox: partial" in (tmp_path / "feedback" / "leaves_processes.md").read_text()
@@ -881,34 +934,72 @@ def test_host_code_in_a_kernel_source_cannot_write_its_verdict_on_the_emulator(t
         assert result["reason"] == verdict.HOST_SIDE and "host code" in result["message"], result
 
 
-# an #include in each spelling the preprocessor accepts (all read the file on g++): through a macro,
-# split over lines, behind a comment, as a digraph, include_next, #import, after a lone carriage
-# return, and after a raw string whose text looks like a comment opener
-INCLUDES = {
-    "macro": '#define THEIRS "/subs/bob/relu.cu"\n#include THEIRS\n',
-    "continued_line": '#inc\\  \nlude "/subs/bob/relu.cu"\n',
-    "comment": '#/**/include "/subs/bob/relu.cu"\n',
-    "digraph": '%:include "/subs/bob/relu.cu"\n',
-    "include_next": "#include_next </etc/passwd>\n",
-    "import": '#import "../bob/relu.cu"\n',
-    "carriage_return": 'int x;\r#include "/etc/passwd"\n',
-    "raw_string": 'const char* s = R"x(\n/*)x";\n#include "/etc/passwd"\n// */\n',
+# An #include in each spelling the preprocessor accepts is judged where the kernel compiles, by the
+# files the preprocessor opened: tests/test_kernel_build.py (test_an_include_is_judged_by_what_the_
+# preprocessor_opened), and through the grader by the known cheats of KERNEL_CHEATS below.
+
+
+@pytest.fixture(scope="module")
+def kernel_cheat_grades(tmp_path_factory) -> tuple[dict, Path]:
+    """KERNEL_CHEATS and the honest student, graded on the GPU where there is one (nvcc's PTX is read),
+    else on the emulator (--emulate: its build is read)."""
+    subs = build(
+        tmp_path_factory.mktemp("kernel_cheats"),
+        {"full_solutions": STUDENTS["full_solutions"]} | {n: c[0] for n, c in KERNEL_CHEATS.items()},
+    )
+    out = tmp_path_factory.mktemp("kernel_cheat_grades") / "grades.csv"
+    ids = sorted({c[1] for c in KERNEL_CHEATS.values()}, key=lambda i: exercises.get(i).sort_key)
+    on_cpu = [] if mt.cuda_available() and not emulator_selected() else ["--emulate"]
+    results = run_grader(subs, out, ids, *on_cpu, "--timeout", "300", "--jobs", "2", "--allow-partial")
+    return results, out.parent
+
+
+def emulator_selected() -> bool:
+    from minitorch_cuda import emulator
+
+    return emulator.selected()
+
+
+@pytest.mark.skipif(
+    not _emulator_usable() and not mt.cuda_available(), reason="needs a GPU, or the CPU emulator and a C++ compiler"
+)
+@pytest.mark.parametrize("name", list(KERNEL_CHEATS))
+def test_a_kernel_cheat_loses_its_exercise(kernel_cheat_grades, name) -> None:
+    """Issue 36, classes 1 and 2: an answer included from the framework (by name, through a macro, past
+    a digit separator), a file quoted into a compile error, and a requirement met or a prohibition dodged
+    only in the text (an #if 0 block, a comment, a pasted macro) each lose exactly their exercise, for
+    the rule's reason in words; the honest student keeps every point, and no feedback quotes a file."""
+    results, out = kernel_cheat_grades
+    _, attacked, reasons = KERNEL_CHEATS[name]
+    result = results[(name, attacked)]
+    assert not result["passed"] and result["reason"] in reasons, result
+    assert results[("full_solutions", attacked)]["passed"], results[("full_solutions", attacked)]
+    for (student, exercise_id), other in results.items():
+        if student == name and exercise_id != attacked and other["reason"] != verdict.MISSING_NOTEBOOK:
+            assert other["passed"], other
+    feedback = (out / "feedback" / f"{name}.md").read_text()
+    assert "root:x:0" not in feedback and "/bin/bash" not in feedback
+
+
+KERNEL_CHEAT_MESSAGES = {  # what each kernel cheat is told
+    "includes_the_answer": "includes the framework's `elementwise.cu`, which holds the answer",
+    "includes_through_a_macro": "includes the framework's `elementwise.cu`, which holds the answer",
+    "quotes_a_file_in_a_compile_error": "includes `/etc/passwd`, a file outside the course's headers",
+    "shared_only_in_a_dead_block": "your compiled kernel never uses shared memory",
+    "shuffle_only_in_a_comment": "your compiled kernel has none",
+    "atomic_through_a_macro": "use no atomics",
 }
 
 
-@pytest.mark.parametrize("form", list(INCLUDES))
-def test_an_include_of_another_file_is_refused_in_every_spelling(form) -> None:
-    """The kernel is compiled by the checker (outside the sandbox on a GPU): an #include of a path
-    would compile another student's kernel as this one, or print a file in a compile error."""
-    from minitorch_cuda.grade import source
-
-    kernel = 'extern "C" __global__ void ew_relu(float* out, const float* a, int n) { }\n'
-    cell = f"ew_relu_source = {INCLUDES[form] + kernel!r}\n"
-    with pytest.raises(verdict.CheckFailed) as refused:
-        source.kernel_source(cell, exercises.get("3.1"))
-    assert refused.value.reason == verdict.NOT_A_KERNEL
-    allowed = '#include "grid_barrier.cuh"  // #include "/etc/passwd" in a comment\n#include <cuda_fp16.h>\n'
-    assert source.kernel_source(f"ew_relu_source = {allowed + kernel!r}\n", exercises.get("3.1")).startswith(allowed)
+@pytest.mark.skipif(
+    not _emulator_usable() and not mt.cuda_available(), reason="needs a GPU, or the CPU emulator and a C++ compiler"
+)
+def test_each_kernel_cheat_is_told_its_rule(kernel_cheat_grades) -> None:
+    results, _ = kernel_cheat_grades
+    assert set(KERNEL_CHEAT_MESSAGES) == set(KERNEL_CHEATS)
+    for name, told in KERNEL_CHEAT_MESSAGES.items():
+        result = results[(name, KERNEL_CHEATS[name][1])]
+        assert told in result["message"], result
 
 
 @pytest.mark.timeout(300)
@@ -929,8 +1020,8 @@ def test_a_linked_or_special_notebook_is_not_graded(tmp_path) -> None:
         assert result["reason"] == verdict.MISSING_NOTEBOOK and "not a regular file" in result["message"], result
 
 
-# a cell that replaces the sandboxed runner's record of the notebook's run: the record's file lies in
-# the folder the notebook runs in, and a directory in the way of its temporary file stops the runner
+# a cell that writes a record of the notebook's run where the runner once wrote it (the folder the
+# notebook runs in), and a directory in the way of its temporary file
 FORGE_RECORD = (
     "\n```{code-cell} ipython3\n"
     "import json, pathlib\n"
@@ -948,9 +1039,9 @@ RECORDS = {
 
 @pytest.mark.skipif(sandbox.bwrap() is None, reason="needs bubblewrap (apt-get install bubblewrap)")
 def test_a_notebook_cannot_forge_its_execution_record(tmp_path) -> None:
-    """What the notebook writes as its run's record is read as untrusted text: a record that is not
-    one says the notebook could not be executed (it crashed the whole run before), and no line of
-    it can pass for a heading or a total in the feedback. The grade comes from the check."""
+    """What the notebook writes as its run's record is never read: the runner's record reaches the
+    grader through a pipe, and no line of the forgery can pass for a heading or a total in the
+    feedback. The grade comes from the check."""
     sol = (SOLUTIONS / "01_cuda_setup.md").read_text()
     subs = tmp_path / "subs"
     for name, record in RECORDS.items():
@@ -965,8 +1056,13 @@ def test_a_notebook_cannot_forge_its_execution_record(tmp_path) -> None:
         assert results[(name, "1.2")]["passed"], results[(name, "1.2")]
         feedback = (tmp_path / "feedback" / f"{name}.md").read_text().splitlines()
         assert not [line for line in feedback if line.startswith(("## Exercise 1.2: forged", "Total: 64"))], feedback
-    for name in ("not_a_list", "not_json"):
-        assert "could not be executed" in executions[f"{name}/01_cuda_setup"]["errors"][0]
+    # the record comes through the runner's pipe, not the folder: the forged file changes nothing
+    ran = notebook.read(SOLUTIONS / "01_cuda_setup.md")
+    ran = ran if mt.cuda_available() else notebook.without_gpu_cells(ran)
+    cells = sum(1 for c in ran.cells if c.cell_type == "code") + 1  # and the forging cell
+    for name in RECORDS:
+        assert executions[f"{name}/01_cuda_setup"]["cells"] == cells, executions[f"{name}/01_cuda_setup"]
+        assert not executions[f"{name}/01_cuda_setup"]["errors"], executions[f"{name}/01_cuda_setup"]
 
 
 def test_an_exception_message_cannot_pass_for_a_grade_in_the_feedback(tmp_path) -> None:
@@ -1041,8 +1137,8 @@ def test_an_emulated_kernel_cannot_fill_the_disk_or_the_memory(tmp_path, monkeyp
     monkeypatch.setenv("MINITORCH_CUDA_GRADE_EMULATED_MEMORY", str(1 << 30))
     logs = []
 
-    def run(argv, timeout, cwd, env):
-        done = run.original(argv, timeout, cwd, env)
+    def run(argv, timeout, cwd, env, **kwargs):
+        done = run.original(argv, timeout, cwd, env, **kwargs)
         logs.append(Path(cwd, "output.log").stat().st_size)
         return done
 
@@ -1079,9 +1175,11 @@ def test_a_cell_nested_past_the_parsers_depth_costs_only_its_exercise(tmp_path) 
 
 def test_code_that_fills_the_disk_is_stopped(tmp_path, monkeypatch) -> None:
     """A per-file limit does not bound many files: a cell that writes file after file (into its
-    sandbox's folder) would fill the disk every other student's checks write to; it is stopped,
-    and costs its exercise only."""
+    sandbox's folder) would fill the disk every other student's checks write to; its folder is a
+    file system of a fixed size (or, without bwrap's --size, the run is stopped), and it costs its
+    exercise only."""
     monkeypatch.setattr(sandbox, "MAX_WRITTEN", 200 << 20)
+    monkeypatch.setenv("MINITORCH_CUDA_GRADE_DISK_BYTES", str(200 << 20))
     fill = (
         "import itertools, time\n"
         "for k in itertools.count():\n"
@@ -1093,7 +1191,10 @@ def test_code_that_fills_the_disk_is_stopped(tmp_path, monkeypatch) -> None:
     results = run_grader(subs, tmp_path / "g.csv", ["4.1"], "--timeout", "60")
     assert results[("honest", "4.1")]["passed"]
     result = results[("filler", "4.1")]
-    assert result["reason"] == verdict.CRASHED and "wrote more than 200 MB" in result["message"], result
+    if sandbox.own_disk():  # its folder is a file system of 200 MB: the write that would pass it fails
+        assert result["reason"] == verdict.EXCEPTION and "No space left on device" in result["message"], result
+    else:  # what it writes is polled
+        assert result["reason"] == verdict.CRASHED and "wrote more than 200 MB" in result["message"], result
 
 
 def _python_in_sandbox(code: str, folder: Path) -> subprocess.CompletedProcess:
@@ -1226,15 +1327,455 @@ BOMB = "#define A0 x\n" + DOUBLINGS + "int bomb = sizeof(A40);\n"
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_nvcc_on_a_preprocessor_bomb_runs_out_of_its_own_memory(tmp_path, monkeypatch) -> None:
+def test_nvcc_on_a_preprocessor_bomb_runs_out_of_its_own_memory(monkeypatch) -> None:
     """A macro doubled forty times expands to 2^40 tokens: nvcc's preprocessor would take the grading
-    machine's memory (on a GPU the checker, holding a CUDA context, has no cap of its own). The nvcc
-    the checker finds first on its PATH has one; an honest kernel still compiles."""
-    tools = sandbox.limited_compilers(tmp_path, memory_bytes=1 << 30)
-    monkeypatch.setenv("PATH", os.pathsep.join([tools, os.environ["PATH"]]))
-    from minitorch_cuda.grade import worker
+    machine's memory (on a GPU the checker, holding a CUDA context, has no cap of its own). The
+    sandboxed compile of a student's kernel (kernel_build, sandbox.run_compiler) has one, and says
+    so in its own words; an honest kernel still compiles."""
+    from minitorch_cuda.grade import kernel_build
 
+    monkeypatch.setattr(sandbox, "COMPILER_MEMORY", 1 << 30)
     honest = 'extern "C" __global__ void ew_relu(float* out, const float* a, int n) { }\n'
-    assert worker.compiles_for_a_gpu(honest) == []
-    refused = worker.compiles_for_a_gpu(BOMB + honest)
+    assert kernel_build.gpu_errors(honest) == []
+    refused = kernel_build.gpu_errors(BOMB + honest)
     assert refused and "memory" in " ".join(refused), refused
+
+
+# --- issue 36, classes 2, 5 and 6: rules by behaviour, references first, hidden shapes -----------
+
+
+import numpy as np  # noqa: E402 -- (this block's own imports, kept with it for merging)
+
+
+def test_hidden_shapes_are_a_function_of_the_seed(monkeypatch) -> None:
+    """The same seed draws the same shapes (a grade can be reproduced); another seed others; every
+    size is past the bound, ragged, and the last near the largest; the emulator's are smaller."""
+    from minitorch_cuda import emulator
+    from minitorch_cuda.grade import hidden
+
+    monkeypatch.delenv(emulator.ENV, raising=False)
+
+    def draw(seed, exercise_id="6.1"):
+        hidden.use(seed, exercise_id)
+        return hidden.sizes("n", 200_704, 4_000_000, 3, 1024), hidden.between("M", 71, 400, 2)
+
+    first = draw(5)
+    assert draw(5) == first and draw(6) != first and draw(5, "3.1") != first
+    sizes = first[0]
+    assert all(200_704 < n <= 4_000_001 and n % 1024 for n in sizes) and sizes[-1] > 4_000_000 * 15 // 16
+    monkeypatch.setenv(emulator.ENV, "1")
+    assert all(200_704 < n <= 200_704 * 1.5 + 0.1 * 4_000_000 for n in draw(5)[0])
+    hidden.use(None, "6.1")
+    assert hidden.sizes("n", 10, 10**9, 1) != hidden.sizes("n", 10, 10**9, 1)  # no seed: fresh shapes
+
+
+def test_the_seed_is_recorded_and_a_resumed_run_keeps_it(tmp_path) -> None:
+    subs = _student(tmp_path, "honest", "01_cuda_setup", (SOLUTIONS / "01_cuda_setup.md").read_text())
+    out = tmp_path / "g.csv"
+    results = run_grader(subs, out, ["1.2"], "--seed", "1234")
+    assert results[("honest", "1.2")]["seed"] == 1234
+    assert json.loads(out.with_suffix(".json").read_text())["meta"]["seed"] == 1234
+    json_path = out.with_suffix(".json")
+    data = json.loads(json_path.read_text())
+    data["results"] = []  # as if interrupted before its first result: the rerun resumes with the seed
+    json_path.write_text(json.dumps(data))
+    assert run_grader(subs, out, ["1.2"])[("honest", "1.2")]["seed"] == 1234
+    with pytest.raises(SystemExit):
+        grade.main([str(subs), "--out", str(out), "--seed", "minus one"])
+
+
+RULES_PROBE = """
+import importlib, json, os, sys
+import numpy as np
+import minitorch_cuda.exercise  # what the subject loads before the cell
+from minitorch_cuda.grade import fakes, python_work, subject_rules
+subject_rules.install(sys.argv[1], library_dirs=python_work.library_dirs())
+root = os.path.dirname(os.path.dirname(subject_rules.__file__))
+attempts = {
+    "import": lambda: __import__("ml_dtypes"),
+    "importlib, concatenated": lambda: importlib.import_module("ml_" + "dtypes"),
+    "builtins by a key": lambda: vars(__import__("builtins"))["__imp" + "ort__"]("ml_dtypes"),
+    "answer key": lambda: importlib.import_module("minitorch_cuda.grade.mma_" + "fragments"),
+    "answer key's file": lambda: exec(open(os.path.join(root, "numerics.py")).read(), {}),
+    "a checkout's solutions": lambda: open(os.path.join(os.path.dirname(root), "solutions", "x.md")),
+    "a second Python": lambda: __import__("subprocess").run([sys.executable, "-c", "1"]),
+    "ctypes": lambda: __import__("ctypes").string_at(id(1), 8),
+    "gc's objects": lambda: __import__("gc").get_objects(),
+    "the framework's own pool": lambda: importlib.import_module("minitorch_cuda.cuda.memory"),
+    "the framework's graphed step, as a file": lambda: open(os.path.join(root, "cuda", "graphs.py")).read(),
+}
+refused = {}
+for what, attempt in attempts.items():
+    try:
+        attempt()
+        refused[what] = False
+    except PermissionError:
+        refused[what] = True
+still = float(np.linalg.norm(np.ones(4))) == 2.0 and importlib.import_module("minitorch_cuda.grade.fakes") is fakes
+print(json.dumps({"refused": refused, "numpy and the fakes still work": still, "log": subject_rules.refusals}))
+"""
+
+
+@pytest.mark.parametrize("exercise_id", ["2.1", "19.1"])
+def test_the_subject_refuses_what_the_exercise_rules_out_whatever_the_spelling(exercise_id) -> None:
+    """In a fresh process (the audit hook stays for its life): every spelling of a forbidden import,
+    an answer key as a module or as a file, a program, ctypes and gc are refused and recorded; numpy
+    and the modules the subject runs on are not."""
+    run = subprocess.run([sys.executable, "-c", RULES_PROBE, exercise_id], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    data = json.loads(run.stdout.strip().splitlines()[-1])
+    assert all(data["refused"].values()), data["refused"]
+    assert data["numpy and the fakes still work"]
+    assert len(data["log"]) >= len(data["refused"]) and all("refused" in line for line in data["log"])
+
+
+def test_module_and_path_rules() -> None:
+    from minitorch_cuda.grade import subject_rules as rules
+
+    assert rules.module_rule("minitorch_cuda.grade.mma_fragments", "19.2") == rules.WHY_GRADER
+    assert rules.module_rule("minitorch_cuda.grade.host_checks", "1.2") == rules.WHY_GRADER
+    assert rules.module_rule("minitorch_cuda.grade.fakes", "4.1") is None  # the subject's own
+    assert rules.module_rule("minitorch_cuda.profiler", "4.1") is None  # 4.1 counts with it
+    assert rules.module_rule("minitorch_cuda.tile_eval.interop", "20.2") is None  # 20.2's launcher needs it
+    assert rules.module_rule("minitorch_cuda.tile_eval.cases", "20.1") is not None  # 20.1's answer
+    assert rules.module_rule("ml_dtypes", "2.1") and rules.module_rule("ml_dtypes", "20.2") is None
+    assert rules.module_rule("tests.submissions", "1.2") == rules.WHY_CHECKOUT
+    package = rules.PACKAGE_DIR
+    assert rules.path_rule(package / "grade" / "__pycache__" / "mma_fragments.cpython-311.pyc", "19.2")
+    assert rules.path_rule(package / "numerics.py", "19.1") and rules.path_rule(package / "kernels" / "x.cu", "19.2")
+    assert rules.path_rule(package / "grade" / "fakes.py", "4.1") is None and rules.path_rule(3, "4.1") is None
+
+
+def test_per_element_python_is_counted_not_spelt() -> None:
+    """A whole-array function runs as many lines for 8,000 values as for 500; a while loop over the
+    elements runs more, and fails however it is written. Counted in this process by the subject's
+    counter, as the subject does (python_work.Counter)."""
+    import sys as _sys
+
+    from minitorch_cuda.grade import python_work
+
+    counter = python_work.Counter(python_work.library_dirs())
+    namespace: dict = {"np": np}
+    exec(
+        compile(
+            "def whole(x):\n    return np.where(x > 0, x, 0)\n"
+            "def each(x):\n    out, i = np.empty_like(x), 0\n    while i < x.size:\n"
+            "        out[i] = max(x[i], 0)\n        i += 1\n    return out\n",
+            "<cell>",
+            "exec",
+        ),
+        namespace,
+    )
+
+    def lines(fn, n):
+        counter.lines, counter.active = 0, True
+        _sys.settrace(counter.trace)
+        try:
+            fn(np.arange(n) - n // 2)
+        finally:
+            _sys.settrace(None)
+            counter.active = False
+        return counter.lines
+
+    assert lines(namespace["whole"], 500) == lines(namespace["whole"], 8000) > 0
+    assert lines(namespace["each"], 8000) - lines(namespace["each"], 500) >= 7500 * 2
+    assert python_work.require_whole_array(namespace["whole"], np.ones(5), np.ones(50), "f") is None  # no subject
+
+
+def test_the_checkers_arrays_never_take_a_subjects_writes() -> None:
+    """A subject that writes into the arrays it was handed changes its own copies: the checker's
+    stay as they were (its references come from them), and the checker learns which were changed."""
+    import threading
+
+    from minitorch_cuda.grade import channel, worker
+
+    to_subject, from_checker = os.pipe()
+    to_checker, from_subject = os.pipe()
+    checker = channel.Peer(to_checker, from_checker, shareable=worker.shareable)
+    subject = channel.Peer(to_subject, from_subject, private=False)
+
+    def vandal(a, b):
+        a[:] = -1
+        return a.sum()
+
+    def reader(a, b):
+        return a.sum() + b.sum()
+
+    proxy, read = (channel.Proxy(checker, subject.encode(f)["H"]) for f in (vandal, reader))
+
+    def serve():
+        with __import__("contextlib").suppress(channel.SubjectGone):
+            while True:
+                subject.serve_one(subject.receive())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    a, b = np.arange(4.0), np.ones(3)
+    assert checker.call(proxy, a, b) == -4.0
+    assert np.array_equal(a, np.arange(4.0)) and channel.changed_arguments(proxy) == [0]
+    assert checker.call(read, a, b) == 9.0 and channel.changed_arguments(read) == []
+    for fd in (to_subject, from_checker, to_checker, from_subject):
+        os.close(fd)
+
+
+@pytest.mark.skipif(
+    not _emulator_usable(), reason="the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing"
+)
+@pytest.mark.parametrize("name", list(HIDDEN_SHAPE_CHEATS))
+def test_a_kernel_fitted_to_the_fixed_shapes_fails_on_the_hidden_ones_on_the_emulator(tmp_path, name) -> None:
+    """A kernel that covers the fixed shapes and nothing more passes the notebook's checks and fails
+    the grader's hidden shapes, on every seed; the honest kernel passes on the same seed."""
+    stem, find, replace, exercise_id, reason = HIDDEN_SHAPE_CHEATS[name]
+    sol = (SOLUTIONS / f"{stem}.md").read_text()
+    assert find in sol
+    subs = _student(tmp_path, name, stem, sol.replace(find, replace))
+    (subs / "honest").mkdir()
+    shutil.copy(SOLUTIONS / f"{stem}.md", subs / "honest")
+    for seed in ("1", "2"):
+        results = run_grader(subs, tmp_path / f"g{seed}.csv", [exercise_id], "--emulate", "--seed", seed)
+        assert results[(name, exercise_id)]["reason"] == reason and "n=" in results[(name, exercise_id)]["message"]
+        assert results[("honest", exercise_id)]["passed"], results[("honest", exercise_id)]
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(HIDDEN_SHAPE_CHEATS))
+def test_a_kernel_fitted_to_the_fixed_shapes_fails_on_the_hidden_ones_on_a_gpu(tmp_path, name) -> None:
+    stem, find, replace, exercise_id, reason = HIDDEN_SHAPE_CHEATS[name]
+    sol = (SOLUTIONS / f"{stem}.md").read_text()
+    subs = _student(tmp_path, name, stem, sol.replace(find, replace))
+    result = run_grader(subs, tmp_path / "g.csv", [exercise_id], "--timeout", "120")[(name, exercise_id)]
+    assert result["reason"] == reason, result
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="needs bubblewrap (apt-get install bubblewrap)")
+def test_the_sandbox_shows_the_package_and_nothing_else_of_a_checkout(tmp_path) -> None:
+    """Installed editable, the package lies in the course's repository: sandboxed code imports it, reads
+    the MNIST data beside it, and sees nothing of solutions/, exercises/, tests/ or chapters/."""
+    root = sandbox.PACKAGE_ROOT
+    if not (root / "solutions").is_dir():
+        pytest.skip("the package is not installed from a checkout")
+    probe = f"""
+import os, minitorch_cuda
+print(minitorch_cuda.__file__)
+print(sorted(os.listdir({str(root / "data")!r})))
+print([n for n in ("solutions", "exercises", "tests", "chapters") if os.listdir({str(root)!r} + "/" + n)])
+try:
+    print(len(open({str(root / "README.md")!r}).read()))
+except OSError:
+    print(0)
+"""
+    argv = sandbox.command([sys.executable, "-c", probe], tmp_path)
+    done = subprocess.run(argv, capture_output=True, text=True, env=sandbox.environment(tmp_path), timeout=60)
+    assert done.returncode == 0, done.stderr
+    package, data, shown, readme = done.stdout.splitlines()
+    assert package == str(root / "minitorch_cuda" / "__init__.py")
+    assert data != "[]" and shown == "[]" and readme == "0", done.stdout
+
+
+# --- class 7 of issue 36: untrusted input (what the grader parses, walks, writes and shows) ---------
+
+CLEAR_REASONS = {  # the cheat (tests/submissions.py) -> words of the message its exercise gets
+    "yaml_alias_bomb": "anchors or aliases",
+    "tiny_cells": "cells, more than",
+    "fallocates_gigabytes": "No space left on device",
+    "forges_markdown": "Total: 64",
+}
+
+
+@pytest.mark.parametrize("name", list(CLEAR_REASONS))
+def test_untrusted_input_cheats_get_a_clear_reason(cheat_grades, name) -> None:
+    if name == "fallocates_gigabytes" and not sandbox.own_disk():
+        pytest.skip("needs bwrap with --size (a disk of its own per run)")
+    results, _, _ = cheat_grades
+    _, attacked, _ = CHEATS[name]
+    assert CLEAR_REASONS[name] in results[(name, attacked)]["message"], results[(name, attacked)]
+
+
+def test_student_text_in_the_feedback_is_plain_text() -> None:
+    """A message, a detail, a notebook's error or a name a student controls renders as the characters
+    typed: no heading, total, table, HTML, link or code fence of theirs reaches the Markdown."""
+    forged = "x\n# Feedback for you\n\nTotal: 64 / 64\n| a | b |\n<h2>passed</h2> [ok](http://x) ``` *"
+    reason = verdict.EXCEPTION
+    result = verdict.CheckResult("1.2", False, reason, "## Exercise 1.2 (1/1, passed) " + forged, [forged])
+    results = {("m#llory <b>", "1.2"): dict(result.to_dict(), points=0.0, max_points=1.0, status=verdict.GRADED)}
+    executions = {"m#llory <b>/01_cuda_setup": {"errors": [forged], "sandbox": "bwrap"}}
+    text = runner._feedback("m#llory <b>", ["1.2"], results, executions, {"points": {"1.2": 1.0}})
+    lines = text.splitlines()
+    assert [line for line in lines if line.startswith("#")] == [
+        "# Feedback for m\\#llory \\<b\\>",
+        f"## Exercise 1.2: {exercises.get('1.2').title} (0/1, failed: exception)",
+        "## When your notebooks ran",
+    ]
+    assert [line for line in lines if line.startswith("Total")] == ["Total: 0 / 1"]
+    outside_code = [line for line in lines if not line.startswith("    ")]
+    assert not [line for line in outside_code if re.search(r"(?<!\\)[<|`\[]", line)], outside_code
+    # a reason forged by code that runs in the checker's process (a kernel on the emulator)
+    results[("m#llory <b>", "1.2")]["reason"] = "x)\n\nTotal: 64 / 64\n# ok"
+    text = runner._feedback("m#llory <b>", ["1.2"], results, executions, {"points": {"1.2": 1.0}})
+    assert [line for line in text.splitlines() if line.startswith(("#", "Total"))][:3] == [
+        "# Feedback for m\\#llory \\<b\\>",
+        "Total: 0 / 1",
+        f"## Exercise 1.2: {exercises.get('1.2').title} (0/1, failed: x) Total: 64 / 64 \\# ok)",
+    ]
+
+
+def test_a_deep_folder_and_undecodable_names_cost_no_one_anything(tmp_path) -> None:
+    """A folder nested past the recursion limit beside a notebook, a student folder and a file whose
+    names are not UTF-8: every student is graded, the feedback names them escaped, a rerun resumes."""
+    subs = tmp_path / "subs"
+    for name in ("honest", "deep"):
+        (subs / name).mkdir(parents=True)
+        shutil.copy(SOLUTIONS / "01_cuda_setup.md", subs / name)
+    fd = os.open(subs / "deep", os.O_RDONLY)
+    for _ in range(sys.getrecursionlimit() + 500):  # one level at a time: no path is too long to make
+        os.mkdir("d", dir_fd=fd)
+        fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+        os.close(old)
+    os.close(fd)
+    odd = os.path.join(os.fsencode(subs), b"caf\xe9")
+    os.mkdir(odd)
+    shutil.copy(SOLUTIONS / "01_cuda_setup.md", os.fsdecode(odd))
+    open(os.path.join(odd, b"notes-\xff.txt"), "wb").close()
+    try:
+        _grade_deep_and_undecodable(subs, tmp_path, os.fsdecode(odd).rsplit("/", 1)[1])
+    finally:  # pytest's own clean-up recurses
+        sandbox.remove_tree(subs / "deep" / "d")
+
+
+def _grade_deep_and_undecodable(subs: Path, tmp_path: Path, student: str) -> None:
+    out = tmp_path / "g.csv"
+    results = run_grader(subs, out, ["1.2"], "--cell-timeout", "60", execute=True)
+    for name in ("honest", "deep", student):
+        assert results[(name, "1.2")]["passed"], results[(name, "1.2")]
+    assert "caf\\xe9" in (tmp_path / "g.csv").read_text()
+    # the byte shown as \xe9, its backslash escaped for Markdown
+    assert (tmp_path / "feedback" / f"{student}.md").read_text().startswith("# Feedback for caf\\\\xe9\n")
+    executions = json.loads(out.with_suffix(".json").read_text())["executions"]
+    assert any("not copied" in e for e in executions["deep/01_cuda_setup"]["errors"]), executions
+    again = run_grader(subs, out, ["1.2"])  # resumes: nothing to grade again, nothing stops
+    assert {k: r["graded_at"] for k, r in again.items()} == {k: r["graded_at"] for k, r in results.items()}
+
+
+def test_the_ledger_appends_and_resume_ignores_a_torn_line(tmp_path) -> None:
+    """A result costs one line of grades.journal (grades.json is not rewritten); a rerun reads both,
+    and a last line torn by a kill is ignored (that result is graded again)."""
+    rubric = runner.load_rubric(None)
+    ledger = runner.Ledger(tmp_path / "grades.json", rubric)
+    ledger.students = ["ann", "bob"]
+    ledger.compact()
+    compacted = (tmp_path / "grades.json").read_bytes()
+    ledger.add("ann", verdict.CheckResult("1.2", True, verdict.PASSED).to_dict())
+    ledger.add("bob", verdict.CheckResult("1.2", False, verdict.WRONG_RESULT, "no").to_dict())
+    assert (tmp_path / "grades.json").read_bytes() == compacted
+    journal = tmp_path / "grades.journal"
+    assert len(journal.read_text().splitlines()) == 2
+    journal.write_bytes(journal.read_bytes()[:-20])  # killed mid-line
+    again = runner.Ledger(tmp_path / "grades.json", rubric)
+    assert again.done("ann", "1.2") and not again.done("bob", "1.2")
+    again.compact()
+    assert not journal.exists() and runner.Ledger(tmp_path / "grades.json", rubric).done("ann", "1.2")
+    (tmp_path / "grades.json").write_text("{")
+    with pytest.raises(ValueError, match="move it away"):
+        runner.Ledger(tmp_path / "grades.json", rubric)
+
+
+def test_the_csv_says_what_was_emulated_and_leaves_an_ungraded_row_blank(tmp_path) -> None:
+    rubric = runner.load_rubric(None)
+    ledger = runner.Ledger(tmp_path / "g.json", rubric)
+    emulated = dict(verdict.CheckResult("3.1", True, verdict.PASSED).to_dict(), emulated=True)
+    ledger.add("ann", emulated)
+    ledger.add("ann", verdict.CheckResult("3.2", False, verdict.NO_GPU, "no GPU").to_dict())
+    runner.write_outputs(ledger, ["ann", "bob", "=2+5"], ["3.1", "3.2"], tmp_path / "g.csv")
+    rows = {r["student"]: r for r in csv.DictReader((tmp_path / "g.csv").open())}
+    assert "'=2+5" in rows  # a spreadsheet shows that folder's name, it does not compute it
+    assert rows["ann"]["notes"] == "emulated: 3.1; not graded (needs a GPU): 3.2"
+    assert (rows["bob"]["3.1"], rows["bob"]["total"]) == ("", "")
+    assert "not run under compute-sanitizer" in (tmp_path / "feedback" / "ann.md").read_text()
+
+
+def test_without_a_terminal_progress_is_a_line_now_and_then(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(runner, "PROGRESS_EVERY", 0.0)
+    bar = runner._progress(2, True)
+    bar.update(1)
+    bar.update(1)
+    assert capsys.readouterr().err.splitlines() == [
+        "grading: 1 of 2 exercises done",
+        "grading: 2 of 2 exercises done",
+    ]
+
+
+def test_the_similarity_report_flags_a_copied_built_in_kernel_and_a_shared_kernel(tmp_path, capsys) -> None:
+    """similarity.csv and the instructor's files name two students handing in the same kernel and a
+    kernel copied from the framework; the grades and the students' own feedback do not change."""
+    sol = (SOLUTIONS / "03_building_the_backend.md").read_text()
+    gather = similarity.global_functions((similarity.KERNELS / "gather.cu").read_text())["gather_rows"]
+    entry = 'ew_relu_source = r"""\n'
+    copied = sol.replace(entry, entry + "// mine\n" + gather.replace("gather_rows", "my_kernel") + "\n")
+    subs = tmp_path / "subs"
+    for name, text in (("ann", sol), ("bob", sol), ("cy", copied)):
+        (subs / name).mkdir(parents=True)
+        (subs / name / "03_building_the_backend.md").write_text(text)
+    out = tmp_path / "g.csv"
+    results = run_grader(subs, out, ["3.1", "3.3"], "--allow-partial")
+    rows = [r for r in csv.DictReader((tmp_path / "similarity.csv").open()) if r["flagged"] == "yes"]
+    assert ("3.3", "ann", "bob") in {(r["exercise"], r["student"], r["matches"]) for r in rows}, rows
+    assert ("3.1", "cy", "built-in gather.cu:gather_rows") in {
+        (r["exercise"], r["student"], r["matches"]) for r in rows
+    }
+    assert "bob" in (tmp_path / "instructor" / "ann.md").read_text()
+    assert "gather_rows" in (tmp_path / "instructor" / "cy.md").read_text()
+    assert "bob" not in (tmp_path / "feedback" / "ann.md").read_text()
+    assert "gather_rows" not in (tmp_path / "feedback" / "cy.md").read_text()
+    assert results[("ann", "3.3")]["reason"] == results[("bob", "3.3")]["reason"]  # a flag, never a grade
+    summary = capsys.readouterr().out
+    assert re.search(r"similarity: \d+ flagged \(1 of a built-in kernel", summary), summary
+
+
+def test_the_notebook_reader_refuses_aliases_anywhere_jupytext_reads_yaml(tmp_path) -> None:
+    """Anchors and aliases in the header or in a cell's options are refused before jupytext parses
+    anything; an honest notebook's prose (``*emphasis*`` between two rules) is not YAML; bytes that
+    are not UTF-8 are named."""
+    sol = (SOLUTIONS / "01_cuda_setup.md").read_text()
+    cell = "```{code-cell} ipython3\n"
+    cases = {
+        "header": sol.replace("kernelspec:\n", "x: &x [1]\ny: *x\nkernelspec:\n", 1),
+        "options": sol.replace(cell, cell + "---\nx: &x [1]\ny: [*x, *x]\n---\n", 1),
+        "short_options": sol.replace(cell, cell + ":x: &x [1]\n:y: [*x]\n", 1),
+    }
+    for name, text in cases.items():
+        (tmp_path / f"{name}.md").write_text(text)
+        with pytest.raises(ValueError, match="anchors or aliases"):
+            notebook.read(tmp_path / f"{name}.md")
+    (tmp_path / "prose.md").write_text(sol + "\n---\n\nSome *emphasis* and **bold** &amp; more.\n\n---\n")
+    assert notebook.read(tmp_path / "prose.md").cells
+    (tmp_path / "latin1.md").write_bytes(sol.encode() + b"\n# caf\xe9\n")
+    with pytest.raises(ValueError, match="not UTF-8"):
+        notebook.read(tmp_path / "latin1.md")
+
+
+# a cell that writes a record of its own into every file its runner process holds open
+FORGE_THROUGH_PROC = (
+    "\n```{code-cell} ipython3\n"
+    "import glob, os\n"
+    "for held in glob.glob(f'/proc/{os.getppid()}/fd/*'):\n"
+    "    try:\n"
+    "        with open(held, 'a') as f:\n"
+    "            f.write('{\"cells\": []}')\n"
+    "        print('wrote', held)\n"
+    "    except OSError as exc:\n"
+    "        print('refused', held, exc)\n"
+    "```\n"
+)
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="needs bubblewrap (apt-get install bubblewrap)")
+def test_a_notebook_cannot_write_into_its_runners_pipe(tmp_path) -> None:
+    """The runner makes itself non-dumpable and does not hand its end of the pipe to the kernel: the
+    kernel cannot open the runner's files through /proc, so the record is the runner's own."""
+    sol = (SOLUTIONS / "01_cuda_setup.md").read_text()
+    subs = _student(tmp_path, "prober", "01_cuda_setup", sol + FORGE_THROUGH_PROC)
+    out = tmp_path / "g.csv"
+    run_grader(subs, out, ["1.2"], "--cell-timeout", "60", execute=True)
+    record = json.loads(out.with_suffix(".json").read_text())["executions"]["prober/01_cuda_setup"]
+    assert record["cells"] > 1 and not record["errors"], record

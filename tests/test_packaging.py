@@ -2,9 +2,11 @@
 it into a fresh virtual environment, then train on the CPU and grade one
 exercise from a folder outside the checkout.
 
-The venv sees this environment's packages (--system-site-packages) so that
-numpy and the grader's dependencies need no download; the wheel itself goes in
-with --no-deps and must shadow the checkout's copy of the package.
+The venv sees this environment's packages (a .pth file naming this interpreter's
+site-packages, which works where the tests themselves run in a venv, unlike
+--system-site-packages) so that numpy and the grader's dependencies need no
+download; the wheel itself goes in with --no-deps and must shadow the checkout's
+copy of the package.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import csv
 import os
 import shutil
+import site
 import subprocess
 import sys
 import venv
@@ -43,8 +46,16 @@ def installed(tmp_path_factory) -> Path:
     assert build.returncode == 0, build.stderr
     (wheel,) = (tmp / "dist").glob("minitorch_cuda-*.whl")
     env_dir = tmp / "venv"
-    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
+    venv.EnvBuilder(with_pip=False).create(env_dir)
     bin_dir = env_dir / "bin"
+    # Paths a .pth file names are put on sys.path as they are: the .pth files there (this
+    # environment's editable install of the package) are not run, so the wheel is what imports.
+    ours = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
+    venv_site = subprocess.run(
+        [str(bin_dir / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    Path(venv_site, "outer_environment.pth").write_text("\n".join(ours) + "\n")
     install = subprocess.run(
         # --ignore-installed: the venv sees this environment's editable install of the same version,
         # which pip would otherwise take as already satisfied and not install the wheel over
@@ -88,9 +99,13 @@ def test_the_wheel_is_what_runs(installed: Path, tmp_path: Path) -> None:
     assert version.returncode == 0 and version.stdout.startswith("minitorch-cuda "), version
 
 
-def test_train_needs_to_be_told_where_mnist_is(installed: Path, tmp_path: Path) -> None:
+def test_train_finds_mnist_in_the_clone_and_needs_to_be_told_elsewhere(installed: Path, tmp_path: Path) -> None:
     lost = _run(installed, "minitorch-cuda", "train", "--device", "cpu", cwd=tmp_path)
     assert lost.returncode == 1 and "MNIST not found" in lost.stderr and "Traceback" not in lost.stderr, lost.stderr
+    assert "run it inside the clone" in lost.stderr and "checkout's data/mnist" not in lost.stderr, lost.stderr
+    args = ["minitorch-cuda", "train", "--device", "cpu", "--batches", "5", "--no-progress"]
+    inside = _run(installed, *args, cwd=ROOT / "chapters")  # as the README says: found by itself in the clone
+    assert inside.returncode == 0 and "test accuracy" in inside.stdout, inside.stderr
     for how in (["--data", str(ROOT / "data")], []):
         env = {} if how else {"MINITORCH_CUDA_DATA": str(ROOT / "data" / "mnist")}
         args = ["minitorch-cuda", "train", "--device", "cpu", "--batches", "5", "--no-progress", *how]

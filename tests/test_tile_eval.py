@@ -7,7 +7,6 @@ benchmark on a GPU (``-m gpu``).
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import os
 import shutil
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import needs_triton
 
 import minitorch_cuda as mt
 from minitorch_cuda.tile_eval import availability, cases, compare, cuda_c, diagnostics, report, sources
@@ -25,9 +25,6 @@ from minitorch_cuda.tile_eval.interop import TileArray
 ROOT = Path(__file__).resolve().parents[1]
 GPU = mt.cuda_available()
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-# find_spec, not import: importing triton here would fix it in compiled mode for this process
-TRITON = None if importlib.util.find_spec("triton") else "triton is not installed (pip install triton to run these)"
-needs_triton = pytest.mark.skipif(TRITON is not None, reason=TRITON or "")
 
 
 # --- references ---------------------------------------------------------------------

@@ -80,7 +80,11 @@ class KernelError(RuntimeError):
 
 
 class KernelCompileError(KernelError):
-    """nvcc rejected a kernel source; the message carries its log and the lines."""
+    """nvcc rejected a kernel source; the message carries its log and the lines. A notebook shows
+    the message alone (IPython prints ``_render_traceback_``): the frames would be the course's."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
 
 
 @functools.cache

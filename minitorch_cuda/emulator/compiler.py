@@ -84,6 +84,11 @@ DEFAULT_CACHE = Path(os.environ.get("MINITORCH_CUDA_CACHE", Path.home() / ".cach
 # device_process.isolate() was called), to refuse it by raising (grade/native.py's early refusal of
 # host code); None loads every one.
 before_load: Callable[[Path], None] | None = None
+# Set by the grader while it builds a student's kernel (grade/kernel_build.py), else None:
+# ``run_compiler(argv, folder)`` runs each g++ command in its sandbox, and ``on_preprocessed(text)``
+# reads the preprocessed source before it is compiled (what it opened, what it uses), and may refuse it.
+run_compiler: Callable[[list[str], str], subprocess.CompletedProcess] | None = None
+on_preprocessed: Callable[[str], None] | None = None
 
 
 def _cache_dir(cache_dir: str | None) -> Path:
@@ -94,7 +99,10 @@ def _cache_dir(cache_dir: str | None) -> Path:
 
 def _run(args: list[str], cwd: str, label: str) -> str:
     env = {**os.environ, "LC_ALL": "C"}  # plain quotes in messages, as nvcc writes them
-    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, env=env)
+    if run_compiler is not None:
+        done = run_compiler(args, cwd)
+    else:
+        done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         log = _nvcc_style(done.stderr)
         raise CompileError(f"{label} failed:\n{log}", " ".join(args), done.stdout, log)
@@ -290,7 +298,8 @@ def _shared(text: str) -> tuple[str, list[str]]:
 class Library:
     """A compiled kernel library: its launch entries and launch bounds, by kernel name."""
 
-    def __init__(self, path: Path, kernels: dict[str, tuple[str | None, str | None]]):
+    def __init__(self, path: Path, kernels: dict[str, tuple[str | None, str | None]], source: str = ""):
+        self.path, self.source = path, source  # for the source line of a fault (driver.fault_line)
         self.names = set(kernels)
         process = device_process.current()
         if process is not None:  # loaded by the device process only (its numbers are what it says)
@@ -339,6 +348,8 @@ def build(
                 raise
             where = f"{MAIN}({included.group(1)}): " if included else ""
             raise CompileError(refused.group(1), exc.command_line, "", f"{where}error: {refused.group(1)}") from None
+        if on_preprocessed is not None:
+            on_preprocessed(text)
         _refuse(text)
         found = kernels(text, c_linkage_only=no_extern_c)
         body, file_scope = _shared(text)
@@ -350,7 +361,7 @@ def build(
                 unit += f'extern "C" const int __emu_bounds_{name} = emu::launch_bound({bounds});\n'
             if cluster:
                 unit += f'extern "C" const uint3 __emu_cluster_{name} = emu::cluster_dims({cluster});\n'
-        compile_flags = [*CXXFLAGS, *CHECKS, "-w", "-shared"]
+        compile_flags = [*CXXFLAGS, *CHECKS, "-g1", "-w", "-shared"]  # -g1: line tables, so a fault names its line
         key = hashlib.sha256("\0".join([unit, *compile_flags, compiler_version()]).encode()).hexdigest()[:24]
         path = _cache_dir(cache_dir) / f"kernels-{key}.so"
         if not path.exists():
@@ -359,7 +370,7 @@ def build(
             _install(Path(tmp, "unit.so"), path)
     if before_load is not None:
         before_load(path)
-    return Library(path, found)
+    return Library(path, found, source)
 
 
 class SourceModule:

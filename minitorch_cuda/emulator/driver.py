@@ -10,6 +10,7 @@ callers label such times as emulated).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import enum
 import functools
@@ -18,15 +19,17 @@ import os
 import re
 import shutil
 import struct
+import threading
 import time
 import weakref
+from pathlib import Path
 
 import numpy as np
 
 from . import compiler, device_process
-from .errors import CompileError, Error, LaunchError, LogicError, MemoryError
+from .errors import CompileError, Error, LaunchError, LaunchTimeout, LogicError, MemoryError
 
-__all__ = ["CompileError", "Error", "LaunchError", "LogicError", "MemoryError"]
+__all__ = ["CompileError", "Error", "LaunchError", "LaunchTimeout", "LogicError", "MemoryError", "time_limit"]
 
 NAME = "CPU emulator (emulated on the CPU)"
 WARP_SIZE, MAX_THREADS, DEFAULT_DYNAMIC_SHARED, MAX_DYNAMIC_SHARED = 32, 1024, 48 << 10, 227 << 10
@@ -53,8 +56,149 @@ def _runtime() -> ctypes.CDLL:
         c = ctypes
         lib.emu_launch.argtypes = [c.c_void_p, c.c_void_p, c.c_char_p, c.c_void_p, c.c_void_p, c.c_void_p,
                                    c.c_size_t, c.c_int, c.c_int, c.c_char_p, c.c_size_t]  # fmt: skip
+        lib.emu_stop.argtypes = [ctypes.c_char_p]
         lib._prototyped = True
     return lib
+
+
+# --- what a fault says: the source line, the array and the index ------------------------------
+
+ELEMENT_BYTES = {"char": 1, "bool": 1, "short": 2, "half": 2, "__half": 2, "__nv_bfloat16": 2, "int": 4,
+                 "unsigned": 4, "float": 4, "uint32_t": 4, "int32_t": 4, "long": 8, "double": 8, "size_t": 8,
+                 "int64_t": 8, "uint64_t": 8, "float2": 8, "float4": 16, "int4": 16}  # fmt: skip
+
+
+def fault_line(library: compiler.Library, offset: int) -> str:
+    """``line N: `code``` of the kernel's source for an address in its library, or "" (addr2line
+    reads the line table the emulator's build keeps; the innermost frame in the kernel's own file)."""
+    tool = shutil.which("addr2line")
+    if tool is None:
+        return ""
+    import subprocess
+
+    found = subprocess.run([tool, "-i", "-e", str(library.path), hex(offset)], capture_output=True, text=True)
+    for frame in found.stdout.split():
+        file, _, line = frame.partition(":")
+        number = line.split()[0] if line else ""
+        if Path(file).name == compiler.MAIN and number.isdigit() and library.source:
+            lines = library.source.splitlines()
+            code = lines[int(number) - 1].strip() if 0 < int(number) <= len(lines) else ""
+            return f"line {number}: `{code}`" if code else f"line {number}"
+    return ""
+
+
+def _buffer_names(library: compiler.Library, name: str, args) -> dict[int, tuple[str, int]]:
+    """Device address -> (the kernel's parameter name, its element size) for the pointer arguments."""
+    from ..cuda.kernel_table import entry_params
+
+    try:
+        params = [p.strip() for p in entry_params(library.source, name).split(",")]
+    except ValueError:
+        return {}
+    out = {}
+    for param, value in zip(params, args):
+        match = re.fullmatch(r"(?:const\s+)?(\w+)\s*\*\s*(?:const\s+)?(?:__restrict__\s+)?(\w+)", param)
+        if match and isinstance(value, (int, DeviceAllocation)):
+            out[int(value)] = (match.group(2), ELEMENT_BYTES.get(match.group(1), 1))
+    return out
+
+
+def explain_fault(message: str, library: compiler.Library, name: str, args) -> str:
+    """The runtime's fault message with the source line for its code address, and, where the
+    address lies past a buffer passed as an argument, the parameter and the index for the raw
+    addresses: "out-of-bounds read of a[300] (a holds 255 elements) at line 4: `...`"."""
+    pc = re.search(r" \[pc (\S+)\+0x([0-9a-f]+)\]", message)
+    if pc is None:
+        return message
+    message = message.replace(pc.group(0), "")
+    near = re.search(
+        r"out-of-bounds (read|write) at 0x([0-9a-f]+), \d+ bytes (?:past the end|before the start) of a "
+        r"(\d+)-byte device buffer at 0x([0-9a-f]+)",
+        message,
+    )
+    if near:
+        buffers = _buffer_names(library, name, args)
+        base = int(near.group(4), 16)
+        if base in buffers:
+            param, size = buffers[base]
+            index = (int(near.group(2), 16) - base) // size
+            held = int(near.group(3)) // size
+            plain = f"out-of-bounds {near.group(1)} of {param}[{index}] ({param} holds {held} elements)"
+            message = message.replace(near.group(0), plain)
+    line = fault_line(library, int(pc.group(2), 16)) if Path(pc.group(1)) == Path(library.path) else ""
+    return f"{message}, at {line}" if line else message
+
+
+# --- stopping a launch: a time limit, Kernel > Interrupt -------------------------------------
+# The launch runs on a helper thread while the calling thread waits in short joins, so that a
+# KeyboardInterrupt (Kernel > Interrupt in a notebook) arrives there; the runtime then stops the
+# kernel's block threads (emu_stop) and the launch returns. A notebook's check cell on the
+# emulator also sets a time limit (time_limit): an endless loop ends there, as in the grader.
+
+_limit: tuple[float, float] | None = None  # (the deadline on time.monotonic(), the limit in seconds)
+_stuck = ""  # set when a stopped launch did not return: the runtime cannot take another
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    """Launches inside the block stop with LaunchTimeout once ``seconds`` have passed in all."""
+    global _limit
+    outer, _limit = _limit, (time.monotonic() + seconds, seconds)
+    try:
+        yield
+    finally:
+        _limit = outer
+
+
+def _stop(done: threading.Event, why: str) -> None:
+    """Stop the launch in progress and wait until it has returned (``done``); the runtime is asked
+    again and again: a block thread between two fibers ignores one request."""
+    global _stuck
+    give_up = time.monotonic() + 10
+    while not done.is_set() and time.monotonic() < give_up:
+        _runtime().emu_stop(why.encode())
+        done.wait(0.05)
+    if not done.is_set():
+        _stuck = why
+
+
+def _stoppable(launch, name: str) -> int:
+    """``launch()`` (the runtime's emu_launch) run so that it can be stopped; returns its status."""
+    if _stuck:
+        raise LaunchError(
+            f"the CPU emulator is still running an earlier kernel that could not be stopped ({_stuck}): "
+            "restart the Python kernel (Kernel > Restart in Jupyter)"
+        )
+    if _limit is None and threading.current_thread() is not threading.main_thread():
+        return launch()  # nothing can interrupt it here anyway
+    outcome: list = []  # the status, or what the call raised
+    done = threading.Event()  # not Thread.join: a join that a KeyboardInterrupt broke may report the thread ended
+
+    def run() -> None:
+        try:
+            outcome.append(launch())
+        except BaseException as exc:  # raised again on the calling thread
+            outcome.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"emulated {name}", daemon=True).start()
+    try:
+        while not done.wait(0.05):
+            if _limit is not None and time.monotonic() > _limit[0]:
+                why = f"kernel '{name}' ran past the time limit of {_limit[1]:g} s and was stopped"
+                _stop(done, why)
+                restart = "; it could not be stopped: restart the Python kernel" if _stuck else ""
+                raise LaunchTimeout(
+                    f"{why}: an endless loop, or a launch far too big for the CPU emulator? "
+                    f"(on a GPU it would hang the same way){restart}"
+                )
+    except KeyboardInterrupt:
+        _stop(done, f"kernel '{name}' was interrupted")
+        raise
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
 
 
 def init(flags: int = 0) -> None:
@@ -332,7 +476,7 @@ class Function:
 
     def __init__(self, library: compiler.Library, name: str):
         self._entry = library.entry(name)
-        self.name = name
+        self.library, self.name = library, name
         self.max_threads_per_block = min(MAX_THREADS, library.max_threads[name])
         self.cluster = library.cluster[name]  # __cluster_dims__, (1, 1, 1) without
         self.max_dynamic_shared = DEFAULT_DYNAMIC_SHARED
@@ -405,18 +549,19 @@ class Function:
                 process.launch(self._entry, self.name, grid, block, self.cluster, shared_size, _workers(),
                                MULTIPROCESSORS, packed.raw[: 8 * self._count])  # fmt: skip
             except LaunchError as exc:
-                raise LaunchError(f"{_short_paths(str(exc))} (emulated on the CPU)") from None
+                raise LaunchError(self._fault(str(exc), args)) from None
             return
         error = ctypes.create_string_buffer(4096)
         dims = ctypes.c_uint * 3
-        rc = _runtime().emu_launch(
+        rc = _stoppable(lambda: _runtime().emu_launch(
             ctypes.cast(self._entry, ctypes.c_void_p), pointers, self.name.encode(), dims(*grid), dims(*block),
             dims(*self.cluster), shared_size, _workers(), MULTIPROCESSORS, error, len(error),
-        )  # fmt: skip
+        ), self.name)  # fmt: skip
         if rc != 0:
-            raise LaunchError(f"{_short_paths(error.value.decode(errors='replace'))} (emulated on the CPU)")
+            raise LaunchError(self._fault(error.value.decode(errors="replace"), args))
 
-
-def _short_paths(message: str) -> str:
-    """A file's name for its path (the build's temporary folder means nothing to a reader)."""
-    return re.sub(r"/[^\s:'\"]*/([^/\s:'\"]+)", r"\1", message)
+    def _fault(self, report: str, args) -> str:
+        """The runtime's report of a fault in a reader's words: its source line and array, a file's
+        name for its path (the build's temporary folder means nothing to a reader)."""
+        message = explain_fault(report, self.library, self.name, args)
+        return re.sub(r"/[^\s:'\"]*/([^/\s:'\"]+)", r"\1", message) + " (emulated on the CPU)"

@@ -15,6 +15,10 @@ class LaunchError(Error):
     """A kernel failed while it ran: the message names the kernel, block and thread."""
 
 
+class LaunchTimeout(LaunchError):
+    """A launch ran past the time limit it was given (``driver.time_limit``) and was stopped."""
+
+
 class MemoryError(Error):  # noqa: A001  (PyCUDA's name)
     """An allocation the host could not satisfy."""
 

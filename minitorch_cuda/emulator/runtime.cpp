@@ -34,6 +34,7 @@
 // has exited).
 #include "cuda_emu.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -623,8 +624,29 @@ void on_fault(int sig, siginfo_t* info, void* context) {
         sigaction(sig, &g_previous[sig == SIGBUS], nullptr);
         return;
     }
-    const bool write = static_cast<ucontext_t*>(context)->uc_mcontext.gregs[REG_ERR] & 2;
-    fail(*w, "%s", describe(*w, reinterpret_cast<uintptr_t>(info->si_addr), write).c_str());
+    const auto& registers = static_cast<ucontext_t*>(context)->uc_mcontext.gregs;
+    const bool write = registers[REG_ERR] & 2;
+    std::string message = describe(*w, reinterpret_cast<uintptr_t>(info->si_addr), write);
+    // Where in the kernel's library: the host (driver.py) reads the source line from its line table.
+    Dl_info code{};
+    const uintptr_t pc = uintptr_t(registers[REG_RIP]);
+    if (dladdr(reinterpret_cast<void*>(pc), &code) && code.dli_fname)
+        message += printf_string(" [pc %s+0x%lx]", code.dli_fname, pc - reinterpret_cast<uintptr_t>(code.dli_fbase));
+    fail(*w, "%s", message.c_str());
+}
+
+// --- stopping a launch from the host ------------------------------------------------------
+// A notebook's time limit or Kernel > Interrupt (emu_stop): the launch is marked failed, so no
+// block starts and grid barriers give up, and each worker is sent kStopSignal; one running a
+// fiber (an endless loop never waits, so never comes back on its own) abandons its block as a
+// fault does. The host sends it again until the launch returns: a worker in the scheduler at
+// that moment ignores it.
+
+constexpr int kStopSignal = SIGUSR2;
+
+void on_stop(int) {
+    Worker* w = t_worker;
+    if (w && w->in_kernel && w->current) abandon(*w);
 }
 
 // --- the pool ------------------------------------------------------------------------------
@@ -645,6 +667,11 @@ struct Pool {
         sigemptyset(&action.sa_mask);
         sigaction(SIGSEGV, &action, &g_previous[0]);
         sigaction(SIGBUS, &action, &g_previous[1]);
+        struct sigaction stop {};
+        stop.sa_handler = on_stop;
+        stop.sa_flags = SA_ONSTACK;
+        sigemptyset(&stop.sa_mask);
+        sigaction(kStopSignal, &stop, nullptr);
     }
 
     void add_worker() {  // with lock held
@@ -688,6 +715,23 @@ struct Pool {
             std::lock_guard<std::mutex> guard(lock);
             if (--running == 0) done.notify_all();
         }
+    }
+
+    bool stop(const char* why) {  // from another host thread, while run() waits; false if none runs
+        std::lock_guard<std::mutex> guard(lock);
+        if (running == 0) return false;
+        Launch& l = *launch;
+        {
+            std::lock_guard<std::mutex> error(l.error_lock);
+            if (l.error.empty()) l.error = why;
+        }
+        {
+            std::lock_guard<std::mutex> grid(l.grid_lock);
+            l.failed = true;
+        }
+        l.grid_open.notify_all();
+        for (int i = 0; i < serving; ++i) pthread_kill(workers[size_t(i)]->os_thread.native_handle(), kStopSignal);
+        return true;
     }
 
     void run(Launch& l, int n) {  // on n workers
@@ -951,6 +995,9 @@ extern "C" int emu_check_range(uintptr_t address, size_t bytes) {
     const Allocation& a = std::prev(it)->second;
     return address >= a.data && address + bytes <= a.data + a.bytes ? 0 : -1;
 }
+
+// Stops the launch in progress with `why` as its error (see on_stop); 1 if one was running.
+extern "C" int emu_stop(const char* why) { return g_pool && g_pool->stop(why) ? 1 : 0; }
 
 extern "C" int emu_workers(void) { return int(std::max(1u, std::thread::hardware_concurrency())); }
 

@@ -12,10 +12,27 @@ See ``runner`` for the outputs.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 
-EXIT_PARTIAL = 3  # some exercises could not be graded here (no GPU) and --allow-partial was not given
+EXIT_PARTIAL = 3  # some exercises could not be graded here (no GPU, a missing extra) and --allow-partial was not given
+
+
+# What the grader imports from the grade extra (pyproject.toml); Triton, which one exercise
+# needs, is checked per exercise (exercises.missing_dependency).
+EXTRA_MODULES = ("nbformat", "nbclient", "jupytext", "ipykernel", "ml_dtypes")
+
+
+def missing_extra(prog: str) -> str | None:
+    """One line naming the extra to install where a module the grader imports is missing, or None."""
+    missing = [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
+    if not missing:
+        return None
+    return (
+        f"{prog}: error: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed: install the "
+        "`grade` extra (in the checkout: pip install -e '.[grade]'; elsewhere: pip install 'minitorch-cuda[grade]')"
+    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,6 +50,16 @@ def _shard(text: str) -> tuple[int, int]:
     if not 1 <= k <= n:
         raise argparse.ArgumentTypeError(f"K/N needs 1 <= K <= N, got {text!r}")
     return k, n
+
+
+def _seed(text: str) -> int:
+    try:
+        seed = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 <= seed < 2**63:
+        raise argparse.ArgumentTypeError(f"the seed must be in 0 .. 2**63 - 1, got {seed}")
+    return seed
 
 
 def _parser(prog: str) -> _Parser:
@@ -85,6 +112,14 @@ def _parser(prog: str) -> _Parser:
     )
     parser.add_argument("--no-sanitize", action="store_true", help="skip compute-sanitizer on the kernel exercises")
     parser.add_argument(
+        "--seed",
+        type=_seed,
+        default=None,
+        metavar="N",
+        help="draw the checks' hidden shapes from N, recorded in grades.json: the same N grades on the same shapes "
+        "(default: a resumed run's seed, else a fresh random one)",
+    )
+    parser.add_argument(
         "--allow-partial", action="store_true", help="exit 0 even if exercises were not graded (no GPU on this machine)"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: a bar on a terminal)")
@@ -130,9 +165,13 @@ def merge_main(argv: list[str], prog: str = "minitorch-cuda grade merge") -> int
 
 def main(argv: list[str] | None = None, prog: str = "minitorch-cuda grade") -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    no_extra = missing_extra(prog)
+    if no_extra:
+        print(no_extra, file=sys.stderr)
+        return 2
     if argv and argv[0] == "merge":
         return merge_main(argv[1:], f"{prog} merge")
-    from . import exercises, runner, sandbox
+    from . import exercises, runner, sandbox, verdict
 
     parser = _parser(prog)
     args = parser.parse_args(argv)
@@ -151,7 +190,8 @@ def main(argv: list[str] | None = None, prog: str = "minitorch-cuda grade") -> i
         parser.error(str(exc))
     students, skipped = runner.find_students(submissions)
     if skipped:
-        print(f"warning: skipped {len(skipped)} folder(s) without notebooks: {', '.join(skipped)}", file=sys.stderr)
+        names = ", ".join(verdict.shown(s) for s in skipped)
+        print(f"warning: skipped {len(skipped)} folder(s) without notebooks, or links: {names}", file=sys.stderr)
     if not students:
         parser.error(f"{args.submissions} has no student folder (a folder holding .ipynb or .md notebooks)")
     if submissions == out.parent or submissions in out.parents:
@@ -170,6 +210,7 @@ def main(argv: list[str] | None = None, prog: str = "minitorch-cuda grade") -> i
         sanitize=not args.no_sanitize,
         shard=args.shard,
         progress=not args.no_progress,
+        seed=args.seed,
     )
     ids = [
         e.id for e in exercises.ordered() if e.id in rubric["points"] and (not args.exercise or e.id in args.exercise)
@@ -181,6 +222,9 @@ def main(argv: list[str] | None = None, prog: str = "minitorch-cuda grade") -> i
             "'not graded (needs a GPU)' (blank in the CSV); grade them on a GPU machine, or with --emulate",
             file=sys.stderr,
         )
+    unmet = [why for why in map(exercises.missing_dependency, map(exercises.get, ids)) if why]
+    for why in unmet:  # the grading machine's problem, said once here, never a student's zero
+        print(f"warning: {why}", file=sys.stderr)
     if settings.execute and sandbox.kind() != "bwrap":
         print(f"warning: notebooks run with {sandbox.describe()}", file=sys.stderr)
     elif settings.execute and needs_gpu and runner.visible_gpus() and not args.emulate:
@@ -191,16 +235,30 @@ def main(argv: list[str] | None = None, prog: str = "minitorch-cuda grade") -> i
                 "there (the feedback says so; grades come from the checks)",
                 file=sys.stderr,
             )
-    ledger = runner.grade(settings)
+    try:
+        ledger = runner.grade(settings, warn=lambda line: print(line, file=sys.stderr))
+    except ValueError as exc:  # a grades.json to resume from that cannot be read
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
     graded = runner.shard_of(students, args.shard)
     counts = runner.summary(ledger, graded, ids)
     emulated = f", {counts['emulated']} on the CPU emulator" if counts["emulated"] else ""
+    flagged = [m for m in ledger.similar if m.flagged]
+    copies = sum(1 for m in flagged if m.other.startswith("built-in "))
+    lacking = "need a GPU or an extra" if unmet else "need a GPU"
     print(
-        f"graded {len(graded)} students: {counts['passed']} exercises passed, {counts['failed']} failed, "
-        f"{counts['not_graded']} not graded (need a GPU){emulated}: {out}, {out.with_suffix('.json')}, "
-        f"{out.parent / 'feedback'}/"
+        f"graded {len(graded)} student{'' if len(graded) == 1 else 's'}: {counts['passed']} "
+        f"exercise{'' if counts['passed'] == 1 else 's'} passed, {counts['failed']} failed, "
+        f"{counts['not_graded']} not graded ({lacking}){emulated}; similarity: {len(flagged)} flagged "
+        f"({copies} of a built-in kernel, {len(flagged) - copies} between students): {out}, "
+        f"{out.with_suffix('.json')}, {out.parent / 'feedback'}/, {out.with_name('similarity.csv')}, "
+        f"{out.parent / 'instructor'}/"
     )
     if counts["not_graded"] and not args.allow_partial:
-        print("error: some exercises were not graded; rerun where a GPU is, or pass --allow-partial", file=sys.stderr)
+        print(
+            "error: some exercises were not graded (no GPU or a missing extra, see the warnings above); "
+            "rerun where they can be, or pass --allow-partial",
+            file=sys.stderr,
+        )
         return EXIT_PARTIAL
     return 0

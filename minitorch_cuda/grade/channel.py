@@ -19,6 +19,13 @@ comparisons stay out of its reach.
 Either side may call the other while it is itself being called (a pool's
 ``acquire`` calls the device's ``allocate``): ``Peer.request`` serves incoming
 requests until its own reply arrives.
+
+A call's numpy arguments travel as copies. What the callee changed in them comes
+back with the reply: the subject's side (the student's process) takes it into its
+arrays, as a local call would; the checker's side never does (``private``): its
+arrays are its references' inputs, and a subject must not reach them. It only
+notes which arguments were changed (``changed_arguments``), for checks that
+require the inputs left alone.
 """
 
 from __future__ import annotations
@@ -169,6 +176,7 @@ class Peer:
         self.proxies: dict[int, Proxy] = {}  # the other side's handles -> one proxy each
         self.next_request = 0
         self.depth = 0
+        self.last_changed: list[int] = []  # the arguments the other side changed in this side's last call
 
     # --- framing ---------------------------------------------------------------------------
 
@@ -273,7 +281,8 @@ class Peer:
 
     def request(self, message: dict, mutable=()):
         """Send a request, serve the other side's requests until its reply comes, return or raise it.
-        ``mutable``: this side's arguments; numpy arrays the other side changed are updated in place."""
+        ``mutable``: this side's arguments; numpy arrays the other side changed are noted in
+        ``last_changed`` and, on the subject's side only, updated in place."""
         self.next_request += 1
         number = self.next_request
         body = dict(message, id=number)
@@ -288,11 +297,16 @@ class Peer:
                 continue
             if incoming.get("reply") != number:
                 raise SubjectGone("crashed", "a reply to a request that was not made")
+            changed = []
             for index, array in incoming.get("mutated", []) if isinstance(incoming.get("mutated"), list) else []:
                 if isinstance(index, int) and 0 <= index < len(mutable) and isinstance(mutable[index], np.ndarray):
+                    changed.append(index)
+                    if self.policy_private:  # the checker's arrays stay as the checker made them
+                        continue
                     new = self.decode_value(array)
                     if isinstance(new, np.ndarray) and new.shape == mutable[index].shape:
                         np.copyto(mutable[index], new, casting="unsafe")
+            self.last_changed = changed
             if "error" in incoming:
                 error = incoming["error"]
                 name, text = error if isinstance(error, list) and len(error) == 2 else ("RemoteError", "")
@@ -387,6 +401,12 @@ class Peer:
 
     def call(self, proxy: Proxy, *args, **kwargs):
         return self.request({"op": "call", "obj": proxy._hid, "args": args, "kwargs": kwargs}, mutable=args)
+
+
+def changed_arguments(artifact) -> list[int]:
+    """The positions of the numpy arguments that the last call through ``artifact`` (a proxy) changed
+    in the other process; [] for this process's own objects (a notebook's check compares its arrays)."""
+    return list(artifact._peer.last_changed) if isinstance(artifact, Proxy) else []
 
 
 @contextlib.contextmanager

@@ -22,14 +22,31 @@ from __future__ import annotations
 
 from .. import emulator
 from ..emulator.device_process import REFUSED_CALL
-from . import exercises, host_checks, kernel_checks, mma_fragments
-from .verdict import COMPILE_ERROR, CUDA_ERROR, EXCEPTION, HOST_SIDE, NO_GPU, PASSED, CheckFailed, CheckResult
+from . import channel, exercises, host_checks, kernel_checks, mma_fragments, python_work
+from .verdict import (
+    COMPILE_ERROR,
+    CUDA_ERROR,
+    EXCEPTION,
+    FORBIDDEN,
+    HOST_SIDE,
+    NO_GPU,
+    PASSED,
+    TIMEOUT,
+    CheckFailed,
+    CheckResult,
+)
 
 
 def _fib_tile(fib_tile, source: str = "") -> list[str]:
+    import numpy as np
+
+    from ..tile_eval.cases import MAX_FIB_N
     from ..tile_eval.exercise import check_fib_tile  # chapter 20's check lives with its code
 
-    return check_fib_tile(fib_tile, source)
+    rng = np.random.default_rng()
+    small, large = (rng.integers(0, MAX_FIB_N + 1, n, dtype=np.int64) for n in (500, 8000))
+    whole = python_work.require_whole_array(fib_tile, small, large, "fib_tile")
+    return check_fib_tile(fib_tile, source) + ([whole] if whole else [])
 
 
 def _bias_relu_triton(bias_relu_triton, source: str = "") -> list[str]:
@@ -75,12 +92,28 @@ def run_check(exercise_id: str, artifact, source: str = "") -> CheckResult:
     try:
         done = CHECKS[ex.id](artifact, source)
     except CheckFailed as failure:
-        return CheckResult(ex.id, False, failure.reason, failure.message, failure.details)
+        result = CheckResult(ex.id, False, failure.reason, failure.message, failure.details)
     except NotImplementedError:
         raise
     except Exception as exc:
-        return CheckResult(ex.id, False, classify_exception(exc), f"{type(exc).__name__}: {exc}")
-    return CheckResult(ex.id, True, PASSED, "", done)
+        result = CheckResult(ex.id, False, classify_exception(exc), f"{type(exc).__name__}: {exc}")
+    else:
+        result = CheckResult(ex.id, True, PASSED, "", done)
+    refused = _refusals(artifact)
+    if refused:  # the student's code tried what the exercise rules out, caught or not
+        return CheckResult(ex.id, False, FORBIDDEN, f"your code: {refused[0]}", refused[1:3])
+    return result
+
+
+def _refusals(artifact) -> list[str]:
+    """What the subject refused the student's code during the check (``subject_rules``); [] in a notebook."""
+    if not isinstance(artifact, channel.Proxy):
+        return []
+    try:
+        refused = artifact._peer.request({"op": "service", "name": "refusals"})
+    except channel.SubjectGone:  # gone after the check: the check's own result stands
+        return []
+    return [str(r)[:500] for r in refused] if isinstance(refused, list) else []
 
 
 def classify_exception(exc: BaseException) -> str:
@@ -92,6 +125,8 @@ def classify_exception(exc: BaseException) -> str:
         return NO_GPU
     if REFUSED_CALL in str(exc):  # the emulator's device process stopped a call into the C library
         return HOST_SIDE
+    if "ran past the time limit" in text:  # the emulator stopped it (a notebook's check cell: driver.time_limit)
+        return TIMEOUT
     if any(
         s in text
         for s in (
@@ -110,11 +145,20 @@ def classify_exception(exc: BaseException) -> str:
     return EXCEPTION
 
 
+# What a student without a GPU can do instead (the detail says why CUDA did not start).
+EMULATOR_ADVICE = (
+    "no usable GPU here: check kernels on the CPU emulator instead (make `%env MINITORCH_CUDA_EMULATE=1` the "
+    "notebook's first cell, then Kernel > Restart and run all; or start Jupyter with MINITORCH_CUDA_EMULATE=1)"
+)
+
+
 def report(exercise_id: str, artifact) -> CheckResult:
     """The notebook's check cell: run the grader's checks here and print the outcome."""
     if isinstance(artifact, str) and "TODO: Exercise" in artifact:
         raise NotImplementedError(f"Exercise {exercise_id}")
     result = run_check(exercise_id, artifact)
+    if result.reason == NO_GPU:  # what to do first, then why
+        result.message, result.details = EMULATOR_ADVICE, [result.message, *result.details]
     print(result)
     if exercises.get(exercise_id).kind == "cuda" and emulator.selected():
         print("  (checked on the CPU emulator: correctness only, no speed measured)")

@@ -10,6 +10,7 @@ class). The notebook cell that holds it carries the cell metadata
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 
 from ..cuda.kernel_table import SPECS, entry_params, prepare_signature
 
@@ -24,6 +25,7 @@ class Exercise:
     kernel: str | None = None  # the registry name it overrides (or the standalone entry)
     params: str | None = None  # the C parameters of a standalone kernel (not in the registry)
     gpu: bool = True  # whether its checks need a GPU
+    needs: tuple[str, ...] = ()  # optional modules its checks import (the grade extra brings them)
 
     @property
     def sort_key(self) -> tuple[int, int]:
@@ -37,11 +39,37 @@ def _cuda(id_: str, notebook: str, title: str, kernel: str, name: str | None = N
     return Exercise(id_, notebook, title, "cuda", name or f"{kernel}_source", kernel, **kw)
 
 
-def check_entry(ex: Exercise, source: str) -> None:
-    """Raise ValueError / TypeError unless ``source`` defines the exercise's kernel with its parameters."""
+def check_entry(ex: Exercise, artifact) -> None:
+    """Raise ValueError / TypeError unless the compiled ``artifact`` (grade/artifact.py) has the exercise's
+    kernel as an ``extern "C"`` entry with its parameters."""
+    from .artifact import _plain_name, same_signature
+
+    theirs = artifact.signature(ex.kernel)
+    if theirs is None:
+        mangled = [name for name in artifact.entries if _plain_name(name) == ex.kernel]
+        if mangled:
+            raise ValueError(f'declare your kernel extern "C" __global__ void {ex.kernel}(...): without extern "C" '
+                             "its compiled name is mangled and the framework cannot find it")  # fmt: skip
+        found = ", ".join(sorted(artifact.entries)) or "none"
+        raise ValueError(
+            f'the compiled kernel has no extern "C" __global__ function {ex.kernel!r} (its entries: {found}): '
+            "the work must happen in that CUDA kernel"
+        )
+    if not same_signature(theirs, ex.params):
+        raise TypeError(f"{ex.kernel} must take ({ex.params}); yours compiles to other parameters ({_codes(theirs)})")
+
+
+def check_source_entry(ex: Exercise, source: str) -> None:
+    """The notebook's early hint, read from the text (the grader reads the compiled kernel:
+    ``check_entry``): raise ValueError / TypeError unless ``source`` declares the kernel with its parameters."""
     theirs = entry_params(source, ex.kernel)
     if prepare_signature(theirs) != prepare_signature(ex.params):
         raise TypeError(f"{ex.kernel} must take ({ex.params}); yours takes ({theirs})")
+
+
+def _codes(signature: tuple[str, ...]) -> str:
+    words = {"P": "pointer", "i": "int", "I": "unsigned", "f": "float", "128s": "TensorMap"}
+    return ", ".join(words.get(c, c) for c in signature) or "none"
 
 
 EXERCISES: dict[str, Exercise] = {
@@ -97,7 +125,13 @@ EXERCISES: dict[str, Exercise] = {
         ),
         Exercise("20.1", "20_tile_programming", "fibonacci as a tile function", "python", "fib_tile", gpu=False),
         Exercise(
-            "20.2", "20_tile_programming", "bias and ReLU as a Triton kernel", "python", "bias_relu_triton", gpu=False
+            "20.2",
+            "20_tile_programming",
+            "bias and ReLU as a Triton kernel",
+            "python",
+            "bias_relu_triton",
+            gpu=False,
+            needs=("triton",),
         ),
         _cuda(
             "21.1",
@@ -119,6 +153,19 @@ def get(exercise_id: str) -> Exercise:
         return EXERCISES[str(exercise_id)]
     except KeyError:
         raise KeyError(f"no exercise {exercise_id!r}; known: {', '.join(EXERCISES)}") from None
+
+
+def missing_dependency(ex: Exercise) -> str | None:
+    """Why this machine cannot grade ``ex`` (a module its checks need is not installed), or None.
+    find_spec, not import: importing triton here would fix its mode before the check chooses the interpreter."""
+    missing = [name for name in ex.needs if importlib.util.find_spec(name) is None]
+    if not missing:
+        return None
+    names = " and ".join(name.capitalize() for name in missing)
+    return (
+        f"{names} {'is' if len(missing) == 1 else 'are'} not installed: exercise {ex.id} will not be graded; "
+        "install the `grade` extra (pip install -e '.[grade]') and grade again"
+    )
 
 
 def for_notebook(notebook: str) -> list[Exercise]:

@@ -16,14 +16,14 @@ that covers the data (one thread per element), atomics, no barrier at all.
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 
 from .. import emulator
+from . import hidden
 from .exercises import Exercise
 from .harness import POISON, Buffer, CountingFunction, student_kernel
-from .verdict import BOUNDARY, FORBIDDEN, NO_WRITES, NOT_LAUNCHED, RACE, WRONG_RESULT, compare, fail, forbid
+from .verdict import BOUNDARY, FORBIDDEN, NO_WRITES, NOT_LAUNCHED, RACE, WRONG_RESULT, compare, fail
 
 CHUNK = 256  # elements per slot of partials: one per thread of a block
 EPS = 1e-6  # the clip factor's, as optim.cu's clip_scale
@@ -36,18 +36,11 @@ CASES = [
 ]
 LARGE = ([1_000_003, 4099], 0.5)  # on a GPU only: about 30 chunks for each of 132 blocks
 
-_RULES = {
-    r"\batomic\w*\s*\(": (
-        "use no atomics: a float atomicAdd sums in the order the blocks arrive, so the norm changes "
-        "in its last bits from run to run (and a barrier of your own would hang: use grid_barrier); "
-        "write each chunk's sum to its own slot and sum the slots in one fixed order"
-    ),
-}
-
-
-def _without_comments(source: str) -> str:
-    """The CUDA source without its // and /* */ comments (which may name what they do not call)."""
-    return re.sub(r"//[^\n]*|/\*.*?\*/", " ", source, flags=re.S)
+NO_ATOMICS = (
+    "use no atomics: a float atomicAdd sums in the order the blocks arrive, so the norm changes "
+    "in its last bits from run to run (and a barrier of your own would hang: use grid_barrier); "
+    "write each chunk's sum to its own slot and sum the slots in one fixed order"
+)
 
 
 def _slots(sizes: list[int]) -> list[tuple[int, int]]:
@@ -217,15 +210,17 @@ def _same_bits(runs: dict[str, tuple], what: str) -> None:
 
 def check(ex: Exercise, source: str) -> list[str]:
     from ..cuda.runtime import multiprocessors
+    from .kernel_checks import compiled
 
-    code = _without_comments(source)
-    if not re.search(r"\bgrid_barrier\s*\(", code):
+    artifact = compiled(ex, source)  # what the kernel compiled to: comments and dead code are not in it
+    if "grid_barrier" not in artifact.calls:
         fail(
             FORBIDDEN,
             "call grid_barrier(barrier) (grid_barrier.cuh) between writing the partial sums and reading them: "
             "without it a block sums slots that other blocks have not written yet",
         )
-    forbid(code, _RULES)
+    if artifact.own_atomics:  # grid_barrier's own counter is the course header's, not yours
+        fail(FORBIDDEN, f"{NO_ATOMICS} (your kernel compiles to {artifact.own_atomics[0]})")
     k = student_kernel(ex, source)
     counter = CountingFunction(k.function)
     k.function = counter
@@ -237,7 +232,9 @@ def check(ex: Exercise, source: str) -> list[str]:
     # second slot while block 0 still computes it: on a GPU a race that block 0 loses by a whole
     # chunk's work, shown as the poisoned slot's NaN in that block's factor; on the emulator, always.
     skewed = ([CHUNK * most + 3], 0.5)
-    cases = [*CASES, skewed] + ([] if emulator.selected() else [LARGE])
+    # hidden: gradients of sizes drawn from the run's seed, one past the largest fixed one
+    drawn = ([*hidden.between("sizes", 1, 5000, 2), *hidden.sizes("largest", 784 * 64, 2_000_000, 1)], 0.4)
+    cases = [*CASES, skewed, drawn] + ([] if emulator.selected() else [LARGE])
     launches = 0
     for sizes, share in cases:
         grads = [(rng.standard_normal(n) * rng.uniform(0.1, 3)).astype(np.float32) for n in sizes]
@@ -259,7 +256,8 @@ def check(ex: Exercise, source: str) -> list[str]:
     if counter.calls != launches:
         fail(NOT_LAUNCHED, "the kernel was not launched")
     return [
-        f"gradients of {[s for s, _ in cases]} floats, clipped and not, on grids of {grids} blocks "
+        f"gradients of {[s for s, _ in cases if s is not drawn[0]]} floats and a hidden set, clipped and not, "
+        f"on grids of {grids} blocks "
         "(every multiprocessor's block twice): partial sums, norm and update match float64",
         "the norm and the update are the same bits on every grid and on a second run; nothing written out of bounds",
     ]

@@ -22,7 +22,9 @@ import math
 import numpy as np
 
 from .. import emulator
-from . import grid_phase
+from ..cuda.kernel_table import SPECS
+from . import grid_phase, hidden, kernel_build
+from .artifact import Artifact
 from .exercises import Exercise, check_entry
 from .harness import GUARD, POISON, Buffer, CountingFunction, Override, student_kernel  # noqa: F401
 from .verdict import (
@@ -38,22 +40,28 @@ from .verdict import (
     WRONG_RESULT,
     compare,
     fail,
-    forbid,
 )
 
 
-def static_checks(ex: Exercise, source) -> None:
-    """The submission must be CUDA C with a ``__global__`` entry of the right name and parameters."""
+def static_checks(ex: Exercise, source) -> Artifact:
+    """The submission must be CUDA C that compiles (``kernel_build``: against the course's headers, in
+    the sandbox) to an ``extern "C" __global__`` entry of the right name and parameters; its artifact."""
     if not isinstance(source, str):
         fail(HOST_SIDE, f"expected the kernel as a string of CUDA C, got a {type(source).__name__}")
-    if "__global__" not in source:
-        fail(NOT_A_KERNEL, "the source has no __global__ function: the work must happen in a CUDA kernel")
+    artifact = compiled(ex, source)
     try:
-        check_entry(ex, source)
+        check_entry(ex, artifact)
     except ValueError as exc:
         fail(NOT_A_KERNEL, str(exc))
     except TypeError as exc:
         fail(SIGNATURE, str(exc))
+    return artifact
+
+
+def compiled(ex: Exercise, source: str) -> Artifact:
+    """What ``source`` compiled to (built once per process: the checks launch the same module)."""
+    spec = SPECS.get(ex.kernel)
+    return kernel_build.build(source, bool(spec and spec.arch_specific)).artifact
 
 
 def _rng() -> np.random.Generator:
@@ -76,17 +84,20 @@ def check_scale(ex: Exercise, source: str) -> list[str]:
     kernel.function = counter
     rng = _rng()
     sizes = [1, 255, 256, 257, 100_003]
-    for n in sizes:
+    for n in sizes + hidden.sizes("n", 100_003, 4_000_000):
         x = rng.standard_normal(n).astype(np.float32)
         alpha = np.float32(rng.uniform(-3, 3))
+        want = alpha * x
         out, inp = Buffer(n), Buffer(n, x)
         launchers.elementwise(kernel, n, out, inp, float(alpha), n)  # the elementwise ops' 256-thread blocks
-        compare(out.read(f"n={n}"), alpha * x, f"scale, n={n}", poison=POISON, tail=_tail(n, launchers.BLOCK))
+        compare(out.read(f"n={n}"), want, f"scale, n={n}", poison=POISON, tail=_tail(n, launchers.BLOCK))
         if not np.array_equal(inp.read("the input"), x):
             fail(WRONG_RESULT, "the kernel modified its input")
-    if counter.calls != len(sizes):
+    if counter.calls != len(sizes) + 2:
         fail(NOT_LAUNCHED, "the kernel was not launched")
-    return [f"out = alpha * in for n in {sizes}, 256 threads per block, nothing written out of bounds"]
+    return [
+        f"out = alpha * in for n in {sizes} and 2 hidden sizes, 256 threads per block, nothing written out of bounds"
+    ]
 
 
 # --- 14.2 bias and ReLU after a library GEMM (standalone, one launch) ------------------------
@@ -102,8 +113,9 @@ def check_bias_relu(ex: Exercise, source: str) -> list[str]:
     kernel.function = counter
     rng = _rng()
     shapes = [(1, 1), (64, 256), (64, 10), (7, 33), (33, 7), (3, 1000), (257, 129)]
+    hidden_shapes = [(hidden.sizes("M", 257, 4000, 1, 2)[0], hidden.between("N", 130, 1100, 1)[0])]
     in_place = [(65, 31), (1, 300)]
-    for M, N in shapes + in_place:
+    for M, N in shapes + hidden_shapes + in_place:
         c = (rng.standard_normal((M, N)) * 2).astype(np.float32)
         bias = rng.standard_normal(N).astype(np.float32)
         want = np.maximum(c.astype(np.float64) + bias, 0)
@@ -119,10 +131,11 @@ def check_bias_relu(ex: Exercise, source: str) -> list[str]:
             fail(WRONG_RESULT, f"{what}: the kernel modified c (write only out)")
         if not np.array_equal(d_bias.read("bias"), bias):
             fail(WRONG_RESULT, f"{what}: the kernel modified bias")
-    if counter.calls != len(shapes) + len(in_place):
+    if counter.calls != len(shapes) + len(hidden_shapes) + len(in_place):
         fail(NOT_LAUNCHED, "the kernel was not launched")
     return [
-        f"out = max(c + bias[col], 0) for (M, N) in {shapes}, 256 threads per block, nothing written out of bounds",
+        f"out = max(c + bias[col], 0) for (M, N) in {shapes} and a hidden shape, 256 threads per block, "
+        "nothing written out of bounds",
         f"in place (out == c) for {in_place}; c and bias left unchanged out-of-place",
     ]
 
@@ -138,14 +151,15 @@ def _check_unary(ex: Exercise, source: str, inputs, reference, op: str, atol: fl
     rng = _rng()
     sizes = [1, 255, 256, 257, 10_013]
     with Override(ex.kernel, source) as ov:
-        for n in sizes:
+        for n in sizes + hidden.sizes("n", 10_013, 4_000_000):
             x = inputs(rng, n)
+            want = reference(x.astype(np.float64))
             out, inp = Buffer(n), Buffer(n, x)
             launchers.elementwise(ex.kernel, n, out, inp, n)
             got = out.read(f"{ex.kernel}, n={n}")
             compare(
                 got,
-                reference(x.astype(np.float64)),
+                want,
                 f"{ex.kernel}, n={n}",
                 atol=atol,
                 rtol=rtol,
@@ -153,12 +167,16 @@ def _check_unary(ex: Exercise, source: str, inputs, reference, op: str, atol: fl
                 tail=_tail(n, launchers.BLOCK),
             )
         x = inputs(rng, 64 * 129).reshape(64, 129)
+        want = reference(x.astype(np.float64))
         before = ov.counter.calls
-        y = getattr(mt.tensor(x, device="cuda"), op)().numpy()
+        y = getattr(mt.tensor(x.copy(), device="cuda"), op)().numpy()
         if ov.counter.calls == before:
             fail(NOT_LAUNCHED, f"x.{op}() never launched your kernel")
-        compare(y, reference(x.astype(np.float64)), f"x.{op}() on a (64, 129) tensor", atol=atol, rtol=rtol)
-    return [f"{ex.kernel} for n in {sizes} (guarded, poisoned output)", f"tensor.{op}() runs your kernel"]
+        compare(y, want, f"x.{op}() on a (64, 129) tensor", atol=atol, rtol=rtol)
+    return [
+        f"{ex.kernel} for n in {sizes} and 2 hidden sizes (guarded, poisoned output)",
+        f"tensor.{op}() runs your kernel",
+    ]
 
 
 def _stable_sigmoid(x: np.ndarray) -> np.ndarray:
@@ -182,14 +200,16 @@ def check_relu_vec4(ex: Exercise, source: str) -> list[str]:
 
     from ..cuda import launchers
 
-    if "float4" not in source:
-        fail(FORBIDDEN, "move 16 bytes per load and per store: read and write float4")
+    if not compiled(ex, source).moves_16_bytes:
+        fail(FORBIDDEN, "move 16 bytes per load and per store: read and write float4 (your compiled kernel does not)")
     rng = _rng()
     sizes = [5, 1023, 1, 3, 4, 1025, 4 * launchers.BLOCK + 3, 100_003]  # a float4 and a tail first
+    hidden_sizes = hidden.sizes("n", 2**20 + 2, 16_000_000)  # past the fixed sizes, on the capped grid
     small = [(100_003, (1, 256)), (100_001, (7, 128)), (2**20 + 2, (3, 256))]  # fewer threads than float4s
     with Override(ex.kernel, source) as ov:
-        for n, undersized in [(n, None) for n in sizes] + small:
+        for n, undersized in [(n, None) for n in sizes + hidden_sizes] + small:
             x = (rng.standard_normal(n) * 3).astype(np.float32)
+            want = np.maximum(x, 0)
             out, inp = Buffer(n), Buffer(n, x)
             launchers.elementwise_vec4(ex.kernel, n, out, inp, n, undersized=undersized)
             blocks, threads = undersized or (launchers.vec4_blocks(n), launchers.BLOCK)
@@ -202,14 +222,15 @@ def check_relu_vec4(ex: Exercise, source: str) -> list[str]:
                     f"{what}: {unwritten} values never written; with fewer threads than float4s each "
                     "thread must loop, with a stride of gridDim.x * blockDim.x float4s",
                 )
-            compare(got, np.maximum(x, 0), what, atol=0, rtol=0, poison=POISON, tail=n % 4 or None)
+            compare(got, want, what, atol=0, rtol=0, poison=POISON, tail=n % 4 or None)
         x = (rng.standard_normal((37, 129)) * 3).astype(np.float32)
+        want = np.maximum(x, 0)
         with mt.use_stage(9):
-            y = mt.tensor(x, device="cuda").relu().numpy()
+            y = mt.tensor(x.copy(), device="cuda").relu().numpy()
         ov.expect_launched("x.relu() at stage 9")
-        compare(y, np.maximum(x, 0), "x.relu() on a (37, 129) tensor at stage 9", atol=0, rtol=0)
+        compare(y, want, "x.relu() on a (37, 129) tensor at stage 9", atol=0, rtol=0)
     return [
-        f"n in {sizes} with the backend's grid, and grids too small to cover n in one pass: {small}"
+        f"n in {sizes} and 2 hidden sizes with the backend's grid, and grids too small to cover n in one pass: {small}"
         " (n, (blocks, threads))",
         "x.relu() at stage 9 runs your kernel",
     ]
@@ -217,8 +238,25 @@ def check_relu_vec4(ex: Exercise, source: str) -> list[str]:
 
 # --- reductions: softmax, sum of squares, row sums, softmax with cross-entropy -----------
 
-_OWN_REDUCTION = {r"block_reduce|warp_reduce": "write the reduction yourself (block_reduce.cuh is the answer key)"}
+
+def _own_reduction(ex: Exercise, source: str) -> None:
+    """The reductions' rule: block_reduce.cuh (in the course's headers for 21.1) is their answer key."""
+    if "block_reduce.cuh" in compiled(ex, source).headers:
+        fail(
+            FORBIDDEN,
+            "your kernel includes the course's `block_reduce.cuh`, which holds the answer: "
+            "write the reduction yourself",
+        )
+
+
 _SHAPES_ROWS = [(64, 10), (7, 1000), (3, 3001), (5, 1), (2, 65), (1, 4096)]
+
+
+def _hidden_rows() -> list[tuple[int, int]]:
+    """(rows, cols) past the fixed shapes: rows longer than 4096 (more values per thread than the
+    fixed shapes give a block of 1024), and many rows of an odd length."""
+    long_rows = [(r, c) for r, c in zip(hidden.between("rows", 2, 6, 2), hidden.sizes("cols", 4096, 60_000, 2, 32))]
+    return long_rows + [(hidden.sizes("many rows", 64, 3000, 1, 2)[0], hidden.between("short cols", 11, 999, 1)[0])]
 
 
 def check_softmax(ex: Exercise, source: str) -> list[str]:
@@ -226,10 +264,10 @@ def check_softmax(ex: Exercise, source: str) -> list[str]:
 
     from ..cuda import launchers
 
-    forbid(source, _OWN_REDUCTION)
+    _own_reduction(ex, source)
     rng = _rng()
     with Override(ex.kernel, source) as ov:
-        for rows, cols in _SHAPES_ROWS:
+        for rows, cols in _SHAPES_ROWS + _hidden_rows():
             x = (rng.standard_normal((rows, cols)) * 20 + rng.uniform(-80, 80, (rows, 1))).astype(np.float32)
             z = x.astype(np.float64) - x.max(axis=1, keepdims=True)
             want = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
@@ -242,13 +280,14 @@ def check_softmax(ex: Exercise, source: str) -> list[str]:
             if not np.array_equal(runs[0], runs[1]):
                 fail(RACE, f"softmax {rows}x{cols}: two runs on the same input disagree (a missing __syncthreads?)")
         x = rng.standard_normal((64, 10)).astype(np.float32) * 5
-        with mt.use_stage(7):
-            y = mt.tensor(x, device="cuda").softmax().numpy()
-        ov.expect_launched("x.softmax() at stage 7")
         z = x - x.max(axis=1, keepdims=True)
-        compare(y, np.exp(z) / np.exp(z).sum(axis=1, keepdims=True), "x.softmax()", atol=1e-6, rtol=1e-4)
+        want = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+        with mt.use_stage(7):
+            y = mt.tensor(x.copy(), device="cuda").softmax().numpy()
+        ov.expect_launched("x.softmax() at stage 7")
+        compare(y, want, "x.softmax()", atol=1e-6, rtol=1e-4)
     return [
-        f"softmax rows for shapes {_SHAPES_ROWS}, inputs up to +-150 (no overflow), twice each",
+        f"softmax rows for shapes {_SHAPES_ROWS} and 3 hidden ones, inputs up to +-150 (no overflow), twice each",
         "x.softmax() at stage 7 runs your kernel",
     ]
 
@@ -262,7 +301,7 @@ def _check_clip_gradients(rng, ov, shapes, what: str, rtol: float) -> None:
     grads_host = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     norm = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads_host))
     with mt.use_stage(7):
-        grads = [backend.from_numpy(g) for g in grads_host]
+        grads = [backend.from_numpy(g.copy()) for g in grads_host]
         backend.clip_gradients(grads, 1.0)
         clipped = [backend.to_numpy(g) for g in grads]
     ov.expect_launched("clip_gradients at stage 7")
@@ -273,11 +312,13 @@ def _check_clip_gradients(rng, ov, shapes, what: str, rtol: float) -> None:
 def check_sumsq(ex: Exercise, source: str) -> list[str]:
     from ..cuda import launchers
 
-    forbid(source, _OWN_REDUCTION)
+    _own_reduction(ex, source)
     rng = _rng()
     sizes = [1, 1000, 1024, 1025, 200_003]
+    # past the fixed sizes and the largest gradient the exercise claims (784 x 256), on the one block
+    hidden_sizes = hidden.sizes("n", 784 * 256, 4_000_000, 2, 1024)
     with Override(ex.kernel, source) as ov:
-        for n in sizes:
+        for n in sizes + hidden_sizes:
             x = rng.standard_normal(n).astype(np.float32)
             want = np.array([np.sum(x.astype(np.float64) ** 2)])
             results = []
@@ -290,7 +331,8 @@ def check_sumsq(ex: Exercise, source: str) -> list[str]:
             compare(results[0], want, f"sumsq n={n}", atol=1e-3, rtol=1e-4, poison=POISON)
         _check_clip_gradients(rng, ov, [(784, 256), (256,), (256, 10), (10,)], "your sumsq", rtol=1e-3)
     return [
-        f"sum of squares for n in {sizes} with one block of 1024 threads, three runs each",
+        f"sum of squares for n in {sizes} and {len(hidden_sizes)} hidden sizes with one block of 1024 threads, "
+        "three runs each",
         "clip_gradients at stage 7 runs your kernel and clips to norm 1",
     ]
 
@@ -300,12 +342,15 @@ def check_sum_rows(ex: Exercise, source: str) -> list[str]:
 
     from ..cuda import launchers
 
-    forbid(source, _OWN_REDUCTION)
-    if "__shfl" not in source:
-        fail(FORBIDDEN, "reduce within each warp with __shfl_down_sync (or __shfl_xor_sync)")
+    _own_reduction(ex, source)
+    if not compiled(ex, source).uses_shuffle:
+        fail(
+            FORBIDDEN,
+            "reduce within each warp with __shfl_down_sync (or __shfl_xor_sync): your compiled kernel has none",
+        )
     rng = _rng()
     with Override(ex.kernel, source) as ov:
-        for rows, cols in _SHAPES_ROWS:
+        for rows, cols in _SHAPES_ROWS + _hidden_rows():
             x = rng.standard_normal((rows, cols)).astype(np.float32)
             scale = float(rng.uniform(0.5, 2.0))
             want = scale * x.astype(np.float64).sum(axis=1)
@@ -318,11 +363,15 @@ def check_sum_rows(ex: Exercise, source: str) -> list[str]:
             if not np.array_equal(runs[0], runs[1]):
                 fail(RACE, f"row sums {rows}x{cols}: two runs on the same input disagree")
         x = rng.standard_normal((64, 130)).astype(np.float32)
+        want = x.astype(np.float64).mean(axis=1)
         with mt.use_stage(8):
-            y = mt.tensor(x, device="cuda").mean(axis=1).numpy()
+            y = mt.tensor(x.copy(), device="cuda").mean(axis=1).numpy()
         ov.expect_launched("x.mean(axis=1) at stage 8")
-        compare(y, x.astype(np.float64).mean(axis=1), "x.mean(axis=1)", atol=1e-5, rtol=1e-4)
-    return [f"scaled row sums for shapes {_SHAPES_ROWS}", "x.mean(axis=1) at stage 8 runs your kernel"]
+        compare(y, want, "x.mean(axis=1)", atol=1e-5, rtol=1e-4)
+    return [
+        f"scaled row sums for shapes {_SHAPES_ROWS} and 3 hidden ones",
+        "x.mean(axis=1) at stage 8 runs your kernel",
+    ]
 
 
 _SHAPES_XENT = [(64, 10), (1, 1), (5, 33), (37, 257), (3, 1024), (128, 1000), (600, 7)]
@@ -339,10 +388,18 @@ def check_softmax_xent(ex: Exercise, source: str) -> list[str]:
 
     from ..cuda import launchers
 
-    forbid(source, _OWN_REDUCTION | {r"\batomicAdd": "sum the losses in a fixed order: atomics make them vary"})
+    _own_reduction(ex, source)
+    atomics = compiled(ex, source).own_atomics
+    if atomics:
+        fail(
+            FORBIDDEN, f"sum the losses in a fixed order: atomics make them vary (your kernel compiles to {atomics[0]})"
+        )
     rng = _rng()
+    # within what the exercise claims (1 to 600 rows of at most 1024 columns): a ragged number of
+    # rows for the block's 16 warps, a ragged row for the lanes' 32 columns, up to the largest
+    hidden_shapes = list(zip(hidden.sizes("rows", 64, 600, 1, 16), hidden.sizes("cols", 256, 1024, 1, 32)))
     with Override(ex.kernel, source) as ov:
-        for rows, cols in _SHAPES_XENT:
+        for rows, cols in _SHAPES_XENT + hidden_shapes:
             x = (rng.standard_normal((rows, cols)) * 5 + rng.uniform(-80, 80, (rows, 1))).astype(np.float32)
             t = np.eye(cols, dtype=np.float32)[rng.integers(0, cols, rows)]
             t[::3] = rng.dirichlet(np.ones(cols), len(t[::3]))  # soft targets on every third row
@@ -359,17 +416,18 @@ def check_softmax_xent(ex: Exercise, source: str) -> list[str]:
                 fail(RACE, f"{what}: two runs on the same input disagree (a missing __syncthreads?)")
         x = rng.standard_normal((64, 10)).astype(np.float32) * 3
         t = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 64)]
+        want_p, want_loss = _xent_reference(x, t, 1 / 64)
         with mt.use_stage(10):
-            logits = mt.tensor(x, device="cuda", requires_grad=True)
-            loss = mt.cross_entropy_with_softmax(logits, mt.tensor(t, device="cuda"))
+            logits = mt.tensor(x.copy(), device="cuda", requires_grad=True)
+            loss = mt.cross_entropy_with_softmax(logits, mt.tensor(t.copy(), device="cuda"))
             loss.backward()
             value, grad = loss.item(), logits.grad.numpy()
         ov.expect_launched("the cross-entropy loss at stage 10")
-        want_p, want_loss = _xent_reference(x, t, 1 / 64)
         compare(value, want_loss, "the loss at stage 10", atol=1e-5, rtol=1e-4)
         compare(grad, (want_p - t) / 64, "its gradient (probs - target) / rows", atol=1e-7, rtol=1e-4)
     return [
-        f"probs and mean loss for shapes {_SHAPES_XENT}, logits up to +-100, one-hot and soft targets, twice each",
+        f"probs and mean loss for shapes {_SHAPES_XENT} and a hidden one, logits up to +-100, one-hot and soft "
+        "targets, twice each",
         "the cross-entropy loss at stage 10 runs your kernel, and its gradient uses your probabilities",
     ]
 
@@ -383,7 +441,8 @@ def check_clip_scale(ex: Exercise, source: str) -> list[str]:
     rng = _rng()
     cases = []
     with Override(ex.kernel, source) as ov:
-        for n, max_norm in [(1, 0.5), (257, 1.0), (10_007, 2.0), (10_007, 1e6)]:
+        hidden_n = hidden.sizes("n", 10_007, 2_000_000, 1)[0]
+        for n, max_norm in [(1, 0.5), (257, 1.0), (10_007, 2.0), (10_007, 1e6), (hidden_n, 1.0)]:
             g = rng.standard_normal(n).astype(np.float32)
             partials = np.array([float(np.sum(g.astype(np.float64) ** 2)), rng.uniform(0, 5), rng.uniform(0, 5)])
             norm = math.sqrt(partials.sum())
@@ -397,7 +456,10 @@ def check_clip_scale(ex: Exercise, source: str) -> list[str]:
             compare(got, want, what, atol=1e-7, rtol=1e-5, tail=_tail(n, launchers.BLOCK))
             cases.append(n)
         _check_clip_gradients(rng, ov, [(100, 30), (30,)], "your clip_scale", rtol=1e-4)
-    return [f"in-place scaling for n in {cases}, clipped and unclipped", "clip_gradients runs your kernel"]
+    return [
+        f"in-place scaling for n in {cases[:-1]} and a hidden size, clipped and unclipped",
+        "clip_gradients runs your kernel",
+    ]
 
 
 # --- gather ------------------------------------------------------------------------------
@@ -410,16 +472,19 @@ def check_gather(ex: Exercise, source: str) -> list[str]:
 
     rng = _rng()
     shapes = [(64, 784, 1000), (3, 5, 7), (1000, 1, 50), (257, 3, 10)]
+    rows, row_len = hidden.sizes("rows", 1000, 6000, 1, 2)[0], hidden.between("row_len", 785, 1100, 1)[0]
+    hidden_shapes = [(rows, row_len, 1500)]
     with Override(ex.kernel, source) as ov:
-        for rows, row_len, n_src in shapes:
+        for rows, row_len, n_src in shapes + hidden_shapes:
             src = rng.standard_normal((n_src, row_len)).astype(np.float32)
             idx = rng.integers(0, n_src, rows).astype(np.int32)
+            want = src[idx]
             out, inp, d_idx = Buffer(rows * row_len), Buffer(src.size, src), Buffer(rows, idx, np.int32)
             launchers.elementwise(ex.kernel, rows * row_len, out, inp, d_idx, rows, row_len)
             got = out.read(f"gather {rows} rows of {row_len}").reshape(rows, row_len)
             compare(
                 got,
-                src[idx],
+                want,
                 f"gather {rows} rows of {row_len}",
                 atol=0,
                 rtol=0,
@@ -428,11 +493,15 @@ def check_gather(ex: Exercise, source: str) -> list[str]:
             )
         x = rng.standard_normal((500, 33)).astype(np.float32)
         order = rng.permutation(500)
+        want = x[order]
         with mt.use_stage(7):
-            y = mt.tensor(x, device="cuda")[order].numpy()
+            y = mt.tensor(x.copy(), device="cuda")[order.copy()].numpy()
         ov.expect_launched("x[order] at stage 7")
-        compare(y, x[order], "x[order]", atol=0, rtol=0)
-    return [f"gathers (rows, row_len, source rows) {shapes} with repeated indices", "x[order] runs your kernel"]
+        compare(y, want, "x[order]", atol=0, rtol=0)
+    return [
+        f"gathers (rows, row_len, source rows) {shapes} and a hidden one with repeated indices",
+        "x[order] runs your kernel",
+    ]
 
 
 # --- matmul family ---------------------------------------------------------------------------
@@ -482,20 +551,24 @@ def check_matmul(ex: Exercise, source: str) -> list[str]:
     batched = ex.kernel != "matmul_transposed"
     shared = ex.kernel in ("matmul_tiled", "matmul_regtiled_32x32x8")
     stage = _MATMUL_STAGE[ex.kernel]
-    if shared and "__shared__" not in source:
-        fail(FORBIDDEN, "stage the tiles of A and B in __shared__ memory")
-    answer_key = "write the kernel yourself (matmul_regtiled.cuh is the answer key)"
-    forbid(source, {r"regtiled_body|matmul_regtiled\.cuh|TileLoader": answer_key})
+    if shared and not compiled(ex, source).uses_shared:
+        fail(
+            FORBIDDEN, "stage the tiles of A and B in __shared__ memory: your compiled kernel never uses shared memory"
+        )
+    # one hidden shape past the fixed ones in every dimension (more tiles than they need, K past 784)
+    hidden_shape = tuple(
+        hidden.between(d, low, high, 1)[0] for d, low, high in (("M", 71, 400), ("N", 46, 400), ("K", 785, 1600))
+    )
     with Override(ex.kernel, source) as ov:
-        for M, N, K in _MATMUL_SHAPES:
+        for M, N, K in _MATMUL_SHAPES + [hidden_shape]:
             for ta in (False, True):
                 for tb in (False, True):
                     batch = 3 if batched else 1
                     a, b = _operands(rng, M, N, K, ta, tb, batch if batched else None)
                     if batched and tb:  # broadcast B over the batch: stride 0
                         b = b[0]
-                    got = _run_matmul(ex.kernel, a, b, ta, tb)
                     want = _matmul_ref(a, b, ta, tb)
+                    got = _run_matmul(ex.kernel, a, b, ta, tb)
                     what = f"{ex.kernel} M={M} N={N} K={K} ta={int(ta)} tb={int(tb)}" + (
                         f" batch={batch}" if batched else ""
                     )
@@ -503,20 +576,22 @@ def check_matmul(ex: Exercise, source: str) -> list[str]:
         if shared:  # a missing __syncthreads shows as run-to-run differences
             M, N, K = 256, 256, 2048
             a, b = _operands(rng, M, N, K, False, False)
+            want = _matmul_ref(a, b, False, False)
             runs = [_run_matmul(ex.kernel, a, b, False, False) for _ in range(3)]
             if any(not np.array_equal(r, runs[0]) for r in runs[1:]):
                 fail(RACE, "the same 256x256x2048 product differs from run to run: a missing __syncthreads()?")
-            compare(runs[0][0], _matmul_ref(a, b, False, False), "256x256x2048", poison=POISON, **_matmul_tol(K))
+            compare(runs[0][0], want, "256x256x2048", poison=POISON, **_matmul_tol(K))
         # at stage 9 only the 32 x 32 tile fits products of at most 16 x 16: the tuner must pick it
         M, N = (12, 9) if stage == 9 else (40, 33)
         a = rng.standard_normal((4, M, 70) if batched else (M, 70)).astype(np.float32)
         b = rng.standard_normal((N, 70)).astype(np.float32)
+        want = a.astype(np.float64) @ b.T.astype(np.float64)
         with mt.use_stage(stage):
-            y = mt.tensor(a, device="cuda").matmul(mt.tensor(b, device="cuda"), transpose_b=True).numpy()
+            y = mt.tensor(a.copy(), device="cuda").matmul(mt.tensor(b.copy(), device="cuda"), transpose_b=True).numpy()
         ov.expect_launched(f"a.matmul(b, transpose_b=True) at stage {stage}")
-        compare(y, a.astype(np.float64) @ b.T.astype(np.float64), "a.matmul(b, transpose_b=True)", **_matmul_tol(70))
+        compare(y, want, "a.matmul(b, transpose_b=True)", **_matmul_tol(70))
     done = [
-        f"all four transpose flags on shapes (M, N, K) {_MATMUL_SHAPES}"
+        f"all four transpose flags on shapes (M, N, K) {_MATMUL_SHAPES} and a hidden one"
         + (", batch 3, B broadcast with stride 0" if batched else "")
     ]
     if shared:
@@ -534,7 +609,7 @@ def check_init(ex: Exercise, source: str) -> list[str]:
     from ..cuda import launchers
 
     rng = _rng()
-    n, std = 1_000_003, float(rng.uniform(0.5, 2.0))
+    n, std = hidden.sizes("n", 1_000_003, 4_000_000, 1)[0], float(rng.uniform(0.5, 2.0))  # past the fixed 1,000,003
     seed = int(rng.integers(0, 2**31))
 
     def draw(count, s, std_=std):
@@ -585,7 +660,7 @@ def check_init(ex: Exercise, source: str) -> list[str]:
         if not np.array_equal(prefix, x[:1000]):
             fail(
                 WRONG_RESULT,
-                "element i must depend only on (seed, i): n=1000 and n=1000003 disagree on the first 1000 values",
+                f"element i must depend only on (seed, i): n=1000 and n={n} disagree on the first 1000 values",
             )
         done.append("deterministic per seed; element i depends only on (seed, i)")
         with mt.use_stage(4):

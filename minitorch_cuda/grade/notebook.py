@@ -8,6 +8,7 @@ last code cell that defines the exercise's variable. Outputs are never read.
 from __future__ import annotations
 
 import ast
+import re
 import time
 from pathlib import Path
 
@@ -18,13 +19,59 @@ from .exercises import Exercise
 GPU_TAG = "gpu"
 
 
+MAX_CELLS = 5000  # cells of one notebook (a course notebook has about a hundred)
+
+
 def read(path: str | Path) -> nbformat.NotebookNode:
+    """The notebook at ``path``. A MyST header that uses YAML anchors or aliases (``&a``, ``*a``: a
+    few KB of them expand exponentially) is refused, as is a notebook of more than ``MAX_CELLS``
+    cells; the grader calls this in a worker with a cap on memory and time (``runner.read_exercises``)."""
     path = Path(path)
     if path.suffix == ".md":
         import jupytext
 
-        return jupytext.read(path)
-    return nbformat.read(path, as_version=4)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"it is not UTF-8 text (byte {exc.start}): save it again from Jupyter") from None
+        refuse_yaml_aliases(text)
+        marks = text.count("{code-cell}") + text.count("\n+++")  # cell starts, counted before jupytext's slow parse
+        if marks > MAX_CELLS:
+            raise ValueError(f"it has about {marks} cells, more than the {MAX_CELLS} a notebook may have")
+        nb = jupytext.reads(text, fmt="md")
+    else:
+        nb = nbformat.read(path, as_version=4)
+    if len(nb.cells) > MAX_CELLS:
+        raise ValueError(f"it has {len(nb.cells)} cells, more than the {MAX_CELLS} a notebook may have")
+    return nb
+
+
+# the YAML jupytext parses in a MyST notebook: the header, and a code cell's options (a --- block
+# or :key: lines right after its fence)
+_YAML_BLOCKS = re.compile(
+    r"\A---[ \t]*\n(.*?)^---[ \t]*$"
+    r"|^```\{code-cell\}[^\n]*\n---[ \t]*\n(.*?)^---[ \t]*$"
+    r"|^```\{code-cell\}[^\n]*\n((?::[^\n]*\n)+)",
+    re.S | re.M,
+)
+
+
+def refuse_yaml_aliases(text: str) -> None:
+    """Raise ValueError if the YAML jupytext reads (``_YAML_BLOCKS``) uses an anchor or an alias (a
+    "billion laughs" expands a few KB into gigabytes)."""
+    import yaml
+
+    for match in _YAML_BLOCKS.finditer(text):
+        block = next(g for g in match.groups() if g is not None)
+        try:
+            tokens = list(yaml.scan(block, Loader=yaml.SafeLoader))
+        except yaml.YAMLError:
+            tokens = [t for t in ("&", "*") if re.search(rf"(^|[\s\[{{,:]){re.escape(t)}\w", block)]
+        if any(isinstance(t, (yaml.AnchorToken, yaml.AliasToken, str)) for t in tokens):
+            raise ValueError(
+                "its YAML header or a cell's options use anchors or aliases (& and *), which the grader "
+                "does not read: write the values out (jupytext writes none)"
+            )
 
 
 def find(folder: Path, stem: str) -> Path | None:

@@ -23,6 +23,7 @@ import ctypes
 import functools
 import glob
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -105,9 +106,43 @@ def _read_only_paths() -> list[str]:
     return out
 
 
-def command(argv: list[str], workdir: Path, *, gpu: bool = False, hide: list[Path] = ()) -> list[str]:
+# what a sandboxed run may write: its folder is a file system of this size (in memory, gone with it)
+DISK_BYTES = int(os.environ.get("MINITORCH_CUDA_GRADE_DISK_BYTES", 1 << 30))
+INPUT = "/grade-input"  # where a run with a disk of its own sees its folder's files, read-only
+INPUT_ENV = "MINITORCH_CUDA_GRADE_INPUT"
+
+
+def own_disk() -> bool:
+    """Whether ``command(..., own_disk=True)`` gives the run a size-limited file system (bubblewrap
+    with ``--size``); where not, ``wait`` watches what the run writes instead."""
+    return bwrap() is not None and _sized_tmpfs()
+
+
+def _course_content(read_only: list[str]) -> list[Path]:
+    """What of a checkout the sandbox must not show: installed editable (or put on PYTHONPATH), the
+    package sits in the course's repository, whose ``solutions/``, ``exercises/``, ``tests/`` and
+    ``chapters/`` hold every exercise's answer. Every entry beside the package and the data it
+    trains on is hidden, except one holding a path the sandbox needs (a virtual environment kept in
+    the checkout)."""
+    if not (PACKAGE_ROOT / "pyproject.toml").is_file():  # installed: its neighbours are other packages
+        return []
+    needed = [Path(p) for p in read_only if Path(p) != PACKAGE_ROOT]
+    return [
+        entry
+        for entry in sorted(PACKAGE_ROOT.iterdir())
+        if entry.name not in ("minitorch_cuda", "data") and not any(n == entry or entry in n.parents for n in needed)
+    ]
+
+
+def command(
+    argv: list[str], workdir: Path, *, gpu: bool = False, hide: list[Path] = (), own_disk: bool = False
+) -> list[str]:
     """``argv`` wrapped in bwrap (when usable); ``workdir`` is the only writable folder; ``hide``
-    (the submissions, the outputs) is covered by an empty tmpfs should a read-only path hold it."""
+    (the submissions, the outputs) is covered by an empty tmpfs should a read-only path hold it.
+    ``own_disk`` (where ``own_disk()``): ``workdir`` is a file system of ``DISK_BYTES`` in memory,
+    gone with the run (a cell's ``fallocate`` of gigabytes fails at once, it fills nothing else);
+    the folder's files are bound read-only at ``INPUT`` and ``unpack_input`` copies them in before
+    anything of the student's runs, and results leave through a pipe (``runner``)."""
     binary = bwrap()
     if binary is None:
         return list(argv)
@@ -133,14 +168,31 @@ def command(argv: list[str], workdir: Path, *, gpu: bool = False, hide: list[Pat
             args += ["--dev-bind", node, node]
         if os.path.isdir("/sys"):
             args += ["--ro-bind", "/sys", "/sys"]
+    for entry in _course_content(ro):
+        if entry.is_symlink() or not entry.is_dir():
+            args += ["--ro-bind", "/dev/null", str(entry)]  # a file (or a link): not readable there
+        else:
+            args += ["--tmpfs", str(entry)]
     for path in hide:
         path = Path(path).resolve()
         if any(str(path).startswith(q.rstrip("/") + "/") or str(path) == q for q in ro) and path.is_dir():
             if not str(workdir).startswith(str(path) + "/"):
                 args += ["--tmpfs", str(path)]
     args += ["--remount-ro", "/dev"]  # its device nodes stay usable; no file can be written there
-    args += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir)]
+    if own_disk and _sized_tmpfs():
+        args += ["--ro-bind", str(workdir), INPUT, "--size", str(DISK_BYTES), "--tmpfs", str(workdir)]
+        args += ["--setenv", INPUT_ENV, INPUT, "--chdir", str(workdir)]
+    else:
+        args += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir)]
     return args + ["--", *argv]
+
+
+def unpack_input() -> None:
+    """In a run with a disk of its own (``command(..., own_disk=True)``): copy the folder's files from
+    ``INPUT`` into the working folder. Called by the sandboxed worker before any student code runs."""
+    source = os.environ.pop(INPUT_ENV, None)
+    if source and os.path.isdir(source):
+        copy_tree(Path(source), Path.cwd(), limit=DISK_BYTES)
 
 
 # what sandboxed code sees of the grader's environment (nothing else: no tokens, no credentials,
@@ -388,14 +440,16 @@ def written(folder: Path) -> tuple[int, int]:
     return total, entries
 
 
-def wait(proc: subprocess.Popen, timeout: float, folder: Path) -> tuple[int | None, str | None]:
-    """Wait for ``proc`` up to ``timeout`` s while watching what it writes to ``folder``: (its return
-    code or None, why it was stopped early or None). A run that fills the disk would make every
-    other student's checks fail, which a per-file limit alone does not prevent (many files)."""
+def wait(proc: subprocess.Popen, timeout: float, folder: Path | None) -> tuple[int | None, str | None]:
+    """Wait for ``proc`` up to ``timeout`` s while watching what it writes to ``folder`` (None: a run
+    with a disk of its own, nothing to watch): (its return code or None, why it was stopped early or
+    None). A run that fills the disk would make every other student's checks fail, which a per-file
+    limit alone does not prevent (many files); polling is the fallback where bwrap has no ``--size``."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return proc.wait(timeout=max(0.01, min(1.0, deadline - time.monotonic()))), None
+            step = deadline - time.monotonic() if folder is None else min(1.0, deadline - time.monotonic())
+            return proc.wait(timeout=max(0.01, step)), None
         except subprocess.TimeoutExpired:
             if time.monotonic() >= deadline:
                 return None, None
@@ -424,30 +478,181 @@ def limited_compilers(folder: Path, memory_bytes: int = COMPILER_MEMORY) -> str 
 
 
 MAX_COPIED = 256 << 20  # bytes of a student's folder copied for a notebook's run: one copy per notebook
+MAX_DEPTH = 32  # folders below a copied folder: deeper ones are left out (no notebook needs more)
+
+
+def copy_tree(folder: Path, dest: Path, limit: int | None = None) -> list[str]:
+    """Copy the regular files and folders under ``folder`` into ``dest`` (no link followed, no fifo,
+    socket or device opened; iteratively, so no depth costs the grader its stack) and return what was
+    left out, as text: what cannot be read, what lies deeper than ``MAX_DEPTH``, what would take the
+    copy past ``limit`` bytes (a folder of huge files must not fill the grading machine's disk)."""
+    limit = MAX_COPIED if limit is None else limit
+    dest.mkdir(parents=True, exist_ok=True)
+    copied, left_out = 0, []
+    stack = [(str(folder), str(dest), 0)]  # names as os.fsdecode keeps them: any bytes go through
+    while stack:
+        src, dst, depth = stack.pop()
+        try:
+            with os.scandir(src) as scan:
+                entries = sorted(scan, key=lambda e: e.name)
+        except OSError:
+            left_out.append(os.path.relpath(src, folder))
+            continue
+        for entry in entries:
+            name = os.path.relpath(entry.path, folder)
+            target = os.path.join(dst, entry.name)
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if depth + 1 > MAX_DEPTH:
+                        left_out.append(name)
+                        continue
+                    os.mkdir(target)
+                    stack.append((entry.path, target, depth + 1))
+                elif entry.is_file(follow_symlinks=False):
+                    size = entry.stat(follow_symlinks=False).st_size
+                    if copied + size > limit:
+                        left_out.append(name)
+                        continue
+                    shutil.copyfile(entry.path, target)
+                    copied += size
+            except OSError:  # unreadable (its mode), gone, or a name too long: the run goes on without it
+                left_out.append(name)
+    return left_out
 
 
 def private_copy(folder: Path, dest: Path) -> tuple[Path, list[str]]:
-    """A copy of a student's folder (regular files and folders only, no links followed) and the
-    files left out: those that cannot be read, and those past ``MAX_COPIED`` bytes (a folder of
-    huge files must not fill the grading machine's disk, where every other student's checks write)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    copied, left_out = 0, []
-    for path in sorted(Path(folder).rglob("*")):
-        if path.is_symlink():
-            continue
-        target = dest / path.relative_to(folder)
-        if path.is_dir():
-            target.mkdir(parents=True, exist_ok=True)
-        elif path.is_file():
-            size = path.stat().st_size
-            if copied + size > MAX_COPIED:
-                left_out.append(str(path.relative_to(folder)))
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                shutil.copyfile(path, target)
-            except OSError:  # unreadable (its mode), or gone: the run goes on without it
-                left_out.append(str(path.relative_to(folder)))
-                continue
-            copied += size
-    return dest, left_out
+    """A copy of a student's folder (``copy_tree``) and the files left out."""
+    return dest, copy_tree(Path(folder), Path(dest))
+
+
+def remove_tree(folder: Path) -> None:
+    """Remove ``folder`` and everything under it, iteratively (a run may leave folders nested deeper
+    than ``shutil.rmtree``'s recursion reaches), following no link; what cannot be removed stays."""
+    stack, folders = [str(folder)], []
+    while stack:
+        current = stack.pop()
+        folders.append(current)
+        with contextlib.suppress(OSError), os.scandir(current) as scan:
+            for entry in scan:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
+    for path in reversed(folders):  # the deepest first
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+
+
+@contextlib.contextmanager
+def scratch(prefix: str):
+    """A temporary folder, removed with ``remove_tree`` (``tempfile.TemporaryDirectory`` recurses)."""
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        remove_tree(path)
+
+
+# --- a compiler run on a student's source ---------------------------------------------------------
+
+COMPILE_TIMEOUT = 120  # seconds of one compiler run on a student's source
+
+
+def real_nvcc() -> str | None:
+    """The nvcc a compile runs: the one on PATH, or the toolkit's that a wrapper script there runs
+    (``limited_compilers``', or a /usr/local/bin/nvcc that execs /usr/local/cuda/bin/nvcc)."""
+    found = shutil.which("nvcc")
+    for _ in range(4):  # a wrapper of a wrapper
+        try:
+            head = Path(found).read_bytes()[:4096] if found else b""
+        except OSError:
+            break
+        runs = re.search(rb"(/[\w./+-]+/bin/nvcc)\b", head) if head.startswith(b"#!") else None
+        if runs is None or not os.path.isfile(runs.group(1).decode()):
+            break
+        found = runs.group(1).decode()
+    return found
+
+
+def _compiler_dirs() -> list[str]:
+    """What a compiler needs to see: the system (``/usr``: g++, and nvcc under /usr/local) and the CUDA
+    toolkit where it lies elsewhere; no /etc, /home, /work or /proc of the grader."""
+    dirs = ["/usr"]
+    nvcc = real_nvcc()
+    for extra in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), nvcc and str(Path(nvcc).parents[1])):
+        if extra and os.path.isdir(extra):
+            dirs.append(os.path.realpath(extra))
+    out: list[str] = []
+    for d in sorted(set(dirs)):
+        if not any(d == q or d.startswith(q + "/") for q in out):
+            out.append(d)
+    return out
+
+
+def compile_command(argv: list[str], workdir: Path, readable: list[Path] = ()) -> list[str]:
+    """``argv`` (a compiler on a student's source) wrapped in bwrap: it sees the system's compilers,
+    ``readable`` (the course's headers) read-only and ``workdir`` (the source and what it builds)
+    read-write, and nothing else: no other student, no checkout, no grader's /proc. Without bwrap
+    the command is returned as it is (``describe`` says the isolation is partial)."""
+    binary = bwrap()
+    if binary is None:
+        return list(argv)
+    args = [binary, "--die-with-parent", "--new-session", "--unshare-all"]
+    if os.geteuid() == 0:
+        args += ["--cap-drop", "ALL"]
+    for link in ("/bin", "/lib", "/lib64", "/lib32", "/sbin"):
+        if os.path.islink(link):
+            args += ["--symlink", os.readlink(link), link]
+        elif os.path.isdir(link):
+            args += ["--ro-bind", link, link]
+    for path in _compiler_dirs():
+        args += ["--ro-bind", path, path]
+    package = str(PACKAGE_ROOT)
+    if any(package.startswith(d + "/") for d in _compiler_dirs()):  # an install under /usr: not its kernels
+        args += ["--tmpfs", package]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for path in readable:
+        path = str(Path(path).resolve())
+        args += ["--ro-bind", path, path]
+    workdir = Path(workdir).resolve()
+    args += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir)]
+    return args + ["--", *argv]
+
+
+def compile_environment(workdir: Path) -> dict:
+    """A compiler's whole environment: a PATH to the compilers and a home in ``workdir``; nothing
+    of the grader's (its /proc/self/environ, read by a kernel's ``#include``, shows only this)."""
+    paths = [str(Path(p).parent) for p in (real_nvcc(), shutil.which("g++")) if p]
+    path = os.pathsep.join(dict.fromkeys([*paths, "/usr/local/bin", "/usr/bin", "/bin"]))
+    home = str(Path(workdir).resolve())
+    return {"PATH": path, "HOME": home, "TMPDIR": home, "LC_ALL": "C"}
+
+
+def run_compiler(argv: list[str], workdir: Path, readable: list[Path] = ()) -> subprocess.CompletedProcess:
+    """Run a compiler on a student's source in the sandbox (``compile_command``), its address space
+    capped (a preprocessor bomb) and its time limited; output as text."""
+    compiler_memory = COMPILER_MEMORY
+
+    def cap() -> None:
+        import resource
+
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)  # a cap this process has already (the checker's) stays
+        cap_bytes = compiler_memory if hard == resource.RLIM_INFINITY else min(compiler_memory, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (cap_bytes, cap_bytes))
+
+    try:
+        return subprocess.run(
+            compile_command(argv, workdir, readable),
+            cwd=workdir,
+            env=compile_environment(workdir),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=COMPILE_TIMEOUT,
+            preexec_fn=cap,
+        )
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 124, "", f"compile time limit: more than {COMPILE_TIMEOUT} s")

@@ -7,16 +7,14 @@ next to the notebook read as ``open("relu.cu").read()`` or
 syntax tree and evaluates only those forms; the grader compiles and launches the
 result itself, so nothing else in the cell can change what is graded. A cell that
 tries to change the framework (assigning to an attribute, ``setattr``,
-``__code__``) is reported as such, and ``#include`` (in any spelling the
-preprocessor accepts: through a macro, split over lines, ``#import``) may name only
-the framework's own headers (no paths), so that a kernel can neither compile another
-student's file nor print one in a compile error.
+``__code__``) is reported as such. What the source may ``#include`` is decided where
+it is compiled (``kernel_build``: the preprocessor's own list of the files it opened,
+against a folder of the course's headers, in the sandbox), not here.
 """
 
 from __future__ import annotations
 
 import ast
-import re
 from pathlib import Path
 
 from .exercises import Exercise
@@ -24,11 +22,6 @@ from .notebook import python_source
 from .verdict import EXCEPTION, HOST_SIDE, MISSING, NOT_A_KERNEL, fail
 
 MAX_SOURCE = 1 << 20
-# every directive that reads a file, as the preprocessor sees it (see _directives), and what it may name
-_INCLUDE = re.compile(r"^[^\S\n]*#[^\S\n]*(include_next|include|import|embed)\b(.*)$", re.M)
-_HEADER = re.compile(r'\s*(<[\w.-]+>|"[\w.-]+")\s*')
-_COMMENT_OR_LITERAL = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
-_RAW_STRING = re.compile(r'(?<![\w])(?:u8|[uUL])?R"')
 _DUNDERS = {"__code__", "__globals__", "__builtins__", "__dict__", "__class__", "__subclasses__", "__import__"}
 _CALLS = {"setattr", "delattr", "exec", "eval", "compile", "__import__", "globals", "vars"}
 
@@ -85,23 +78,6 @@ def _file(relative: str, folder: Path | None) -> str:
     return path.read_text(errors="replace")
 
 
-def _directives(source: str) -> str:
-    """The source as the preprocessor reads its directives: continued lines joined (g++ allows blanks
-    after the backslash), comments blanked (``#/**/include``), ``%:`` and ``??=`` spelled ``#``."""
-    text = re.sub(r"\\[ \t\f\v]*\n", "", source.replace("\r\n", "\n").replace("\r", "\n"))
-    text = _COMMENT_OR_LITERAL.sub(lambda m: m.group() if m.group()[0] in "\"'" else " ", text)
-    return text.replace("%:", "#").replace("??=", "#")
-
-
-def _check_includes(source: str) -> None:
-    if _RAW_STRING.search(source):  # its lines are not directives, which the blanking above cannot tell
-        fail(NOT_A_KERNEL, 'a raw string literal (R"...") in the kernel: write a plain string literal')
-    for directive, operand in _INCLUDE.findall(_directives(source)):
-        if not _HEADER.fullmatch(operand) or ".." in operand:
-            shown = f"#{directive} {operand.strip()[:60]}"
-            fail(NOT_A_KERNEL, f'{shown}: include only the framework\'s headers, by name ("name.cuh" or <name.h>)')
-
-
 def kernel_source(cell: str, ex: Exercise, folder: Path | None = None) -> str:
     """The CUDA source exercise ``ex``'s cell assigns to its variable; fails with a reason otherwise."""
     try:
@@ -129,5 +105,6 @@ def kernel_source(cell: str, ex: Exercise, folder: Path | None = None) -> str:
         source = _string(values[-1], folder, ex.name)
     except RecursionError:
         fail(NOT_A_KERNEL, f"{ex.name} joins too many strings: write the kernel as one string literal")
-    _check_includes(source)
+    if len(source) > MAX_SOURCE:
+        fail(NOT_A_KERNEL, f"{ex.name} is longer than {MAX_SOURCE} characters")
     return source

@@ -39,29 +39,46 @@ def tampered(before: dict, after: dict) -> list[str]:
     return [c for c in changed if not c.endswith(("._overrides", "._builtin", ".counters", "._current", "._active"))]
 
 
-def load(exercise_id: str, source: str) -> tuple[dict, object]:
-    """Run the exercise cell; (the outcome, the exercise's object or None)."""
+def _raised(exc: BaseException) -> dict:
+    return {"status": "raised", "type": type(exc).__name__, "message": traceback.format_exception_only(exc)[-1]}
+
+
+def load(exercise_id: str, source: str, peer) -> tuple[dict, object]:
+    """Run the exercise cell; (the outcome, the exercise's object or None). From the cell on, what the
+    exercise rules out is refused (``subject_rules``) and, where Python per element is ruled out, the
+    student's lines are countable (``python_work``)."""
     import numpy as np
 
     import minitorch_cuda as mt
 
     from ..exercise import cuda_exercise
-    from . import exercises
+    from . import exercises, python_work, subject_rules
     from .notebook import python_source
 
     ex = exercises.get(exercise_id)
     before = framework_snapshot()
     namespace: dict = {"__name__": "__exercise__", "np": np, "mt": mt, "cuda_exercise": cuda_exercise}
     try:
-        exec(compile(python_source(source), f"<exercise {ex.id} cell>", "exec"), namespace)
+        code = compile(python_source(source), f"<exercise {ex.id} cell>", "exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        return _raised(exc), None
+    peer.services["refusals"] = lambda: list(subject_rules.refusals)
+    counted = ex.id in python_work.EXERCISES
+    if counted:
+        python_work.Counter(python_work.library_dirs()).install(peer)
+    subject_rules.install(ex.id, counted, python_work.library_dirs())
+    try:
+        exec(code, namespace)
     except NotImplementedError:
         return {"status": "not_implemented"}, None
     except BaseException as exc:  # SystemExit and KeyboardInterrupt from a cell are its outcome too
-        return {
-            "status": "raised",
-            "type": type(exc).__name__,
-            "message": traceback.format_exception_only(exc)[-1],
-        }, None
+        outcome: dict | None = _raised(exc)
+    else:
+        outcome = None
+    if subject_rules.refusals:  # tried what the exercise rules out, whether it caught the refusal or not
+        return {"status": "refused", "message": subject_rules.refusals[0]}, None
+    if outcome is not None:
+        return outcome, None
     changed = tampered(before, framework_snapshot())
     if changed:
         return {"status": "tampered", "changed": changed[:5]}, None
@@ -97,7 +114,7 @@ def main(argv: list[str]) -> int:
     peer.services["pool_counters"] = lambda: (profiler.counters.pool_hits, profiler.counters.pool_misses)
     forward_synchronize(peer)
     first = peer.receive()
-    outcome, artifact = load(str(first.get("exercise")), str(first.get("source", "")))
+    outcome, artifact = load(str(first.get("exercise")), str(first.get("source", "")), peer)
     if artifact is not None:
         outcome["artifact"] = artifact
     peer.send({"reply": first.get("id"), "value": peer.encode(outcome)})

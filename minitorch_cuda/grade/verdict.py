@@ -38,9 +38,10 @@ TIMEOUT = "timeout"
 CRASHED = "crashed"  # the checking process died without a result
 SYNCS = "device_syncs"  # the training step synchronizes the device
 NO_GPU = "no_gpu"  # the grading machine has none: not the student's fault, regraded on rerun
+NO_DEPENDENCY = "missing_dependency"  # the grading machine lacks a module the check needs (Triton): as NO_GPU
 SANITIZER = "sanitizer"  # compute-sanitizer (memcheck, racecheck, synccheck) reported an error
 
-ENVIRONMENT_REASONS = {NO_GPU}
+ENVIRONMENT_REASONS = {NO_GPU, NO_DEPENDENCY}
 
 # The status of a result in grades.json: graded (passed or failed), or not graded where the
 # machine lacked what the exercise needs (blank in the CSV, never final).
@@ -87,14 +88,43 @@ def fail(reason: str, message: str, details: list[str] | None = None):
 # --- comparing arrays ------------------------------------------------------------
 
 
+# --- student text in the feedback (Markdown) -----------------------------------------
+
+_LINE_BREAKS = re.compile(r"[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]+")
+# what can make a heading, a table, a link or image, HTML, code or emphasis (an intraword _ cannot)
+_MARKDOWN = re.compile(r"([\\`*<>\[\]|#~])")
+
+
+def shown(value) -> str:
+    """Text that may hold a name's undecodable bytes (kept as surrogates, ``os.fsdecode``) as text
+    every file can hold: those bytes as ``\\xNN``, the rest as it is."""
+    try:
+        raw = str(value).encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no file name decodes to (from a JSON escape)
+        raw = str(value).encode("utf-8", "backslashreplace")
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def markdown_text(value, limit: int) -> str:
+    """Text a student controls, for the Markdown feedback: one line of at most ``limit`` characters
+    in which no character is Markdown or HTML (a forged "## Exercise 1.2 (10/10, passed)", a table,
+    a link, a code fence or a ``<script>`` shows as the characters typed)."""
+    return _MARKDOWN.sub(r"\\\1", _LINE_BREAKS.sub(" ", shown(value))[:limit])
+
+
 def first_mismatches(got: np.ndarray, want: np.ndarray, bad: np.ndarray, limit: int = 5) -> list[str]:
     """``index: got x, want y`` for the first ``limit`` True entries of ``bad``."""
     out = []
     for index in np.argwhere(bad)[:limit]:
         key = tuple(int(i) for i in index)
         shown = key[0] if len(key) == 1 else key
-        out.append(f"index {shown}: got {got[key]!r}, want {want[key]!r}")
+        out.append(f"index {shown}: got {_number(got[key])}, want {_number(want[key])}")
     return out
+
+
+def _number(value) -> str:
+    """A value as a student reads it: 1.5, nan, -1.2345678e+30 (not np.float64(1.5))."""
+    return repr(float(value)) if np.ndim(value) == 0 and np.isrealobj(value) else repr(value)
 
 
 def compare(
@@ -132,6 +162,12 @@ def compare(
             message += f"; {unwritten} were never written"
             if unwritten == count and flat[-1]:
                 fail(BOUNDARY, message + " (the last elements: check the bounds test)", details)
+    unset = int((np.isnan(got) & ~np.isnan(want)).ravel()[flat].sum())
+    if unset:  # the emulator fills shared memory with NaN: a value read before any thread wrote it
+        message += (
+            f"; {unset} are NaN: computed from memory no thread had written yet (a missing __syncthreads() "
+            "between the writes and the reads? the CPU emulator starts shared memory as NaN)"
+        )
     fail(WRONG_RESULT, message, details)
 
 

@@ -4,6 +4,7 @@ context costs only that job):
     python -m minitorch_cuda.grade.worker check EXERCISE_ID PAYLOAD_JSON RESULT_JSON
     python -m minitorch_cuda.grade.worker execute NOTEBOOK RESULT_JSON CELL_TIMEOUT
     python -m minitorch_cuda.grade.worker launch EXERCISE_ID KERNEL_CU
+    python -m minitorch_cuda.grade.worker read NOTEBOOK EXERCISE_IDS
 
 ``check`` is the checker: it decides the verdict and never runs student Python.
 A kernel exercise's CUDA source (read from the notebook by ``source``) is
@@ -13,7 +14,14 @@ compute-sanitizer; a Python exercise's cell runs in a subject process
 ``channel``, holding the references, the fakes and the comparisons.
 ``execute`` runs a whole notebook with nbclient, inside the sandbox, for the
 feedback only: nothing it prints is trusted. ``launch`` is the small launch that
-compute-sanitizer watches.
+compute-sanitizer watches. ``read`` reads a notebook's exercise cells (and the
+kernel sources they name) for the grader, under a cap on memory, and prints them
+as JSON: a parser bomb costs this process, not the grader.
+
+A RESULT_JSON of the form ``fd:N`` is the pipe the grader reads the record from
+(``runner._run``); this process then makes itself non-dumpable, so that nothing
+it starts (a notebook's kernel, the same user) can open the pipe through
+``/proc/PID/fd``.
 """
 
 from __future__ import annotations
@@ -45,6 +53,10 @@ EMULATED_MEMORY = int(os.environ.get("MINITORCH_CUDA_GRADE_EMULATED_MEMORY", 8 <
 
 
 def _write(path: str, data: dict) -> None:
+    if path.startswith("fd:"):
+        with open(int(path[3:]), "w") as pipe:
+            pipe.write(json.dumps(data, default=str))
+        return
     tmp = Path(path).with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=1, default=str))
     os.replace(tmp, path)
@@ -78,7 +90,7 @@ class Subject:
         argv = [sys.executable, "-m", "minitorch_cuda.grade.subject", str(to_subject), str(from_subject)]
         self.log = open(Path(self.workdir, "subject.log"), "wb")  # noqa: SIM115 -- closed in close()
         self.proc = sandbox.popen(
-            sandbox.command(argv, Path(self.workdir), gpu=False, hide=[Path(p) for p in hide]),
+            sandbox.command(argv, Path(self.workdir), gpu=False, hide=[Path(p) for p in hide], own_disk=True),
             pass_fds=(to_subject, from_subject),
             stdin=subprocess.DEVNULL,
             stdout=self.log,
@@ -130,6 +142,8 @@ def check_python(ex, cell: str, subject: Subject):
             return CheckResult(ex.id, False, verdict.NOT_IMPLEMENTED, f"Exercise {ex.id} is still the stub")
         if status == "raised":
             return CheckResult(ex.id, False, verdict.EXCEPTION, f"the exercise cell raised {outcome.get('message')}")
+        if status == "refused":  # subject_rules: what the exercise rules out, tried by the cell
+            return CheckResult(ex.id, False, verdict.FORBIDDEN, f"your exercise cell: {outcome.get('message')}")
         if status == "tampered":
             changed = ", ".join(str(c) for c in outcome.get("changed", []))
             message = f"the exercise cell modifies the framework instead of implementing the exercise: {changed}"
@@ -152,41 +166,21 @@ def check_python(ex, cell: str, subject: Subject):
         subject.close()
 
 
-def compiles_for_a_gpu(source: str) -> list[str]:
-    """nvcc's first errors compiling ``source`` for sm_90, or [] (also where nvcc is absent)."""
-    import shutil
-
-    from ..cuda.kernel_table import nvcc_command
-
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        return []
-    with tempfile.TemporaryDirectory(prefix="grade-nvcc-") as tmp:
-        Path(tmp, "kernel.cu").write_text(source)
-        cmd = [*nvcc_command("sm_90", nvcc), "-o", "kernel.cubin", "kernel.cu"]
-        try:
-            out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=120)
-        except (OSError, subprocess.SubprocessError):
-            return []
-    if out.returncode == 0:
-        return []
-    lines = (out.stderr + out.stdout).strip().splitlines()
-    errors = [line[:200] for line in lines if "error" in line or "fatal" in line][:3]
-    return errors or [line[:200] for line in lines[-3:]] or [f"nvcc exited with code {out.returncode}"]
-
-
 def check_kernel(ex, kernel_source: str, sanitize: bool, sanitize_timeout: float, check_timeout: float):
     """The verdict on a kernel exercise: launched here (within ``check_timeout``), then under
     compute-sanitizer (the runner allows for ``sanitize_timeout`` more)."""
     import minitorch_cuda as mt
 
     from ..emulator import device_process
-    from . import checks, native, sanitizer, verdict
+    from . import checks, kernel_build, native, sanitizer, verdict
     from .verdict import CheckResult
 
     start = time.monotonic()
     if os.environ.get("MINITORCH_CUDA_EMULATE") == "1":
-        refused = compiles_for_a_gpu(kernel_source)
+        try:  # nvcc in the sandbox, against the course's headers (kernel_build), as on a GPU
+            refused = kernel_build.gpu_errors(kernel_source)
+        except verdict.CheckFailed as exc:
+            return CheckResult(ex.id, False, exc.reason, exc.message, exc.details)
         if refused:  # the emulator would run, as C++, what nvcc refuses (a call to a host function)
             return CheckResult(ex.id, False, verdict.COMPILE_ERROR, "nvcc refuses the kernel for the GPU", refused)
         native.guard()  # and host code that nvcc accepts but never runs on a GPU (a constructor)
@@ -211,18 +205,22 @@ def check_kernel(ex, kernel_source: str, sanitize: bool, sanitize_timeout: float
 
 
 def check(exercise_id: str, payload_file: str, result_file: str) -> int:
-    from . import exercises, sandbox, verdict
+    from . import exercises, hidden, sandbox, verdict
 
     sandbox.become_subreaper()  # what a subject leaves behind is re-parented here and swept
     ex = exercises.get(exercise_id)
     payload = json.loads(Path(payload_file).read_text())
+    hidden.use(payload.get("seed"), ex.id)  # the instructor's seed draws this check's hidden shapes
     deadline = time.monotonic() + float(payload.get("timeout", 120)) - 3
     # the subject starts first, so that its imports and this process's overlap
     subject = Subject(deadline, payload.get("hide", [])) if ex.kind == "python" else None
     import minitorch_cuda as mt
 
-    if ex.gpu and not mt.cuda_available():
-        result = verdict.CheckResult(ex.id, False, verdict.NO_GPU, mt.cuda_unavailable_reason())
+    unmet = exercises.missing_dependency(ex)
+    if unmet or (ex.gpu and not mt.cuda_available()):
+        result = verdict.CheckResult(
+            ex.id, False, verdict.NO_DEPENDENCY if unmet else verdict.NO_GPU, unmet or mt.cuda_unavailable_reason()
+        )
         if subject is not None:
             subject.close()
     elif ex.kind == "cuda":
@@ -273,11 +271,45 @@ def launch(exercise_id: str, kernel_file: str) -> int:
     return 0
 
 
+def read(notebook: str, ids: str) -> int:
+    from . import exercises, runner, sandbox
+    from . import notebook as nbtools
+
+    sandbox.limit_resources(memory_bytes=runner.READ_MEMORY)
+    try:
+        nb = nbtools.read(notebook)
+    except MemoryError:
+        print(json.dumps({"unreadable": f"reading it took more than {runner.READ_MEMORY >> 30} GB of memory"}))
+        return 0
+    except Exception as exc:  # noqa: BLE001 -- every way a file fails to parse is the student's to fix
+        print(json.dumps({"unreadable": (str(exc) or type(exc).__name__)[:300]}))
+        return 0
+    todo = [exercises.get(i) for i in ids.split(",") if i]
+    print(json.dumps(runner.payloads(nb, todo, Path(notebook))))
+    return 0
+
+
+def _keep_private(argv: list[str]) -> None:
+    """Where the record goes to a pipe: that end not inherited by what this process starts, and this
+    process not dumpable (its /proc/PID/fd then belongs to root: a child cannot open the pipe there)."""
+    import ctypes
+
+    for arg in argv:
+        if arg.startswith("fd:"):
+            os.set_inheritable(int(arg[3:]), False)
+            with contextlib.suppress(OSError, AttributeError):
+                ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+
+
 def main(argv: list[str]) -> int:
-    commands = {"check": check, "execute": execute, "launch": launch}
+    commands = {"check": check, "execute": execute, "launch": launch, "read": read}
     if not argv or argv[0] not in commands:
         print(__doc__, file=sys.stderr)
         return 2
+    from . import sandbox
+
+    _keep_private(argv)
+    sandbox.unpack_input()  # a run on a disk of its own: its files, before anything of the student's runs
     return commands[argv[0]](*argv[1:])
 
 

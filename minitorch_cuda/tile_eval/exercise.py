@@ -14,6 +14,7 @@ from .cases import MAX_FIB_N, fib_reference
 
 
 def check_fib_tile(fib_tile, source: str = "") -> list[str]:
+    from ..grade import channel
     from ..grade.verdict import WRONG_RESULT, fail, forbid, source_of
 
     forbid(
@@ -34,13 +35,13 @@ def check_fib_tile(fib_tile, source: str = "") -> list[str]:
         "a tile of one repeated value": np.full(64, 17, np.int64),
     }
     for label, tile in tiles.items():
+        want = fib_reference(tile)  # before the student's code sees the tile
         before = tile.copy()
         got = np.asarray(fib_tile(tile))
-        if not np.array_equal(tile, before):
+        if not np.array_equal(tile, before) or channel.changed_arguments(fib_tile):
             fail(WRONG_RESULT, f"{label}: fib_tile changed its input tile")
         if got.shape != tile.shape:
             fail(WRONG_RESULT, f"{label}: the result has shape {got.shape}, the tile {tile.shape}")
-        want = fib_reference(tile)
         bad = got != want
         if bad.any():
             idx = [tuple(int(v) for v in i) for i in np.argwhere(bad)[:5]]

@@ -48,11 +48,15 @@ def check_bias_relu_triton(bias_relu_triton, source: str = "") -> list[str]:
             fail(FORBIDDEN, f"the cell must define the kernel with {what} (found no {needed!r})")
     rng = np.random.default_rng()
     done = []
-    for M, N, stride in SHAPES:
+    from ..grade import hidden  # a shape drawn from the grader's seed, past the fixed ones
+
+    rows, cols = hidden.between("M", 2, 40, 1)[0], hidden.between("N", 65, 1500, 1)[0]
+    for M, N, stride in [*SHAPES, (rows, cols, cols + hidden.between("pad", 0, 70, 1)[0])]:
         c = (rng.standard_normal((M, stride)) * 2).astype(np.float32)
         bias = rng.standard_normal(N).astype(np.float32)
         out = np.full((M, stride), POISON, np.float32)
         what = f"{M} x {N} (rows {stride} floats apart)"
+        want = np.maximum(c[:, :N].astype(np.float64) + bias, 0)  # before the student's code sees c
         got = call(f"bias_relu_triton on {what}", bias_relu_triton, out, c, bias)
         got = np.asarray(got)
         if got.shape != out.shape:
@@ -65,8 +69,7 @@ def check_bias_relu_triton(bias_relu_triton, source: str = "") -> list[str]:
                 f"{what}: {int(past.sum())} values written past column {N - 1}, first in row {row}, column {col}: "
                 "mask the ragged last tile (columns >= N) in both tl.load and tl.store",
             )
-        want = np.maximum(c[:, :N].astype(np.float64) + bias, 0)
         compare(got[:, :N], want, what, atol=1e-7, rtol=1e-6, poison=POISON)
-    done.append(f"out = max(c + bias, 0) for (M, N, row stride) {SHAPES} in tiles of {BLOCK_N} columns")
+    done.append(f"out = max(c + bias, 0) for (M, N, row stride) {SHAPES} and a hidden one, in tiles of {BLOCK_N}")
     done.append("nothing written past column N - 1 of any row: the ragged last tile is masked")
     return done

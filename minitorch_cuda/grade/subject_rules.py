@@ -1,0 +1,273 @@
+"""What a student's Python may not reach in the subject process, refused as it happens.
+
+``install(exercise_id)`` adds an audit hook (which no code can remove) just before the
+exercise cell runs. From then on the interpreter itself reports every import, file
+opened and program started, whatever the spelling that led there (``import``,
+``__import__``, ``importlib.import_module("nu" + "mpy")``, ``getattr(__builtins__, ...)``,
+``exec(open(path).read())``), and the hook refuses:
+
+- the exercise's forbidden modules (``ml_dtypes`` for 2.1's rounding, ...);
+- the course's answer keys: the grader's checks and reference models, the framework's
+  reference code (``numerics``, ``experiments``, ``book``, ``tile_eval``, the ``.cu``
+  kernels), and ``solutions/``, ``exercises/``, ``tests/``, ``chapters/`` of a checkout,
+  whether imported or opened as files;
+- any other framework module the subject did not load before the cell, when the student's
+  code asks for it (the framework's own memory pool is 4.1's answer, its graphed step
+  18.1's): the framework may still load what it needs;
+- starting programs (a child process would run without this hook) and signalling others;
+- ``ctypes`` and ``gc``'s object lists (ways around the interpreter's own checks).
+
+The modules the subject loaded before the cell (numpy, the framework's core) stay
+usable. A refusal raises ``PermissionError`` in the student's code, naming the rule, and
+is kept in ``refusals``: a cell that stops on one fails with the reason ``forbidden``, and so does a
+check whose call tried one, even where the student's code caught the exception (the
+checker asks for them after its check). The texts here are what the student reads.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+PACKAGE = "minitorch_cuda"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+CHECKOUT = PACKAGE_DIR.parent  # the repository, for an editable install (else site-packages)
+CHECKOUT_KEYS = ("solutions", "exercises", "tests", "chapters", "book")  # folders of a checkout
+
+# the grader's modules the subject itself runs on; every other one is a check or an answer key
+SUBJECT_MODULES = {"", "channel", "subject", "subject_rules", "fakes", "exercises", "notebook", "sandbox", "verdict"}
+ANSWER_KEYS = {  # the framework's modules (relative to the package) that hold an exercise's answer
+    "numerics": "minitorch_cuda.numerics holds the rounding this exercise asks for",
+    "experiments": "the course's experiments hold the chapters' reference code",
+    "book": "the book's diagrams and tables are drawn from the answer",
+    "tile_eval": "chapter 20's evaluation code holds the tile kernels' answers",
+    "torch_reference": "the PyTorch reference holds the framework's answers",
+    "kernels": "the framework's kernels are the answers of the kernel exercises",
+}
+WHY_GRADER = "the grader's own code holds the checks and their answer keys"
+WHY_FRAMEWORK = (
+    "the framework's modules beyond those the notebook gives you (np, mt) hold answers "
+    "(its memory pool, its graphed step, its launchers): write the exercise yourself"
+)
+WHY_CHECKOUT = "solutions/, exercises/, tests/ and the chapters hold the answers"
+_NO_DL = "numpy only: no deep-learning library does the work for you"
+_NO_TYPE = "round with bit operations on numpy arrays, not with a library's float type"
+FORBIDDEN = {  # exercise id -> {module: why}, on top of the answer keys
+    exercise_id: {"ml_dtypes": _NO_TYPE, "torch": _NO_DL, "jax": _NO_DL, "tensorflow": _NO_DL}
+    for exercise_id in ("2.1", "19.1")
+}
+# framework modules a cell may import beyond those loaded: what the notebooks' setup cells import
+# (a cell that repeats such an import is honest) and what an exercise needs (20.2's launcher wraps
+# numpy arrays for Triton)
+SETUP_MODULES = {"results", "exercise", "profiler"}
+ALLOWED = {"20.2": {"tile_eval", "tile_eval.interop", "tile_eval.cases"}}
+
+WHY_PROCESS = "your code may not start programs or signal processes: the grader runs only your Python"
+WHY_INTERNALS = "your code may not use ctypes or gc's object lists: they reach around the interpreter"
+PROCESS_EVENTS = {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.kill"}
+PROCESS_EVENTS |= {"os.killpg", "signal.pthread_kill", "os.startfile", "pty.spawn", "os.fork", "os.forkpty"}
+# (a thread would run outside python_work's line count, set for this thread before the cell)
+INTERNALS_EVENTS = {"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile"}
+INTERNALS_EVENTS |= {"_thread.start_new_thread"}
+
+# where Python per element is ruled out (python_work): no way to make code pass for a library's
+# or to reach the line counter (frames lead to it; code.replace and marshal make code objects)
+WHY_COUNTER = "your code may not reach frames or make code objects here: the check counts your Python"
+COUNTER_EVENTS = {"sys._getframe", "sys._current_frames", "code.__new__", "marshal.loads", "marshal.load"}
+FRAME_ATTRIBUTES = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "f_locals", "f_globals"}
+
+refusals: list[str] = []  # what was refused, in order: the checker asks for them after its check
+# file names the student's code compiled after install (``compile(source, "numpy/x.py")``): its own
+# code, whatever the name says (python_work counts their lines too)
+student_files: set[str] = set()
+
+
+class Refused(PermissionError):
+    """What the student's code tried that the exercise rules out."""
+
+
+def _package_rule(relative: str, exercise_id: str) -> str | None:
+    """Why module ``minitorch_cuda.<relative>`` is out of reach, or None."""
+    if relative in ALLOWED.get(exercise_id, set()):
+        return None
+    parts = relative.split(".") if relative else []
+    if parts[:1] == ["grade"]:
+        return None if ".".join(parts[1:2]) in SUBJECT_MODULES else WHY_GRADER
+    return ANSWER_KEYS.get(parts[0]) if parts else None
+
+
+def module_rule(name: str, exercise_id: str) -> str | None:
+    """Why importing ``name`` is refused in exercise ``exercise_id``, or None."""
+    top = name.split(".", 1)[0]
+    if top == PACKAGE:
+        return _package_rule(name[len(PACKAGE) + 1 :], exercise_id)
+    if top in CHECKOUT_KEYS or top == "conftest":
+        return WHY_CHECKOUT
+    return FORBIDDEN.get(exercise_id, {}).get(top)
+
+
+def forbidden_files(exercise_id: str) -> dict[Path, str]:
+    """The folders (or files) of the exercise's forbidden libraries, found without importing them:
+    ``importlib.import_module`` raises no audit event for the module it is asked for, but loading
+    it opens these files."""
+    import importlib.util
+
+    out = {}
+    for name, why in FORBIDDEN.get(exercise_id, {}).items():
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        if spec is None:
+            continue
+        for place in spec.submodule_search_locations or ([spec.origin] if spec.origin else []):
+            out[Path(os.path.realpath(place))] = why
+    return out
+
+
+def path_rule(path, exercise_id: str, libraries: dict[Path, str] | None = None) -> str | None:
+    """Why opening ``path`` is refused: a file of a refused module, or a checkout's answers."""
+    if isinstance(path, int) or path is None:
+        return None
+    try:
+        real = Path(os.path.realpath(os.fsdecode(path)))
+    except (TypeError, ValueError):
+        return None
+    for place, why in (libraries or {}).items():
+        if real == place or place in real.parents:
+            return why
+    if (CHECKOUT / "pyproject.toml").is_file():  # an editable install: the repository's other folders
+        for folder in CHECKOUT_KEYS:
+            if real == CHECKOUT / folder or (CHECKOUT / folder) in real.parents:
+                return WHY_CHECKOUT
+    if PACKAGE_DIR not in real.parents:
+        return None
+    parts = list(real.relative_to(PACKAGE_DIR).parts)
+    if parts and parts[-1] != "__pycache__":
+        stem = parts[-1].split(".", 1)[0]  # numerics.py, numerics.cpython-311.pyc
+        parts = [p for p in parts[:-1] if p != "__pycache__"] + ([] if stem == "__init__" else [stem])
+    return _package_rule(".".join(parts), exercise_id)
+
+
+def _module_of(path) -> str | None:
+    """``minitorch_cuda.x.y`` for a file of the package (its .py, its .pyc, a data file), else None."""
+    if isinstance(path, int) or path is None:
+        return None
+    try:
+        real = Path(os.path.realpath(os.fsdecode(path)))
+    except (TypeError, ValueError):
+        return None
+    if PACKAGE_DIR not in real.parents:
+        return None
+    parts = [p for p in real.relative_to(PACKAGE_DIR).parts if p != "__pycache__"]
+    stem = parts[-1].split(".", 1)[0]
+    return ".".join([PACKAGE, *parts[:-1], *([] if stem == "__init__" else [stem])])
+
+
+class _Reach:
+    """Whether the student's code is the one asking: the nearest frame that is neither the standard
+    library's nor an installed package's (numpy, importlib, pathlib pass it on) is the student's
+    (the cell, code it compiled since, a file it wrote) and not the framework's."""
+
+    def __init__(self, library_dirs: list[str]):
+        self.library_dirs = tuple(d.rstrip("/") + "/" for d in library_dirs)
+        self.framework = str(PACKAGE_DIR) + "/"
+        self.busy = False  # walking the frames raises audit events of its own: not judged
+
+    def _caller(self):
+        frame = sys._getframe(2)
+        while frame is not None and frame.f_code.co_filename == __file__:  # this module's own
+            frame = frame.f_back
+        return frame
+
+    def by_import(self) -> bool:
+        """Whether the import system itself asks (compiling a module it loads)."""
+        self.busy = True
+        try:
+            frame = self._caller()
+            return frame is not None and frame.f_code.co_filename.startswith("<frozen importlib")
+        finally:
+            self.busy = False
+
+    def student_asking(self) -> bool:
+        self.busy = True
+        try:
+            frame = self._caller()
+            while frame is not None:
+                name = frame.f_code.co_filename
+                if name in student_files:
+                    return True
+                if name.startswith(self.framework):
+                    return False
+                if not (name.startswith(self.library_dirs) or name.startswith("<frozen ")):
+                    return True
+                frame = frame.f_back
+            return False
+        finally:
+            self.busy = False
+
+
+class _RefusingFinder:
+    """First on ``sys.meta_path``: ``importlib.import_module(name)`` asks it before any finder (the
+    audit hook sees only the imports that module makes in turn, and the files it opens)."""
+
+    def __init__(self, rule):
+        self.rule = rule
+
+    def find_spec(self, name, path=None, target=None):
+        why = self.rule(name)
+        if why is not None:
+            refusals.append(f"importing {name} was refused: {why}")
+            raise Refused(refusals[-1])
+        return None
+
+
+def install(exercise_id: str, counted: bool = False, library_dirs: list[str] = ()) -> None:
+    """Refuse from now on what ``exercise_id`` rules out (an audit hook stays for the process's life);
+    ``counted``: the check counts the student's Python lines (``python_work``). ``library_dirs``:
+    where installed code lives (the standard library, site-packages)."""
+    exercise_id = str(exercise_id)
+    libraries = forbidden_files(exercise_id)
+    loaded = frozenset(name for name in sys.modules if name.startswith(PACKAGE))
+    allowed = {f"{PACKAGE}.{name}" for name in SETUP_MODULES | ALLOWED.get(exercise_id, set())}
+    reach = _Reach(list(library_dirs))
+
+    def framework_rule(module: str | None) -> str | None:
+        """A framework module the subject did not load before the cell, asked for by the student."""
+        if module is None or module in loaded or module in allowed or not module.startswith(PACKAGE + "."):
+            return None
+        return WHY_FRAMEWORK if reach.student_asking() else None
+
+    def import_rule(name: str) -> str | None:
+        return module_rule(name, exercise_id) or framework_rule(name)
+
+    sys.meta_path.insert(0, _RefusingFinder(import_rule))
+
+    def hook(event: str, args: tuple) -> None:
+        if reach.busy:
+            return
+        why = None
+        if event == "compile" and len(args) > 1 and isinstance(args[1], str) and not reach.by_import():
+            student_files.add(args[1])
+        elif event == "import":
+            why = import_rule(str(args[0]))
+            what = f"importing {args[0]}"
+        elif event == "open":
+            why = path_rule(args[0], exercise_id, libraries) or framework_rule(_module_of(args[0]))
+            what = f"opening {args[0]!r}"
+        elif event in PROCESS_EVENTS:
+            why, what = WHY_PROCESS, event
+        elif event.startswith("ctypes.") or event in INTERNALS_EVENTS:
+            why, what = WHY_INTERNALS, event
+        elif (
+            counted
+            and (event in COUNTER_EVENTS or (event == "object.__getattr__" and str(args[1]) in FRAME_ATTRIBUTES))
+            and not reach.by_import()  # (the import system unmarshals the modules it loads)
+        ):
+            why, what = WHY_COUNTER, event if event != "object.__getattr__" else f"reading .{args[1]}"
+        if why is not None:
+            refusals.append(f"{what} was refused: {why}")
+            raise Refused(refusals[-1])
+
+    sys.addaudithook(hook)
