@@ -125,7 +125,9 @@ def explain_fault(message: str, library: compiler.Library, name: str, args) -> s
             held = int(near.group(3)) // size
             plain = f"out-of-bounds {near.group(1)} of {param}[{index}] ({param} holds {held} elements)"
             message = message.replace(near.group(0), plain)
-    line = fault_line(library, int(pc.group(2), 16)) if Path(pc.group(1)) == Path(library.path) else ""
+    # the device process (device_process.py) loads the library from a descriptor: /proc/self/fd/N/...
+    ours = Path(pc.group(1)) == Path(library.path) or pc.group(1).startswith("/proc/self/fd/")
+    line = fault_line(library, int(pc.group(2), 16)) if ours else ""
     return f"{message}, at {line}" if line else message
 
 
