@@ -68,3 +68,55 @@ def test_a_table_fits_its_width_as_text_and_renders_as_html(width, monkeypatch):
     assert "short" in text and text.count("description") == 8
     html = table._repr_html_()
     assert html.count("<tr>") == 3 and "text-align:right" in html
+
+
+# --- the book's Sphinx extensions (book/_ext) ---------------------------------------------
+
+
+def _extension(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "book" / "_ext" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_copyright_runs_from_the_first_year_to_the_year_of_the_build():
+    copyright_year = _extension("copyright_year")
+    assert copyright_year.copyright_through("2025", 2026) == "2025-2026"
+    assert copyright_year.copyright_through("2026", 2026) == "2026"
+    assert copyright_year.copyright_through("2025-2026, the authors", 2027) == "2025-2026, the authors"
+
+
+def test_a_figure_takes_its_caption_as_alt_text_unless_it_has_one():
+    from docutils import nodes
+    from docutils.utils import new_document
+    from docutils.frontend import get_default_settings
+    from docutils.parsers.rst import Parser
+
+    figure_alt = _extension("figure_alt")
+    doc = new_document("page", get_default_settings(Parser))
+    drawn, described = nodes.image(uri="_images/3f2a.svg"), nodes.image(uri="_images/9c1b.svg", alt="bars of GFLOP/s")
+    doc += nodes.figure("", drawn, nodes.caption("", "Microseconds per   replay\nof a graph."))
+    doc += nodes.figure("", described, nodes.caption("", "GFLOP/s per kernel."))
+    loose = nodes.image(uri="_images/0d4e.svg")
+    doc += loose
+    figure_alt.alt_from_caption(None, doc, "page")
+    assert drawn["alt"] == "Microseconds per replay of a graph."
+    assert described["alt"] == "bars of GFLOP/s"
+    assert "alt" not in loose  # no caption to take it from: the page test asks the cell for one
+
+
+def test_each_script_is_written_into_a_page_once():
+    """Sphinx 7.4 registers sphinx-thebe's inline script as two (filename None and ''): the
+    page then declared THEBE_JS_URL twice, an error in the console of every page."""
+    from sphinx.builders.html._assets import _JavaScript
+
+    launch_links = _extension("launch_links")
+    body = 'const THEBE_JS_URL = "https://unpkg.com/thebe"'
+    context = {"script_files": [_JavaScript("_static/doctools.js"), _JavaScript(None, body=body),
+                                _JavaScript("", body=body), _JavaScript("_static/sphinx-thebe.js", **{"async": "async"})]}
+    launch_links.one_copy_of_each_script(None, "index", "page.html", context, None)
+    assert [(s.filename or "", s.attributes.get("body")) for s in context["script_files"]] == [
+        ("_static/doctools.js", None), ("", body), ("_static/sphinx-thebe.js", None)]
