@@ -129,10 +129,14 @@ def test_launch_and_ratio_figures_render() -> None:
     ids=lambda f: f.__name__,
 )
 def test_diagram_draws(draw) -> None:
+    from minitorch_cuda.book import style
+
     drawn = draw()
     fig = getattr(drawn, "figure", drawn)
+    fig.tight_layout()  # as the chapters show them
     fig.canvas.draw()
     assert fig.axes
+    assert style.small_texts(fig) == [], "text the page shows below the book's minimum"
 
 
 def test_diagrams_read_the_kernels_parameters() -> None:
