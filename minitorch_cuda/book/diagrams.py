@@ -16,13 +16,16 @@ from . import excerpts, style
 
 
 def _at_page_size(draw):
-    """A diagram comes out with text the page can show (``style.legible``), so that a
-    chapter's ``tight_layout()`` lays it out at the sizes the reader will see."""
+    """A diagram comes out laid out as the chapters show it (``tight_layout``) with text
+    the page can show (``style.legible``), laid out again at those sizes."""
 
     @functools.wraps(draw)
     def drawn(*args, **kwargs):
         out = draw(*args, **kwargs)
-        style.legible(getattr(out, "figure", out))
+        fig = getattr(out, "figure", out)
+        fig.tight_layout()
+        style.legible(fig)
+        fig.tight_layout()
         return out
 
     return drawn
@@ -134,7 +137,7 @@ def row_copies_vs_gather(fig=None, rows: int = 6, row_us: float = 11.0):
     for (``row_us`` each, whatever the row's size). Bottom: stage 2's ``gather_rows``, one
     thread per output element, so a warp's 32 threads read 32 consecutive floats of one
     source row (one 128-byte segment) and write 32 consecutive floats of the output."""
-    fig = fig or plt.figure(figsize=(9, 5))
+    fig = fig or plt.figure(figsize=(7.5, 5.5))
     top, bottom = fig.subplots(2, 1, gridspec_kw={"height_ratios": [1, 2.3]})
     for i in range(rows):
         start = i * row_us
