@@ -11,6 +11,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 
 from ..profiler import draw_timeline
+from . import style
 from .tables import MATMUL_LABELS
 
 # The blog's own timings (its GPU, its C++ framework) as (seconds, batches timed).
@@ -58,6 +59,8 @@ def place_labels(ax, xs, ys, labels, fontsize: float = 6.5, avoid=()) -> None:
     the first of a few positions around its point that is still free (the limits must be
     final). ``avoid`` adds (x, y) data points that labels must keep clear of."""
     ax.figure.canvas.draw()  # final transforms and a renderer to measure text
+    # labels are placed at the size the page will show them (style.legible would raise them later)
+    fontsize = max(fontsize, style.MIN_PT / style.page_scale(ax.figure))
     renderer = ax.figure.canvas.get_renderer()
     to_px = ax.transData.transform
     scale = ax.figure.dpi / 72
