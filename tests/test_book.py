@@ -245,6 +245,34 @@ def test_page_reads_well(page: str, book_html: Path, browser, tmp_path: Path) ->
     assert not seen["wide"], f"{page}: outputs wider than the column: {seen['wide'][:3]} (screenshot {shot})"
 
 
+def test_the_page_check_reads_what_collapsed_blocks_hide(browser, tmp_path: Path) -> None:
+    """Raw TeX in an output inside a closed dropdown (sphinx-togglebutton's own script and
+    style) or a closed <details> is invisible to innerText: the page test opens both first."""
+    togglebutton = Path(__import__("sphinx_togglebutton").__file__).parent / "_static"
+    for name in ("togglebutton.js", "togglebutton.css"):
+        shutil.copy(togglebutton / name, tmp_path / name)
+    page = tmp_path / "page.html"
+    page.write_text("""<!doctype html><html><head><link rel="stylesheet" href="togglebutton.css">
+<script>let toggleHintShow = 'Click to show'; let toggleHintHide = 'Click to hide';
+let toggleOpenOnPrint = 'true'; var togglebuttonSelector = '.toggle, .admonition.dropdown';</script>
+<script src="togglebutton.js"></script></head><body><article>
+<div class="admonition dropdown"><p class="admonition-title">Answer</p>
+<div class="cell_output"><div class="output"><pre>I = \\frac{2}{4}</pre></div></div></div>
+<details><summary>Show output</summary><div class="cell_output"><div class="output"><pre>$$x$$</pre></div></div></details>
+</article></body></html>""")
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        pg = ctx.new_page()
+        pg.goto(page.as_uri(), wait_until="load")
+        pg.wait_for_timeout(200)
+        assert pg.evaluate(_PAGE_JS)["outputs"].strip() == ""  # closed: nothing to read
+        assert pg.evaluate(_EXPAND_JS) == 0
+        outputs = pg.evaluate(_PAGE_JS)["outputs"]
+    finally:
+        ctx.close()
+    assert {m.group(0) for m in _RAW_LATEX.finditer(outputs)} == {"$$", "\\frac"}
+
+
 # ---------------------------------------------------------------------------
 # (c) every chapter notebook executes end to end
 # ---------------------------------------------------------------------------
@@ -264,7 +292,8 @@ def record(fig):
     fig.canvas.mpl_connect("draw_event", on_draw)
 """
 _FIGURE_REPORT = """import json, book_figure_audit
-print(json.dumps([texts for texts in book_figure_audit.too_small.values() if texts]))"""
+print(json.dumps({"figures": len(book_figure_audit.too_small),
+                  "too_small": [texts for texts in book_figure_audit.too_small.values() if texts]}))"""
 
 
 def _drop_gpu_cells(nb) -> int:
@@ -299,7 +328,8 @@ def test_chapter_executes(chapter: Path, tmp_path: Path, monkeypatch) -> None:
         shutil.copytree(ROOT / "book" / "results", results)
     results.mkdir(exist_ok=True)
     monkeypatch.setenv("MINITORCH_CUDA_RESULTS_DIR", str(results))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
+    # figures go through the inline backend, as in the build (its hooks are the book's)
+    monkeypatch.delenv("MPLBACKEND", raising=False)
     # The kernel must import the same minitorch_cuda this process tested, and run as the
     # book's build runs it (book/ipython_kernel_config.py), with the figure audit added.
     pythonpath = [str(ROOT), str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]
@@ -326,8 +356,11 @@ def test_chapter_executes(chapter: Path, tmp_path: Path, monkeypatch) -> None:
         executed = tmp_path / f"{chapter.stem}.ipynb"
         nbformat.write(nb, executed)
         pytest.fail(f"{chapter.name} failed (executed notebook: {executed}):\n{err}")
-    report = "".join(out.get("text", "") for out in nb.cells[-1].outputs)
-    too_small = json.loads(report)
+    audit = json.loads("".join(out.get("text", "") for out in nb.cells[-1].outputs))
+    shown = sum(1 for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
+                if {"image/svg+xml", "image/png"} & set(out.get("data", {})))  # fmt: skip
+    assert audit["figures"] >= shown, f"{chapter.name}: the figure audit saw {audit['figures']} of {shown} figures"
+    too_small = audit["too_small"]
     assert not too_small, (
         f"{chapter.name}: figures with text the page shows below {MIN_PT} pt "
         f"(minitorch_cuda/book/style.py; (text, points on the page)): {too_small[:3]}"
