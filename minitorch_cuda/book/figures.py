@@ -203,7 +203,9 @@ def gflops_bars(matmul: dict, ax=None, kernels: list[str] | None = None, labels:
     ax.set_xlim(-0.5, len(rows) - 0.5)
     ax.set_yscale("log")
     ax.set_ylabel("GFLOP/s")
-    ncol = len(kernels) if len(kernels) <= 5 else -(-len(kernels) // 2)  # one row, or two even ones
+    # at most three to a row, rows as even as can be: a wider legend widens the figure, which
+    # the page then shrinks, text included
+    ncol = len(kernels) if len(kernels) <= 3 else -(-len(kernels) // -(-len(kernels) // 3))
     ax.legend(fontsize=7, ncol=ncol, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     ax.grid(True, axis="y", which="major", alpha=0.3)
     return ax

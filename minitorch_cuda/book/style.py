@@ -18,6 +18,8 @@ from __future__ import annotations
 
 COLUMN_IN = 7.0
 MIN_PT = 8.0
+# a saved figure's crop can differ from the one measured by a hundredth of an inch or so
+TOLERANCE_PT = 0.05
 
 
 def page_scale(fig) -> float:
@@ -43,7 +45,7 @@ def small_texts(fig) -> list[tuple[str, float]]:
     return [
         (t.get_text(), round(t.get_fontsize() * scale, 2))
         for t in _shown_texts(fig)
-        if t.get_fontsize() * scale < MIN_PT - 1e-6
+        if t.get_fontsize() * scale < MIN_PT - TOLERANCE_PT
     ]
 
 
