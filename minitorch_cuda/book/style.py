@@ -7,11 +7,14 @@ as the notebook does), so text of ``s`` points in a figure saved ``w`` inches
 wide reaches the reader at ``s * min(1, COLUMN_IN / w)`` points. The book's
 minimum there is ``MIN_PT`` (about 10.7 CSS pixels, a footnote's size).
 
-The book's build applies it to every figure a chapter shows:
-book/ipython_kernel_config.py adds ``legible_when_saved`` to matplotlib's
-``figure.hooks``, so each figure passes through ``legible`` just before it is
-saved. tests/test_book_modules.py and tests/test_book.py (the chapters run as
-the build runs them) check the result with ``small_texts``.
+The diagrams come out of ``legible`` already (``diagrams._at_page_size``), and
+``figures.place_labels`` places its labels at the minimum. The book's build
+applies it to every other figure a chapter shows: book/ipython_kernel_config.py
+adds ``legible_when_saved`` to matplotlib's ``figure.hooks``, so each figure
+passes through ``legible`` just before it is saved (a notebook opened in
+Jupyter keeps the reader's settings). tests/test_book_modules.py and
+tests/test_book.py (the chapters run as the build runs them) check the result
+with ``small_texts``.
 """
 
 from __future__ import annotations
