@@ -108,7 +108,9 @@ def test_footer_names_the_year_of_the_build(book_html: Path) -> None:
     first = yaml.safe_load((ROOT / "_config.yml").read_text())["copyright"]  # the course's first year
     year = time.gmtime(int(os.environ.get("SOURCE_DATE_EPOCH", time.time()))).tm_year
     expected = f"{first}-{year}" if int(first) < year else str(year)
-    footers = {f: re.findall(r"©\s*Copyright\s+([^<]*?)\.?\s*<", (book_html / f"{f}.html").read_text()) for f in toc_files()}
+    footers = {
+        f: re.findall(r"©\s*Copyright\s+([^<]*?)\.?\s*<", (book_html / f"{f}.html").read_text()) for f in toc_files()
+    }
     wrong = {f: found for f, found in footers.items() if found != [expected]}
     assert not wrong, f"footers that do not read '© Copyright {expected}.': {dict(list(wrong.items())[:3])}"
 
@@ -258,7 +260,8 @@ let toggleOpenOnPrint = 'true'; var togglebuttonSelector = '.toggle, .admonition
 <script src="togglebutton.js"></script></head><body><article>
 <div class="admonition dropdown"><p class="admonition-title">Answer</p>
 <div class="cell_output"><div class="output"><pre>I = \\frac{2}{4}</pre></div></div></div>
-<details><summary>Show output</summary><div class="cell_output"><div class="output"><pre>$$x$$</pre></div></div></details>
+<details><summary>Show output</summary>
+<div class="cell_output"><div class="output"><pre>$$x$$</pre></div></div></details>
 </article></body></html>""")
     ctx = browser.new_context(viewport={"width": 1280, "height": 900})
     try:

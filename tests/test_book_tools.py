@@ -92,9 +92,9 @@ def test_the_copyright_runs_from_the_first_year_to_the_year_of_the_build():
 
 def test_a_figure_takes_its_caption_as_alt_text_unless_it_has_one():
     from docutils import nodes
-    from docutils.utils import new_document
     from docutils.frontend import get_default_settings
     from docutils.parsers.rst import Parser
+    from docutils.utils import new_document
 
     figure_alt = _extension("figure_alt")
     doc = new_document("page", get_default_settings(Parser))
@@ -116,11 +116,20 @@ def test_each_script_is_written_into_a_page_once():
 
     launch_links = _extension("launch_links")
     body = 'const THEBE_JS_URL = "https://unpkg.com/thebe"'
-    context = {"script_files": [_JavaScript("_static/doctools.js"), _JavaScript(None, body=body),
-                                _JavaScript("", body=body), _JavaScript("_static/sphinx-thebe.js", **{"async": "async"})]}
+    context = {
+        "script_files": [
+            _JavaScript("_static/doctools.js"),
+            _JavaScript(None, body=body),
+            _JavaScript("", body=body),
+            _JavaScript("_static/sphinx-thebe.js", **{"async": "async"}),
+        ]
+    }
     launch_links.one_copy_of_each_script(None, "index", "page.html", context, None)
     assert [(s.filename or "", s.attributes.get("body")) for s in context["script_files"]] == [
-        ("_static/doctools.js", None), ("", body), ("_static/sphinx-thebe.js", None)]
+        ("_static/doctools.js", None),
+        ("", body),
+        ("_static/sphinx-thebe.js", None),
+    ]
 
 
 # --- the pages' sources ------------------------------------------------------------------
@@ -164,7 +173,7 @@ def test_a_list_marker_inside_a_formula_is_found():
     assert formulas_split_by_a_list_item(split) == [2]
     assert formulas_split_by_a_list_item(whole) == []
     assert formulas_split_by_a_list_item("```{admonition} Answer\n:class: dropdown\n\n" + split + "```\n") == [5]
-    assert formulas_split_by_a_list_item("```python\nx = \"$a\"\n- 1\n```\n") == []
+    assert formulas_split_by_a_list_item('```python\nx = "$a"\n- 1\n```\n') == []
     assert formulas_split_by_a_list_item("costs $5 a month.\n\n- a list item\n") == []
 
 
