@@ -400,28 +400,33 @@ def step_timelines(steps: dict[str, dict], ax=None):
 def phase_bars(phases: dict[str, dict], ax=None):
     """Stage 13's kernel phase by phase, one row per build (``phases[label]``: a
     ``PersistentStep.phase_times`` record): each phase's median microseconds laid back to back,
-    named where its segment is wide enough, and the kernel's median total at the row's end."""
+    named where the name fits its segment at the page's size, and the kernel's median total at
+    the row's end."""
     ax = _axes(ax, (7.5, 0.9 + 0.8 * len(phases)))
     names = list(dict.fromkeys(r["phase"] for run in phases.values() for r in run["phases"]))
     palette = plt.get_cmap("tab20").colors
     color = {name: palette[i % len(palette)] for i, name in enumerate(names)}  # a phase keeps its color
+    ax.set_yticks(range(len(phases)), list(reversed(phases)), fontsize=8)
+    ax.set_ylim(-0.6, len(phases) - 0.4)
+    ax.set_xlim(0, max(r["total"]["median_us"] for r in phases.values()) * 1.15)
+    ax.set_xlabel("microseconds of stage 13's kernel, phase by phase (block 0's clock)")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.figure.canvas.draw()  # final limits, and a renderer to measure the names
+    renderer, fontsize = ax.figure.canvas.get_renderer(), style.MIN_PT / style.page_scale(ax.figure)
     for y, run in enumerate(reversed(phases.values())):
         at = 0.0
         for row in run["phases"]:
             width = row["median_us"]
             ax.broken_barh([(at, width)], (y - 0.3, 0.6), facecolors=color[row["phase"]], edgecolor="white",
                            linewidth=0.5)  # fmt: skip
-            if width >= 0.06 * run["total"]["median_us"]:
-                ax.text(at + width / 2, y, row["phase"].replace("forward", "fwd").replace("backward", "bwd"),
-                        ha="center", va="center", fontsize=6.5)  # fmt: skip
+            name = row["phase"].replace("forward", "fwd").replace("backward", "bwd")
+            text = ax.text(at + width / 2, y, name, ha="center", va="center", fontsize=fontsize)
+            room = ax.transData.transform((at + width, y))[0] - ax.transData.transform((at, y))[0]
+            if text.get_window_extent(renderer).width > room - 4:  # does not fit: left unnamed
+                text.remove()
             at += width
         ax.annotate(f"{run['total']['median_us']:.0f} us", (at, y), xytext=(4, 0), textcoords="offset points",
                     fontsize=7, va="center")  # fmt: skip
-    ax.set_yticks(range(len(phases)), list(reversed(phases)), fontsize=8)
-    ax.set_ylim(-0.6, len(phases) - 0.4)
-    ax.set_xlim(0, max(r["total"]["median_us"] for r in phases.values()) * 1.15)
-    ax.set_xlabel("microseconds of stage 13's kernel, phase by phase (block 0's clock)")
-    ax.grid(True, axis="x", alpha=0.3)
     return ax
 
 
