@@ -12,13 +12,17 @@ Environment:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
+
+from minitorch_cuda.book.style import MIN_PT
 
 pytestmark = pytest.mark.book
 
@@ -96,6 +100,21 @@ def test_book_builds_every_toc_page(book_html: Path) -> None:
     assert not missing, f"pages listed in _toc.yml but not built: {missing}"
 
 
+def test_footer_names_the_year_of_the_build(book_html: Path) -> None:
+    """The copyright runs to the year the book was built (book/_ext/copyright_year.py), or
+    SOURCE_DATE_EPOCH's year for a reproducible build, on every page."""
+    import yaml
+
+    first = yaml.safe_load((ROOT / "_config.yml").read_text())["copyright"]  # the course's first year
+    year = time.gmtime(int(os.environ.get("SOURCE_DATE_EPOCH", time.time()))).tm_year
+    expected = f"{first}-{year}" if int(first) < year else str(year)
+    footers = {
+        f: re.findall(r"©\s*Copyright\s+([^<]*?)\.?\s*<", (book_html / f"{f}.html").read_text()) for f in toc_files()
+    }
+    wrong = {f: found for f, found in footers.items() if found != [expected]}
+    assert not wrong, f"footers that do not read '© Copyright {expected}.': {dict(list(wrong.items())[:3])}"
+
+
 # ---------------------------------------------------------------------------
 # (b) every page renders its figures in headless Chromium
 # ---------------------------------------------------------------------------
@@ -117,10 +136,22 @@ def browser():
 
 # Runs in the page: every <img> must have finished loading with real pixels.
 _IMAGES_JS = """() => Array.from(document.images).map(img => ({
-    src: img.getAttribute('src'), complete: img.complete, width: img.naturalWidth}))"""
+    src: img.getAttribute('src'), alt: img.getAttribute('alt'), complete: img.complete, width: img.naturalWidth}))"""
+# Runs in the page: open every collapsed block as a reader would (sphinx-togglebutton's
+# dropdown admonitions by their title, <details> of hidden cells and sphinx-design
+# dropdowns), then count what is still closed.
+_EXPAND_JS = """() => {
+  document.querySelectorAll('.toggle-hidden').forEach(item => {
+    const title = item.querySelector(':scope > .admonition-title');
+    (title || document.querySelector(`button[data-target="${item.id}"]`) || item).click();
+  });
+  document.querySelectorAll('details:not([open])').forEach(d => { d.open = true; });
+  return document.querySelectorAll('.toggle-hidden, details:not([open])').length;
+}"""
 _ERRORS_JS = """() => document.querySelectorAll('.output.traceback, .output.error').length"""
 # What a reader must never meet, read from the rendered page (see the test's docstring).
 _PAGE_JS = r"""() => {
+  const OVERFLOW_ALLOWANCE_PX = 4;
   const article = document.querySelector('article') || document.body;
   // prose and outputs, without code (which may well spell LaTeX or messages)
   const walker = document.createTreeWalker(article, NodeFilter.SHOW_TEXT, {acceptNode: n =>
@@ -140,15 +171,19 @@ _PAGE_JS = r"""() => {
       '.fpx-root, .jupyter-widgets, .widget-area, .jupyter-widgets-view, script[type*="widget-view"]'))
     .filter(w => w.tagName === 'SCRIPT' || !w.querySelector('input, select, table, canvas, svg'))
     .map(w => (w.className || w.type) + ': ' + (w.innerText || '').slice(0, 60));
-  const wide = Array.from(article.querySelectorAll('.cell_output div.output, .cell_output div.output pre'))
-    .filter(o => o.scrollWidth > o.clientWidth + 2)
+  // the page, its code (listings and cells) and its outputs all fit the column
+  const wide = [document.scrollingElement, article,
+                ...article.querySelectorAll('pre, div.highlight, .cell_output div.output')]
+    .filter(o => o.scrollWidth > o.clientWidth + OVERFLOW_ALLOWANCE_PX)
     .map(o => o.scrollWidth + 'px > ' + o.clientWidth + 'px: ' + (o.innerText || '').split('\n')[0].slice(0, 70));
   return {prose, outputs, figures, widgets, wide,
           katexErrors: article.querySelectorAll('.katex-error').length,
           math: article.querySelectorAll('math').length};
 }"""
 # TeX that only shows when the math did not render
-_RAW_LATEX = re.compile(r"\\[()\[\]]|\$\$|\\(frac|times|text|mathrm|sum|sqrt|lfloor|lVert|begin|cdot|le|ge)\b")
+_RAW_LATEX = re.compile(
+    r"\\[()\[\]]|\$\$|\\(frac|times|text|mathrm|sum|sqrt|lfloor|lVert|begin|cdot|approx|le|ge)(?![a-zA-Z])"
+)
 # the state of the machine that built the page
 _BUILD_STATE = re.compile(
     r"GPU available|No GPU here|PyCUDA is not installed|No module named|ModuleNotFoundError|"
@@ -156,22 +191,36 @@ _BUILD_STATE = re.compile(
 )
 
 
+def _describes(alt: str | None, src: str) -> bool:
+    """Alt text says something: not missing, not blank, not the image's path or file name."""
+    if not alt or not alt.strip():
+        return False
+    name = src.rsplit("/", 1)[-1]
+    return alt.strip() not in {src, name, name.rsplit(".", 1)[0]} and not alt.strip().endswith(name)
+
+
 @pytest.mark.parametrize("page", toc_files())
 def test_page_reads_well(page: str, book_html: Path, browser, tmp_path: Path) -> None:
-    """Each page, opened offline in headless Chromium: every image loads, no error
-    output, no raw LaTeX (math renders without a network), no message about the
-    build machine, no widget area left empty, no figure without its picture, and
-    no output wider than the column."""
+    """Each page, opened offline in headless Chromium with every collapsed block
+    opened: no error in the console, every image loads and has alt text that is not
+    its file name, no error output, no raw LaTeX (math renders without a network),
+    no message about the build machine, no widget area left empty, no figure without
+    its picture, and no code or output wider than the column."""
     path = book_html / f"{page}.html"
     assert path.exists(), f"{path} was not built"
     ctx = browser.new_context(viewport={"width": 1280, "height": 900})
     # The book must render offline: refuse everything that is not a local file
     # (CDN scripts for widgets or MathJax fail fast instead of hanging).
     ctx.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
+    console: list[str] = []
     try:
         pg = ctx.new_page()
+        pg.on("console", lambda msg: console.append(msg.text) if msg.type == "error" else None)
+        pg.on("pageerror", lambda err: console.append(str(err)))
         pg.goto(path.as_uri(), wait_until="load", timeout=60_000)
         pg.wait_for_timeout(300)  # the page's own scripts (chapter 2's explorer) run after load
+        still_collapsed = pg.evaluate(_EXPAND_JS)
+        pg.wait_for_timeout(100)
         images = pg.evaluate(_IMAGES_JS)
         n_errors = pg.evaluate(_ERRORS_JS)
         seen = pg.evaluate(_PAGE_JS)
@@ -179,8 +228,15 @@ def test_page_reads_well(page: str, book_html: Path, browser, tmp_path: Path) ->
         pg.screenshot(path=str(shot), full_page=True)
     finally:
         ctx.close()
+    assert not console, f"{page}: errors in the browser console: {console[:3]} (screenshot {shot})"
+    assert still_collapsed == 0, f"{page}: {still_collapsed} collapsed blocks did not open (screenshot {shot})"
     broken = [img for img in images if not img["complete"] or img["width"] == 0]
     assert not broken, f"{page}: images that did not load (screenshot {shot}): {broken}"
+    unnamed = [img["src"] for img in images if not _describes(img["alt"], img["src"])]
+    assert not unnamed, (
+        f"{page}: images whose alt text is empty or their file name (give the figure a caption, or the cell "
+        f"`mystnb: image: alt:`): {unnamed[:3]} (screenshot {shot})"
+    )
     assert n_errors == 0, f"{page}: {n_errors} error outputs rendered (screenshot {shot})"
     latex = [m.group(0) for m in _RAW_LATEX.finditer(seen["prose"] + seen["outputs"])]
     assert not latex and seen["katexErrors"] == 0, f"{page}: math not rendered: {latex[:5]} (screenshot {shot})"
@@ -191,9 +247,56 @@ def test_page_reads_well(page: str, book_html: Path, browser, tmp_path: Path) ->
     assert not seen["wide"], f"{page}: outputs wider than the column: {seen['wide'][:3]} (screenshot {shot})"
 
 
+def test_the_page_check_reads_what_collapsed_blocks_hide(browser, tmp_path: Path) -> None:
+    """Raw TeX in an output inside a closed dropdown (sphinx-togglebutton's own script and
+    style) or a closed <details> is invisible to innerText: the page test opens both first."""
+    togglebutton = Path(__import__("sphinx_togglebutton").__file__).parent / "_static"
+    for name in ("togglebutton.js", "togglebutton.css"):
+        shutil.copy(togglebutton / name, tmp_path / name)
+    page = tmp_path / "page.html"
+    page.write_text("""<!doctype html><html><head><link rel="stylesheet" href="togglebutton.css">
+<script>let toggleHintShow = 'Click to show'; let toggleHintHide = 'Click to hide';
+let toggleOpenOnPrint = 'true'; var togglebuttonSelector = '.toggle, .admonition.dropdown';</script>
+<script src="togglebutton.js"></script></head><body><article>
+<div class="admonition dropdown"><p class="admonition-title">Answer</p>
+<div class="cell_output"><div class="output"><pre>I = \\frac{2}{4}</pre></div></div></div>
+<details><summary>Show output</summary>
+<div class="cell_output"><div class="output"><pre>$$x$$</pre></div></div></details>
+</article></body></html>""")
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        pg = ctx.new_page()
+        pg.goto(page.as_uri(), wait_until="load")
+        pg.wait_for_timeout(200)
+        assert pg.evaluate(_PAGE_JS)["outputs"].strip() == ""  # closed: nothing to read
+        assert pg.evaluate(_EXPAND_JS) == 0
+        outputs = pg.evaluate(_PAGE_JS)["outputs"]
+    finally:
+        ctx.close()
+    assert {m.group(0) for m in _RAW_LATEX.finditer(outputs)} == {"$$", "\\frac"}
+
+
 # ---------------------------------------------------------------------------
 # (c) every chapter notebook executes end to end
 # ---------------------------------------------------------------------------
+
+
+# A module the chapter's kernel imports through matplotlib's figure.hooks: for each figure,
+# the texts that the page shows below the book's minimum at its last draw (the one saved).
+_FIGURE_AUDIT = """from minitorch_cuda.book import style
+
+too_small = {}
+
+
+def record(fig):
+    def on_draw(event):
+        too_small[id(fig)] = style.small_texts(fig)
+
+    fig.canvas.mpl_connect("draw_event", on_draw)
+"""
+_FIGURE_REPORT = """import json, book_figure_audit
+print(json.dumps({"figures": len(book_figure_audit.too_small),
+                  "too_small": [texts for texts in book_figure_audit.too_small.values() if texts]}))"""
 
 
 def _drop_gpu_cells(nb) -> int:
@@ -228,10 +331,21 @@ def test_chapter_executes(chapter: Path, tmp_path: Path, monkeypatch) -> None:
         shutil.copytree(ROOT / "book" / "results", results)
     results.mkdir(exist_ok=True)
     monkeypatch.setenv("MINITORCH_CUDA_RESULTS_DIR", str(results))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    # The kernel must import the same minitorch_cuda this process tested.
-    pythonpath = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    # figures go through the inline backend, as in the build (its hooks are the book's)
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    # The kernel must import the same minitorch_cuda this process tested, and run as the
+    # book's build runs it (book/ipython_kernel_config.py), with the figure audit added.
+    pythonpath = [str(ROOT), str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(pythonpath))
+    (tmp_path / "book_figure_audit.py").write_text(_FIGURE_AUDIT)
+    profile = tmp_path / "ipython" / "profile_default"
+    profile.mkdir(parents=True)
+    (profile / "ipython_kernel_config.py").write_text(
+        (ROOT / "book" / "ipython_kernel_config.py").read_text()
+        + '\nc.InlineBackend.rc.setdefault("figure.hooks", []).append("book_figure_audit:record")\n'
+    )
+    monkeypatch.setenv("IPYTHONDIR", str(profile.parent))
+    nb.cells.append(nbformat.v4.new_code_cell(_FIGURE_REPORT))
 
     client = nbclient.NotebookClient(
         nb,
@@ -245,6 +359,15 @@ def test_chapter_executes(chapter: Path, tmp_path: Path, monkeypatch) -> None:
         executed = tmp_path / f"{chapter.stem}.ipynb"
         nbformat.write(nb, executed)
         pytest.fail(f"{chapter.name} failed (executed notebook: {executed}):\n{err}")
+    audit = json.loads("".join(out.get("text", "") for out in nb.cells[-1].outputs))
+    shown = sum(1 for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
+                if {"image/svg+xml", "image/png"} & set(out.get("data", {})))  # fmt: skip
+    assert audit["figures"] >= shown, f"{chapter.name}: the figure audit saw {audit['figures']} of {shown} figures"
+    too_small = audit["too_small"]
+    assert not too_small, (
+        f"{chapter.name}: figures with text the page shows below {MIN_PT} pt "
+        f"(minitorch_cuda/book/style.py; (text, points on the page)): {too_small[:3]}"
+    )
 
 
 def test_the_floating_point_explorer_answers_on_the_static_page(book_html: Path, browser) -> None:

@@ -129,10 +129,14 @@ def test_launch_and_ratio_figures_render() -> None:
     ids=lambda f: f.__name__,
 )
 def test_diagram_draws(draw) -> None:
+    from minitorch_cuda.book import style
+
     drawn = draw()
     fig = getattr(drawn, "figure", drawn)
+    fig.tight_layout()  # as the chapters show them
     fig.canvas.draw()
     assert fig.axes
+    assert style.small_texts(fig) == [], "text the page shows below the book's minimum"
 
 
 def test_diagrams_read_the_kernels_parameters() -> None:
@@ -141,3 +145,78 @@ def test_diagrams_read_the_kernels_parameters() -> None:
     assert diagrams._kernel_define("mma_async.cu", "ASYNC_STAGES") >= 2
     ax = diagrams.async_pipeline()
     assert ax.get_yticklabels()[0].get_text().startswith("buffer")
+
+
+# --- the figures' shared style: text readable at the page's width ----------------------------
+
+
+def _saved_width_in(fig) -> float:
+    """The width of the SVG the notebook saves (cropped with bbox_inches="tight"), in inches."""
+    import io
+    import re
+
+    svg = io.StringIO()
+    fig.savefig(svg, format="svg", bbox_inches="tight")
+    return float(re.search(r'<svg[^>]*\bwidth="([\d.]+)pt"', svg.getvalue()).group(1)) / 72
+
+
+def _wide_figure_with_small_text():
+    fig, ax = plt.subplots(figsize=(10, 3))
+    ax.plot([0, 1000], [0, 1], label="a line")
+    ax.text(500, 0.5, "annotation", fontsize=6)
+    ax.tick_params(labelsize=6)
+    ax.legend(fontsize=6)
+    return fig
+
+
+def test_page_scale_is_the_column_over_the_saved_width() -> None:
+    from minitorch_cuda.book import style
+
+    for width in (5, 7, 10):
+        fig, ax = plt.subplots(figsize=(width, 3))
+        ax.set_ylabel("a label the crop keeps")
+        fig.canvas.draw()
+        expected = min(1.0, style.COLUMN_IN / _saved_width_in(fig))
+        assert style.page_scale(fig) == pytest.approx(expected, rel=0.01)
+
+
+def test_legible_raises_every_small_text_to_the_page_minimum() -> None:
+    from minitorch_cuda.book import style
+
+    fig = _wide_figure_with_small_text()
+    fig.canvas.draw()
+    assert {"annotation", "a line"} <= {text for text, _ in style.small_texts(fig)}
+    style.legible(fig)
+    scale = min(1.0, style.COLUMN_IN / _saved_width_in(fig))
+    fig.canvas.draw()
+    shown = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    assert shown and all(t.get_fontsize() * scale >= style.MIN_PT - 0.05 for t in shown)
+    assert style.small_texts(fig) == []
+
+
+def test_legible_leaves_readable_text_alone() -> None:
+    from minitorch_cuda.book import style
+
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.set_title("a title", fontsize=12)
+    ax.plot([0, 1], [0, 1])
+    fig.canvas.draw()
+    before = [(t.get_text(), t.get_fontsize()) for t in fig.findobj(Text)]
+    style.legible(fig)
+    fig.canvas.draw()
+    assert [(t.get_text(), t.get_fontsize()) for t in fig.findobj(Text)] == before
+
+
+def test_the_book_kernels_hook_makes_a_figure_legible_when_it_is_saved() -> None:
+    """book/ipython_kernel_config.py puts legible_when_saved in figure.hooks: the text is
+    raised as the figure is saved, after everything was drawn on it."""
+    import io
+
+    from minitorch_cuda.book import style
+
+    with plt.rc_context({"figure.hooks": ["minitorch_cuda.book.style:legible_when_saved"]}):
+        fig = _wide_figure_with_small_text()
+    late = fig.axes[0].text(0, 0.9, "added last", fontsize=5)
+    fig.savefig(io.BytesIO(), format="svg", bbox_inches="tight")
+    fig.canvas.draw()
+    assert style.small_texts(fig) == [] and late.get_fontsize() > 5

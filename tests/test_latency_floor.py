@@ -233,7 +233,17 @@ def test_phase_bars_lay_the_phases_back_to_back_and_keep_a_phase_color() -> None
     assert [(x, w) for x, w, _ in sorted(rows[0])] == [(0.0, 16.0), (16.0, 9.0)]
     assert tuple(sorted(rows[1])[2][2]) == tuple(sorted(rows[0])[1][2])  # "update" has one color in both rows
     assert tuple(sorted(rows[1])[0][2]) != tuple(sorted(rows[0])[0][2])  # different phases, different colors
+    # a phase is named where its name fits its segment at the page's size (book/style.py's minimum):
+    # 10 of 20 us is wide enough, 2 of 20 us is not (named, it would run over its neighbours)
     texts = [t.get_text() for t in ax.texts]
-    assert "fwd 1 slices" in texts and "fwd 1 sum" in texts  # 2 of 20 us: wide enough to be named
+    assert "fwd 1 slices" in texts and "fwd 1" in texts and "fwd 1 sum" not in texts
+    ax.figure.canvas.draw()
+    for text in ax.texts:
+        if text.get_text().endswith(" us"):
+            continue
+        box, (x, y) = text.get_window_extent(), text.get_position()
+        (segment,) = [(s, w) for s, w, _ in rows[round(y)] if s < x < s + w]
+        left, right = ax.transData.transform((segment[0], y))[0], ax.transData.transform((sum(segment), y))[0]
+        assert left <= box.x0 and box.x1 <= right, f"{text.get_text()!r} runs out of its segment"
     assert {"20 us", "25 us"} <= {t.get_text() for t in ax.texts}
     assert [t.get_text() for t in ax.get_yticklabels()] == ["unsplit", "split"]

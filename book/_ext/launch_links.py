@@ -8,6 +8,11 @@
   it on Binder.
 - The built book carries ``book/notebooks/`` as ``notebooks/``, with every
   exercise notebook in one ``notebooks/exercises.zip``.
+- sphinx-thebe (which the launch buttons bring) declares ``const THEBE_JS_URL``
+  in an inline script that Sphinx 7.4 writes twice into every page (it adds the
+  script once as ``None`` and once as ``''`` and takes them for two), so every
+  page threw "Identifier 'THEBE_JS_URL' has already been declared"; each page
+  here keeps one copy of every script.
 """
 
 from __future__ import annotations
@@ -58,6 +63,16 @@ def point_colab_at_ipynb(app, pagename, templatename, context, doctree):
                     button["url"] = url
 
 
+def one_copy_of_each_script(app, pagename, templatename, context, doctree):
+    seen, scripts = set(), []
+    for script in context.get("script_files", []):
+        key = (script.filename or "", tuple(sorted(script.attributes.items())))
+        if key not in seen:
+            seen.add(key)
+            scripts.append(script)
+    context["script_files"] = scripts
+
+
 def exercise_notebook_role(name, rawtext, text, lineno, inliner, options=None, content=None):
     """``{exercise-notebook}`NN_name``: download, Colab and Binder links for exercises/NN_name."""
     env = inliner.document.settings.env
@@ -94,6 +109,7 @@ def copy_notebooks(app, exception):
 
 def setup(app):
     app.connect("html-page-context", point_colab_at_ipynb, priority=600)
+    app.connect("html-page-context", one_copy_of_each_script)
     app.add_role("exercise-notebook", exercise_notebook_role)
     app.connect("build-finished", copy_notebooks)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

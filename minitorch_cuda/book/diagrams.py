@@ -6,12 +6,29 @@ reads a measurement (the figures of measurements are in ``figures``).
 
 from __future__ import annotations
 
+import functools
 import re
 
 import matplotlib.pyplot as plt
 from matplotlib import patches
 
-from . import excerpts
+from . import excerpts, style
+
+
+def _at_page_size(draw):
+    """A diagram comes out laid out as the chapters show it (``tight_layout``) with text
+    the page can show (``style.legible``), laid out again at those sizes."""
+
+    @functools.wraps(draw)
+    def drawn(*args, **kwargs):
+        out = draw(*args, **kwargs)
+        fig = getattr(out, "figure", out)
+        fig.tight_layout()
+        style.legible(fig)
+        fig.tight_layout()
+        return out
+
+    return drawn
 
 
 def _axes(ax, size):
@@ -20,6 +37,7 @@ def _axes(ax, size):
     return ax
 
 
+@_at_page_size
 def tiling_picture(ax=None, tiles: int = 4, step: int = 1):
     """A schematic of the shared-memory tiled matmul: the C tile one block computes,
     the strips of A and B it needs, and the pair of tiles staged at step ``step``."""
@@ -113,12 +131,13 @@ def _finish(ax, xlim, ylim):
 # --- chapter 7: per-row copies against one gather kernel ---------------------------------
 
 
+@_at_page_size
 def row_copies_vs_gather(fig=None, rows: int = 6, row_us: float = 11.0):
     """Top: stages 0 and 1 copy a batch one row at a time, each copy a driver call waited
     for (``row_us`` each, whatever the row's size). Bottom: stage 2's ``gather_rows``, one
     thread per output element, so a warp's 32 threads read 32 consecutive floats of one
     source row (one 128-byte segment) and write 32 consecutive floats of the output."""
-    fig = fig or plt.figure(figsize=(9, 5))
+    fig = fig or plt.figure(figsize=(7.5, 5.5))
     top, bottom = fig.subplots(2, 1, gridspec_kw={"height_ratios": [1, 2.3]})
     for i in range(rows):
         start = i * row_us
@@ -131,7 +150,7 @@ def row_copies_vs_gather(fig=None, rows: int = 6, row_us: float = 11.0):
     top.set_xlim(0, rows * row_us + 1)
     top.set_ylim(-0.6, 1.9)
     top.set_xlabel(
-        f"time (us): grey, a copy's fixed cost (about {row_us:.0f} us, call, start-up and sync); "
+        f"time (us): grey, a copy's fixed cost (about {row_us:.0f} us, call, start-up and sync);\n"
         "blue, moving the bytes (drawn far wider than it is)",
         fontsize=7,
     )
@@ -142,12 +161,12 @@ def row_copies_vs_gather(fig=None, rows: int = 6, row_us: float = 11.0):
     ax = bottom
     cols, src_rows, idx = 16, 7, [5, 1, 3]
     _grid(ax, 0, 0, cols, src_rows, size=0.5)
-    ax.text(0, 0.35, "in: the training images, one row each (784 floats)", fontsize=7)
+    ax.text(0, 0.1, "in: the training images,\none row each (784 floats)", fontsize=7, va="bottom")
     for r in range(src_rows):
         ax.text(-0.2, -(r + 0.5) * 0.5, f"{r}", ha="right", va="center", fontsize=6)
     x_out = cols * 0.5 + 2.2
     _grid(ax, x_out, 0, cols, len(idx), size=0.5)
-    ax.text(x_out, 0.35, "out: the batch, row r = in[idx[r]]", fontsize=7)
+    ax.text(x_out, 0.1, "out: the batch,\nrow r = in[idx[r]]", fontsize=7, va="bottom")
     for r, src in enumerate(idx):
         y_src, y_out = -(src + 0.5) * 0.5, -(r + 0.5) * 0.5
         ax.annotate(
@@ -176,12 +195,13 @@ def row_copies_vs_gather(fig=None, rows: int = 6, row_us: float = 11.0):
         fontsize=7,
         va="top",
     )
-    return _finish(ax, (-0.8, x_out + cols * 0.5 + 1.6), (-src_rows * 0.5 - 0.9, 0.7)).figure
+    return _finish(ax, (-0.8, x_out + cols * 0.5 + 1.6), (-src_rows * 0.5 - 0.9, 1.3)).figure
 
 
 # --- chapter 13: the shuffle tree ----------------------------------------------------------
 
 
+@_at_page_size
 def shuffle_tree(ax=None, lanes: int = 32):
     """``warp_reduce_shuffle``: in each round lane i adds the value of lane i + offset
     (``__shfl_down_sync``), offsets halving from ``lanes / 2`` (read from block_reduce.cuh);
@@ -226,6 +246,7 @@ def shuffle_tree(ax=None, lanes: int = 32):
 # --- chapter 16: the register tile of one thread ---------------------------------------------
 
 
+@_at_page_size
 def thread_tile(ax=None, variant: str = "128x128x8", thread: tuple[int, int] = (1, 2)):
     """One block tile of ``matmul_regtiled_<variant>`` (BM, BN, TM, TN from the file's
     header): thread (ty, tx) owns TM x TN outputs as groups of 4 x 4 spread over the
@@ -296,6 +317,7 @@ def thread_tile(ax=None, variant: str = "128x128x8", thread: tuple[int, int] = (
 # --- chapter 19: mma.sync fragments, the 128-byte swizzle, the cp.async pipeline ---------------
 
 
+@_at_page_size
 def mma_fragments(fig=None, lane: int = 5):
     """Which lane holds which element of one ``mma.sync.m16n8k8`` TF32 product (the
     layout in mma_async.cu's comment, from the PTX ISA): lane (g, t) = (lane / 4, lane % 4)
@@ -361,6 +383,7 @@ def mma_fragments(fig=None, lane: int = 5):
     return fig
 
 
+@_at_page_size
 def swizzle_128b(fig=None):
     """The 128-byte swizzle of the wgmma tiles (``copy_rows`` in wgmma.cu): the 16-byte
     chunk j of row r goes to chunk j ^ (r % 8) of the row in shared memory. Left, the rows
@@ -391,14 +414,15 @@ def swizzle_128b(fig=None):
         ax.set_title(title, fontsize=8)
         _finish(ax, (-1.2, 8.2), (-8.2, 0.8))
     fig.suptitle(
-        "a 128-byte row = eight 16-byte chunks (byte offsets on top). Chunk 0 (dark) of the eight rows: "
-        "one column on the left,\neight different columns on the right, so a read of one chunk column "
+        "a 128-byte row = eight 16-byte chunks (byte offsets on top).\nChunk 0 (dark) of the eight rows: "
+        "one column on the left, eight different columns on the right,\nso a read of one chunk column "
         "touches every group of four banks once",
         fontsize=7.5,
     )
     return fig
 
 
+@_at_page_size
 def async_pipeline(ax=None, slices: int = 7):
     """The cp.async pipeline of mma_async.cu with ASYNC_STAGES shared buffers (read from
     the file), one row per buffer: before the loop, slices 0 .. STAGES-2 are copied; at
@@ -425,21 +449,21 @@ def async_pipeline(ax=None, slices: int = 7):
     for s in range(slices):
         y = stages - 1 - s % stages
         issued = -1 if s < stages - 1 else s - (stages - 1)
-        bar(y, issued, s, "#cfe0f0", f"cp.async slice {s}")
+        bar(y, issued, s, "#cfe0f0", f"cp.async\nslice {s}")
         bar(y, s, s + 1, "tab:orange", f"mma {s}")
     for it in range(slices):
         ax.axvline(it, color="0.5", lw=0.6, ls=":")
     ax.set_yticks(range(stages), [f"buffer {stages - 1 - b}" for b in range(stages)], fontsize=7)
     ax.set_xticks(
         [i + 0.5 for i in range(-1, slices)],
-        ["before the loop"] + [f"iteration {i}" for i in range(slices)],
+        ["before\nthe loop"] + [f"iteration\n{i}" for i in range(slices)],
         fontsize=6.5,
     )
-    ax.set_xlim(-1.05, slices + 0.05)
+    ax.set_xlim(-1.15, slices + 0.05)
     ax.set_ylim(-0.6, stages - 0.4)
     ax.set_title(
-        f"ASYNC_STAGES = {stages}: blue, a slice's copy in flight; orange, the tensor cores on it. Dotted: "
-        "wait for the slice, one barrier",
+        f"ASYNC_STAGES = {stages}: blue, a slice's copy in flight; orange, the tensor cores on it.\n"
+        "Dotted: wait for the slice, one barrier",
         fontsize=8,
     )
     for side in ("top", "right", "left"):
@@ -451,6 +475,7 @@ def async_pipeline(ax=None, slices: int = 7):
 # --- chapter 16: split-K through memory, and in one cluster ----------------------------------
 
 
+@_at_page_size
 def cluster_splitk(fig=None):
     """Two K-slices of one output tile (matmul_cluster.cu's smallest cluster, tile from
     kernel_table.CLUSTER_SPLITK_TILES): left, in two launches, each slice written to scratch in
@@ -459,8 +484,8 @@ def cluster_splitk(fig=None):
     from minitorch_cuda.cuda.kernel_table import CLUSTER_SPLITK_TILES
 
     tile = CLUSTER_SPLITK_TILES[0]
-    fig = fig or plt.figure(figsize=(10, 3.6))
-    left, right = fig.subplots(1, 2)
+    fig = fig or plt.figure(figsize=(7, 8.8))
+    left, right = fig.subplots(2, 1)  # one above the other: each as wide as the page's column
 
     def box(ax, x, y, w, h, text, color, **kw):
         ax.add_patch(patches.FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.02", facecolor=color,

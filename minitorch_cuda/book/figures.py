@@ -11,6 +11,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 
 from ..profiler import draw_timeline
+from . import style
 from .tables import MATMUL_LABELS
 
 # The blog's own timings (its GPU, its C++ framework) as (seconds, batches timed).
@@ -58,6 +59,8 @@ def place_labels(ax, xs, ys, labels, fontsize: float = 6.5, avoid=()) -> None:
     the first of a few positions around its point that is still free (the limits must be
     final). ``avoid`` adds (x, y) data points that labels must keep clear of."""
     ax.figure.canvas.draw()  # final transforms and a renderer to measure text
+    # labels are placed at the size the page will show them (style.legible would raise them later)
+    fontsize = max(fontsize, style.MIN_PT / style.page_scale(ax.figure))
     renderer = ax.figure.canvas.get_renderer()
     to_px = ax.transData.transform
     scale = ax.figure.dpi / 72
@@ -200,7 +203,9 @@ def gflops_bars(matmul: dict, ax=None, kernels: list[str] | None = None, labels:
     ax.set_xlim(-0.5, len(rows) - 0.5)
     ax.set_yscale("log")
     ax.set_ylabel("GFLOP/s")
-    ncol = len(kernels) if len(kernels) <= 5 else -(-len(kernels) // 2)  # one row, or two even ones
+    # at most three to a row, rows as even as can be: a wider legend widens the figure, which
+    # the page then shrinks, text included
+    ncol = len(kernels) if len(kernels) <= 3 else -(-len(kernels) // -(-len(kernels) // 3))
     ax.legend(fontsize=7, ncol=ncol, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     ax.grid(True, axis="y", which="major", alpha=0.3)
     return ax
@@ -395,28 +400,33 @@ def step_timelines(steps: dict[str, dict], ax=None):
 def phase_bars(phases: dict[str, dict], ax=None):
     """Stage 13's kernel phase by phase, one row per build (``phases[label]``: a
     ``PersistentStep.phase_times`` record): each phase's median microseconds laid back to back,
-    named where its segment is wide enough, and the kernel's median total at the row's end."""
+    named where the name fits its segment at the page's size, and the kernel's median total at
+    the row's end."""
     ax = _axes(ax, (7.5, 0.9 + 0.8 * len(phases)))
     names = list(dict.fromkeys(r["phase"] for run in phases.values() for r in run["phases"]))
     palette = plt.get_cmap("tab20").colors
     color = {name: palette[i % len(palette)] for i, name in enumerate(names)}  # a phase keeps its color
+    ax.set_yticks(range(len(phases)), list(reversed(phases)), fontsize=8)
+    ax.set_ylim(-0.6, len(phases) - 0.4)
+    ax.set_xlim(0, max(r["total"]["median_us"] for r in phases.values()) * 1.15)
+    ax.set_xlabel("microseconds of stage 13's kernel, phase by phase (block 0's clock)")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.figure.canvas.draw()  # final limits, and a renderer to measure the names
+    renderer, fontsize = ax.figure.canvas.get_renderer(), style.MIN_PT / style.page_scale(ax.figure)
     for y, run in enumerate(reversed(phases.values())):
         at = 0.0
         for row in run["phases"]:
             width = row["median_us"]
             ax.broken_barh([(at, width)], (y - 0.3, 0.6), facecolors=color[row["phase"]], edgecolor="white",
                            linewidth=0.5)  # fmt: skip
-            if width >= 0.06 * run["total"]["median_us"]:
-                ax.text(at + width / 2, y, row["phase"].replace("forward", "fwd").replace("backward", "bwd"),
-                        ha="center", va="center", fontsize=6.5)  # fmt: skip
+            name = row["phase"].replace("forward", "fwd").replace("backward", "bwd")
+            text = ax.text(at + width / 2, y, name, ha="center", va="center", fontsize=fontsize)
+            room = ax.transData.transform((at + width, y))[0] - ax.transData.transform((at, y))[0]
+            if text.get_window_extent(renderer).width > room - 4:  # does not fit: left unnamed
+                text.remove()
             at += width
         ax.annotate(f"{run['total']['median_us']:.0f} us", (at, y), xytext=(4, 0), textcoords="offset points",
                     fontsize=7, va="center")  # fmt: skip
-    ax.set_yticks(range(len(phases)), list(reversed(phases)), fontsize=8)
-    ax.set_ylim(-0.6, len(phases) - 0.4)
-    ax.set_xlim(0, max(r["total"]["median_us"] for r in phases.values()) * 1.15)
-    ax.set_xlabel("microseconds of stage 13's kernel, phase by phase (block 0's clock)")
-    ax.grid(True, axis="x", alpha=0.3)
     return ax
 
 
