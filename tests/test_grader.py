@@ -1779,3 +1779,35 @@ def test_a_notebook_cannot_write_into_its_runners_pipe(tmp_path) -> None:
     run_grader(subs, out, ["1.2"], "--cell-timeout", "60", execute=True)
     record = json.loads(out.with_suffix(".json").read_text())["executions"]["prober/01_cuda_setup"]
     assert record["cells"] > 1 and not record["errors"], record
+
+
+NO_EXEC_PROBE = """
+import _posixsubprocess, os, subprocess, sys, threading
+from minitorch_cuda.grade import no_exec
+assert subprocess.run(["true"]).returncode == 0  # before: a program runs
+assert no_exec.forbid() is None
+try:
+    subprocess.run(["true"])
+    print("ran a program")
+except PermissionError:
+    print("refused")
+errors, error_end = os.pipe()
+pid = _posixsubprocess.fork_exec([b"/bin/true"], [b"/bin/true"], True, (), None, None, -1, -1, -1, -1, -1, -1,
+                                 errors, error_end, True, False, 0, None, None, None, -1, None, False)
+os.close(error_end)
+ran = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0  # /bin/true's status, if it ran
+print("the fork ran a program" if ran else "the fork's exec failed")
+found = []
+worker = threading.Thread(target=lambda: found.append(sum(range(10))))
+worker.start(); worker.join()
+print("threads", found)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64", reason="the filter is x86-64 Linux's")
+def test_the_subject_starts_no_program_however_it_asks() -> None:
+    """After ``no_exec.forbid()`` no program starts, by subprocess or by ``_posixsubprocess.fork_exec``
+    (which raises no audit event), in the process or in a fork; threads still start."""
+    run = subprocess.run([sys.executable, "-c", NO_EXEC_PROBE], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split("\n")[:3] == ["refused", "the fork's exec failed", "threads [45]"], run.stdout

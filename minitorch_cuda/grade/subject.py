@@ -44,15 +44,15 @@ def _raised(exc: BaseException) -> dict:
 
 
 def load(exercise_id: str, source: str, peer) -> tuple[dict, object]:
-    """Run the exercise cell; (the outcome, the exercise's object or None). From the cell on, what the
-    exercise rules out is refused (``subject_rules``) and, where Python per element is ruled out, the
-    student's lines are countable (``python_work``)."""
+    """Run the exercise cell; (the outcome, the exercise's object or None). From the cell on, no program
+    can be started (``no_exec``), what the exercise rules out is refused (``subject_rules``) and, where
+    Python per element is ruled out, the student's lines are countable (``python_work``)."""
     import numpy as np
 
     import minitorch_cuda as mt
 
     from ..exercise import cuda_exercise
-    from . import exercises, python_work, subject_rules
+    from . import exercises, no_exec, python_work, subject_rules
     from .notebook import python_source
 
     ex = exercises.get(exercise_id)
@@ -66,6 +66,7 @@ def load(exercise_id: str, source: str, peer) -> tuple[dict, object]:
     counted = ex.id in python_work.EXERCISES
     if counted:
         python_work.Counter(python_work.library_dirs()).install(peer)
+    no_exec.forbid()  # where it cannot (not x86-64 Linux), the audit hook below still refuses Python's spellings
     subject_rules.install(ex.id, counted, python_work.library_dirs())
     try:
         exec(code, namespace)
