@@ -229,6 +229,9 @@ def build(source: str, arch_specific: bool = False) -> Built:
     fails (FORBIDDEN) on a file it may not include, raises KernelCompileError with its own lines."""
     if emulator.selected():
         return _emulated(source)
+    from ..device import require_cuda
+
+    require_cuda()  # without a GPU: CudaUnavailableError, whose advice names the emulator (no_gpu)
     import pycuda.driver as drv
 
     from ..cuda.runtime import arch
