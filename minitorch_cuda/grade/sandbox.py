@@ -513,7 +513,7 @@ def copy_tree(folder: Path, dest: Path, limit: int | None = None) -> list[str]:
                     if copied + size > limit:
                         left_out.append(name)
                         continue
-                    shutil.copyfile(entry.path, target)
+                    shutil.copy(entry.path, target)  # with its mode: the emulator's cache holds programs
                     copied += size
             except OSError:  # unreadable (its mode), gone, or a name too long: the run goes on without it
                 left_out.append(name)
