@@ -126,13 +126,20 @@ def forbidden_files(exercise_id: str) -> dict[Path, str]:
     return out
 
 
-def path_rule(path, exercise_id: str, libraries: dict[Path, str] | None = None) -> str | None:
-    """Why opening ``path`` is refused: a file of a refused module, or a checkout's answers."""
+def _real(path) -> Path | None:
+    """The file an audited ``open`` names, links resolved; None for a descriptor or no name."""
     if isinstance(path, int) or path is None:
         return None
     try:
-        real = Path(os.path.realpath(os.fsdecode(path)))
+        return Path(os.path.realpath(os.fsdecode(path)))
     except (TypeError, ValueError):
+        return None
+
+
+def path_rule(path, exercise_id: str, libraries: dict[Path, str] | None = None) -> str | None:
+    """Why opening ``path`` is refused: a file of a refused module, or a checkout's answers."""
+    real = _real(path)
+    if real is None:
         return None
     for place, why in (libraries or {}).items():
         if real == place or place in real.parents:
@@ -152,11 +159,8 @@ def path_rule(path, exercise_id: str, libraries: dict[Path, str] | None = None) 
 
 def _module_of(path) -> str | None:
     """``minitorch_cuda.x.y`` for a file of the package (its .py, its .pyc, a data file), else None."""
-    if isinstance(path, int) or path is None:
-        return None
-    try:
-        real = Path(os.path.realpath(os.fsdecode(path)))
-    except (TypeError, ValueError):
+    real = _real(path)
+    if real is None:
         return None
     if PACKAGE_DIR not in real.parents:
         return None
