@@ -1811,3 +1811,15 @@ def test_the_subject_starts_no_program_however_it_asks() -> None:
     run = subprocess.run([sys.executable, "-c", NO_EXEC_PROBE], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split("\n")[:3] == ["refused", "the fork's exec failed", "threads [45]"], run.stdout
+
+
+def test_a_virtual_environment_kept_in_the_checkout_stays_visible(tmp_path, monkeypatch) -> None:
+    """A newcomer's venv inside the clone (python -m venv .venv) holds the Python the sandbox runs:
+    of a checkout only it, the package and its data stay; the answers and everything else are hidden."""
+    for folder in ("minitorch_cuda", "data", "solutions", "tests", ".venv"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "pyproject.toml").write_text("")
+    monkeypatch.setattr(sandbox, "PACKAGE_ROOT", tmp_path)
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / ".venv"))
+    hidden = [p.name for p in sandbox._course_content()]
+    assert hidden == ["pyproject.toml", "solutions", "tests"], hidden

@@ -118,7 +118,7 @@ def own_disk() -> bool:
     return bwrap() is not None and _sized_tmpfs()
 
 
-def _course_content(read_only: list[str]) -> list[Path]:
+def _course_content() -> list[Path]:
     """What of a checkout the sandbox must not show: installed editable (or put on PYTHONPATH), the
     package sits in the course's repository, whose ``solutions/``, ``exercises/``, ``tests/`` and
     ``chapters/`` hold every exercise's answer. Every entry beside the package and the data it
@@ -126,7 +126,10 @@ def _course_content(read_only: list[str]) -> list[Path]:
     the checkout)."""
     if not (PACKAGE_ROOT / "pyproject.toml").is_file():  # installed: its neighbours are other packages
         return []
-    needed = [Path(p) for p in read_only if Path(p) != PACKAGE_ROOT]
+    # what the sandbox binds, before _read_only_paths folds a venv in the checkout into the checkout
+    needed = [Path(os.path.realpath(p)) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
+    needed += [Path(os.path.realpath(p)) for p in sys.path if p and _library_path(p)]
+    needed = [n for n in needed if n != PACKAGE_ROOT]
     return [
         entry
         for entry in sorted(PACKAGE_ROOT.iterdir())
@@ -168,7 +171,7 @@ def command(
             args += ["--dev-bind", node, node]
         if os.path.isdir("/sys"):
             args += ["--ro-bind", "/sys", "/sys"]
-    for entry in _course_content(ro):
+    for entry in _course_content():
         if entry.is_symlink() or not entry.is_dir():
             args += ["--ro-bind", "/dev/null", str(entry)]  # a file (or a link): not readable there
         else:
