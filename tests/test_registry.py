@@ -156,7 +156,7 @@ def test_override_with_wrong_parameters():
     assert SPECS["ew_relu"].params in message and "float n" in message, message
     with pytest.raises(ValueError, match="no `__global__ void ew_relu"):
         mt.override("ew_relu", MY_IDENTITY)  # entry defaults to the kernel's name
-    with pytest.raises(ValueError, match="exactly one of source= or path="):
+    with pytest.raises(ValueError, match="exactly one of source=, path= or module="):
         registry.override("ew_relu")
     with pytest.raises(ValueError, match="empty"):
         registry.override("ew_relu", "   ")
