@@ -628,7 +628,8 @@ def compile_command(argv: list[str], workdir: Path, readable: list[Path] = ()) -
 def compile_environment(workdir: Path) -> dict:
     """A compiler's whole environment: a PATH to the compilers and a home in ``workdir``; nothing
     of the grader's (its /proc/self/environ, read by a kernel's ``#include``, shows only this)."""
-    paths = [str(Path(p).parent) for p in (real_nvcc(), shutil.which("g++")) if p]
+    # the compilers' real folders: /usr/local/cuda may lead there through /etc/alternatives, not bound here
+    paths = [os.path.dirname(os.path.realpath(p)) for p in (real_nvcc(), shutil.which("g++")) if p]
     path = os.pathsep.join(dict.fromkeys([*paths, "/usr/local/bin", "/usr/bin", "/bin"]))
     home = str(Path(workdir).resolve())
     return {"PATH": path, "HOME": home, "TMPDIR": home, "LC_ALL": "C"}
