@@ -59,9 +59,10 @@ def _system_dirs() -> list[str]:
 
     dirs = ["/usr/include", "/usr/lib/gcc", "/usr/local/include", "/usr/local/cuda", str(compiler.INCLUDE)]
     dirs.append(str(compiler.HEADER))
-    nvcc = sandbox.real_nvcc()
-    if nvcc:
-        dirs.append(os.path.realpath(str(Path(nvcc).parents[1])))
+    for compiler_path in (sandbox.real_nvcc(), sandbox.real_cxx()):  # a toolchain's own headers (/opt/gcc)
+        prefix = compiler_path and os.path.realpath(str(Path(compiler_path).parents[1]))
+        if prefix and prefix != "/usr":  # not all of /usr: an installed package's kernels lie there
+            dirs.append(prefix)
     return dirs
 
 

@@ -580,12 +580,22 @@ def real_nvcc() -> str | None:
     return found
 
 
+def real_cxx() -> str | None:
+    """The C++ compiler the emulator builds with (``$CXX``, else g++), its links resolved: a GPU
+    machine's may be a toolchain of its own (/opt/gcc) that no default bind shows."""
+    from ..emulator.compiler import CXX
+
+    found = shutil.which(CXX)
+    return os.path.realpath(found) if found else None
+
+
 def _compiler_dirs() -> list[str]:
     """What a compiler needs to see: the system (``/usr``: g++, and nvcc under /usr/local) and the CUDA
     toolkit where it lies elsewhere; no /etc, /home, /work or /proc of the grader."""
     dirs = ["/usr"]
-    nvcc = real_nvcc()
-    for extra in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), nvcc and str(Path(nvcc).parents[1])):
+    nvcc, cxx = real_nvcc(), real_cxx()
+    toolchains = (nvcc and str(Path(nvcc).parents[1]), cxx and str(Path(cxx).parents[1]))
+    for extra in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), *toolchains):
         if extra and os.path.isdir(extra):
             dirs.append(os.path.realpath(extra))
     out: list[str] = []
@@ -629,7 +639,7 @@ def compile_environment(workdir: Path) -> dict:
     """A compiler's whole environment: a PATH to the compilers and a home in ``workdir``; nothing
     of the grader's (its /proc/self/environ, read by a kernel's ``#include``, shows only this)."""
     # the compilers' real folders: /usr/local/cuda may lead there through /etc/alternatives, not bound here
-    paths = [os.path.dirname(os.path.realpath(p)) for p in (real_nvcc(), shutil.which("g++")) if p]
+    paths = [os.path.dirname(os.path.realpath(p)) for p in (real_nvcc(), real_cxx(), shutil.which("g++")) if p]
     path = os.pathsep.join(dict.fromkeys([*paths, "/usr/local/bin", "/usr/bin", "/bin"]))
     home = str(Path(workdir).resolve())
     return {"PATH": path, "HOME": home, "TMPDIR": home, "LC_ALL": "C"}
