@@ -1093,10 +1093,10 @@ def test_the_private_copy_leaves_out_what_would_fill_the_disk(tmp_path, monkeypa
     (folder / "data" / "unreadable.bin").write_text("its mode is 000")
     copyfile = shutil.copyfile
 
-    def refuse(source, target):  # a chmod 000 file, which root (as in CI) could still read
+    def refuse(source, target, **options):  # a chmod 000 file, which root (as in CI) could still read
         if Path(source).name == "unreadable.bin":
             raise PermissionError(13, "Permission denied", str(source))
-        return copyfile(source, target)
+        return copyfile(source, target, **options)
 
     monkeypatch.setattr(shutil, "copyfile", refuse)
     copy, left_out = sandbox.private_copy(folder, tmp_path / "copy")
