@@ -195,12 +195,24 @@ def binary() -> Path:
 
 
 def _kernel_dependencies() -> list[str]:
-    """What kernel libraries link against that the runtime does not: UBSan's runtime (compiler.CHECKS).
-    The device process loads them before its filter, since it cannot open a file by name after."""
+    """What kernel libraries link against that the runtime may not: the compiler's own C++ runtime
+    (a toolchain outside /usr, as a GPU machine's /opt/gcc, brings a libstdc++ and libgcc_s of its
+    own) and UBSan's runtime (compiler.CHECKS). The device process loads them before its filter, since
+    it cannot open a file by name after; a later load of the same name finds them loaded."""
     from . import compiler
 
-    found = subprocess.run([compiler.CXX, "-print-file-name=libubsan.so"], capture_output=True, text=True).stdout
-    return [found.strip()] if os.path.isabs(found.strip()) else []
+    found = []
+    for name in ("libgcc_s.so.1", "libstdc++.so.6", "libubsan.so"):
+        asked = [compiler.CXX, f"-print-file-name={name}"]
+        path = os.path.realpath(subprocess.run(asked, capture_output=True, text=True).stdout.strip())
+        if os.path.isabs(path) and os.path.isfile(path) and _is_elf(path):  # not a linker script
+            found.append(path)
+    return found
+
+
+def _is_elf(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(4) == b"\x7fELF"
 
 
 class DeviceProcess:
