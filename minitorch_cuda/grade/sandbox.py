@@ -118,6 +118,26 @@ def own_disk() -> bool:
     return bwrap() is not None and _sized_tmpfs()
 
 
+def _bwrap_start(binary: str, *unshare: str) -> list[str]:
+    """bwrap's first arguments for any sandboxed run: ended with the grader, a session of its own."""
+    args = [binary, "--die-with-parent", "--new-session", *unshare]
+    if os.geteuid() == 0:  # bwrap run by root keeps every capability: the code could remount /usr rw
+        args += ["--cap-drop", "ALL"]
+    return args
+
+
+def _top_level_system(folders: tuple[str, ...]) -> list[str]:
+    """The system's top-level folders as they are here: a link (to usr/bin, on merged-/usr systems) as a
+    link, a folder bound read-only."""
+    args: list[str] = []
+    for folder in folders:
+        if os.path.islink(folder):
+            args += ["--symlink", os.readlink(folder), folder]
+        elif os.path.isdir(folder):
+            args += ["--ro-bind", folder, folder]
+    return args
+
+
 def _course_content() -> list[Path]:
     """What of a checkout the sandbox must not show: installed editable (or put on PYTHONPATH), the
     package sits in the course's repository, whose ``solutions/``, ``exercises/``, ``tests/`` and
@@ -150,15 +170,8 @@ def command(
     if binary is None:
         return list(argv)
     workdir = Path(workdir).resolve()
-    args = [binary, "--die-with-parent", "--new-session"]
-    if os.geteuid() == 0:  # bwrap run by root keeps every capability: the code could remount /usr rw
-        args += ["--cap-drop", "ALL"]
-    args += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"]
-    for link in ("/bin", "/lib", "/lib64", "/sbin"):
-        if os.path.islink(link):
-            args += ["--symlink", os.readlink(link), link]
-        elif os.path.isdir(link):
-            args += ["--ro-bind", link, link]
+    args = _bwrap_start(binary, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts")
+    args += _top_level_system(("/bin", "/lib", "/lib64", "/sbin"))
     # an empty /tmp first: a read-only path below it (a virtual environment in /tmp) is bound on top;
     # it and /dev/shm live in memory, which no limit of a process counts: each gets a size
     sized = ["--size", str(TMPFS_BYTES)] if _sized_tmpfs() else []
@@ -613,14 +626,8 @@ def compile_command(argv: list[str], workdir: Path, readable: list[Path] = ()) -
     binary = bwrap()
     if binary is None:
         return list(argv)
-    args = [binary, "--die-with-parent", "--new-session", "--unshare-all"]
-    if os.geteuid() == 0:
-        args += ["--cap-drop", "ALL"]
-    for link in ("/bin", "/lib", "/lib64", "/lib32", "/sbin"):
-        if os.path.islink(link):
-            args += ["--symlink", os.readlink(link), link]
-        elif os.path.isdir(link):
-            args += ["--ro-bind", link, link]
+    args = _bwrap_start(binary, "--unshare-all")
+    args += _top_level_system(("/bin", "/lib", "/lib64", "/lib32", "/sbin"))
     for path in _compiler_dirs():
         args += ["--ro-bind", path, path]
     package = str(PACKAGE_ROOT)
