@@ -1,18 +1,20 @@
-"""Shared test helpers: GPU skipping, device x stage parameters, ``assert_close``.
+"""pytest's hooks, the fixtures every test gets, and the skip markers, each defined once here.
 
 GPU tests carry ``@pytest.mark.gpu``; where ``minitorch_cuda.cuda_available()``
 is False they are skipped here, once, with the reason CUDA cannot be used.
-Run them on a GPU machine with ``python3 -m pytest -m gpu -q``. The part of them
-marked ``emulated`` here also runs on the CPU emulator (no GPU needed):
-``MINITORCH_CUDA_EMULATE=1 python3 -m pytest -m emulated -q``.
+Run them on a GPU machine with ``python3 -m pytest -m gpu -q``. The GPU tests of the
+modules in ``EMULATED_FILES`` are also marked ``emulated`` here and run on the CPU emulator
+(no GPU needed: ``MINITORCH_CUDA_EMULATE=1 python3 -m pytest -m emulated -q``), but for
+those marked ``gpu_only`` and those at a stage that computes on tensor cores.
+
+Shared helpers (references, comparisons, inputs) are in helpers.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
-import re
+import shutil
 
 # MINITORCH_CUDA_TEST_GPUS=N spreads pytest-xdist's workers over GPUs 0..N-1 (gw0 on 0,
 # gw1 on 1, ...); set here, before anything can initialize CUDA in this worker.
@@ -20,30 +22,16 @@ _gpus, _worker = int(os.environ.get("MINITORCH_CUDA_TEST_GPUS") or 0), os.enviro
 if _gpus > 1 and _worker.startswith("gw"):
     os.environ["CUDA_VISIBLE_DEVICES"] = str(int(_worker[2:]) % _gpus)
 
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import minitorch_cuda as mt  # noqa: E402
 
-# Every stage that computes in full float32 (0-11); stage 12 rounds matmul inputs to
-# TF32 and is tested with its own tolerances in test_stages_beyond.py.
-STAGES = [s for s in range(mt.MAX_STAGE + 1) if mt.stages.full_fp32(s)]
-
-# (device, stage): the CPU once, CUDA at every stage. Use as
-#   @pytest.mark.parametrize(("device", "stage"), DEVICE_STAGES)
-DEVICE_STAGES = [pytest.param("cpu", None, id="cpu")] + [
-    pytest.param("cuda", s, id=f"cuda-s{s}", marks=pytest.mark.gpu) for s in STAGES
-]
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
-
-
-# The GPU tests of the framework's SIMT stages (0-11), which the CPU emulator runs too; what
-# needs a GPU (stage 12's tensor cores, vendor tools, long training runs) is left out.
+# The modules whose GPU tests the CPU emulator runs too: the framework's SIMT stages (0-11);
+# what needs a GPU there (tensor cores, vendor tools, long training runs) is marked gpu_only.
 EMULATED_FILES = {
     "test_autograd.py", "test_bad_input.py", "test_nn_optim.py", "test_ops.py", "test_registry.py",
     "test_stages.py", "test_stages_beyond.py", "test_training.py",
 }  # fmt: skip
-NEEDS_A_GPU = re.compile(r"tensor_core|tf32|bf16|wgmma|stage_12|every_builtin_kernel|five_cuda_epochs")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -57,7 +45,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.get_closest_marker("gpu") is not None
             and item.path.name in EMULATED_FILES
             and (stage is None or mt.stages.full_fp32(stage))  # stage 12 runs on tensor cores
-            and not NEEDS_A_GPU.search(item.name)
+            and item.get_closest_marker("gpu_only") is None
         ):
             item.add_marker(pytest.mark.emulated)
 
@@ -65,6 +53,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gpu") is not None and not mt.cuda_available():
         pytest.skip(f"needs a CUDA GPU: {mt.cuda_unavailable_reason()} (or the CPU emulator: MINITORCH_CUDA_EMULATE=1)")
+    if item.get_closest_marker("gpu_only") is not None and mt.emulator.selected():
+        pytest.skip("needs a CUDA GPU: the CPU emulator does not run this test (see its gpu_only marker)")
 
 
 # .ci/run's first part (the README's install) logs here what it skipped on this machine for a
@@ -102,86 +92,6 @@ def _restore_stage():
     mt.set_stage(mt.DEFAULT_STAGE)
 
 
-def on(device: str, stage: int | None):
-    """A context for one (device, stage) pair: the stage applies to CUDA only."""
-    return mt.use_stage(stage) if device == "cuda" and stage is not None else contextlib.nullcontext()
-
-
-def sm90_build(source, tmp_path, *flags: str) -> dict:
-    """nvcc's sm_90 cubin of a kernels/ file and ptxas's -v report of it: {entry: KernelResources}.
-    Fails the test where nvcc fails or warns (the build tests of the Hopper kernels share it)."""
-    import subprocess
-
-    from minitorch_cuda.cuda.kernel_table import KERNEL_DIR
-    from minitorch_cuda.cuda.nvcc_check import parse_resources
-
-    done = subprocess.run(
-        ["nvcc", "-cubin", "-arch=sm_90", "-Xptxas", "-v", *flags, "-I", str(KERNEL_DIR),
-         "-o", str(tmp_path / "kernel.cubin"), str(source)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    log = done.stderr + done.stdout
-    assert done.returncode == 0 and "warning" not in log.lower(), log
-    return {kernel.name: kernel for kernel in parse_resources(log)}
-
-
-def assert_close(actual, ref, atol: float = 1e-5, rtol: float = 1e-4, what: str = "") -> None:
-    """``|actual - ref| <= atol + rtol * |ref|`` elementwise, shapes equal, no nan/inf
-    where the reference is finite; on failure name the first mismatches."""
-    if isinstance(actual, mt.Tensor):
-        actual = actual.numpy()
-    actual = np.asarray(actual, dtype=np.float64)
-    ref = np.asarray(ref, dtype=np.float64)
-    label = f"{what}: " if what else ""
-    if actual.shape != ref.shape:
-        raise AssertionError(f"{label}shape {actual.shape} != reference shape {ref.shape}")
-    bound = atol + rtol * np.abs(ref)
-    bad = ~(np.abs(actual - ref) <= bound)  # nan compares False: counted as bad
-    bad &= ~((actual == ref) & np.isinf(ref))  # equal infinities are fine
-    if bad.any():
-        where = np.argwhere(bad) if actual.ndim else np.zeros((1, 0), dtype=int)
-        lines = []
-        for index in where[:5]:
-            i = tuple(int(v) for v in index)
-            lines.append(
-                f"  at {i}: got {actual[i]!r}, expected {ref[i]!r} "
-                f"(|diff| {abs(actual[i] - ref[i]):.3g} > {bound[i]:.3g})"
-            )
-        raise AssertionError(
-            f"{label}{int(bad.sum())} of {bad.size} elements differ (atol={atol}, rtol={rtol}), "
-            f"first at:\n" + "\n".join(lines)
-        )
-
-
-def assert_close_by_norm(actual, ref, rtol: float = 1e-4, what: str = "") -> None:
-    """``||actual - ref|| <= rtol * ||ref||`` over the whole array: for trained parameters, where
-    RmsProp passes a rounding difference nearly whole into the update of a weight whose running
-    square is tiny, so single elements may differ while the parameter as a whole agrees."""
-    actual, ref = np.asarray(actual, dtype=np.float64), np.asarray(ref, dtype=np.float64)
-    diff, size = np.linalg.norm(actual - ref), np.linalg.norm(ref)
-    assert diff <= rtol * size, f"{what}: differs by {diff:.3g} in norm, more than {rtol:g} of its {size:.3g}"
-
-
-def numeric_grad(f, arrays: list[np.ndarray], weight: np.ndarray, h: float = 1e-6) -> list[np.ndarray]:
-    """d sum(f(*arrays) * weight) / d arrays, by central differences in float64."""
-    arrays = [np.array(a, dtype=np.float64) for a in arrays]
-    weight = np.asarray(weight, dtype=np.float64)
-    grads = []
-    for a in arrays:
-        g = np.zeros_like(a)
-        flat, gflat = a.reshape(-1), g.reshape(-1)
-        for i in range(flat.size):
-            old = flat[i]
-            flat[i] = old + h
-            up = float(np.sum(f(*arrays) * weight))
-            flat[i] = old - h
-            down = float(np.sum(f(*arrays) * weight))
-            flat[i] = old
-            gflat[i] = (up - down) / (2 * h)
-        grads.append(g)
-    return grads
-
-
 def needs_module(module: str, extra: str) -> pytest.MarkDecorator:
     """Skip, naming the extra that brings it, where an optional module is not installed: the
     README's no-GPU install (.[dev,book]) leaves out Triton (999 MB) and PyTorch. find_spec, not
@@ -197,3 +107,30 @@ def mnist_available() -> bool:
     from minitorch_cuda.data import FILES, MNIST_DIR
 
     return all((MNIST_DIR / name).exists() for name in FILES.values())
+
+
+needs_mnist = pytest.mark.skipif(not mnist_available(), reason="the MNIST files are not in data/mnist (see README.md)")
+
+
+def needs_program(program: str, why: str, install: str) -> pytest.MarkDecorator:
+    """Skip, naming how to install it, where a program the test runs is not on PATH."""
+    return pytest.mark.skipif(shutil.which(program) is None, reason=f"{why}: {program} is not on PATH ({install})")
+
+
+needs_gxx = needs_program(
+    os.environ.get("CXX", "g++"), "the CPU emulator builds kernels with g++", "apt-get install g++"
+)
+needs_nvcc = needs_program("nvcc", "compiling CUDA C needs nvcc", "the CUDA toolkit; no GPU needed")
+needs_addr2line = needs_program("addr2line", "a fault's source line comes from addr2line", "apt-get install binutils")
+needs_node = needs_program("node", "the page's JavaScript runs in node", "apt-get install nodejs")
+
+
+def _bwrap_missing() -> bool:
+    from minitorch_cuda.grade import sandbox
+
+    return sandbox.bwrap() is None
+
+
+needs_bwrap = pytest.mark.skipif(
+    _bwrap_missing(), reason="the grader's sandbox needs bubblewrap (apt-get install bubblewrap)"
+)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import DEVICE_STAGES, assert_close, on
+from helpers import DEVICE_STAGES, assert_close, on
 
 import minitorch_cuda as mt
 

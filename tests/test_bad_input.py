@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import DEVICES, assert_close
+from helpers import DEVICES, assert_close
 
 import minitorch_cuda as mt
 

@@ -9,12 +9,10 @@ import shutil
 import sys
 
 import pytest
-from conftest import mnist_available
+from conftest import needs_mnist
 
 from minitorch_cuda import cli
 from minitorch_cuda.data import MNIST_DIR
-
-needs_mnist = pytest.mark.skipif(not mnist_available(), reason=f"MNIST files not found in {MNIST_DIR}")
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

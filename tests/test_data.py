@@ -7,12 +7,10 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import mnist_available
+from conftest import mnist_available, needs_mnist
 
 import minitorch_cuda as mt
 from minitorch_cuda.data import FILES, MNIST_DIR, DatasetError, load_mnist, mnist_dir, one_hot, train_val_split
-
-needs_mnist = pytest.mark.skipif(not mnist_available(), reason=f"MNIST files not found in {MNIST_DIR}")
 
 
 @needs_mnist

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -18,10 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import needs_gxx
 
 from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, SPECS
 
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator builds kernels with g++")
+pytestmark = needs_gxx
 
 # Every kernel file that the emulator builds; the others use tensor cores or cp.async.
 REFUSED = {

@@ -11,16 +11,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import needs_gxx
 from submissions import through_printf
 
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator builds kernels with g++")
+pytestmark = needs_gxx
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,12 +4,11 @@ buffer passed as an argument, the parameter and the index instead of raw address
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
+from conftest import needs_addr2line, needs_gxx
 
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator builds kernels with g++")
+pytestmark = needs_gxx
 
 SOURCE = r"""
 extern "C" __global__ void copy_too_far(float* out, const float* a, int n) {
@@ -35,7 +34,7 @@ def fault(tmp_path, kernel: str) -> str:
     return str(failed.value)
 
 
-@pytest.mark.skipif(shutil.which("addr2line") is None, reason="the source line comes from addr2line (binutils)")
+@needs_addr2line
 def test_a_read_past_an_argument_names_the_array_the_index_and_the_line(tmp_path) -> None:
     message = fault(tmp_path, "copy_too_far")
     assert "in kernel 'copy_too_far', block (3, 0, 0), thread (232, 0, 0)" in message, message
@@ -43,7 +42,7 @@ def test_a_read_past_an_argument_names_the_array_the_index_and_the_line(tmp_path
     assert "at line 4: `if (i <= n + 2000) out[i] = a[i];" in message and "0x" not in message, message
 
 
-@pytest.mark.skipif(shutil.which("addr2line") is None, reason="the source line comes from addr2line (binutils)")
+@needs_addr2line
 def test_a_wild_read_names_its_line(tmp_path) -> None:
     message = fault(tmp_path, "wild_read")
     assert "in kernel 'wild_read'" in message and "invalid read" in message, message

@@ -4,15 +4,15 @@ that says so, and the emulator must run the next launch as if nothing had happen
 
 from __future__ import annotations
 
-import shutil
 import signal
 import threading
 import time
 
 import numpy as np
 import pytest
+from conftest import needs_gxx
 
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator builds kernels with g++")
+pytestmark = needs_gxx
 
 SOURCE = r"""
 extern "C" __global__ void spin(float* out, int n) {  // never ends: nothing it reads changes

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import jupytext
 import pytest
+from conftest import needs_gxx, needs_nvcc
 
 import minitorch_cuda as mt
 from minitorch_cuda import emulator
@@ -27,10 +27,6 @@ from minitorch_cuda.cuda import nvcc_check
 from minitorch_cuda.grade import checks, exercises, notebook, source, speed
 
 ROOT = Path(__file__).resolve().parents[1]
-NVCC = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-EMULATOR = pytest.mark.skipif(
-    shutil.which(os.environ.get("CXX", "g++")) is None, reason="the CPU emulator needs a C++ compiler (g++)"
-)
 
 
 def solution_kernel(exercise_id: str) -> str:
@@ -88,15 +84,15 @@ extern "C" __global__ void ew_relu(float* out, const float* a, int n) {
 """
 
 
-@NVCC
+@needs_nvcc
 def test_nvcc_reports_a_local_array_as_stack() -> None:
     (kernel,) = nvcc_check.compile_cubin(LOCAL_ARRAY, "a test kernel")
     assert kernel.name == "ew_relu" and 0 < kernel.registers <= 255
     assert kernel.stack_bytes == 64 * 4 and kernel.shared_bytes == 0, kernel
 
 
-@NVCC
-@EMULATOR
+@needs_nvcc
+@needs_gxx
 def test_emulated_helper_shows_nvccs_syntax_error_with_its_line() -> None:
     good = solution_kernel("11.1")
     bad = good.replace("float acc = 0.0f;", "float acc = 0.0f", 1)
@@ -120,8 +116,8 @@ def test_emulated_helper_shows_nvccs_syntax_error_with_its_line() -> None:
     assert f">> {after:4d} | {lines[after - 1]}" in out, out  # the framework's numbered excerpt
 
 
-@NVCC
-@EMULATOR
+@needs_nvcc
+@needs_gxx
 def test_emulated_helper_shows_registers_then_checks_on_the_cpu() -> None:
     run = emulated(
         f"""
@@ -173,7 +169,7 @@ REFUSED = {
 }
 
 
-@EMULATOR
+@needs_gxx
 @pytest.mark.parametrize("command", list(REFUSED))
 def test_timing_commands_refuse_the_emulator(command, tmp_path) -> None:
     results = tmp_path / "results"
@@ -270,7 +266,7 @@ def test_the_setup_line_names_the_emulator_as_the_way_without_a_gpu() -> None:
     assert line.startswith("GPU available: False (") and "%env MINITORCH_CUDA_EMULATE=1" in line, line
 
 
-@EMULATOR
+@needs_gxx
 def test_the_setup_line_says_the_gpu_is_the_cpu_emulator() -> None:
     done = emulated("from minitorch_cuda.exercise import device_line; print(device_line())")
     assert done.returncode == 0, done.stderr
@@ -320,8 +316,8 @@ def error_in_a_notebook(cell: str):
     return error
 
 
-@EMULATOR
-@pytest.mark.parametrize("nvcc", [pytest.param(True, marks=NVCC), False], ids=["nvcc", "emulator-only"])
+@needs_gxx
+@pytest.mark.parametrize("nvcc", [pytest.param(True, marks=needs_nvcc), False], ids=["nvcc", "emulator-only"])
 def test_a_compile_error_is_one_compilers_error_without_library_frames(monkeypatch, nvcc) -> None:
     monkeypatch.setenv(emulator.ENV, "1")  # the notebook's kernel inherits it
     broken = solution_kernel("3.1").replace("int i =", "intt i =", 1)
@@ -333,7 +329,7 @@ def test_a_compile_error_is_one_compilers_error_without_library_frames(monkeypat
     assert ("nvcc could not compile" in text) == nvcc and "intt" in text and ">> " in text, text
 
 
-@EMULATOR
+@needs_gxx
 def test_a_runaway_kernel_stops_at_the_check_cells_time_limit() -> None:
     """An endless loop in a kernel: the check cell ends at its time limit (here 2 s) with a
     timeout, as the grader's would, and the next check runs as usual."""

@@ -8,7 +8,6 @@ notebook's check cell.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import jupytext
 import nbformat
 import numpy as np
 import pytest
-from conftest import needs_triton
+from conftest import needs_nvcc, needs_triton
 
 import minitorch_cuda as mt
 from minitorch_cuda.cuda.kernel_table import KERNEL_DIR
@@ -42,7 +41,7 @@ def test_python_solutions_pass(exercise_id) -> None:
     assert result.passed, str(result)
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@needs_nvcc
 @pytest.mark.parametrize("exercise_id", [e.id for e in exercises.ordered() if e.kind == "cuda"])
 def test_kernel_solutions_compile(exercise_id, tmp_path) -> None:
     """Every kernel solution builds for the H200 (sm_90) as the grader builds it, also without a GPU."""

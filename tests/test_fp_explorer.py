@@ -5,17 +5,16 @@ framework's rounding) does, bits included."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 
 import ml_dtypes
 import numpy as np
-import pytest
+from conftest import needs_node
 
 from minitorch_cuda import numerics
 from minitorch_cuda.book import fp_explorer
 
-pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed (apt-get install nodejs)")
+pytestmark = needs_node
 
 FORMATS = {
     "float64": np.float64,

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import needs_bwrap, needs_nvcc
 from submissions import CHEATS, HIDDEN_SHAPE_CHEATS, KERNEL_CHEATS, MARKER, STUDENTS, build, vandal
 
 import minitorch_cuda as mt
@@ -446,7 +447,7 @@ def test_cheats_change_no_file_and_leave_no_process(cheat_grades) -> None:
     assert leftover_processes() == []
 
 
-@pytest.mark.skipif(sandbox.bwrap() is None, reason="needs bubblewrap (apt-get install bubblewrap)")
+@needs_bwrap
 def test_a_vandal_notebook_changes_nothing_in_the_bwrap_sandbox(tmp_path) -> None:
     subs = tmp_path / "subs"
     build(subs, {"full_solutions": STUDENTS["full_solutions"], "vandal": vandal(subs)})
@@ -1038,7 +1039,7 @@ RECORDS = {
 }
 
 
-@pytest.mark.skipif(sandbox.bwrap() is None, reason="needs bubblewrap (apt-get install bubblewrap)")
+@needs_bwrap
 def test_a_notebook_cannot_forge_its_execution_record(tmp_path) -> None:
     """What the notebook writes as its run's record is never read: the runner's record reaches the
     grader through a pipe, and no line of the forgery can pass for a heading or a total in the
@@ -1204,7 +1205,7 @@ def _python_in_sandbox(code: str, folder: Path) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, cwd=folder, env=sandbox.environment(folder))
 
 
-@pytest.mark.skipif(sandbox.bwrap() is None, reason="needs bubblewrap (apt-get install bubblewrap)")
+@needs_bwrap
 def test_the_sandboxs_memory_backed_folders_are_bounded(tmp_path, monkeypatch) -> None:
     """/tmp and /dev/shm are in memory, which no process limit counts (the OOM killer would take
     other processes for them): each has a size, and /dev takes no file; the folder stays writable."""
@@ -1305,7 +1306,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.skipif(sandbox.bwrap() is None, reason="needs bubblewrap (apt-get install bubblewrap)")
+@needs_bwrap
 def test_sandboxed_code_has_no_capabilities_even_when_the_grader_is_root(tmp_path) -> None:
     """bwrap started by root (a container, a CI runner) keeps every capability: the student's code
     could remount the read-only system writable, or make a disk's device node and mount it."""
@@ -1327,7 +1328,7 @@ DOUBLINGS = "".join(f"#define A{k} A{k - 1} A{k - 1}\n" for k in range(1, 41))
 BOMB = "#define A0 x\n" + DOUBLINGS + "int bomb = sizeof(A40);\n"
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@needs_nvcc
 def test_nvcc_on_a_preprocessor_bomb_runs_out_of_its_own_memory(monkeypatch) -> None:
     """A macro doubled forty times expands to 2^40 tokens: nvcc's preprocessor would take the grading
     machine's memory (on a GPU the checker, holding a CUDA context, has no cap of its own). The
@@ -1549,7 +1550,7 @@ def test_a_kernel_fitted_to_the_fixed_shapes_fails_on_the_hidden_ones_on_a_gpu(t
     assert result["reason"] == reason, result
 
 
-@pytest.mark.skipif(sandbox.bwrap() is None, reason="needs bubblewrap (apt-get install bubblewrap)")
+@needs_bwrap
 def test_the_sandbox_shows_the_package_and_nothing_else_of_a_checkout(tmp_path) -> None:
     """Installed editable, the package lies in the course's repository: sandboxed code imports it, reads
     the MNIST data beside it, and sees nothing of solutions/, exercises/, tests/ or chapters/."""
@@ -1770,7 +1771,7 @@ FORGE_THROUGH_PROC = (
 )
 
 
-@pytest.mark.skipif(sandbox.bwrap() is None, reason="needs bubblewrap (apt-get install bubblewrap)")
+@needs_bwrap
 def test_a_notebook_cannot_write_into_its_runners_pipe(tmp_path) -> None:
     """The runner makes itself non-dumpable and does not hand its end of the pipe to the kernel: the
     kernel cannot open the runner's files through /proc, so the record is the runner's own."""

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import needs_bwrap, needs_gxx, needs_nvcc
 
 from minitorch_cuda.cuda.kernel_table import KERNEL_DIR
 from minitorch_cuda.grade import exercises, kernel_build, sandbox, verdict
@@ -24,8 +24,6 @@ RELU = (
     "    if (i < n) out[i] = a[i] > 0.0f ? a[i] : 0.0f;\n"
     "}\n"
 )
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (no GPU needed)")
-needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (the CPU emulator)")
 
 
 def ptx_artifact(source: str):
@@ -258,7 +256,7 @@ def test_a_compile_error_in_a_header_quotes_none_of_it(reader) -> None:
     assert not [line for line in header if len(line.strip()) > 12 and line.strip() in message], message
 
 
-@pytest.mark.skipif(sandbox.bwrap() is None, reason="needs bubblewrap (apt-get install bubblewrap)")
+@needs_bwrap
 def test_the_compiler_sees_nothing_of_the_grader(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("GRADER_SECRET", "hunter2")
     probe = "env; ls /etc /home /work /root 2>&1; ls " + str(ROOT) + " 2>&1; cat /proc/1/cmdline"

@@ -9,11 +9,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import needs_nvcc
+from helpers import NVCC
 
 from minitorch_cuda import MAX_STAGE
 from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, SPECS, entry_params, prepare_signature
 
-NVCC = shutil.which("nvcc")
 CU_FILES = sorted(KERNEL_DIR.glob("*.cu"))
 # extern "C" __global__ void [__cluster_dims__(...)] [__launch_bounds__(...)] NAME(
 _BOUNDS = r"(?:__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)\s*)?"
@@ -26,7 +27,7 @@ def test_kernel_files_exist():
     assert {s.file for s in SPECS.values()} <= {p.name for p in CU_FILES}
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@needs_nvcc
 @pytest.mark.parametrize("path", CU_FILES, ids=lambda p: p.name)
 def test_compiles_with_nvcc(path: Path, tmp_path: Path):
     result = subprocess.run(

@@ -15,8 +15,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import assert_close, assert_close_by_norm
-from test_persistent_step import NARROW, _assert_same_training, _reference, _train, mnist_shaped
+from helpers import (
+    NARROW,
+    assert_close,
+    assert_close_by_norm,
+    assert_same_training,
+    mnist_shaped,
+    train_steps,
+    training_reference,
+)
 
 import minitorch_cuda as mt
 from minitorch_cuda import nn
@@ -176,9 +183,9 @@ def test_fused_linear_backward_where_fusions_apply_and_where_not(twice, scale, i
 
 @pytest.mark.emulated
 def test_stage_11_trains_like_stage_10_and_float64():
-    losses, params = _train(NARROW, 11)
-    _assert_same_training((losses, params), _train(NARROW, 10), "stage 11 vs stage 10")
-    ref_losses, ref_params, clipped = _reference(NARROW)
+    losses, params = train_steps(NARROW, 11)
+    assert_same_training((losses, params), train_steps(NARROW, 10), "stage 11 vs stage 10")
+    ref_losses, ref_params, clipped = training_reference(NARROW)
     assert 0 < clipped, "no step was clipped: the test would not see the clipping"
     assert_close(losses, ref_losses, 0.0, 1e-4, "stage 11 vs float64: losses")
     for i, (p, q) in enumerate(zip(params, ref_params)):
@@ -211,7 +218,7 @@ def test_stage_11_trains_the_protocol_model_like_stage_10():  # GPU only: the em
     border pixels' weights, nearly always multiplied by 0) a rounding difference of the gradient
     passes into the update nearly whole. On the H200 one weight of W1's 200,704 differed by 1% of
     itself after 20 steps (3.3e-6) while every other element agreed within 1e-4."""
-    (losses, params), (ref_losses, ref_params) = _train(Protocol(), 11), _train(Protocol(), 10)
+    (losses, params), (ref_losses, ref_params) = train_steps(Protocol(), 11), train_steps(Protocol(), 10)
     assert_close(losses, ref_losses, 0.0, 1e-4, "784-256-128-10, stage 11 vs 10: losses")
     for i, (p, q) in enumerate(zip(params, ref_params, strict=True)):
         assert_close_by_norm(p, q, 1e-4, f"784-256-128-10, stage 11 vs 10: parameter {i}")

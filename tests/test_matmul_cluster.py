@@ -12,12 +12,11 @@ the two-launch bits."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import numpy as np
 import pytest
-from conftest import sm90_build
-from test_matmul_pipelined import _inputs, _reference, needs_gpp, run_emulated
+from conftest import needs_gxx, needs_nvcc
+from helpers import matmul_inputs, matmul_reference, run_emulated, sm90_build
 
 from minitorch_cuda.cuda.kernel_table import CLUSTER_SPLITK_TILES, CLUSTER_SPLITS, KERNEL_DIR, REGTILED_TILES
 
@@ -42,8 +41,8 @@ def test_the_cluster_sums_the_two_launch_bits(tile, splits, shape):
 
     _gpu_clusters()
     M, N, K = shape
-    a, b = _inputs((M, N, K, 0, 0, (), ()), seed=M + N + K)
-    ref, scale = _reference(a, b, False, False)
+    a, b = matmul_inputs(M, N, K, 0, 0, seed=M + N + K)
+    ref, scale = matmul_reference(a, b, False, False)
     g = launchers.Gemm(M, N, K)
     da, db = backend.from_numpy(a), backend.from_numpy(b)
     runs = {}
@@ -52,7 +51,7 @@ def test_the_cluster_sums_the_two_launch_bits(tile, splits, shape):
         launchers.matmul_sgemm(out, da, db, g, variant=variant)
         runs.setdefault(variant, []).append(backend.to_numpy(out))
     one, two = runs[f"{tile}_cluster{splits}"], runs[f"{tile}_splitk{splits}"][0]
-    assert np.all(np.abs(one[0] - ref[0]) <= 1e-5 * scale[0] + 1e-6), f"{tile} in {splits} at {shape}"
+    assert np.all(np.abs(one[0] - ref) <= 1e-5 * scale + 1e-6), f"{tile} in {splits} at {shape}"
     assert np.array_equal(one[0], two), "the reduction's additions in its order: the two-launch bits"
     assert np.array_equal(one[0], one[1]), "the same bits every run"
 
@@ -63,7 +62,7 @@ def test_a_product_the_exact_twin_does_not_take_is_refused_before_launching():
     from minitorch_cuda.cuda import backend, launchers
 
     _gpu_clusters()
-    a, b = _inputs((256, 128, 200, 0, 0, (), ()), seed=1)  # K = 200: 25 tiles of 8, no K-tile short
+    a, b = matmul_inputs(256, 128, 200, 0, 0, seed=1)  # K = 200: 25 tiles of 8, no K-tile short
     da, db = backend.from_numpy(a), backend.from_numpy(b)
     out = backend.from_numpy(np.zeros((256, 128), np.float32))
     for g in (launchers.Gemm(256, 128, 200, ta=True), launchers.Gemm(250, 128, 200)):
@@ -78,7 +77,7 @@ def test_a_product_the_exact_twin_does_not_take_is_refused_before_launching():
 # --- CPU ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@needs_nvcc
 def test_cluster_kernels_build_for_sm_90_without_spills_within_their_blocks(tmp_path):
     """ptxas's report: no stack or spills, registers and static shared memory (the stages and the
     tile a rank hands over) for the two blocks per SM that __launch_bounds__ asks."""
@@ -141,7 +140,7 @@ np.savez(path, **outs)
 """
 
 
-@needs_gpp
+@needs_gxx
 @pytest.mark.parametrize("shape", SHAPES[2:], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("splits", CLUSTER_SPLITS)
 def test_the_cluster_sums_the_two_launch_bits_on_the_emulator(splits, shape, tmp_path):
@@ -149,16 +148,16 @@ def test_the_cluster_sums_the_two_launch_bits_on_the_emulator(splits, shape, tmp
     tolerance, and the same bits as the split in two launches."""
     (tile,) = CLUSTER_SPLITK_TILES
     M, N, K = shape
-    a, b = _inputs((M, N, K, 0, 0, (), ()), seed=M + N + K)
-    ref, scale = _reference(a, b, False, False)
+    a, b = matmul_inputs(M, N, K, 0, 0, seed=M + N + K)
+    ref, scale = matmul_reference(a, b, False, False)
     np.savez(tmp_path / "io.npz", a=a, b=b)
     run_emulated(AS_HOPPER, str(M), str(N), str(K), str(splits), tile, str(tmp_path / "io.npz"))
     got = np.load(tmp_path / "io.npz")
-    assert np.all(np.abs(got["cluster"] - ref[0]) <= 1e-5 * scale[0] + 1e-6), f"{tile} in {splits} at {shape}"
+    assert np.all(np.abs(got["cluster"] - ref) <= 1e-5 * scale + 1e-6), f"{tile} in {splits} at {shape}"
     assert np.array_equal(got["cluster"], got["splitk"]), "the reduction's additions in its order"
 
 
-@needs_gpp
+@needs_gxx
 def test_a_hopper_gpu_times_the_cluster_where_the_split_twin_would_run():
     got = json.loads(run_emulated(HOPPER))
     # 1024^3 in 128 x 64 tiles: 128 blocks for 132 SMs, split in 2; 4096^3 fills the SMs unsplit
@@ -166,7 +165,7 @@ def test_a_hopper_gpu_times_the_cluster_where_the_split_twin_would_run():
                    "parts": ["cluster", "128x64x8t128", 2], "host_ms": [1.0, 2.0]}  # fmt: skip
 
 
-@needs_gpp
+@needs_gxx
 def test_a_gpu_without_clusters_is_refused_with_its_name():
     said = run_emulated(REFUSED)
     assert "needs thread block clusters (compute capability 9.0 or newer)" in said and "sm_70" in said, said

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 
 import numpy as np
 import pytest
-from conftest import sm90_build
-from test_matmul_pipelined import _inputs, _wrong, needs_gpp, run_emulated
+from conftest import needs_gxx, needs_nvcc
+from helpers import matmul_inputs, matmul_wrong, run_emulated, sm90_build
 
 from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, REGTILED_EXACT_TILES, REGTILED_TILES
 
@@ -58,11 +57,11 @@ np.savez(f"{folder}/outputs.npz", **outputs)
 """
 
 
-@needs_gpp
+@needs_gxx
 @pytest.mark.parametrize("tile", REGTILED_EXACT_TILES)
 def test_exact_twins_compute_the_plain_kernels_bits_on_the_emulator(tile, tmp_path):
     cases = CASES[tile]
-    pairs = [_inputs((M, N, K, 0, 0, ba, bb), seed=len(tile) + i) for i, (M, N, K, ba, bb) in enumerate(cases)]
+    pairs = [matmul_inputs(M, N, K, 0, 0, ba, bb, seed=len(tile) + i) for i, (M, N, K, ba, bb) in enumerate(cases)]
     np.savez(tmp_path / "inputs.npz", **{f"{x}{i}": v for i, p in enumerate(pairs) for x, v in zip("ab", p)})
     run_emulated(EMULATED_RUN, tile, json.dumps(SPLITS), str(tmp_path), json.dumps(cases))
     outputs = np.load(tmp_path / "outputs.npz")
@@ -71,7 +70,7 @@ def test_exact_twins_compute_the_plain_kernels_bits_on_the_emulator(tile, tmp_pa
             plain, exact = outputs[f"{i}_{s}"], outputs[f"exact_{i}_{s}"]
             assert np.array_equal(plain, exact), f"{tile}, case {i}, {s} slices: the exact twin's bits differ"
             total = exact.reshape(-1, s, *exact.shape[-2:]).sum(axis=1, dtype=np.float64)
-            assert _wrong(total, a, b, False, False) == 0, f"{tile}, case {i}, {s} slices against float64"
+            assert matmul_wrong(total, a, b, False, False) == 0, f"{tile}, case {i}, {s} slices against float64"
 
 
 class _Aligned:
@@ -130,7 +129,7 @@ def test_the_launcher_takes_the_exact_twin_where_it_fits(monkeypatch):
     ]
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@needs_nvcc
 def test_exact_twins_build_for_sm_90_like_their_plain_kernels(tmp_path):
     """ptxas's report: each exact twin with its plain kernel's launch bounds, without stack or
     spills, and with no more registers than those bounds leave it."""

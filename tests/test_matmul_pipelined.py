@@ -8,35 +8,18 @@ PIPELINED_WAIT_LAG=1 proves the comparison can fail. The large sizes need a GPU.
 
 from __future__ import annotations
 
-import functools
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import sm90_build
+from conftest import needs_gxx, needs_nvcc
+from helpers import MATMUL_CASES, large_product, matmul_inputs, matmul_wrong, run_emulated, sm90_build
 
 from minitorch_cuda.cuda.kernel_table import PIPELINED_TILES, REGTILED_TILES
 
-ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = [f"pipelined_{t}" for t in PIPELINED_TILES] + ["pipelined_128x128x16_splitk2", "pipelined_64x64x16_splitk3"]
-# (M, N, K, ta, tb, batch of a, batch of b): ragged edges, every layout, a batch and a broadcast
-CASES = [
-    (72, 73, 74, 0, 0, (), ()),
-    (72, 73, 74, 1, 1, (), ()),
-    (1, 1, 1, 0, 1, (), ()),
-    (1, 130, 17, 1, 0, (), ()),
-    (129, 65, 300, 0, 1, (), ()),
-    (129, 65, 300, 1, 0, (), ()),
-    (20, 36, 64, 0, 0, (2,), (2,)),
-    (33, 40, 48, 1, 1, (2,), ()),
-]
-
-# One variant over CASES through its launcher, built with PIPELINED_WAIT_LAG = lag, the output
+# One variant over MATMUL_CASES through its launcher, built with PIPELINED_WAIT_LAG = lag, the output
 # poisoned with NaN first.
 EMULATED_RUN = """
 import json, sys
@@ -65,65 +48,30 @@ np.savez(f"{folder}/outputs.npz", **outputs)
 """
 
 
-def _inputs(case, seed: int):
-    M, N, K, ta, tb, batch_a, batch_b = case
-    rng = np.random.default_rng(seed)
-    a = rng.standard_normal(tuple(batch_a) + ((K, M) if ta else (M, K))).astype(np.float32)
-    b = rng.standard_normal(tuple(batch_b) + ((N, K) if tb else (K, N))).astype(np.float32)
-    return a, b
-
-
-def _reference(a, b, ta, tb):
-    """float64 product and |a| @ |b|, the scale of its rounding error, batch first."""
-    a64 = np.swapaxes(a, -1, -2).astype(np.float64) if ta else a.astype(np.float64)
-    b64 = np.swapaxes(b, -1, -2).astype(np.float64) if tb else b.astype(np.float64)
-    ref, scale = a64 @ b64, np.abs(a64) @ np.abs(b64)
-    return ref.reshape((-1, *ref.shape[-2:])), scale.reshape((-1, *ref.shape[-2:]))
-
-
-def _wrong(out, a, b, ta, tb) -> int:
-    """How many elements miss the float64 product by more than the register-tiled tests allow
-    (NaN, an unwritten element, counts)."""
-    ref, scale = _reference(a, b, ta, tb)
-    return int(np.sum(~(np.abs(out - ref) <= 1e-5 * scale + 1e-6)))
-
-
-def run_emulated(script: str, *args: str) -> str:
-    """``script`` (with ``args``) in a Python of its own on the CPU emulator: its output; the test
-    fails with the script's error where it fails."""
-    env = {**os.environ, "MINITORCH_CUDA_EMULATE": "1", "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-c", script, *args]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout
-
-
 def _emulated(variant: str, lag: int, tmp_path: Path, seed: int) -> list[int]:
     """Wrong elements per case of ``variant`` run on the emulator."""
-    pairs = [_inputs(case, seed + i) for i, case in enumerate(CASES)]
+    pairs = [matmul_inputs(*case, seed=seed + i) for i, case in enumerate(MATMUL_CASES)]
     np.savez(tmp_path / "inputs.npz", **{f"{x}{i}": v for i, p in enumerate(pairs) for x, v in zip("ab", p)})
-    run_emulated(EMULATED_RUN, variant, str(lag), str(tmp_path), json.dumps(CASES))
+    run_emulated(EMULATED_RUN, variant, str(lag), str(tmp_path), json.dumps(MATMUL_CASES))
     outputs = np.load(tmp_path / "outputs.npz")
-    return [_wrong(outputs[f"c{i}"], *pair, case[3], case[4]) for i, (pair, case) in enumerate(zip(pairs, CASES))]
+    cases = zip(pairs, MATMUL_CASES)
+    return [matmul_wrong(outputs[f"c{i}"], *pair, case[3], case[4]) for i, (pair, case) in enumerate(cases)]
 
 
-needs_gpp = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator builds kernels with g++")
-
-
-@needs_gpp
+@needs_gxx
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_each_variant_matches_float64_on_the_emulator(variant, tmp_path):
     wrong = _emulated(variant, 0, tmp_path, seed=len(variant))
-    assert wrong == [0] * len(CASES), dict(zip(map(str, CASES), wrong))
+    assert wrong == [0] * len(MATMUL_CASES), dict(zip(map(str, MATMUL_CASES), wrong))
 
 
-@needs_gpp
+@needs_gxx
 @pytest.mark.parametrize("variant", ["pipelined_128x128x16", "pipelined_64x64x16_splitk3"])
 def test_a_wait_one_batch_short_fails(variant, tmp_path):
     # Waiting until STAGES - 1 batches remain instead of STAGES - 2 leaves the slice about to be
     # read in flight, from the first slice on: every case, K = 1 too, multiplies stale tiles.
     wrong = _emulated(variant, 1, tmp_path, seed=7)
-    assert all(w > 0 for w in wrong), dict(zip(map(str, CASES), wrong))
+    assert all(w > 0 for w in wrong), dict(zip(map(str, MATMUL_CASES), wrong))
 
 
 # The split counts for an H200's 132 SMs, and what the stage-9 choice does on the emulator.
@@ -150,7 +98,7 @@ print(json.dumps({
 """
 
 
-@needs_gpp
+@needs_gxx
 def test_split_counts_fill_the_multiprocessors_and_the_emulator_times_no_new_variant():
     got = json.loads(run_emulated(CHOICES))
     assert got["1024 128"] == [2, 4]  # 64 blocks for 132 SMs: 128, then 256
@@ -166,24 +114,18 @@ def test_split_counts_fill_the_multiprocessors_and_the_emulator_times_no_new_var
 # --- GPU: the benchmark's sizes -----------------------------------------------------------------
 
 
-@functools.cache
-def _big(n: int):
-    a, b = _inputs((n, n, n, 0, 0, (), ()), seed=n)
-    return a, b, *_reference(a, b, False, False)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("n", [1024, 2048, 4096])
 @pytest.mark.parametrize("variant", VARIANTS + [None])
 def test_large_products_against_float64(variant, n):
     from minitorch_cuda.cuda import backend, launchers
 
-    a, b, ref, scale = _big(n)
+    a, b, ref, scale = large_product(n)
     g = launchers.Gemm(n, n, n)
     out = backend.from_numpy(np.full((n, n), np.nan, np.float32))
     launchers.matmul_sgemm(out, backend.from_numpy(a), backend.from_numpy(b), g, variant=variant)
     got = backend.to_numpy(out)
-    assert np.all(np.abs(got - ref[0]) <= 1e-5 * scale[0] + 1e-6), f"{variant or 'the autotuned one'} at {n}^3"
+    assert np.all(np.abs(got - ref) <= 1e-5 * scale + 1e-6), f"{variant or 'the autotuned one'} at {n}^3"
 
 
 # --- CPU: nvcc's build for the H200 -------------------------------------------------------------
@@ -192,7 +134,7 @@ def test_large_products_against_float64(variant, n):
 RESIDENT = {"128x128x16": 2, "128x128x16s3": 2, "128x64x16": 3, "64x64x16": 4, "32x32x16": 8}
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@needs_nvcc
 def test_builds_for_sm_90_without_spills_and_fits_its_blocks(tmp_path):
     """ptxas's report per kernel: no stack, no spills, registers within the 64 K an SM has for
     the resident blocks asked for, no static shared memory, and the dynamic shared memory the

@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 
 import numpy as np
 import pytest
-from conftest import sm90_build
-from test_matmul_pipelined import CASES, _big, _inputs, _wrong, needs_gpp, run_emulated
+from conftest import needs_gxx, needs_nvcc
+from helpers import MATMUL_CASES, large_product, matmul_inputs, matmul_wrong, run_emulated, sm90_build
 
 from minitorch_cuda.cuda.autotune import Autotuner
 from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, REGTILED_SPLITK_TILES, REGTILED_TILES
 
 SPLITS = (2, 3, 4)  # 3: K-tiles seldom divide evenly; 4 on K = 17 (3 tiles of 8): a slice past the end
-# beyond test_matmul_pipelined's CASES: K = 20 in tiles of 8 (3 tiles, the last one ragged)
+# beyond helpers.MATMUL_CASES: K = 20 in tiles of 8 (3 tiles, the last one ragged)
 MORE_CASES = [(40, 70, 20, 1, 0, (2,), (2,)), (5, 3, 257, 0, 1, (), (2,))]
 
 # Each split count of one tile over the cases, through matmul_sgemm's variant name (the sum), and
@@ -71,21 +70,21 @@ def _slice_wrong(partial, a, b, ta, tb, bk: int, splits: int) -> int:
         part_a = np.take(a, range(k0, k1), axis=ka)
         part_b = np.take(b, range(k0, k1), axis=kb)
         got = partial.reshape(-1, splits, *partial.shape[-2:])[:, s]
-        wrong += _wrong(got, part_a, part_b, ta, tb)
+        wrong += matmul_wrong(got, part_a, part_b, ta, tb)
     return wrong
 
 
-@needs_gpp
+@needs_gxx
 @pytest.mark.parametrize("tile", REGTILED_SPLITK_TILES)
 def test_each_split_and_every_slice_match_float64_on_the_emulator(tile, tmp_path):
-    cases = CASES + MORE_CASES
-    pairs = [_inputs(case, len(tile) + i) for i, case in enumerate(cases)]
+    cases = MATMUL_CASES + MORE_CASES
+    pairs = [matmul_inputs(*case, seed=len(tile) + i) for i, case in enumerate(cases)]
     np.savez(tmp_path / "inputs.npz", **{f"{x}{i}": v for i, p in enumerate(pairs) for x, v in zip("ab", p)})
     run_emulated(EMULATED_RUN, tile, json.dumps(SPLITS), str(tmp_path), json.dumps(cases))
     outputs = np.load(tmp_path / "outputs.npz")
     bk = REGTILED_TILES[tile][2]
     wrong = {
-        (str(case), s): (_wrong(outputs[f"c{i}_{s}"], a, b, case[3], case[4]),
+        (str(case), s): (matmul_wrong(outputs[f"c{i}_{s}"], a, b, case[3], case[4]),
                          _slice_wrong(outputs[f"p{i}_{s}"], a, b, case[3], case[4], bk, s))
         for i, (case, (a, b)) in enumerate(zip(cases, pairs))
         for s in SPLITS
@@ -122,7 +121,7 @@ print(json.dumps({
 """
 
 
-@needs_gpp
+@needs_gxx
 def test_split_candidates_of_the_register_tiles_and_their_host_time():
     got = json.loads(run_emulated(CHOICES))
     # 1024^3 on 132 SMs: 64 blocks of 128 x 128 (2: 128, 4: 256), 128 of 128 x 64, 32 of 256 x 128
@@ -186,7 +185,7 @@ def test_no_host_time_is_recorded_where_none_was_given():
 # --- CPU: nvcc's build for the H200 ----------------------------------------------------------------
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@needs_nvcc
 def test_split_twins_build_for_sm_90_without_spills_within_their_blocks(tmp_path):
     """ptxas's report: each split-K twin, like its plain kernel, without stack or spills and with
     registers for the blocks per SM its __launch_bounds__ asks (the same as the plain one's)."""
@@ -213,7 +212,7 @@ def test_split_twins_build_for_sm_90_without_spills_within_their_blocks(tmp_path
 def test_large_split_products_against_float64_and_the_same_bits_twice(variant, n):
     from minitorch_cuda.cuda import backend, launchers
 
-    a, b, ref, scale = _big(n)
+    a, b, ref, scale = large_product(n)
     g = launchers.Gemm(n, n, n)
     da, db = backend.from_numpy(a), backend.from_numpy(b)
     runs = []
@@ -221,7 +220,7 @@ def test_large_split_products_against_float64_and_the_same_bits_twice(variant, n
         out = backend.from_numpy(np.full((n, n), np.nan, np.float32))
         launchers.matmul_sgemm(out, da, db, g, variant=variant)
         runs.append(backend.to_numpy(out))
-    assert np.all(np.abs(runs[0] - ref[0]) <= 1e-5 * scale[0] + 1e-6), f"{variant} at {n}^3"
+    assert np.all(np.abs(runs[0] - ref) <= 1e-5 * scale + 1e-6), f"{variant} at {n}^3"
     assert np.array_equal(runs[0], runs[1]), "the slices are summed in order: the same bits every run"
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 
 import pytest
+from conftest import needs_gxx
 
 from minitorch_cuda import results
 from minitorch_cuda.experiments import ncu
@@ -291,7 +291,7 @@ print("workloads ok")
 """
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator builds kernels with g++")
+@needs_gxx
 def test_the_workloads_launch_on_the_emulator() -> None:
     """Every SIMT workload at small sizes on the CPU emulator (tensor-core ones need a GPU):
     the launch arguments are right, and strided_copy's make the transpose ch07 claims."""
@@ -447,7 +447,7 @@ print("new workloads ok")
 """
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator builds kernels with g++")
+@needs_gxx
 def test_the_new_workloads_launch_what_their_runs_profile_on_the_emulator() -> None:
     """ch16_ours at 256^3: warm-ups and kept launches alike, split-K's reduce among them; chapter 21's
     workloads on a narrow model: one step in the profiler range, after the warm-up's launches, of

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import DEVICE_STAGES, assert_close, on
+from helpers import DEVICE_STAGES, assert_close, on
 
 import minitorch_cuda as mt
 from minitorch_cuda import nn, optim

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from conftest import DEVICE_STAGES, assert_close, numeric_grad, on
+from helpers import DEVICE_STAGES, assert_close, numeric_grad, on
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -489,3 +489,13 @@ def test_against_torch(device, stage):
         assert_close(loss, t_loss.detach().numpy(), 1e-5, 1e-4, "loss vs torch")
         for name, mine, theirs in (("x", mx, tx), ("w", mw, tw), ("bias", mb, tbias)):
             assert_close(mine.grad, theirs.grad.numpy(), 1e-6, 1e-3, f"grad {name} vs torch")
+
+
+@pytest.mark.gpu
+@pytest.mark.gpu_only  # stage 12's matmuls run on tensor cores
+def test_stage_12_ops_other_than_matmul_are_exact_fp32():
+    """The op suite's non-matmul ops at stage 12, with the suite's own tolerances."""
+    for op in ALL_OPS:
+        if "mm" in op.name or "matmul" in op.name:
+            continue
+        check_op(op, "cuda", 12, op.shapes(3, 5, 2), seed=0)

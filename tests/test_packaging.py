@@ -21,13 +21,13 @@ import venv
 from pathlib import Path
 
 import pytest
-from conftest import mnist_available
+from conftest import needs_mnist
 
 ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not mnist_available(), reason="the checkout's data/mnist is missing"),
+    needs_mnist,
 ]
 
 

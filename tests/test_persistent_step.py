@@ -15,101 +15,32 @@ takes the emulator a minute.
 from __future__ import annotations
 
 import dataclasses
-import shutil
 
 import numpy as np
 import pytest
-from conftest import assert_close, assert_close_by_norm, sm90_build
+from conftest import needs_nvcc
+from helpers import (
+    NARROW,
+    assert_close,
+    assert_close_by_norm,
+    assert_same_training,
+    mnist_shaped,
+    sm90_build,
+    train_steps,
+    training_reference,
+)
 
 import minitorch_cuda as mt
 from minitorch_cuda import nn, optim
 from minitorch_cuda.cuda.kernel_table import KERNEL_DIR
-from minitorch_cuda.data import one_hot
 from minitorch_cuda.train import Protocol, Trainer, make_net
 
-STEPS = 20
-NARROW = Protocol(hidden=(37, 19), batch_size=21, max_norm=0.5)  # partial tiles, a last batch of 16, clipping
 SHAPES = {
     "narrow": NARROW,
     "one layer, two tiles of rows": Protocol(hidden=(), batch_size=70, max_norm=0.5),
     "four layers": Protocol(hidden=(37, 19, 23), batch_size=21, max_norm=0.5),
     "widths of 16-byte rows": Protocol(hidden=(40, 24), batch_size=21, max_norm=0.5),  # staged 16 bytes a copy
 }
-
-
-def mnist_shaped(rows: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Images of 784 pixels in [0, 1), four in five of them 0 as in MNIST, and one-hot labels."""
-    rng = np.random.default_rng(seed)
-    x = rng.random((rows, 784)) * (rng.random((rows, 784)) < 0.2)
-    return x.astype(np.float32), one_hot(rng.integers(0, 10, rows))
-
-
-def _train(protocol: Protocol, stage: int, optimizer: str = "rmsprop", without=()) -> tuple[np.ndarray, list]:
-    """STEPS steps of the Trainer from the CPU net's initial weights: losses and parameters."""
-    x, y = mnist_shaped(STEPS * protocol.batch_size - 5)
-    with mt.use_stage(stage, without=without):
-        trainer = Trainer(protocol, "cuda")
-        for mine, cpu in zip(trainer.net.parameters(), make_net(protocol, "cpu").parameters()):
-            mine.assign(cpu.numpy())
-        if optimizer == "sgd":
-            trainer.optim = optim.SGD(trainer.net.parameters(), lr=0.05)
-        losses = []
-        with mt.profiler.count() as counts:
-            for start in range(0, len(x), protocol.batch_size):
-                rows = slice(start, start + protocol.batch_size)
-                losses.append(trainer.step(mt.tensor(x[rows], "cuda"), mt.tensor(y[rows], "cuda")))
-        if stage == 13:  # a launch a step; once the barrier's zeroing; per batch shape the graph's capture
-            assert counts.launches <= len(losses) + 3, f"{counts.launches} launches in {len(losses)} steps"
-            # A replay hands its loss over in the report: a copy only for each batch shape's eager step.
-            copies = 2 if "cuda_graphs" not in without else len(losses)
-            assert counts.dtoh_copies == copies, f"{counts.dtoh_copies} copies back in {len(losses)} steps"
-        return np.array(losses), [p.numpy() for p in trainer.net.parameters()]
-
-
-def _reference(protocol: Protocol, optimizer: str = "rmsprop") -> tuple[np.ndarray, list, int]:
-    """The same steps in float64 numpy: losses, parameters and how many steps were clipped."""
-    x, y = (a.astype(np.float64) for a in mnist_shaped(STEPS * protocol.batch_size - 5))
-    params = [p.numpy().astype(np.float64) for p in make_net(protocol, "cpu").parameters()]
-    weights, biases = params[0::2], params[1::2]
-    state = [np.zeros_like(p) for p in params]
-    sigmoid = protocol.activation == "sigmoid"
-    losses, clipped = [], 0
-    for start in range(0, len(x), protocol.batch_size):
-        xb, yb = x[start : start + protocol.batch_size], y[start : start + protocol.batch_size]
-        acts = [xb]
-        for i, (w, b) in enumerate(zip(weights, biases)):
-            z = acts[-1] @ w + b
-            acts.append(z if i == len(weights) - 1 else 1 / (1 + np.exp(-z)) if sigmoid else np.maximum(z, 0))
-        z = acts[-1] - acts[-1].max(1, keepdims=True)
-        log_p = z - np.log(np.exp(z).sum(1, keepdims=True))
-        losses.append(-(yb * log_p).sum(1).mean())
-        delta = (np.exp(log_p) - yb) / len(xb)
-        grads = []
-        for i in reversed(range(len(weights))):
-            grads[:0] = [acts[i].T @ delta, delta.sum(0)]
-            a = acts[i]
-            delta = (delta @ weights[i].T) * (a * (1 - a) if sigmoid else a > 0)
-        norm = np.sqrt(sum((g * g).sum() for g in grads))
-        factor = protocol.max_norm / (norm + 1e-6) if norm > protocol.max_norm else 1.0
-        clipped += factor < 1
-        for p, g, v in zip(params, grads, state):
-            g = g * factor
-            if optimizer == "sgd":
-                p -= 0.05 * g
-            else:
-                v[:] = protocol.decay * v + (1 - protocol.decay) * g * g
-                p -= protocol.lr * g / (np.sqrt(v) + 1e-8)
-    return np.array(losses), params, clipped
-
-
-def _assert_same_training(got, ref, what: str, rtol: float = 1e-4, params_by_norm: bool = False) -> None:
-    (losses, params), (ref_losses, ref_params) = got, ref[:2]
-    assert_close(losses, ref_losses, 0.0, rtol, f"{what}: losses")
-    for i, (p, q) in enumerate(zip(params, ref_params)):
-        if params_by_norm:
-            assert_close_by_norm(p, q, rtol, f"{what}: parameter {i}")
-        else:
-            assert_close(p, q, 1e-6, rtol, f"{what}: parameter {i}")
 
 
 @pytest.mark.gpu
@@ -121,9 +52,9 @@ def _assert_same_training(got, ref, what: str, rtol: float = 1e-4, params_by_nor
 )  # fmt: skip
 def test_stage_13_trains_like_stage_10_and_float64(shape, activation, optimizer):
     protocol = dataclasses.replace(SHAPES[shape], activation=activation)
-    losses, params = _train(protocol, 13, optimizer)
-    _assert_same_training((losses, params), _train(protocol, 10, optimizer), "stage 13 vs stage 10")
-    ref_losses, ref_params, clipped = _reference(protocol, optimizer)
+    losses, params = train_steps(protocol, 13, optimizer)
+    assert_same_training((losses, params), train_steps(protocol, 10, optimizer), "stage 13 vs stage 10")
+    ref_losses, ref_params, clipped = training_reference(protocol, optimizer)
     assert 0 < clipped, "no step was clipped: the test would not see the clipping"
     assert_close(losses, ref_losses, 0.0, 1e-4, "stage 13 vs float64: losses")
     for i, (p, q) in enumerate(zip(params, ref_params)):
@@ -138,16 +69,16 @@ def test_stage_13_trains_the_protocol_model_like_stage_10():
     # Parameters by norm: RmsProp divides by sqrt(v), which is small for a weight of small gradients,
     # and enlarges any rounding difference there (with the forward split along k, on the emulator 1 of
     # W1's 200,704 elements was 2.6e-6 from stage 10's, the norms 2.9e-7 apart).
-    _assert_same_training(
-        _train(Protocol(), 13), _train(Protocol(), 10), "784-256-128-10, stage 13 vs 10", params_by_norm=True
+    assert_same_training(
+        train_steps(Protocol(), 13), train_steps(Protocol(), 10), "784-256-128-10, stage 13 vs 10", params_by_norm=True
     )
 
 
 @pytest.mark.gpu
 @pytest.mark.emulated
 def test_graph_replay_and_direct_launches_agree_bit_for_bit():
-    graphed = _train(NARROW, 13)
-    direct = _train(NARROW, 13, without={"cuda_graphs"})
+    graphed = train_steps(NARROW, 13)
+    direct = train_steps(NARROW, 13, without={"cuda_graphs"})
     assert np.array_equal(graphed[0], direct[0])
     assert all(np.array_equal(a, b) for a, b in zip(graphed[1], direct[1]))
 
@@ -398,10 +329,7 @@ def test_the_loss_and_the_optimizer_must_be_the_protocols():
             step.step(mt.tensor(x, "cuda").data, mt.tensor(y, "cuda").data)
 
 
-NVCC = shutil.which("nvcc")
-
-
-@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@needs_nvcc
 @pytest.mark.parametrize("defines", [[], ["-DPS_PHASE_CLOCK"]], ids=["plain", "phase_clock"])
 def test_the_sm_90_build_keeps_everything_in_registers(tmp_path, defines):
     kernel = sm90_build(KERNEL_DIR / "persistent_step.cu", tmp_path, *defines)["persistent_step"]

@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import assert_close
+from helpers import assert_close
 
 import minitorch_cuda as mt
 from minitorch_cuda.cuda.kernel_table import SPECS, entry_params, prepare_signature
@@ -186,6 +186,7 @@ def test_unknown_kernel_name():
     assert_close(_relu_out(), np.maximum(X, 0), 0, 0, "still usable")
 
 
+@pytest.mark.gpu_only  # every kernel, the tensor-core ones included
 @pytest.mark.gpu
 def test_every_builtin_kernel_compiles_and_loads():
     from minitorch_cuda.cuda import registry

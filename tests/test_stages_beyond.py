@@ -10,7 +10,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import assert_close, assert_close_by_norm, numeric_grad
+from helpers import FLAGS, assert_close, assert_close_by_norm, matmul_inputs, matmul_reference, numeric_grad
 
 import minitorch_cuda as mt
 from minitorch_cuda import functions as F
@@ -24,8 +24,6 @@ from minitorch_cuda.cuda.kernel_table import (
     VEC4_OPS,
     prepare_signature,
 )
-
-FLAGS = [(False, False), (False, True), (True, False), (True, True)]
 
 # --- CPU: stages -------------------------------------------------------------------------
 
@@ -183,20 +181,6 @@ def test_clip_and_step_is_clip_then_step_on_cpu():
 # --- GPU helpers ---------------------------------------------------------------------------
 
 
-def _matmul_inputs(M, N, K, ta, tb, batch_a=(), batch_b=(), seed=0):
-    rng = np.random.default_rng(seed)
-    a = rng.standard_normal(batch_a + ((K, M) if ta else (M, K))).astype(np.float32)
-    b = rng.standard_normal(batch_b + ((N, K) if tb else (K, N))).astype(np.float32)
-    return a, b
-
-
-def _reference(a, b, ta, tb):
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    a64 = np.swapaxes(a64, -1, -2) if ta else a64
-    b64 = np.swapaxes(b64, -1, -2) if tb else b64
-    return a64 @ b64, np.abs(a64) @ np.abs(b64)
-
-
 def _launch_matmul(name, a, b, ta, tb, bias=None, relu=False):
     """Launch one named matmul kernel through its launcher (no autotuner) on uploaded a, b."""
     from minitorch_cuda.cuda import backend, launchers
@@ -226,8 +210,8 @@ ODD = [(72, 73, 74), (1, 1, 1), (5, 130, 3), (129, 7, 257), (64, 64, 64)]
 @pytest.mark.parametrize("shape", ODD, ids=lambda s: "x".join(map(str, s)))
 def test_regtiled_variants_against_float64(name, ta, tb, shape):
     M, N, K = shape
-    a, b = _matmul_inputs(M, N, K, ta, tb)
-    ref, scale = _reference(a, b, ta, tb)
+    a, b = matmul_inputs(M, N, K, ta, tb)
+    ref, scale = matmul_reference(a, b, ta, tb)
     out = _launch_matmul(name, a, b, ta, tb)
     assert np.all(np.abs(out - ref) <= 1e-5 * scale + 1e-6), f"{name} {shape} ta={ta} tb={tb}"
 
@@ -238,8 +222,8 @@ def test_regtiled_variants_against_float64(name, ta, tb, shape):
 @pytest.mark.parametrize(("ta", "tb"), FLAGS)
 def test_regtiled_batched_and_broadcast(name, batches, ta, tb):
     M, N, K = 72, 73, 74
-    a, b = _matmul_inputs(M, N, K, ta, tb, *batches, seed=2)
-    ref, scale = _reference(a, b, ta, tb)
+    a, b = matmul_inputs(M, N, K, ta, tb, *batches, seed=2)
+    ref, scale = matmul_reference(a, b, ta, tb)
     out = _launch_matmul(name, a, b, ta, tb)
     assert np.all(np.abs(out - ref) <= 1e-5 * scale + 1e-6)
 
@@ -249,8 +233,8 @@ def test_regtiled_batched_and_broadcast(name, batches, ta, tb):
 def test_matmul_op_at_stages_9_to_11_through_the_autotuner(stage):
     from minitorch_cuda.cuda.autotune import tuner
 
-    a, b = _matmul_inputs(72, 73, 74, False, True, (2,), (2,), seed=3)
-    ref, _ = _reference(a, b, False, True)
+    a, b = matmul_inputs(72, 73, 74, False, True, (2,), (2,), seed=3)
+    ref, _ = matmul_reference(a, b, False, True)
     with mt.use_stage(stage), mt.profiler.profile() as prof:
         out = mt.tensor(a, "cuda").matmul(mt.tensor(b, "cuda"), transpose_b=True)
         assert_close(out, ref, 1e-4, 1e-4, "matmul at stage 9+")
@@ -335,15 +319,15 @@ def test_stage_9_softmax(rows, cols):
 @pytest.mark.parametrize(("ta", "tb"), FLAGS)
 def test_matmul_bias_act_against_float64(name, relu, ta, tb):
     M, N, K = 72, 73, 74
-    a, b = _matmul_inputs(M, N, K, ta, tb, seed=6)
+    a, b = matmul_inputs(M, N, K, ta, tb, seed=6)
     bias = np.random.default_rng(7).standard_normal(N).astype(np.float32)
-    ref, scale = _reference(a, b, ta, tb)
+    ref, scale = matmul_reference(a, b, ta, tb)
     ref = ref + bias
     ref = np.maximum(ref, 0) if relu else ref
     out = _launch_matmul(name, a, b, ta, tb, bias=bias, relu=relu)
     assert np.all(np.abs(out - ref) <= 1e-5 * (scale + np.abs(bias)) + 1e-6)
     no_bias = _launch_matmul(name, a, b, ta, tb, bias=None, relu=False)
-    assert np.all(np.abs(no_bias - _reference(a, b, ta, tb)[0]) <= 1e-5 * scale + 1e-6)
+    assert np.all(np.abs(no_bias - matmul_reference(a, b, ta, tb)[0]) <= 1e-5 * scale + 1e-6)
 
 
 def _mlp_grads(stage, x, y, seed=0):
@@ -452,6 +436,7 @@ def test_graph_replay_equals_eager_steps():
 # --- GPU: tensor cores ------------------------------------------------------------------------------
 
 
+@pytest.mark.gpu_only  # tensor cores
 @pytest.mark.gpu
 @pytest.mark.parametrize(("name", "bound", "typical"), [("matmul_tf32", 1.5e-3, 1e-3), ("matmul_bf16", 1.2e-2, 8e-3)])
 @pytest.mark.parametrize(("ta", "tb"), FLAGS)
@@ -460,8 +445,8 @@ def test_tensor_core_error_against_float64(name, bound, typical, ta, tb, shape):
     """|C - C64| <= bound * (|A| |B|) elementwise (input rounding 2^-11 for TF32, 2^-8 for
     BF16, twice, plus FP32 accumulation), and the typical relative error stays near 1e-3."""
     M, N, K = shape
-    a, b = _matmul_inputs(M, N, K, ta, tb, seed=10)
-    ref, scale = _reference(a, b, ta, tb)
+    a, b = matmul_inputs(M, N, K, ta, tb, seed=10)
+    ref, scale = matmul_reference(a, b, ta, tb)
     out = _launch_matmul(name, a, b, ta, tb)
     assert np.all(np.abs(out - ref) <= bound * scale + 1e-6), f"max {np.max(np.abs(out - ref) / scale):.2e}"
     if M * N > 1:
@@ -469,6 +454,7 @@ def test_tensor_core_error_against_float64(name, bound, typical, ta, tb, shape):
         assert relative < typical, relative
 
 
+@pytest.mark.gpu_only  # tensor cores
 @pytest.mark.gpu
 @pytest.mark.parametrize(("ta", "tb"), FLAGS)
 @pytest.mark.parametrize("shape", [(4, 4, 4), (72, 76, 84), (132, 260, 300), (256, 256, 1024)], ids=str)
@@ -476,13 +462,14 @@ def test_tf32_async_error_against_float64(ta, tb, shape):
     """The cp.async kernel takes operands in whole quads (every extent a multiple of 4 here),
     partial tiles at every edge included, with matmul_tf32's bounds."""
     M, N, K = shape
-    a, b = _matmul_inputs(M, N, K, ta, tb, seed=12)
-    ref, scale = _reference(a, b, ta, tb)
+    a, b = matmul_inputs(M, N, K, ta, tb, seed=12)
+    ref, scale = matmul_reference(a, b, ta, tb)
     out = _launch_matmul("matmul_tf32_async", a, b, ta, tb)
     assert np.all(np.abs(out - ref) <= 1.5e-3 * scale + 1e-6), f"max {np.max(np.abs(out - ref) / scale):.2e}"
     assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-3
 
 
+@pytest.mark.gpu_only  # tensor cores
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     ("shape", "kernel"),
@@ -497,8 +484,8 @@ def test_stage_12_picks_its_kernel_by_shape(shape, kernel):
     from minitorch_cuda.cuda.runtime import arch
 
     M, N, K = shape
-    a, b = _matmul_inputs(M, N, K, False, False, seed=13)
-    ref, scale = _reference(a, b, False, False)
+    a, b = matmul_inputs(M, N, K, False, False, seed=13)
+    ref, scale = matmul_reference(a, b, False, False)
     with mt.use_stage(12), mt.profiler.profile() as prof:
         out = mt.tensor(a, "cuda") @ mt.tensor(b, "cuda")
         wgmma = kernel == "wgmma on sm_90" and arch() == "sm_90"
@@ -515,24 +502,14 @@ def test_stage_12_picks_its_kernel_by_shape(shape, kernel):
     assert {r["name"] for r in prof.stats("kernel")} == expected
 
 
+@pytest.mark.gpu_only  # tensor cores
 @pytest.mark.gpu
 def test_tensor_core_batched():
-    a, b = _matmul_inputs(72, 73, 74, True, False, (3,), (), seed=11)
-    ref, scale = _reference(a, b, True, False)
+    a, b = matmul_inputs(72, 73, 74, True, False, (3,), (), seed=11)
+    ref, scale = matmul_reference(a, b, True, False)
     out = _launch_matmul("matmul_tf32", a, b, True, False)
     assert np.all(np.abs(out - ref) <= 1.5e-3 * scale + 1e-6)
-    a, b = _matmul_inputs(72, 76, 84, False, True, (3,), (3,), seed=14)
-    ref, scale = _reference(a, b, False, True)
+    a, b = matmul_inputs(72, 76, 84, False, True, (3,), (3,), seed=14)
+    ref, scale = matmul_reference(a, b, False, True)
     out = _launch_matmul("matmul_tf32_async", a, b, False, True)
     assert np.all(np.abs(out - ref) <= 1.5e-3 * scale + 1e-6)
-
-
-@pytest.mark.gpu
-def test_stage_12_ops_other_than_matmul_are_exact_fp32():
-    """The op suite's non-matmul ops at stage 12, with the suite's own tolerances."""
-    from test_ops import ALL_OPS, check_op
-
-    for op in ALL_OPS:
-        if "mm" in op.name or "matmul" in op.name:
-            continue
-        check_op(op, "cuda", 12, op.shapes(3, 5, 2), seed=0)

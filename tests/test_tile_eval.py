@@ -9,14 +9,13 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import needs_triton
+from conftest import needs_nvcc, needs_triton
 
 import minitorch_cuda as mt
 from minitorch_cuda.tile_eval import availability, cases, compare, cuda_c, diagnostics, report, sources
@@ -24,7 +23,6 @@ from minitorch_cuda.tile_eval.interop import TileArray
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU = mt.cuda_available()
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 
 
 # --- references ---------------------------------------------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import mnist_available
+from conftest import needs_mnist
 
 from minitorch_cuda import torch_reference
 from minitorch_cuda.train import Protocol, load_to
@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch_reference.available(), reason="needs PyTorch with CUDA"),
-    pytest.mark.skipif(not mnist_available(), reason="needs the MNIST files in data/mnist"),
+    needs_mnist,
 ]
 
 

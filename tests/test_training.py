@@ -7,13 +7,12 @@ import functools
 
 import numpy as np
 import pytest
-from conftest import mnist_available
+from conftest import needs_mnist
 
 import minitorch_cuda as mt
-from minitorch_cuda.data import MNIST_DIR
 from minitorch_cuda.train import Protocol, Trainer, accuracy, load_to, make_net
 
-pytestmark = pytest.mark.skipif(not mnist_available(), reason=f"MNIST files not found in {MNIST_DIR}")
+pytestmark = needs_mnist
 
 STEPS = 20
 
@@ -33,6 +32,7 @@ def test_one_cpu_epoch_reaches_93_percent():
     assert acc >= 0.93, f"test accuracy after one CPU epoch: {acc:.4f}"
 
 
+@pytest.mark.gpu_only  # five epochs: hours on the CPU emulator
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_five_cuda_epochs_at_stage_8_reach_96_percent():

@@ -8,35 +8,20 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from test_stages_beyond import FLAGS, _matmul_inputs, _reference
+from conftest import needs_nvcc
+from helpers import FLAGS, NVCC, cuobjdump, matmul_inputs, matmul_reference, where_wrong
 
 from minitorch_cuda.cuda.kernel_table import KERNEL_DIR
 from minitorch_cuda.cuda.nvcc_check import parse_resources
 
-NVCC = shutil.which("nvcc")
 
-
-def _cuobjdump() -> str | None:
-    """cuobjdump from the CUDA toolkit, or the copy Triton ships."""
-    found = shutil.which("cuobjdump")
-    if found:
-        return found
-    try:
-        import triton
-    except ImportError:
-        return None
-    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    return str(bundled) if bundled.exists() else None
-
-
-@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@needs_nvcc
 def test_builds_for_sm_90a_without_spills(tmp_path):
     """ptxas's report: no spills or stack, no warning, no note that the wgmma pipeline is serialized
     (C7510); in the SASS four m64n256k8 products (one per 8 columns of a 32-wide slice) and nothing in
@@ -53,7 +38,7 @@ def test_builds_for_sm_90a_without_spills(tmp_path):
     assert kernel.name == "matmul_tf32_wgmma", log
     assert kernel.spill_stores == kernel.spill_loads == kernel.stack_bytes == 0, log
     assert "C7510" not in log and "warning" not in log.lower(), log
-    dump = _cuobjdump()
+    dump = cuobjdump()
     if dump is None:
         return
     sass = subprocess.run([dump, "-sass", str(cubin)], capture_output=True, text=True, timeout=120).stdout
@@ -75,19 +60,6 @@ def _launch_wgmma(a, b):
     return backend.to_numpy(out)
 
 
-def _where_wrong(got, ref, scale, bound) -> str:
-    """Where a matmul result is off, in the terms of a kernel's layout: rows and columns
-    modulo 8 and 16 say whether a fragment mapping or a swizzle is to blame."""
-    bad = np.abs(got - ref) > bound * scale + 1e-6
-    if not bad.any():
-        return "no element off"
-    rows, cols = np.nonzero(bad.reshape(-1, bad.shape[-1]) if bad.ndim > 2 else bad)
-    return (
-        f"{bad.mean():.1%} of elements off; rows mod 16: {sorted({int(r) for r in rows % 16})}, "
-        f"columns mod 8: {sorted({int(c) for c in cols % 8})}, first at row {rows[0]}, column {cols[0]}"
-    )
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "shape", [(4, 4, 4), (128, 256, 32), (72, 76, 84), (132, 260, 300), (256, 512, 1024), (300, 600, 1028)], ids=str
@@ -96,21 +68,21 @@ def test_tf32_wgmma_error_against_float64(shape):
     """Warpgroup MMA, partial tiles at every edge. TF32 by truncation: an input loses up to
     2^-10 of itself, twice what the rounding kernels lose, hence a bound of 2.5e-3."""
     M, N, K = shape
-    a, b = _matmul_inputs(M, N, K, False, True, seed=15)
-    ref, scale = _reference(a, b, False, True)
+    a, b = matmul_inputs(M, N, K, False, True, seed=15)
+    ref, scale = matmul_reference(a, b, False, True)
     out = _launch_wgmma(a, b)
-    assert np.all(np.abs(out - ref) <= 2.5e-3 * scale + 1e-6), _where_wrong(out, ref, scale, 2.5e-3)
+    assert np.all(np.abs(out - ref) <= 2.5e-3 * scale + 1e-6), where_wrong(out, ref, scale, 2.5e-3)
     if M * N > 1:
         assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-3
 
 
 @pytest.mark.gpu
 def test_tf32_wgmma_batched():
-    a, b = _matmul_inputs(72, 260, 36, False, True, (3,), (3,), seed=16)
-    ref, scale = _reference(a, b, False, True)
+    a, b = matmul_inputs(72, 260, 36, False, True, (3,), (3,), seed=16)
+    ref, scale = matmul_reference(a, b, False, True)
     assert np.all(np.abs(_launch_wgmma(a, b) - ref) <= 2.5e-3 * scale + 1e-6)
-    a, b = _matmul_inputs(72, 260, 36, False, True, (3,), (), seed=17)  # B shared by the batch
-    ref, scale = _reference(a, b, False, True)
+    a, b = matmul_inputs(72, 260, 36, False, True, (3,), (), seed=17)  # B shared by the batch
+    ref, scale = matmul_reference(a, b, False, True)
     assert np.all(np.abs(_launch_wgmma(a, b) - ref) <= 2.5e-3 * scale + 1e-6)
 
 
@@ -126,13 +98,13 @@ def test_matmul_wgmma_takes_every_flag_pair(ta, tb, shape, broadcast_b):
     M, N, K = shape
     if not launchers.wgmma_fits(K, arch()):
         pytest.skip("wgmma needs a Hopper GPU (sm_90)")
-    a, b = _matmul_inputs(M, N, K, ta, tb, (2,), () if broadcast_b else (2,), seed=18)
-    ref, scale = _reference(a, b, ta, tb)
+    a, b = matmul_inputs(M, N, K, ta, tb, (2,), () if broadcast_b else (2,), seed=18)
+    ref, scale = matmul_reference(a, b, ta, tb)
     out = DeviceArray.empty((2, M, N))
     g = launchers.Gemm.of(a, b, ta, tb)
     launchers.matmul_tf32_wgmma(out, backend.from_numpy(a), backend.from_numpy(b), g)
     got = backend.to_numpy(out)
-    assert np.all(np.abs(got - ref) <= 2.5e-3 * scale + 1e-6), _where_wrong(got, ref, scale, 2.5e-3)
+    assert np.all(np.abs(got - ref) <= 2.5e-3 * scale + 1e-6), where_wrong(got, ref, scale, 2.5e-3)
 
 
 @pytest.mark.gpu

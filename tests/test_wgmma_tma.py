@@ -12,15 +12,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from test_stages_beyond import _matmul_inputs, _reference
-from test_wgmma import NVCC, _cuobjdump, _where_wrong
+from conftest import needs_gxx, needs_nvcc
+from helpers import NVCC, cuobjdump, matmul_inputs, matmul_reference, where_wrong
 
 from minitorch_cuda.cuda.kernel_table import KERNEL_DIR
 from minitorch_cuda.cuda.tensor_map import swizzled_stack
@@ -33,7 +32,7 @@ CAP_AT_ENTRY = 168  # 65536 registers / 384 threads, rounded down to a multiple 
 # --- CPU: the build ---------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@needs_nvcc
 @pytest.mark.parametrize(
     "defines",
     [(), ("-DWT_BN=128",), ("-DWT_STAGES=1",), ("-DWT_BN=128", "-DWT_STAGES=6"), ("-DWT_DEBUG",),
@@ -62,7 +61,7 @@ def test_builds_for_sm_90a_without_spills(defines, tmp_path):
     assert "C7508" not in log and "warning" not in log.lower(), log
     if "-DWT_DEBUG" not in defines:
         assert frame == 0 and "C751" not in log, log
-    dump = _cuobjdump()
+    dump = cuobjdump()
     if dump is None:
         return
     sass = subprocess.run([dump, "-sass", str(cubin)], capture_output=True, text=True, timeout=120).stdout
@@ -80,7 +79,7 @@ def test_builds_for_sm_90a_without_spills(defines, tmp_path):
         assert not re.search(r"\b(LDL|STL)\b", sass), "nothing in local memory"
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@needs_nvcc
 def test_builds_that_differ_only_in_gpu_code_are_cached_apart(tmp_path):
     """PyCUDA's disk cache keys a source that has an #include by nvcc's host-side preprocessing of
     it (the temporary file's name removed) and the options. The launcher's builds of wgmma_tma.cu
@@ -315,7 +314,7 @@ for attempt in (lambda: (x @ w).numpy(), lambda: launchers.matmul_tf32_wgmma_tma
 """
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator builds kernels with g++")
+@needs_gxx
 def test_on_the_emulator_stage_12_and_this_kernel_say_they_need_a_gpu():
     env = {**os.environ, "MINITORCH_CUDA_EMULATE": "1"}
     done = subprocess.run([sys.executable, "-c", EMULATED], env=env, capture_output=True, text=True, timeout=600)
@@ -382,9 +381,9 @@ def _launch(a, b, tb=True, **switches):
 def _check_tf32(out, a, b, what=""):
     """wgmma truncates its inputs to TF32 (see test_wgmma.py): within 2.5e-3 of |A| |B| everywhere
     and 1e-3 overall, against float64."""
-    ref, scale = _reference(a, b, False, True)
+    ref, scale = matmul_reference(a, b, False, True)
     assert np.isfinite(out).all(), f"{what}{np.isnan(out).mean():.1%} of the output left unwritten"
-    assert np.all(np.abs(out - ref) <= 2.5e-3 * scale + 1e-6), what + _where_wrong(out, ref, scale, 2.5e-3)
+    assert np.all(np.abs(out - ref) <= 2.5e-3 * scale + 1e-6), what + where_wrong(out, ref, scale, 2.5e-3)
     relative = np.linalg.norm(out - ref) / np.linalg.norm(ref)
     assert relative < 1e-3, f"{what}relative error {relative:.2e}"
     return ref
@@ -399,7 +398,7 @@ def _check_tf32(out, a, b, what=""):
 def test_tf32_wgmma_tma_against_float64(shape, bn):
     """One tile, one slice, partial tiles at every edge, K not a multiple of 32 (TMA zero-fills)."""
     M, N, K = shape
-    a, b = _matmul_inputs(M, N, K, False, True, seed=31)
+    a, b = matmul_inputs(M, N, K, False, True, seed=31)
     _check_tf32(_launch(a, b, bn=bn), a, b)
 
 
@@ -415,7 +414,7 @@ def test_tf32_wgmma_tma_against_float64_and_torch_tf32(shape):
     TF32 matmul (cuBLAS) computes the same function within both products' TF32 error."""
     torch = pytest.importorskip("torch")
     M, N, K = shape
-    a, b = _matmul_inputs(M, N, K, False, True, seed=32)
+    a, b = matmul_inputs(M, N, K, False, True, seed=32)
     out = _launch(a, b)
     ref = _check_tf32(out, a, b)
     previous = torch.backends.cuda.matmul.allow_tf32
@@ -432,9 +431,9 @@ def test_tf32_wgmma_tma_against_float64_and_torch_tf32(shape):
 @pytest.mark.gpu
 @pytest.mark.usefixtures("first_launch_apart")
 def test_tf32_wgmma_tma_batched_and_shared_operand():
-    a, b = _matmul_inputs(200, 300, 68, False, True, (3,), (3,), seed=33)
+    a, b = matmul_inputs(200, 300, 68, False, True, (3,), (3,), seed=33)
     _check_tf32(_launch(a, b), a, b, "batched: ")
-    a, b = _matmul_inputs(200, 300, 68, False, True, (3,), (), seed=34)  # B shared by the batch
+    a, b = matmul_inputs(200, 300, 68, False, True, (3,), (), seed=34)  # B shared by the batch
     _check_tf32(_launch(a, b), a, b, "shared B: ")
 
 
@@ -452,7 +451,7 @@ def test_b_read_as_stored_against_float64(shape, switches):
     for before the next loads), fewer blocks than tiles; every element written, within the TF32
     bound of float64."""
     M, N, K = shape
-    a, b = _matmul_inputs(M, N, K, False, False, seed=38)
+    a, b = matmul_inputs(M, N, K, False, False, seed=38)
     _check_tf32(_launch(a, b, tb=False, as_stored=True, **switches), a, np.ascontiguousarray(b.T))
 
 
@@ -460,7 +459,7 @@ def test_b_read_as_stored_against_float64(shape, switches):
 @pytest.mark.usefixtures("first_launch_apart")
 def test_b_read_as_stored_batched_and_shared():
     for b_batch, what in (((3,), "batched: "), ((), "shared B: ")):
-        a, b = _matmul_inputs(200, 300, 68, False, False, (3,), b_batch, seed=39)
+        a, b = matmul_inputs(200, 300, 68, False, False, (3,), b_batch, seed=39)
         out = _launch(a, b, tb=False, bn=128, as_stored=True)  # as_stored=True: refused were it not possible
         _check_tf32(out, a, np.ascontiguousarray(np.swapaxes(b, -1, -2)), what)
 
@@ -472,7 +471,7 @@ def test_b_read_as_stored_batched_and_shared():
 )
 def test_debug_switches_compute_the_same_product(switches):
     """Many tiles per block and many slices per stage, so that every ring wraps several times."""
-    a, b = _matmul_inputs(520, 1030, 420, False, True, seed=35)
+    a, b = matmul_inputs(520, 1030, 420, False, True, seed=35)
     _check_tf32(_launch(a, b, **switches), a, b, f"{switches}: ")
 
 
@@ -488,7 +487,7 @@ def test_stage_12s_route_times_both_tile_widths_and_keeps_the_faster():
     from minitorch_cuda.cuda.runtime import synchronize
 
     _hopper()
-    a, b = _matmul_inputs(1024, 1024, 1024, False, False, seed=37)
+    a, b = matmul_inputs(1024, 1024, 1024, False, False, seed=37)
     da, db = backend.from_numpy(a), backend.from_numpy(b)
     out, g = DeviceArray.empty((1024, 1024)), launchers.Gemm(1024, 1024, 1024)
     launchers.matmul_tf32_wgmma_tma(out, da, db, g)
@@ -496,7 +495,7 @@ def test_stage_12s_route_times_both_tile_widths_and_keeps_the_faster():
     timed = tuner.choices()["matmul_tf32_wgmma_tma 1024,1024,1024,0,0,1,True,True"]
     assert set(timed["timings_ms"]) == {"256", "128", "256 as stored", "128 as stored"}
     assert timed["choice"] == min(timed["timings_ms"], key=timed["timings_ms"].get)
-    ref, scale = _reference(a, b, False, False)
+    ref, scale = matmul_reference(a, b, False, False)
     assert np.all(np.abs(backend.to_numpy(out) - ref) <= 2.5e-3 * scale + 1e-6)
 
 
@@ -505,9 +504,9 @@ def test_stage_12s_route_times_both_tile_widths_and_keeps_the_faster():
 def test_first_tiles_only_follow_the_grouped_raster():
     """tiles=3 computes tiles 0-2 of the raster and nothing else: within a group of tile rows the
     raster goes down a column first, so they are tile rows 0, 1 and 2 of tile column 0."""
-    a, b = _matmul_inputs(640, 768, 96, False, True, seed=36)
+    a, b = matmul_inputs(640, 768, 96, False, True, seed=36)
     out = _launch(a, b, bn=256, tiles=3)
-    ref, scale = _reference(a, b, False, True)
+    ref, scale = matmul_reference(a, b, False, True)
     written = np.isfinite(out)
     expected = np.zeros_like(written)
     expected[: 3 * 128, :256] = True
