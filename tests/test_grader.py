@@ -505,7 +505,7 @@ def test_the_sandbox_binds_no_working_directory(tmp_path, monkeypatch) -> None:
     monkeypatch.syspath_prepend("/tmp")
     bound = sandbox._read_only_paths()
     assert str(tmp_path) not in bound and "/tmp" not in bound and "/" not in bound
-    assert str(runner.PACKAGE_ROOT) in bound
+    assert str(sandbox.PACKAGE_ROOT) in bound
 
 
 def test_the_sandbox_binds_the_packages_the_instructor_put_on_pythonpath(tmp_path, monkeypatch) -> None:

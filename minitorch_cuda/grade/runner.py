@@ -40,7 +40,6 @@ try:
 except ImportError:  # Python 3.10
     import tomli as tomllib
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding minitorch_cuda/
 DEFAULT_RUBRIC = Path(__file__).with_name("rubric.toml")
 NOTEBOOK_SUFFIXES = (".ipynb", ".md")
 MAX_NOTEBOOK = 64 << 20  # bytes: a larger file is not read (outputs never count, so none needs more)
@@ -129,7 +128,7 @@ def run_isolated(
     """Run ``python -m minitorch_cuda.grade.worker ARGS`` in a new session; kill the whole
     session on timeout, then sweep what it left. Returns (return code or None on timeout, output tail)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    sandbox.package_first(env)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.update(env_extra or {})
     if gpu is not None:
@@ -536,7 +535,7 @@ def read_exercises(path: Path, todo: list[exercises.Exercise]) -> dict[str, dict
     argv = [sys.executable, "-m", "minitorch_cuda.grade.worker", "read", str(path), ",".join(e.id for e in todo)]
     # one BLAS thread: on a many-core machine each thread's arena would count against the memory cap
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    sandbox.package_first(env)
     # started as ours (sandbox.popen): the sweep of what students' runs leave behind spares it
     proc = sandbox.popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -765,7 +764,7 @@ def similarity_report(settings: Settings, students: list[str], ids: list[str], k
 def _starter(ex: exercises.Exercise) -> str:
     """The kernel every student was handed for ``ex`` (the exercise notebook's cell), or "" where the
     course's exercises/ folder is not beside the package (an installed grader)."""
-    path = notebook.find(PACKAGE_ROOT / "exercises", ex.notebook)
+    path = notebook.find(sandbox.PACKAGE_ROOT / "exercises", ex.notebook)
     if path is None:
         return ""
     try:

@@ -33,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding minitorch_cuda/: a checkout or site-packages
 _lock = threading.Lock()
 _ours: set[int] = set()  # processes this process started and still waits for
 PR_SET_CHILD_SUBREAPER = 36
@@ -77,6 +77,13 @@ def describe() -> str:
 
 def kind() -> str:
     return "bwrap" if bwrap() else "partial"
+
+
+def package_first(env: dict) -> dict:
+    """``env`` with this package's folder first on PYTHONPATH: a process started from it imports
+    the grader's own minitorch_cuda, whatever its working folder."""
+    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
 
 
 def _library_path(path: str) -> bool:
@@ -228,7 +235,7 @@ def environment(workdir: Path, gpu: str | None = None, *, no_gpu: bool = False) 
     Path(home, ".tmp").mkdir(exist_ok=True)
     env.update(MPLCONFIGDIR=f"{home}/.matplotlib", XDG_CACHE_HOME=f"{home}/.cache", TMPDIR=f"{home}/.tmp")
     env["MINITORCH_CUDA_CACHE"] = f"{home}/.cache/minitorch_cuda"  # its own: nothing it compiles reaches others
-    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    package_first(env)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     if no_gpu:
         env["CUDA_VISIBLE_DEVICES"] = ""
@@ -272,7 +279,7 @@ def build_emulator_runtime() -> None:
     the sandboxes to copy."""
     code = "from minitorch_cuda.emulator import compiler as c, device_process as d; c.runtime_library(); d.binary()"
     env = dict(os.environ, MINITORCH_CUDA_EMULATE="1", CUDA_VISIBLE_DEVICES="")
-    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    package_first(env)
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=300)
 
