@@ -37,13 +37,13 @@ DEVICE_STAGES = [pytest.param("cpu", None, id="cpu")] + [
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
-# The GPU tests of the framework's SIMT stages (0-11), which the CPU emulator runs too; what
-# needs a GPU (stage 12's tensor cores, vendor tools, long training runs) is left out.
+# The GPU tests of the framework's stages (0-12: the emulator models Ampere's tensor cores), which
+# the CPU emulator runs too; what needs a GPU (Hopper's wgmma, vendor tools, long training runs) is left out.
 EMULATED_FILES = {
     "test_autograd.py", "test_bad_input.py", "test_nn_optim.py", "test_ops.py", "test_registry.py",
     "test_stages.py", "test_stages_beyond.py", "test_training.py",
 }  # fmt: skip
-NEEDS_A_GPU = re.compile(r"tensor_core|tf32|bf16|wgmma|stage_12|every_builtin_kernel|five_cuda_epochs")
+NEEDS_A_GPU = re.compile(r"wgmma|every_builtin_kernel|five_cuda_epochs")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -883,7 +883,7 @@ KERNEL_CHEATS: dict[str, tuple[Student, str, set[str]]] = {
 # --- class 3 (issue 36): an emulated kernel reaching the C library -------------------------------
 #
 # On the emulator a kernel is native code: a branch the emulator compiles and nvcc never does
-# (``__CUDA_ARCH__`` is 700 there, 900 for nvcc's sm_90) may call any C library function through an
+# (``__CUDA_ARCH__`` is 800 there, 900 for nvcc's sm_90) may call any C library function through an
 # address computed from printf's, which a kernel may take: no import names it, so inspecting the
 # library finds nothing. Run in the checker, such a kernel wrote its own verdict. Each must now be
 # stopped by the device process's filter, and fail as host code. On a GPU the branch is not compiled:

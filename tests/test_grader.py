@@ -901,7 +901,7 @@ HOST_CODE = {  # host code that nvcc accepts (or never compiles for sm_90) aroun
     "constructor": ("__attribute__((constructor)) static void forge() {\n" + FORGE_RESULT + "}\n", "    // empty\n"),
     "static_object": ("struct Forge { Forge() {\n" + FORGE_RESULT + "} };\nstatic Forge forge;\n", "    // empty\n"),
     "destructor": ("__attribute__((destructor)) static void forge() {\n" + FORGE_RESULT + "}\n", "    // empty\n"),
-    "arch_branch": ("", "#if __CUDA_ARCH__ < 900  // the emulator's 700, nvcc's sm_90\n" + FORGE_RESULT + "#endif\n"),
+    "arch_branch": ("", "#if __CUDA_ARCH__ < 900  // the emulator's 800, nvcc's sm_90\n" + FORGE_RESULT + "#endif\n"),
     "raw_syscall": (  # inline asm over several lines, which the emulator's scan for asm does not see
         "",
         "#if __CUDA_ARCH__ < 900\n    long r;\n    asm volatile(\n"

@@ -17,8 +17,8 @@ namespace emu {
 namespace ptx {
 
 // A 32-bit shared-memory address (__cvta_generic_to_shared) holds an offset into the block's dynamic
-// shared memory, or, from kStaticWindow on, the distance of a static __shared__ variable (thread_local,
-// as all of them) from `anchor`, a thread_local of the same library.
+// shared memory (below 2^30), or kStaticWindow plus the distance (within +-2^30) of a static
+// __shared__ variable (thread_local, as all of them) from `anchor`, a thread_local of the same library.
 constexpr unsigned kStaticWindow = 0x80000000u;
 static thread_local char anchor;
 
@@ -32,7 +32,7 @@ inline unsigned shared_address(const void* p, const char* file, int line) {
 }
 
 inline void* generic_address(unsigned s) {
-    if (s < kStaticWindow) return self()->block->dynamic_shared + s;
+    if (s < kStaticWindow - (1u << 30)) return self()->block->dynamic_shared + s;
     return &anchor + ((long long)s - kStaticWindow);
 }
 
