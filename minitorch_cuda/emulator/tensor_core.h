@@ -43,11 +43,20 @@ inline float toward_zero(double x) {
 }
 
 // The accumulation rule, after the measurements of Fasi, Higham, Mikaitis and Pranesh ("Numerical
-// behavior of NVIDIA tensor cores", 2021) on an A100: C and a block of `kBlock` exact products are
-// added in one step with their significands aligned to the largest of them, keeping
-// kExtraBits bits beyond float's 24 and dropping the rest (truncation), and the sum is rounded to
-// float toward zero; the result is the C of the next block. Non-finite inputs take IEEE's rules.
-constexpr int kExtraBits = 3;
+// behavior of NVIDIA tensor cores", 2021) on an A100: C and a block of kBlock exact products (4 for
+// TF32, 8 for BF16) are added in one step with their significands aligned to the largest of them,
+// keeping kExtraBits bits beyond float's 24 and dropping the rest (truncation), and the sum is
+// rounded to float toward zero (kRoundNearest: to nearest even); the result is the C of the next
+// block. Non-finite inputs take IEEE's rules. The EMU_MMA_ macros exist for .ci/mma_record.py,
+// which tries other rules (-D) against a GPU's results; the defaults are the rule.
+#ifndef EMU_MMA_EXTRA_BITS
+#define EMU_MMA_EXTRA_BITS 3
+#define EMU_MMA_TF32_BLOCK 4
+#define EMU_MMA_BF16_BLOCK 8
+#define EMU_MMA_ROUND_NEAREST 0
+#endif
+constexpr int kExtraBits = EMU_MMA_EXTRA_BITS;
+constexpr bool kRoundNearest = EMU_MMA_ROUND_NEAREST;
 
 inline float accumulate(float c, const double* products, int n, int block) {
     for (int start = 0; start < n; start += block) {
@@ -67,7 +76,7 @@ inline float accumulate(float c, const double* products, int n, int block) {
         const int unit = top - 23 - kExtraBits;  // the weight of the last bit kept
         long long sum = 0;
         for (int i = -1; i < count; ++i) sum += (long long)std::trunc(std::ldexp(i < 0 ? double(c) : p[i], -unit));
-        c = toward_zero(std::ldexp(double(sum), unit));
+        c = kRoundNearest ? float(std::ldexp(double(sum), unit)) : toward_zero(std::ldexp(double(sum), unit));
     }
     return c;
 }
@@ -87,7 +96,7 @@ inline Coords accumulator(int lane, int reg) { return {lane / 4 + 8 * (reg >> 1)
 // The two instructions: K, the products added per step of accumulate() and how A's and B's
 // registers decode.
 struct Tf32 {
-    static constexpr int K = 8, kBlock = 4;
+    static constexpr int K = 8, kBlock = EMU_MMA_TF32_BLOCK;
     static constexpr const char* name = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32";
     static void decode(const unsigned (&a)[32][4], const unsigned (&b)[32][2], double (&A)[16][16], double (&B)[16][8]) {
         for (int lane = 0; lane < 32; ++lane) {
@@ -97,7 +106,7 @@ struct Tf32 {
     }
 };
 struct Bf16 {
-    static constexpr int K = 16, kBlock = 8;
+    static constexpr int K = 16, kBlock = EMU_MMA_BF16_BLOCK;
     static constexpr const char* name = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32";
     static void decode(const unsigned (&a)[32][4], const unsigned (&b)[32][2], double (&A)[16][16], double (&B)[16][8]) {
         for (int lane = 0; lane < 32; ++lane) {
