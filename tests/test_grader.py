@@ -24,7 +24,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from submissions import CHEATS, HIDDEN_SHAPE_CHEATS, KERNEL_CHEATS, MARKER, STUDENTS, build, vandal
+from submissions import (
+    CHEATS,
+    HIDDEN_SHAPE_CHEATS,
+    KERNEL_CHEATS,
+    MARKER,
+    STUDENTS,
+    SWAPPED_A_REGISTERS,
+    TENSOR_CORE_STUDENTS,
+    build,
+    vandal,
+)
 
 import minitorch_cuda as mt
 from minitorch_cuda import grade
@@ -933,6 +943,24 @@ def test_host_code_in_a_kernel_source_cannot_write_its_verdict_on_the_emulator(t
     for name in HOST_CODE:
         result = results[(name, "3.1")]
         assert result["reason"] == verdict.HOST_SIDE and "host code" in result["message"], result
+
+
+@pytest.mark.skipif(
+    not _emulator_usable(), reason="the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing"
+)
+def test_chapter_19_is_graded_on_the_emulator(tmp_path) -> None:
+    """Issue 39: with --emulate, chapter 19's notebook executes and its exercises are graded on the CPU:
+    the solutions get every point of 19.1 and 19.2, a wrong mma.sync fragment layout none of 19.2's,
+    named at its first wrong register."""
+    subs = build(tmp_path / "subs", {"full_solutions": STUDENTS["full_solutions"]} | TENSOR_CORE_STUDENTS)
+    out = tmp_path / "g.csv"
+    results = run_grader(subs, out, ["19.1", "19.2"], "--emulate", "--timeout", "300", execute=True)
+    rubric = runner.load_rubric(None)["points"]
+    rows = {r["student"]: r for r in csv.DictReader(out.open())}
+    assert float(rows["full_solutions"]["total"]) == rubric["19.1"] + rubric["19.2"], rows["full_solutions"]
+    wrong = results[(SWAPPED_A_REGISTERS, "19.2")]
+    assert wrong["reason"] == verdict.WRONG_RESULT and float(rows[SWAPPED_A_REGISTERS]["19.2"]) == 0, wrong
+    assert "A, lane 0, register a1: yours (0, 4), the instruction's (8, 0)" in wrong["message"], wrong
 
 
 # An #include in each spelling the preprocessor accepts is judged where the kernel compiles, by the
