@@ -912,12 +912,13 @@ HOST_CODE = {  # host code that nvcc accepts (or never compiles for sm_90) aroun
     "static_object": ("struct Forge { Forge() {\n" + FORGE_RESULT + "} };\nstatic Forge forge;\n", "    // empty\n"),
     "destructor": ("__attribute__((destructor)) static void forge() {\n" + FORGE_RESULT + "}\n", "    // empty\n"),
     "arch_branch": ("", "#if __CUDA_ARCH__ < 900  // the emulator's 800, nvcc's sm_90\n" + FORGE_RESULT + "#endif\n"),
-    "raw_syscall": (  # inline asm over several lines, which the emulator's scan for asm does not see
-        "",
-        "#if __CUDA_ARCH__ < 900\n    long r;\n    asm volatile(\n"
-        '        "syscall"\n        : "=a"(r) : "a"(60L), "D"(0L) : "rcx", "r11", "memory");\n#endif\n',
-    ),
 }
+# Inline asm over several lines: the emulator's ptx.py reads every asm statement and refuses what is no
+# PTX it models, so this one never reaches the device process's filter (before issue 39 it did).
+RAW_SYSCALL = (
+    "#if __CUDA_ARCH__ < 900\n    long r;\n    asm volatile(\n"
+    '        "syscall"\n        : "=a"(r) : "a"(60L), "D"(0L) : "rcx", "r11", "memory");\n#endif\n'
+)
 
 
 @pytest.mark.skipif(
@@ -926,15 +927,16 @@ HOST_CODE = {  # host code that nvcc accepts (or never compiles for sm_90) aroun
 def test_host_code_in_a_kernel_source_cannot_write_its_verdict_on_the_emulator(tmp_path) -> None:
     """On the emulator the kernel's library is loaded into the checker: a constructor, a static object,
     a destructor or a branch for another __CUDA_ARCH__ that writes result.json and exits would grade
-    an empty kernel as passed (a raw system call could do the same without the C library); each
-    fails as host code, and the honest kernel passes."""
+    an empty kernel as passed; each fails as host code. A raw system call in inline asm (which could do
+    the same without the C library) is refused at build as PTX the emulator does not model. The
+    honest kernel passes."""
     entry = 'extern "C" __global__ void ew_relu(float* out, const float* a, int n) {\n'
     text = (SOLUTIONS / "03_building_the_backend.md").read_text()
     assert entry in text and RELU_BODY in text
     subs = tmp_path / "subs"
     (subs / "honest").mkdir(parents=True)
     (subs / "honest" / "03_building_the_backend.md").write_text(text)
-    for name, (before, body) in HOST_CODE.items():
+    for name, (before, body) in [*HOST_CODE.items(), ("raw_syscall", ("", RAW_SYSCALL))]:
         (subs / name).mkdir()
         forged = text.replace(entry, "#include <stdio.h>\n#include <unistd.h>\n" + before + entry)
         (subs / name / "03_building_the_backend.md").write_text(forged.replace(RELU_BODY, body))
@@ -943,6 +945,8 @@ def test_host_code_in_a_kernel_source_cannot_write_its_verdict_on_the_emulator(t
     for name in HOST_CODE:
         result = results[(name, "3.1")]
         assert result["reason"] == verdict.HOST_SIDE and "host code" in result["message"], result
+    result = results[("raw_syscall", "3.1")]
+    assert result["reason"] == verdict.COMPILE_ERROR and "does not model the PTX instruction syscall" in str(result)
 
 
 @pytest.mark.skipif(
