@@ -55,9 +55,7 @@ def launch(emu, source: str, name: str, signature: str, grid, block, *args, shar
 
 
 @pytest.mark.parametrize("file", FILES)
-def test_every_kernel_file_builds_or_is_refused(emu, file):
-    from minitorch_cuda.emulator.errors import CompileError
-
+def test_every_kernel_file_builds(emu, file):
     source = (KERNEL_DIR / file).read_text()
     module = emu[2](source)
     expected = {name for name, spec in SPECS.items() if spec.file == file}
@@ -81,14 +79,23 @@ def test_hopper_kernels_built_as_sm_90a_code_are_refused_naming_the_chapter(emu,
     ("body", "construct", "section"),
     [
         ('unsigned r; asm("brev.b32 %0, %1;" : "=r"(r) : "r"(1u));', "the PTX instruction brev.b32", ""),
-        ('asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0}, {%1}, {%2}, {%3};" ::);',
-         "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 with operands other than", ""),
-        ('asm volatile("mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 {%0}, {%1}, {%2}, {%3};" ::);',
-         "the tensor-core instruction mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16", ""),
+        (
+            'asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0}, {%1}, {%2}, {%3};" ::);',
+            "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 with operands other than",
+            "",
+        ),
+        (
+            'asm volatile("mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 {%0}, {%1}, {%2}, {%3};" ::);',
+            "the tensor-core instruction mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16",
+            "",
+        ),
         ('asm volatile("wgmma.fence.sync.aligned;" ::: "memory");', "(wgmma)", "A third kernel"),
         ('asm volatile(\n        "setmaxnreg.inc.sync.aligned.u32 240;" ::);', "(setmaxnreg)", "A fourth kernel"),
-        ('asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global [%0], [%1];" :: "r"(0), "l"(out));',
-         "(TMA: cp.async.bulk.tensor)", "A fourth kernel"),
+        (
+            'asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global [%0], [%1];" :: "r"(0), "l"(out));',
+            "(TMA: cp.async.bulk.tensor)",
+            "A fourth kernel",
+        ),
         ("const CUtensorMap* map = nullptr;", "TMA tensor maps (CUtensorMap)", "A fourth kernel"),
     ],
 )

@@ -81,7 +81,7 @@ def test_the_tensor_core_truncates_tf32_operands_where_cvt_would_round(emu):
     assert d[0, 0] == 1.0 and not d[1:].any() and not d[0, 1:].any()
 
 
-@pytest.mark.skipif(not RECORDING.exists(), reason=f"no GPU recording yet: run .ci/mma_record.py and commit {RECORDING.name}")
+@pytest.mark.skipif(not RECORDING.exists(), reason="no GPU recording yet: run .ci/mma_record.py, commit its npz here")
 def test_bit_for_bit_against_the_gpu_recording(emu):
     recorded = dict(np.load(RECORDING))
     given = {k: v for k, v in recorded.items() if k.endswith(("_a", "_b", "_c")) or k == "cvt_x"}
@@ -89,7 +89,9 @@ def test_bit_for_bit_against_the_gpu_recording(emu):
     differ = {}
     for key, got in out.items():
         want = recorded[key]
-        same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want) if key != "cvt_out" else False)
+        same = got.view(np.uint32) == want.view(np.uint32)
+        if key != "cvt_out":
+            same |= np.isnan(got) & np.isnan(want)
         if not same.all():
             tiles = np.unique(np.argwhere(~same)[:, 0]) if got.ndim == 3 else []
             differ[key] = (int((~same).sum()), sorted({mma_probe.family_of_tile(t) for t in tiles}))

@@ -184,7 +184,8 @@ def _lower_ptx(text: str) -> str:
         return ptx.lower(text, max(0, text.find(f'\n# 1 "{MAIN}"', text.find(f'"{PTX_HEADER}"'))), system)
     except ptx.Refused as refused:
         offset, file, line, _ = next(x for x in reversed(list(_lines(text))) if x[0] <= refused.at)
-        raise _refusal(refused.what, file, line, text[refused.at : text.find("\n", refused.at)], refused.section) from None
+        raw = text[refused.at : text.find("\n", refused.at)]
+        raise _refusal(refused.what, file, line, raw, refused.section) from None
 
 
 def _refuse(text: str) -> None:

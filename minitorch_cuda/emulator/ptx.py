@@ -196,9 +196,9 @@ def lower(text: str, start: int, system: list[tuple[int, int]]) -> str:
     numbers); raises Refused. ``system``: the (start, end) offsets of text from system headers
     (whose asm labels, as glibc's, are no statements)."""
     for pattern, what, section in GPU_ONLY_NAMES:
-        m = next((m for m in re.finditer(pattern, text[start:]) if not any(a <= start + m.start() < b for a, b in system)), None)
-        if m:
-            raise Refused(what, start + m.start(), section)
+        for m in re.finditer(pattern, text[start:]):
+            if not any(a <= start + m.start() < b for a, b in system):
+                raise Refused(what, start + m.start(), section)
     pieces, kept = [text[:start]], start
     for m in _ASM.finditer(text, start):
         if m.start() < kept:
