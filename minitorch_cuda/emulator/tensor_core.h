@@ -42,8 +42,9 @@ inline float toward_zero(double x) {
     return f;
 }
 
-// The accumulation rule, after the measurements of Fasi, Higham, Mikaitis and Pranesh ("Numerical
-// behavior of NVIDIA tensor cores", 2021) on an A100: C and a block of kBlock exact products (4 for
+// The accumulation rule, of the kind Fasi, Higham, Mikaitis and Pranesh measured on an A100 ("Numerical
+// behavior of NVIDIA tensor cores", 2021; the constants are ours until a GPU's recording confirms
+// them): C and a block of kBlock exact products (4 for
 // TF32, 8 for BF16) are added in one step with their significands aligned to the largest of them,
 // keeping kExtraBits bits beyond float's 24 and dropping the rest (truncation), and the sum is
 // rounded to float toward zero (kRoundNearest: to nearest even); the result is the C of the next
