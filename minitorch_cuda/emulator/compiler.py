@@ -177,8 +177,10 @@ def _lines(text: str):
 def _lower_ptx(text: str) -> str:
     """The text with the inline PTX the emulator models rewritten (ptx.lower); refuses the rest."""
     system, spans = [], [(offset, sys) for offset, _, _, sys in _lines(text)] + [(len(text), False)]
-    for (offset, sys), (end, _) in zip(spans, spans[1:]):
-        if sys:
+    for i, ((offset, sys), (end, _)) in enumerate(zip(spans, spans[1:])):
+        if sys and i and spans[i - 1][1]:  # the line before was a system header's too: one span
+            system[-1] = (system[-1][0], end)
+        elif sys:
             system.append((offset, end))
     try:
         return ptx.lower(text, max(0, text.find(f'\n# 1 "{MAIN}"', text.find(f'"{PTX_HEADER}"'))), system)
