@@ -34,6 +34,8 @@ GPU_ONLY_NAMES = [(r"\bCUtensorMap\b|\bcuTensorMapEncode\w*", "TMA tensor maps (
 
 _ASM = re.compile(r"\b(?:asm|__asm__|__asm)\b(?:\s*\b(?:volatile|__volatile__|inline|goto)\b)*\s*\(")
 _STRING = re.compile(r'"((?:\\.|[^"\\])*)"')
+_CHAR = re.compile(r"'(?:\\.|[^'\\])*'")
+SITE = "__FILE__, __LINE__"  # the rewritten statement's own, for the model's messages
 
 
 class Refused(Exception):
@@ -59,7 +61,7 @@ def _close(text: str, start: int) -> int:
     while depth:
         c = text[i]
         if c == '"' or c == "'":
-            i = _STRING.match(text, i).end() if c == '"' else re.compile(r"'(?:\\.|[^'\\])*'").match(text, i).end()
+            i = (_STRING if c == '"' else _CHAR).match(text, i).end()
             continue
         depth += c == "("
         depth -= c == ")"
@@ -100,10 +102,6 @@ def _template(section: str) -> str:
     return re.sub(r"\\[nt]", " ", text).replace("%%", "%")
 
 
-def _site() -> str:
-    return "__FILE__, __LINE__"
-
-
 class _Statement:
     """One asm statement: its PTX (one instruction) and operands, numbered as in the template."""
 
@@ -114,13 +112,16 @@ class _Statement:
         outputs = _operands(parts[1]) if len(parts) > 1 else []
         inputs = _operands(parts[2]) if len(parts) > 2 else []
         self.operands = outputs + inputs
-        self.outputs = len(outputs)
 
     def arg(self, token: str) -> Operand | None:
         """The operand ``%N`` names (None for an immediate)."""
         m = re.fullmatch(r"%(\d+)", token.strip())
         if not m:
             return None
+        if int(m.group(1)) >= len(self.operands):
+            raise Refused(
+                f"{self.ptx.split()[0]} naming {token.strip()}, which is no operand of its asm statement", self.at
+            )
         return self.operands[int(m.group(1))]
 
     def value(self, token: str, kind: str) -> str:
@@ -168,15 +169,15 @@ def _call(s: _Statement) -> str:
             raise Refused(f"{opcode} with operands other than {{d0-d3}}, {{a0-a3}}, {{b0, b1}}, {{c0-c3}}", s.at)
         outs = ", ".join(s.target(t, "f") for t in d)
         ins = ", ".join([*(s.value(t, "emu::ptx::b32") for t in a + b), *(s.value(t, "float") for t in c)])
-        return f"emu::ptx::{MMA[opcode]}({outs}, {ins}, {_site()});"
+        return f"emu::ptx::{MMA[opcode]}({outs}, {ins}, {SITE});"
     if opcode == "cvt.rna.tf32.f32":
         (d,), (x,) = args
-        return f"{s.target(d, 'r')} = emu::tensor_core::cvt_rna_tf32(float{s.arg(x).value()});"
+        return f"{s.target(d, 'r')} = emu::tensor_core::cvt_rna_tf32({s.value(x, 'float')});"
     if re.fullmatch(r"cp\.async\.(ca|cg)\.shared(::cta)?\.global(\.L2::\w+)?", opcode):
         dst, src, size, *source_size = (group[0].strip("[] ") for group in args)
         src_size = s.value(source_size[0], "(long long)") if source_size else s.value(size, "(long long)")
         return (f"emu::ptx::cp_async({s.value(dst, '(unsigned)')}, (const void*){s.value(src, '')}, "
-                f"{s.value(size, '(long long)')}, {src_size}, {_site()});")  # fmt: skip
+                f"{s.value(size, '(long long)')}, {src_size}, {SITE});")  # fmt: skip
     if opcode == "cp.async.commit_group":
         return "__emu_pipeline_commit();"
     if opcode == "cp.async.wait_group":
@@ -207,7 +208,11 @@ def lower(text: str, start: int, system: list[tuple[int, int]]) -> str:
         if any(a <= m.start() < b for a, b in system):
             continue
         statement = _Statement(text[m.end() : end - 1], m.start())
+        try:
+            call = _call(statement)
+        except (ValueError, IndexError, AttributeError):  # operands in a form _call does not read
+            raise Refused(f"the PTX instruction {statement.ptx[:60]} with these operands", m.start()) from None
         stop = end + (text[end : end + 1] == ";")
-        pieces += [text[kept : m.start()], _call(statement) + "\n" * text.count("\n", m.start(), stop)]
+        pieces += [text[kept : m.start()], call + "\n" * text.count("\n", m.start(), stop)]
         kept = stop
     return "".join(pieces) + text[kept:]
