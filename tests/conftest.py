@@ -26,8 +26,9 @@ import pytest  # noqa: E402
 
 import minitorch_cuda as mt  # noqa: E402
 
-# The modules whose GPU tests the CPU emulator runs too: the framework's SIMT stages (0-11);
-# what needs a GPU there (tensor cores, vendor tools, long training runs) is marked gpu_only.
+# The modules whose GPU tests the CPU emulator runs too: the framework's stages (0-12: the emulator
+# models Ampere's tensor cores); what needs a GPU there (Hopper's wgmma, every kernel's build,
+# long training runs) is marked gpu_only.
 EMULATED_FILES = {
     "test_autograd.py", "test_bad_input.py", "test_nn_optim.py", "test_ops.py", "test_registry.py",
     "test_stages.py", "test_stages_beyond.py", "test_training.py",

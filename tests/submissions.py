@@ -741,6 +741,27 @@ HIDDEN_SHAPE_CHEATS = {
 }
 
 
+# --- issue 39: chapter 19 graded on the CPU ---------------------------------------------------------
+# A wrong mma.sync fragment layout, graded with --emulate (tests/test_grader.py,
+# test_chapter_19_is_graded_on_the_emulator): the shipped solutions keep all of 19.1 and 19.2, this
+# student loses 19.2. Its A registers are in the wrong order (a1 four columns right, a2 eight rows
+# down, as if the register index stepped the column first): the instruction sees another A.
+SWAPPED_A_REGISTERS = "swapped_a_registers"
+TENSOR_CORE_STUDENTS = {
+    SWAPPED_A_REGISTERS: Student(
+        "19.2: a1 and a2 swapped in A's layout (a1 at (g, t + 4), a2 at (g + 8, t))",
+        chapters("solutions", 19),
+        (
+            Edit(
+                "19_tensor_cores",
+                "return group + 8 * (register & 1), thread + 4 * (register >> 1)",
+                "return group + 8 * (register >> 1), thread + 4 * (register & 1)",
+            ),
+        ),
+    ),
+}
+
+
 # --- issue 36, classes 1 and 2 (kernels): nothing to copy from, rules read from what was compiled --
 # Kernel cheats are graded on the GPU, or with --emulate on the CPU (tests/test_grader.py,
 # test_a_kernel_cheat_loses_its_exercise): name -> (student, the exercise it must lose, its reasons).
@@ -883,7 +904,7 @@ KERNEL_CHEATS: dict[str, tuple[Student, str, set[str]]] = {
 # --- class 3 (issue 36): an emulated kernel reaching the C library -------------------------------
 #
 # On the emulator a kernel is native code: a branch the emulator compiles and nvcc never does
-# (``__CUDA_ARCH__`` is 700 there, 900 for nvcc's sm_90) may call any C library function through an
+# (``__CUDA_ARCH__`` is 800 there, 900 for nvcc's sm_90) may call any C library function through an
 # address computed from printf's, which a kernel may take: no import names it, so inspecting the
 # library finds nothing. Run in the checker, such a kernel wrote its own verdict. Each must now be
 # stopped by the device process's filter, and fail as host code. On a GPU the branch is not compiled:

@@ -25,7 +25,17 @@ from pathlib import Path
 
 import pytest
 from conftest import needs_bwrap, needs_nvcc
-from submissions import CHEATS, HIDDEN_SHAPE_CHEATS, KERNEL_CHEATS, MARKER, STUDENTS, build, vandal
+from submissions import (
+    CHEATS,
+    HIDDEN_SHAPE_CHEATS,
+    KERNEL_CHEATS,
+    MARKER,
+    STUDENTS,
+    SWAPPED_A_REGISTERS,
+    TENSOR_CORE_STUDENTS,
+    build,
+    vandal,
+)
 
 import minitorch_cuda as mt
 from minitorch_cuda import grade
@@ -902,13 +912,14 @@ HOST_CODE = {  # host code that nvcc accepts (or never compiles for sm_90) aroun
     "constructor": ("__attribute__((constructor)) static void forge() {\n" + FORGE_RESULT + "}\n", "    // empty\n"),
     "static_object": ("struct Forge { Forge() {\n" + FORGE_RESULT + "} };\nstatic Forge forge;\n", "    // empty\n"),
     "destructor": ("__attribute__((destructor)) static void forge() {\n" + FORGE_RESULT + "}\n", "    // empty\n"),
-    "arch_branch": ("", "#if __CUDA_ARCH__ < 900  // the emulator's 700, nvcc's sm_90\n" + FORGE_RESULT + "#endif\n"),
-    "raw_syscall": (  # inline asm over several lines, which the emulator's scan for asm does not see
-        "",
-        "#if __CUDA_ARCH__ < 900\n    long r;\n    asm volatile(\n"
-        '        "syscall"\n        : "=a"(r) : "a"(60L), "D"(0L) : "rcx", "r11", "memory");\n#endif\n',
-    ),
+    "arch_branch": ("", "#if __CUDA_ARCH__ < 900  // the emulator's 800, nvcc's sm_90\n" + FORGE_RESULT + "#endif\n"),
 }
+# Inline asm over several lines: the emulator's ptx.py reads every asm statement and refuses what is no
+# PTX it models, so this one never reaches the device process's filter (before issue 39 it did).
+RAW_SYSCALL = (
+    "#if __CUDA_ARCH__ < 900\n    long r;\n    asm volatile(\n"
+    '        "syscall"\n        : "=a"(r) : "a"(60L), "D"(0L) : "rcx", "r11", "memory");\n#endif\n'
+)
 
 
 @pytest.mark.skipif(
@@ -917,15 +928,16 @@ HOST_CODE = {  # host code that nvcc accepts (or never compiles for sm_90) aroun
 def test_host_code_in_a_kernel_source_cannot_write_its_verdict_on_the_emulator(tmp_path) -> None:
     """On the emulator the kernel's library is loaded into the checker: a constructor, a static object,
     a destructor or a branch for another __CUDA_ARCH__ that writes result.json and exits would grade
-    an empty kernel as passed (a raw system call could do the same without the C library); each
-    fails as host code, and the honest kernel passes."""
+    an empty kernel as passed; each fails as host code. A raw system call in inline asm (which could do
+    the same without the C library) is refused at build as PTX the emulator does not model. The
+    honest kernel passes."""
     entry = 'extern "C" __global__ void ew_relu(float* out, const float* a, int n) {\n'
     text = (SOLUTIONS / "03_building_the_backend.md").read_text()
     assert entry in text and RELU_BODY in text
     subs = tmp_path / "subs"
     (subs / "honest").mkdir(parents=True)
     (subs / "honest" / "03_building_the_backend.md").write_text(text)
-    for name, (before, body) in HOST_CODE.items():
+    for name, (before, body) in [*HOST_CODE.items(), ("raw_syscall", ("", RAW_SYSCALL))]:
         (subs / name).mkdir()
         forged = text.replace(entry, "#include <stdio.h>\n#include <unistd.h>\n" + before + entry)
         (subs / name / "03_building_the_backend.md").write_text(forged.replace(RELU_BODY, body))
@@ -934,6 +946,26 @@ def test_host_code_in_a_kernel_source_cannot_write_its_verdict_on_the_emulator(t
     for name in HOST_CODE:
         result = results[(name, "3.1")]
         assert result["reason"] == verdict.HOST_SIDE and "host code" in result["message"], result
+    result = results[("raw_syscall", "3.1")]
+    assert result["reason"] == verdict.COMPILE_ERROR and "does not model the PTX instruction syscall" in str(result)
+
+
+@pytest.mark.skipif(
+    not _emulator_usable(), reason="the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing"
+)
+def test_chapter_19_is_graded_on_the_emulator(tmp_path) -> None:
+    """Issue 39: with --emulate, chapter 19's notebook executes and its exercises are graded on the CPU:
+    the solutions get every point of 19.1 and 19.2, a wrong mma.sync fragment layout none of 19.2's,
+    named at its first wrong register."""
+    subs = build(tmp_path / "subs", {"full_solutions": STUDENTS["full_solutions"]} | TENSOR_CORE_STUDENTS)
+    out = tmp_path / "g.csv"
+    results = run_grader(subs, out, ["19.1", "19.2"], "--emulate", "--timeout", "300", execute=True)
+    rubric = runner.load_rubric(None)["points"]
+    rows = {r["student"]: r for r in csv.DictReader(out.open())}
+    assert float(rows["full_solutions"]["total"]) == rubric["19.1"] + rubric["19.2"], rows["full_solutions"]
+    wrong = results[(SWAPPED_A_REGISTERS, "19.2")]
+    assert wrong["reason"] == verdict.WRONG_RESULT and float(rows[SWAPPED_A_REGISTERS]["19.2"]) == 0, wrong
+    assert "A, lane 0, register a1: yours (0, 4), the instruction's (8, 0)" in wrong["message"], wrong
 
 
 # An #include in each spelling the preprocessor accepts is judged where the kernel compiles, by the

@@ -168,4 +168,4 @@ def test_a_hopper_gpu_times_the_cluster_where_the_split_twin_would_run():
 @needs_gxx
 def test_a_gpu_without_clusters_is_refused_with_its_name():
     said = run_emulated(REFUSED)
-    assert "needs thread block clusters (compute capability 9.0 or newer)" in said and "sm_70" in said, said
+    assert "needs thread block clusters (compute capability 9.0 or newer)" in said and "sm_80" in said, said

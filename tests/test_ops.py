@@ -492,7 +492,6 @@ def test_against_torch(device, stage):
 
 
 @pytest.mark.gpu
-@pytest.mark.gpu_only  # stage 12's matmuls run on tensor cores
 def test_stage_12_ops_other_than_matmul_are_exact_fp32():
     """The op suite's non-matmul ops at stage 12, with the suite's own tolerances."""
     for op in ALL_OPS:

@@ -436,7 +436,6 @@ def test_graph_replay_equals_eager_steps():
 # --- GPU: tensor cores ------------------------------------------------------------------------------
 
 
-@pytest.mark.gpu_only  # tensor cores
 @pytest.mark.gpu
 @pytest.mark.parametrize(("name", "bound", "typical"), [("matmul_tf32", 1.5e-3, 1e-3), ("matmul_bf16", 1.2e-2, 8e-3)])
 @pytest.mark.parametrize(("ta", "tb"), FLAGS)
@@ -454,7 +453,6 @@ def test_tensor_core_error_against_float64(name, bound, typical, ta, tb, shape):
         assert relative < typical, relative
 
 
-@pytest.mark.gpu_only  # tensor cores
 @pytest.mark.gpu
 @pytest.mark.parametrize(("ta", "tb"), FLAGS)
 @pytest.mark.parametrize("shape", [(4, 4, 4), (72, 76, 84), (132, 260, 300), (256, 256, 1024)], ids=str)
@@ -469,11 +467,14 @@ def test_tf32_async_error_against_float64(ta, tb, shape):
     assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-3
 
 
-@pytest.mark.gpu_only  # tensor cores
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     ("shape", "kernel"),
-    [((64, 256, 784), "matmul_tf32_async"), ((64, 10, 128), "matmul_tf32"), ((1024, 1024, 1024), "wgmma on sm_90")],
+    [
+        ((64, 256, 784), "matmul_tf32_async"),
+        ((64, 10, 128), "matmul_tf32"),
+        pytest.param((1024, 1024, 1024), "wgmma on sm_90", marks=pytest.mark.gpu_only),
+    ],  # Hopper's kernel
 )
 def test_stage_12_picks_its_kernel_by_shape(shape, kernel):
     """mma.sync for operands in whole quads, WMMA otherwise; from 1024^3 up on Hopper, warpgroup
@@ -502,7 +503,6 @@ def test_stage_12_picks_its_kernel_by_shape(shape, kernel):
     assert {r["name"] for r in prof.stats("kernel")} == expected
 
 
-@pytest.mark.gpu_only  # tensor cores
 @pytest.mark.gpu
 def test_tensor_core_batched():
     a, b = matmul_inputs(72, 73, 74, True, False, (3,), (), seed=11)

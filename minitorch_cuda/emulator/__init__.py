@@ -19,11 +19,14 @@ overflow. Shared memory, static and dynamic, is poisoned when each block starts 
 0xff: NaN as a float, -1 as an int), so a slot read before it is written gives the same
 wrong answer every run. Thread block clusters (__cluster_dims__, this_cluster) run cluster by
 cluster, each cluster's blocks at once: reading another block's shared memory before that block
-reached this_cluster() or after it exited is an error. What it refuses at compile time: tensor
-cores (wmma, mma.sync, wgmma), cp.async in inline PTX, inline PTX, cooperative groups other than
-clusters (the asynchronous copies of
-<cuda_pipeline.h> run: each lands at the __pipeline_wait_prior that covers its
-batch, so reading a slot too early shows its old contents). What it does not model: timing (event
+reached this_cluster() or after it exited is an error. Ampere's tensor cores run (compute
+capability 8.0): mma.sync m16n8k8 TF32 and m16n8k16 BF16 with the PTX ISA's fragment layouts and
+the hardware's truncation of TF32 operands, and nvcuda::wmma built on them (tensor_core.h); the
+inline PTX it models (mma.sync, cvt.rna.tf32.f32, cp.async and its groups, %globaltimer) is
+rewritten into calls (ptx.py). Asynchronous copies, of cp.async and of <cuda_pipeline.h>, land at
+the wait that covers their group, so reading a slot too early shows its old contents. What it
+refuses at compile time: any other inline PTX, Hopper's wgmma, TMA and setmaxnreg (naming chapter
+19's section), cooperative groups other than clusters. What it does not model: timing (event
 times are host times), a thread preempted while it spins on another thread of its
 block (the fibers switch only at barriers and warp operations) or on another block
 (a launch of at most MULTIPROCESSOR_COUNT blocks runs them all at once, but in turns

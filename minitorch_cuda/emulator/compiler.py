@@ -4,8 +4,8 @@ A build has three steps:
 
 1. preprocess the source with ``cuda_emu.h`` force-included (``g++ -E``), with
    ``__global__``, ``__shared__``, ``__launch_bounds__`` and ``__cluster_dims__`` left as plain words;
-2. scan the result: refuse what the emulator does not model (inline PTX, tensor
-   cores, cp.async in PTX) naming the construct and the line; find every
+2. scan the result: rewrite the inline PTX it models (ptx.py: mma.sync, cp.async, ...) into
+   calls of ``ptx.h`` and refuse what it does not model, naming the construct and the line; find every
    ``extern "C" __global__`` kernel, its launch bounds and cluster shape; turn each
    ``extern __shared__`` array into a pointer to the block's dynamic shared memory,
    and have each static ``__shared__`` variable poisoned at the start of every block
@@ -29,12 +29,14 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from . import device_process, driver
+from . import device_process, driver, ptx
 from .errors import CompileError, LogicError
 
 HERE = Path(__file__).resolve().parent
 INCLUDE = HERE / "include"
 HEADER = HERE / "cuda_emu.h"
+PTX_HEADER = HERE / "ptx.h"  # force-included after HEADER: what ptx.lower's calls call
+OWN_HEADERS = [HEADER, PTX_HEADER, HERE / "tensor_core.h"]  # what every build opens besides include/
 CXX = os.environ.get("CXX", "g++")
 CXXFLAGS = ["-std=c++17", "-O2", "-fPIC", "-fno-strict-aliasing", "-fno-math-errno", "-ffp-contract=off"]
 
@@ -64,17 +66,8 @@ MAIN = "kernel.cu"  # the source's name in messages
 
 # (pattern in the preprocessed source, what is not modelled)
 UNSUPPORTED = [
-    (r"\bwmma::", "tensor-core fragments (nvcuda::wmma)"),
-    # cp.async through inline PTX (the <cuda_pipeline.h> intrinsics are modelled: include/)
-    (r"\b__cvta_generic_to_shared\b", "asynchronous copies to shared memory (cp.async)"),
     # include/cooperative_groups.h models thread block clusters only
     (r"\b(?:cooperative_groups|cg)::(?!this_cluster\b|cluster_group\b)\w+", "cooperative groups other than clusters"),
-]
-PTX = [  # the first word of an inline-PTX string -> what it is
-    ("wgmma", "Hopper warpgroup tensor-core instructions (wgmma)"),
-    ("mma", "tensor-core instructions (mma.sync)"),
-    ("cp.async", "asynchronous copies to shared memory (cp.async)"),
-    ("", "inline PTX (asm)"),
 ]
 
 
@@ -154,36 +147,59 @@ def _options(options: list[str] | None, include_dirs: list[str]) -> list[str]:
     return kept
 
 
-def _refuse(text: str) -> None:
-    """CompileError for the first construct of the user's files that the emulator does not model."""
-    file, line, system = MAIN, 0, False
-    for raw in text.splitlines():
+def _refusal(what: str, file: str, line: int, raw: str, needs: str = "") -> CompileError:
+    """The CompileError that refuses ``what`` at ``file``'s ``line`` (``raw``: its text); ``needs``:
+    the chapter's section whose kernels need a GPU for it."""
+    where = f"{Path(file).name} line {line}"
+    gpu = f"a kernel that uses it needs a GPU ({needs})" if needs else "a kernel that uses it needs a GPU"
+    return CompileError(
+        f"the CPU emulator does not model {what} ({where}: {raw.strip()[:80]}); {gpu}",
+        stderr=f"{MAIN}({line}): error: the CPU emulator does not model {what} ({where}); {gpu}"
+        if file == MAIN
+        else f"{where}: error: the CPU emulator does not model {what}; {gpu}",
+    )
+
+
+def _lines(text: str):
+    """(offset, file, line, from a system header) of each line of the preprocessed text that is source."""
+    file, line, system, offset = MAIN, 0, False, 0
+    for raw in text.splitlines(keepends=True):
         marker = re.match(r'# (\d+) "([^"]*)"(.*)', raw)
         if marker:
             file, line = marker.group(2), int(marker.group(1)) - 1
             system = "3" in marker.group(3).split() or file.startswith(str(HERE))
-            continue
-        line += 1
-        if system:
-            continue
-        what = next((w for pattern, w in UNSUPPORTED if re.search(pattern, raw)), None)
-        asm = re.search(r'\b(?:asm|__asm__|__asm)\b[^"]*"\s*([\w.]*)', raw)
-        if asm:
-            what = next(w for prefix, w in PTX if asm.group(1).startswith(prefix))
+        else:
+            line += 1
+            yield offset, file, line, system
+        offset += len(raw)
+
+
+def _lower_ptx(text: str) -> str:
+    """The text with the inline PTX the emulator models rewritten (ptx.lower); refuses the rest."""
+    system, spans = [], [(offset, sys) for offset, _, _, sys in _lines(text)] + [(len(text), False)]
+    for i, ((offset, sys), (end, _)) in enumerate(zip(spans, spans[1:])):
+        if sys and i and spans[i - 1][1]:  # the line before was a system header's too: one span
+            system[-1] = (system[-1][0], end)
+        elif sys:
+            system.append((offset, end))
+    try:
+        return ptx.lower(text, max(0, text.find(f'\n# 1 "{MAIN}"', text.find(f'"{PTX_HEADER}"'))), system)
+    except ptx.Refused as refused:
+        offset, file, line, _ = next(x for x in reversed(list(_lines(text))) if x[0] <= refused.at)
+        raw = text[refused.at : text.find("\n", refused.at)]
+        raise _refusal(refused.what, file, line, raw, refused.section) from None
+
+
+def _refuse(text: str) -> None:
+    """CompileError for the first construct of the user's files that the emulator does not model."""
+    for offset, file, line, system in _lines(text):
+        raw = text[offset : text.find("\n", offset)]
+        what = None if system else next((w for pattern, w in UNSUPPORTED if re.search(pattern, raw)), None)
         if what:
-            where = f"{Path(file).name} line {line}"
-            raise CompileError(
-                f"the CPU emulator does not model {what} ({where}: {raw.strip()[:80]}); "
-                "a kernel that uses them needs a GPU",
-                stderr=f"{MAIN}({line}): error: the CPU emulator does not model {what} ({where}); "
-                "a kernel that uses them needs a GPU (stage 12's tensor-core matmuls do)"
-                if file == MAIN
-                else f"{where}: error: the CPU emulator does not model {what}; a kernel that uses them needs a GPU "
-                "(stage 12's tensor-core matmuls do)",
-            )
+            raise _refusal(what, file, line, raw)
 
 
-_NESTED = r"(?:[^()]|\([^()]*\))*"  # an attribute's arguments: one level of nested parentheses
+_NESTED = r"(?:[^()]|\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\))*"  # an attribute's arguments: 3 levels of parentheses
 _BOUNDS = re.compile(rf"__launch_bounds__\s*\(({_NESTED})\)")
 _CLUSTER = re.compile(rf"__cluster_dims__\s*\(({_NESTED})\)")
 _ATTRIBUTES = rf"(?:(?:__launch_bounds__|__cluster_dims__)\s*\({_NESTED}\)\s*)*"
@@ -338,7 +354,8 @@ def build(
     flags = _options(options, list(include_dirs))
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, MAIN).write_text(source)
-        scan = [CXX, "-E", "-x", "c++", "-std=c++17", "-isystem", str(INCLUDE), "-include", str(HEADER), *flags, MAIN]
+        scan = [CXX, "-E", "-x", "c++", "-std=c++17", "-isystem", str(INCLUDE), "-include", str(HEADER),
+                "-include", str(PTX_HEADER), *flags, MAIN]  # fmt: skip
         try:
             text = _run(scan, tmp, "preprocessing for the CPU emulator")
         except CompileError as exc:  # an include/ header that refuses itself: say only that
@@ -350,6 +367,7 @@ def build(
             raise CompileError(refused.group(1), exc.command_line, "", f"{where}error: {refused.group(1)}") from None
         if on_preprocessed is not None:
             on_preprocessed(text)
+        text = _lower_ptx(text)
         _refuse(text)
         found = kernels(text, c_linkage_only=no_extern_c)
         body, file_scope = _shared(text)

@@ -126,7 +126,8 @@ unsigned __emu_activemask(void);
 #define __forceinline__ inline __attribute__((always_inline))
 #define __restrict__ __restrict
 #define __align__(n) __attribute__((aligned(n)))
-#define __CUDA_ARCH__ 700  // the SIMT model of Volta and later: independent thread scheduling
+#define __grid_constant__  // a kernel parameter of a Hopper TMA kernel (its body is sm_90a code only)
+#define __CUDA_ARCH__ 800  // Ampere: independent thread scheduling, TF32/BF16 tensor cores (tensor_core.h)
 #define MINITORCH_CUDA_EMULATOR 1
 // __global__, __shared__ and __launch_bounds__: defined by compiler.py after its scan.
 

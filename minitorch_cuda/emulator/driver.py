@@ -247,7 +247,9 @@ class Device:
         return NAME
 
     def compute_capability(self) -> tuple[int, int]:
-        return (7, 0)  # the SIMT model it emulates (Volta's independent thread scheduling); no tensor cores
+        # Ampere's: Volta's independent thread scheduling, and the TF32 and BF16 tensor cores that
+        # tensor_core.h models (mma.sync, wmma); Hopper's wgmma and TMA are refused (ptx.py)
+        return (8, 0)
 
     def total_memory(self) -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

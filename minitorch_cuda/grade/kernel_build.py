@@ -54,11 +54,11 @@ def headers() -> Path:
 
 def _system_dirs() -> list[str]:
     """Where the system's and CUDA's own headers lie (what a kernel may open besides ``headers()``), and
-    the emulator's stand-ins for CUDA's (its include folder and cuda_emu.h, not its runtime's source)."""
+    the emulator's stand-ins for CUDA's (its include folder and own headers, not its runtime's source)."""
     from ..emulator import compiler
 
     dirs = ["/usr/include", "/usr/lib/gcc", "/usr/local/include", "/usr/local/cuda", str(compiler.INCLUDE)]
-    dirs.append(str(compiler.HEADER))
+    dirs += [str(header) for header in compiler.OWN_HEADERS]
     for compiler_path in (sandbox.real_nvcc(), sandbox.real_cxx()):  # a toolchain's own headers (/opt/gcc)
         prefix = compiler_path and os.path.realpath(str(Path(compiler_path).parents[1]))
         if prefix and prefix != "/usr":  # not all of /usr: an installed package's kernels lie there
