@@ -130,6 +130,12 @@ class Subject:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+def _still_the_stub(ex):
+    from . import verdict
+
+    return verdict.CheckResult(ex.id, False, verdict.NOT_IMPLEMENTED, f"Exercise {ex.id} is still the stub")
+
+
 def check_python(ex, cell: str, subject: Subject):
     """The verdict on a Python exercise whose code runs in the subject process."""
     from . import channel, checks, verdict
@@ -139,7 +145,7 @@ def check_python(ex, cell: str, subject: Subject):
         outcome = subject.load(ex.id, cell)
         status = outcome.get("status") if isinstance(outcome, dict) else None
         if status == "not_implemented":
-            return CheckResult(ex.id, False, verdict.NOT_IMPLEMENTED, f"Exercise {ex.id} is still the stub")
+            return _still_the_stub(ex)
         if status == "raised":
             return CheckResult(ex.id, False, verdict.EXCEPTION, f"the exercise cell raised {outcome.get('message')}")
         if status == "refused":  # subject_rules: what the exercise rules out, tried by the cell
@@ -155,7 +161,7 @@ def check_python(ex, cell: str, subject: Subject):
         try:
             return checks.run_check(ex.id, outcome["artifact"], cell)
         except NotImplementedError:
-            return CheckResult(ex.id, False, verdict.NOT_IMPLEMENTED, f"Exercise {ex.id} is still the stub")
+            return _still_the_stub(ex)
     except channel.SubjectGone as gone:
         if gone.why == "timeout":
             left = "an endless loop or a hang?"
@@ -192,7 +198,7 @@ def check_kernel(ex, kernel_source: str, sanitize: bool, sanitize_timeout: float
     try:
         result = checks.run_check(ex.id, kernel_source)
     except NotImplementedError:
-        return CheckResult(ex.id, False, verdict.NOT_IMPLEMENTED, f"Exercise {ex.id} is still the stub")
+        return _still_the_stub(ex)
     if time.monotonic() - start > check_timeout:
         message = f"the checks took more than {check_timeout:g} s (an endless loop or a very slow kernel?)"
         return CheckResult(ex.id, False, verdict.TIMEOUT, message)
