@@ -244,7 +244,8 @@ def profile_stage(stage: int, data, steps: int = 20, keep: int = 400) -> dict:
 def matmul_gflops(repeats: int = 20) -> dict:
     """GFLOP/s of each matmul kernel (launchers.MATMULS, as the backend launches it) and of
     cuBLAS (through PyTorch, FP32 and TF32) on the same shapes, in one run."""
-    from .cuda import launchers
+    from . import torch_reference
+    from .cuda import launchers, timing
     from .cuda.array import DeviceArray
     from .cuda.autotune import tuner
     from .cuda.backend import from_numpy
@@ -261,14 +262,14 @@ def matmul_gflops(repeats: int = 20) -> dict:
             if name in SLOW_KERNELS and M * N * K > 1024**3:
                 continue
             try:
-                seconds = kernel_seconds(functools.partial(launchers.MATMULS[name], c, a, b, g), repeats)
+                seconds = timing.launcher_seconds(functools.partial(launchers.MATMULS[name], c, a, b, g), repeats)
             except ValueError as exc:  # the kernel cannot take this problem (or this GPU)
                 row["skipped"][name] = str(exc)
                 continue
             row["gflops"][name] = g.flops / 1e9 / seconds
         row["regtiled_variant"] = launchers.regtiled_tile(c, a, b, g)
         for key, tf32 in (("cublas", False), ("cublas_tf32", True)):
-            seconds = _cublas_seconds(M, N, K, repeats, tf32)
+            seconds = torch_reference.cublas_seconds(M, N, K, repeats, tf32)
             if seconds:
                 row["gflops"][key] = g.flops / 1e9 / seconds
         rows.append(row)
@@ -280,9 +281,7 @@ def bandwidth_table(repeats: int = 10) -> dict:
     elementwise ops on 2^28 floats (scalar stage-8 kernels and stage 9's float4 ones),
     softmax over 8192 x 8192 (stage 8's three-pass kernel, stage 9's online one and the one that
     holds the row in registers)."""
-    import pycuda.driver as drv
-
-    from .cuda import launchers
+    from .cuda import launchers, timing
     from .cuda.array import DeviceArray
     from .cuda.runtime import copy_dtod
 
@@ -303,10 +302,10 @@ def bandwidth_table(repeats: int = 10) -> dict:
             for name in ("softmax_rows_shuffle", "softmax_rows_online", "softmax_rows_block")
         },
     }
-    copy_seconds = _median_seconds(lambda: copy_dtod(out.ptr, x.ptr, 4 * n), repeats, drv)
+    copy_seconds = timing.seconds_per_call(lambda: copy_dtod(out.ptr, x.ptr, 4 * n), repeats)
     table = {"memcpy_dtod": {"bytes": 2 * 4 * n, "seconds": copy_seconds, "gb_per_s": 2 * 4 * n / copy_seconds / 1e9}}
     for name, (arrays, launch) in cases.items():
-        seconds = kernel_seconds(launch, repeats)
+        seconds = timing.launcher_seconds(launch, repeats)
         table[name] = {"bytes": arrays * 4 * n, "seconds": seconds, "gb_per_s": arrays * 4 * n / seconds / 1e9}
     copy = table["memcpy_dtod"]["gb_per_s"]
     for row in table.values():
@@ -319,52 +318,6 @@ def format_bandwidth(table: dict) -> str:
     for name, row in table["kernels"].items():
         lines.append(f"{name:>22}  {row['gb_per_s']:8.1f}  {row['share_of_copy']:8.1%}")
     return "\n".join(lines)
-
-
-INNER = 10  # launches between two events, so that host launch gaps do not count
-
-
-def kernel_seconds(launch, repeats: int) -> float:
-    """Median seconds per launch of a launcher (given all but ``timed=``): each of ``repeats``
-    samples times INNER back-to-back launches, arguments prepared once, after a warm-up."""
-    launch(timed=1)  # warm-up (module load, autotuning, caches)
-    return float(np.median([launch(timed=INNER) / 1e3 for _ in range(repeats)]))
-
-
-def _median_seconds(call, repeats: int, drv) -> float:
-    call()  # warm-up (module load, caches)
-    times = []
-    for _ in range(repeats):
-        start, stop = drv.Event(), drv.Event()
-        start.record()
-        for _ in range(INNER):
-            call()
-        stop.record()
-        stop.synchronize()
-        times.append(stop.time_since(start) / 1e3 / INNER)
-    return float(np.median(times))
-
-
-def _cublas_seconds(M: int, N: int, K: int, repeats: int, tf32: bool = False) -> float | None:
-    try:
-        import torch
-    except ImportError:
-        return None
-    torch.backends.cuda.matmul.allow_tf32 = tf32  # FP32 against FP32, TF32 against TF32
-    a = torch.randn(M, K, device="cuda")
-    b = torch.randn(K, N, device="cuda")
-    torch.matmul(a, b)
-    times = []
-    for _ in range(repeats):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(INNER):
-            torch.matmul(a, b)
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / 1e3 / INNER)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    return float(np.median(times))
 
 
 def ladder_notes(rows: list[dict]) -> list[str]:

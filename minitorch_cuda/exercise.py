@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 
+from . import emulator
 from .grade import exercises
 from .grade.fakes import FakeArray, FakeDevice, GraphDevice, QueueingDevice, TinyStep
 
@@ -50,7 +51,7 @@ class ExerciseNotDone(NotImplementedError):
     def __init__(self, exercise_id: str, then: str):
         ex = exercises.get(exercise_id)
         if ex.kind == "cuda":
-            stub = f"its kernel still holds `// TODO: Exercise {ex.id}`"
+            stub = f"its kernel still holds `{exercises.kernel_stub(ex.id)}`"
         else:
             stub = f"`{ex.name}` still raises NotImplementedError"
         super().__init__(f"Exercise {ex.id} is not done yet: {stub}; {then}")
@@ -67,12 +68,12 @@ def device_line() -> str:
         return "GPU available: True"
     if cuda_available():
         return (
-            "GPU available: True, emulated: kernels run on the CPU emulator (MINITORCH_CUDA_EMULATE=1), "
+            f"GPU available: True, emulated: kernels run on the CPU emulator ({emulator.SWITCH}), "
             "checked for correctness; timings there are the CPU's, not a GPU's"
         )
     return (
         f"GPU available: False ({cuda_unavailable_reason()}). The kernel exercises run on the CPU emulator: "
-        "make `%env MINITORCH_CUDA_EMULATE=1` the first cell, then Kernel > Restart and run all"
+        f"make `%env {emulator.SWITCH}` the first cell, then Kernel > Restart and run all"
     )
 
 
@@ -99,11 +100,10 @@ class Outcome:
 def report(exercise_id: str, artifact) -> Outcome:
     """Run the grader's checks of an exercise here and print what passed and what failed; on the
     CPU emulator within CHECK_SECONDS (Kernel > Interrupt stops a kernel there too)."""
-    from .emulator import selected
     from .grade.checks import report as run
 
     limit = contextlib.nullcontext()
-    if selected():
+    if emulator.selected():
         from .emulator.driver import time_limit
 
         limit = time_limit(CHECK_SECONDS)
@@ -118,7 +118,7 @@ def cuda_exercise(exercise_id: str, source: str) -> None:
     """Validate a kernel exercise's source early. Returns nothing, so that the cell
     that ends with it does not echo the kernel's source back."""
     ex = exercises.get(exercise_id)
-    if "TODO: Exercise" in source:
+    if exercises.holds_stub(source):
         raise ExerciseNotDone(ex.id, "write the kernel in this cell and run it again")
     exercises.check_source_entry(ex, source)
     from .device import cuda_available, cuda_unavailable_reason
@@ -126,7 +126,7 @@ def cuda_exercise(exercise_id: str, source: str) -> None:
     if not cuda_available():
         print(
             f"Name and parameters checked, not compiled: no usable GPU ({cuda_unavailable_reason()}). "
-            "To compile and check kernels on the CPU emulator, start Python or Jupyter with MINITORCH_CUDA_EMULATE=1."
+            f"To compile and check kernels on the CPU emulator, start Python or Jupyter with {emulator.SWITCH}."
         )
         return
     from .cuda.driver import EMULATED

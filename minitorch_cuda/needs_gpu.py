@@ -19,7 +19,7 @@ def refuse_emulated(command: str, why: str = TIMINGS) -> None:
     """Exit with status 2 and one line on stderr where kernels run on the CPU emulator."""
     if emulator.selected():
         print(
-            f"{command}: not run: kernels run on the CPU emulator here ({emulator.ENV}=1), so {why}. "
+            f"{command}: not run: kernels run on the CPU emulator here ({emulator.SWITCH}), so {why}. "
             f"Run it on a machine with a GPU, with {emulator.ENV} unset.",
             file=sys.stderr,
         )

@@ -131,6 +131,25 @@ class TorchGraphTrainer(TorchTrainer):
         return total / steps
 
 
+def cublas_seconds(M: int, N: int, K: int, repeats: int, tf32: bool = False) -> float | None:
+    """Median seconds of one torch.matmul of an M x K by a K x N matrix on the GPU (cuBLAS), by
+    the benchmark's timer (cuda/timing.py); None without PyTorch. ``tf32``: TF32 against the
+    TF32 kernels, else FP32 against FP32."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    from .cuda import timing
+
+    a = torch.randn(M, K, device="cuda")
+    b = torch.randn(K, N, device="cuda")
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        return timing.seconds_per_call(lambda: torch.matmul(a, b), repeats)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+
 def run_protocol(protocol: Protocol, data, epochs: int, warmup_batches: int, progress=None) -> dict:
     """Warm up, then time ``epochs`` full epochs; report the median and the test accuracy."""
     import torch

@@ -1,5 +1,6 @@
-"""experiments/ncu.py without a GPU: its CSV and SASS parsing and the records it writes,
-fed recorded-looking ncu output through a fake command runner."""
+"""The Nsight Compute experiment without a GPU: the parsing of CSV and SASS (ncu_counters),
+the records it writes, fed recorded-looking ncu output through a fake command runner (ncu),
+the chapters' views of them (book/ncu_records) and its workloads on the emulator (ncu_workloads)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import pytest
 from conftest import needs_gxx
 
 from minitorch_cuda import results
-from minitorch_cuda.experiments import ncu
+from minitorch_cuda.book import ncu_records
+from minitorch_cuda.experiments import ncu, ncu_workloads
+from minitorch_cuda.experiments import ncu_counters as counters
 
 HEAD = (
     '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
@@ -28,7 +31,7 @@ def long_row(i: int, kernel: str, metric: str, unit: str, value: str, grid: str 
     )
 
 
-LD_SECTORS, LD_REQUESTS = ncu.SECTORS[0], ncu.SECTORS[1]
+LD_SECTORS, LD_REQUESTS = counters.SECTORS[0], counters.SECTORS[1]
 CH07_CSV = "\n".join(
     [
         "==PROF== Connected to process 4940 (/usr/bin/python3.12)",
@@ -48,16 +51,16 @@ CH07_CSV = "\n".join(
 
 
 def test_number_reads_separators_units_and_gaps() -> None:
-    assert ncu.number("45,408", "ns") == 45408
-    assert ncu.number("83.61", "%") == pytest.approx(83.61)
-    assert ncu.number("n/a") is None
-    assert ncu.number("1.5", "Mbyte") == 1_500_000  # scaled to base units where ncu chose a prefix
-    assert ncu.number("2", "usecond") == 2000
-    assert ncu.number("(256, 1, 1)") == "(256, 1, 1)"
+    assert counters.number("45,408", "ns") == 45408
+    assert counters.number("83.61", "%") == pytest.approx(83.61)
+    assert counters.number("n/a") is None
+    assert counters.number("1.5", "Mbyte") == 1_500_000  # scaled to base units where ncu chose a prefix
+    assert counters.number("2", "usecond") == 2000
+    assert counters.number("(256, 1, 1)") == "(256, 1, 1)"
 
 
 def test_parse_csv_long_format_keeps_launches_in_order() -> None:
-    launches = ncu.parse_csv(CH07_CSV)
+    launches = counters.parse_csv(CH07_CSV)
     assert [(x["id"], x["kernel"]) for x in launches] == [(0, "gather_rows"), (1, "strided_copy")]
     gather = launches[0]
     assert gather["metrics"]["gpu__time_duration.sum"] == 45408
@@ -74,33 +77,33 @@ def test_parse_csv_wide_format_with_a_units_row() -> None:
             '"0","softmax_rows_online","(256, 1, 1)","(8192, 1, 1)","536.87","12.5"',
         ]
     )
-    (launch,) = ncu.parse_csv(text)
+    (launch,) = counters.parse_csv(text)
     assert launch["kernel"] == "softmax_rows_online"
     assert launch["metrics"]["dram__bytes_read.sum"] == pytest.approx(536.87e6)
     assert launch["metrics"]["lts__t_sector_hit_rate.pct"] == pytest.approx(12.5)
 
 
 def test_parse_csv_without_csv_lines_is_empty() -> None:
-    assert ncu.parse_csv("==ERROR== Failed to find metric sm__nonsense.sum\n") == []
+    assert counters.parse_csv("==ERROR== Failed to find metric sm__nonsense.sum\n") == []
 
 
 def test_by_kernel_keeps_the_last_launch_and_derives_ratios() -> None:
-    launches = ncu.parse_csv(CH07_CSV + "\n" + long_row(2, "gather_rows", LD_SECTORS, "sector", "800"))
-    kernels = ncu.by_kernel(launches, ncu.DERIVED_FOR["ch07"])
+    launches = counters.parse_csv(CH07_CSV + "\n" + long_row(2, "gather_rows", LD_SECTORS, "sector", "800"))
+    kernels = counters.by_kernel(launches, ncu.DERIVED_FOR["ch07"])
     assert kernels["gather_rows"]["id"] == 2 and kernels["gather_rows"]["launches_profiled"] == 2
     assert kernels["strided_copy"]["derived"]["sectors_per_request_ld"] == pytest.approx(32.0)
     assert "sectors_per_request_ld" not in kernels["gather_rows"]["derived"]  # no requests in launch 2
 
 
 def test_wavefronts_per_ffma_counts_warp_instructions() -> None:
-    metrics = {ncu.SHARED[1]: 2 * 1024, ncu.FMA[0]: 32 * 1024}  # two wavefronts per warp FFMA
-    assert ncu.derive(metrics, ("shared_ld_wavefronts_per_warp_ffma",)) == {
+    metrics = {counters.SHARED[1]: 2 * 1024, counters.FMA[0]: 32 * 1024}  # two wavefronts per warp FFMA
+    assert counters.derive(metrics, ("shared_ld_wavefronts_per_warp_ffma",)) == {
         "shared_ld_wavefronts_per_warp_ffma": pytest.approx(2.0)
     }
 
 
 def test_usable_drops_names_the_listing_does_not_offer() -> None:
-    offered = ncu.offered_metrics(
+    offered = counters.offered_metrics(
         "Device NVIDIA H200 (GH100)\n"
         "Metric Name                           Metric Description\n"
         "dram__bytes_read                      # of bytes read from DRAM\n"
@@ -113,15 +116,15 @@ def test_usable_drops_names_the_listing_does_not_offer() -> None:
         "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
         "launch__grid_size",  # a unit the listing never names is kept
     )
-    kept, dropped = ncu.usable(wanted, offered)
+    kept, dropped = counters.usable(wanted, offered)
     assert dropped == ["sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"]
     assert kept == [wanted[0], wanted[1], wanted[3]]
-    assert ncu.usable(wanted, None) == (list(wanted), [])
+    assert counters.usable(wanted, None) == (list(wanted), [])
 
 
 def test_rejected_finds_the_metric_an_error_names() -> None:
     out = "==ERROR== Failed to find metric sm__nonsense.sum\n"
-    assert ncu.rejected(out, ["dram__bytes_read.sum", "sm__nonsense.sum"]) == ["sm__nonsense.sum"]
+    assert counters.rejected(out, ["dram__bytes_read.sum", "sm__nonsense.sum"]) == ["sm__nonsense.sum"]
 
 
 SASS = """
@@ -147,15 +150,15 @@ SASS = """
 
 
 def test_sass_summary_finds_the_inner_loop_by_label_or_address() -> None:
-    functions = ncu.sass_functions(SASS)
-    batched = ncu.sass_summary(functions["matmul_batched"])
+    functions = counters.sass_functions(SASS)
+    batched = counters.sass_summary(functions["matmul_batched"])
     assert batched["instructions"] == 8
     assert batched["inner_loop"]["instructions"] == 5
     assert batched["inner_loop"]["opcodes"] == {"LDG": 2, "BRA": 1, "FFMA": 1, "IMAD": 1}
     assert batched["inner_loop"]["instructions_per_ffma"] == pytest.approx(5.0)
-    transposed = ncu.sass_summary(functions["matmul_transposed"])
+    transposed = counters.sass_summary(functions["matmul_transposed"])
     assert transposed["inner_loop"]["instructions"] == 3
-    assert ncu.resource_usage("Function matmul_batched:\nREG:40 STACK:0 SHARED:0 LOCAL:0\n") == {
+    assert counters.resource_usage("Function matmul_batched:\nREG:40 STACK:0 SHARED:0 LOCAL:0\n") == {
         "matmul_batched": {"REG": 40, "STACK": 0, "SHARED": 0, "LOCAL": 0}
     }
 
@@ -234,7 +237,7 @@ def test_every_topic_names_a_workload_or_sass_and_launches_nothing_unskipped() -
     for name, topic in ncu.TOPICS.items():
         assert topic.runs or topic.sass, name
         for run in topic.runs:
-            assert run.workload in ncu.WORKLOADS, (name, run.workload)
+            assert run.workload in ncu_workloads.WORKLOADS, (name, run.workload)
             assert (run.skip == 0 if run.ranged else run.skip >= 1) and run.count >= 1
             assert run.kernels.startswith("regex:")
 
@@ -242,7 +245,7 @@ def test_every_topic_names_a_workload_or_sass_and_launches_nothing_unskipped() -
 def test_chapter_views_show_a_record_or_say_it_is_pending(machine, tmp_path) -> None:
     ncu.main(["--out", str(tmp_path), "ch07", "ch10"], runner=machine)
     ch07 = json.loads((tmp_path / "ncu_ch07.json").read_text())
-    text = ncu.shown(
+    text = ncu_records.shown(
         "ch07",
         [
             ("ld sectors/req", "sectors_per_request_ld", 1, "{:.1f}"),
@@ -252,15 +255,15 @@ def test_chapter_views_show_a_record_or_say_it_is_pending(machine, tmp_path) -> 
     )
     assert "[gather vs strided]" in text and "32.0" in text and "26.3" in text
     assert text.splitlines()[-1].rstrip().endswith("-")  # strided_copy's n/a DRAM bytes
-    assert ncu.kernel_names("ch07", ch07) == ["gather_rows", "strided_copy"]
-    sass = ncu.shown_sass("ch10", json.loads((tmp_path / "ncu_ch10.json").read_text()))
+    assert ncu_records.kernel_names("ch07", ch07) == ["gather_rows", "strided_copy"]
+    sass = ncu_records.shown_sass("ch10", json.loads((tmp_path / "ncu_ch10.json").read_text()))
     assert "matmul_batched: 8 instructions, 40 registers; inner loop 5 instructions for 1 FFMA" in sass
     monkey_dir = tmp_path / "empty"
     monkey_dir.mkdir()
     results.RESULTS_DIR = monkey_dir  # the fixture restores it
-    assert ncu.shown("ch11", []).startswith("Nsight Compute measurement pending: book/results/ncu_ch11.json")
-    assert ncu.shown_sass().startswith("SASS comparison pending")
-    assert len(ncu.shown("ch11", []).splitlines()) == 1
+    assert ncu_records.shown("ch11", []).startswith("Nsight Compute measurement pending: book/results/ncu_ch11.json")
+    assert ncu_records.shown_sass().startswith("SASS comparison pending")
+    assert len(ncu_records.shown("ch11", []).splitlines()) == 1
 
 
 def test_a_kernel_profiled_at_two_shapes_is_kept_once_per_grid() -> None:
@@ -271,18 +274,18 @@ def test_a_kernel_profiled_at_two_shapes_is_kept_once_per_grid() -> None:
             long_row(1, "matmul_tiled", "gpu__time_duration.sum", "ns", "9,000", grid="(8, 2, 1)"),
         ]
     )
-    kernels = ncu.by_kernel(ncu.parse_csv(text))
+    kernels = counters.by_kernel(counters.parse_csv(text))
     assert sorted(kernels) == ["matmul_tiled", "matmul_tiled @ (8, 2, 1)"]
     assert kernels["matmul_tiled @ (8, 2, 1)"]["metrics"]["gpu__time_duration.sum"] == 9000
 
 
 WORKLOAD_CHECK = """
 import numpy as np
-from minitorch_cuda.experiments import ncu
-ncu.SIZES.update(gather=(40, 37), sumsq=3000, sum_rows=(7, 64), matmul=128, softmax=96)
+from minitorch_cuda.experiments import ncu_workloads
+ncu_workloads.SIZES.update(gather=(40, 37), sumsq=3000, sum_rows=(7, 64), matmul=128, softmax=96)
 for name in ("ch07", "ch11", "ch13", "ch14_ours", "ch15", "ch14_small_ours"):
-    ncu.WORKLOADS[name]()
-launchers, ops, runtime, DeviceArray = ncu._device()
+    ncu_workloads.WORKLOADS[name]()
+launchers, ops, runtime, DeviceArray = ncu_workloads._device()
 h = np.random.default_rng(0).standard_normal((40, 37)).astype(np.float32)
 x, out_t = ops.from_numpy(h), DeviceArray.empty((37, 40))
 launchers.elementwise("strided_copy", 40 * 37, out_t, x, 40 * 37, 1, 37, 40, 0, 0, 1, 37)  # as workload_ch07
@@ -305,10 +308,10 @@ NEW_RUNS = [(name, run) for name in ("ch16_pipelined", "ch21", "ch16_cluster") f
 
 @pytest.mark.parametrize(("topic", "run"), NEW_RUNS, ids=[f"{t}: {r.variant}" for t, r in NEW_RUNS])
 def test_the_new_topics_build_valid_ncu_command_lines(topic, run) -> None:
-    cmd = ncu.ncu_command("ncu", run, ncu.usable(run.metrics, None)[0])
+    cmd = ncu.ncu_command("ncu", run, counters.usable(run.metrics, None)[0])
     child = cmd.index(sys.executable)
     assert cmd[child:] == [sys.executable, "-m", "minitorch_cuda.experiments.ncu", "--workload", run.workload]
-    assert run.workload in ncu.WORKLOADS
+    assert run.workload in ncu_workloads.WORKLOADS
     assert cmd[1:child].count("--csv") == 1
     flags = [f for f in cmd[1:child] if f != "--csv"]  # the one option without a value
     assert len(flags) % 2 == 0 and all(f.startswith("--") for f in flags[::2]), flags
@@ -323,10 +326,10 @@ def test_the_new_topics_build_valid_ncu_command_lines(topic, run) -> None:
     assert opts["--kernel-name"].startswith("regex:")
     re.compile(opts["--kernel-name"].removeprefix("regex:"))
     metrics = opts["--metrics"].split(",")
-    assert len(set(metrics)) == len(metrics) and ncu.TIME[0] in metrics
+    assert len(set(metrics)) == len(metrics) and counters.TIME[0] in metrics
     assert all(re.fullmatch(r"[a-z0-9_]+__[a-z0-9_]+(\.[a-z0-9_]+)*", m) for m in metrics), metrics
     if "graphed" in run.variant:
-        assert opts["--graph-profiling"] == "node" and metrics == list(ncu.TIME)
+        assert opts["--graph-profiling"] == "node" and metrics == list(counters.TIME)
 
 
 def test_the_pipelined_topic_profiles_every_kernel_its_question_names() -> None:
@@ -341,7 +344,8 @@ def test_the_pipelined_topic_profiles_every_kernel_its_question_names() -> None:
     others = [k for k in SPECS if k.startswith("matmul") and k not in wanted]
     assert others and not [k for k in others if pattern.search(k)]  # the two-stage pipeline, other tiles
     assert ncu.TOPICS["ch16_pipelined"].runs[1].name_base == "demangled"
-    assert set(ncu.STALLS + ncu.STALLS_MORE) <= set(ours.metrics) and "launch__registers_per_thread" in ours.metrics
+    assert set(counters.STALLS + counters.STALLS_MORE) <= set(ours.metrics)
+    assert "launch__registers_per_thread" in ours.metrics
 
 
 def _launch_rows(kernel: str, metrics: dict[str, str], i: int, grid: str) -> list[str]:
@@ -352,10 +356,10 @@ def test_derived_ratios_of_the_new_topics_from_a_fake_csv() -> None:
     stall = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio".format
     gemm = {  # 4096^3 in 4 ms: 2^36 thread FFMAs, 2^31 of them per warp, of 2^32 warp instructions
         "gpu__time_duration.sum": "4,000,000",
-        ncu.FMA[0]: "68,719,476,736",
-        ncu.FMA[1]: "2,684,354,560",
-        ncu.FMA[2]: "4,294,967,296",
-        ncu.SHARED[0]: "1,073,741,824",
+        counters.FMA[0]: "68,719,476,736",
+        counters.FMA[1]: "2,684,354,560",
+        counters.FMA[2]: "4,294,967,296",
+        counters.SHARED[0]: "1,073,741,824",
         "launch__grid_size": "1,024",
         "device__attribute_multiprocessor_count": "132",
         stall("long_scoreboard"): "1.5",
@@ -373,8 +377,8 @@ def test_derived_ratios_of_the_new_topics_from_a_fake_csv() -> None:
         "smsp__warps_launched.sum": "264",
     }
     text = "\n".join([HEAD, *_launch_rows("gemm", gemm, 0, "(32, 32, 1)"), *_launch_rows("tiny", tiny, 1, "(2, 1, 1)")])
-    launches = ncu.parse_csv(text)
-    a = ncu.by_kernel(launches, ncu.DERIVED_FOR["ch16_pipelined"])["gemm"]["derived"]
+    launches = counters.parse_csv(text)
+    a = counters.by_kernel(launches, ncu.DERIVED_FOR["ch16_pipelined"])["gemm"]["derived"]
     assert a["ffma_gflops"] == pytest.approx(34359.738368)  # 2 * 2^36 flops / 4e6 ns
     assert a["ffma_per_warp_instruction"] == pytest.approx(0.5)
     assert a["fma_pipe_share"] == pytest.approx(0.625)
@@ -383,7 +387,7 @@ def test_derived_ratios_of_the_new_topics_from_a_fake_csv() -> None:
     assert a["dominant_stall"] == "mio_throttle" and a["dominant_stall_share"] == pytest.approx(2.0 / 5.0)
     assert "shared_ld_wavefronts_per_warp_ffma" not in a  # its numerator was not reported
 
-    kernels = ncu.by_kernel(launches, ncu.DERIVED_FOR["ch21"], every=True)  # a ranged run: each launch, in order
+    kernels = counters.by_kernel(launches, ncu.DERIVED_FOR["ch21"], every=True)  # a ranged run: each launch, in order
     assert list(kernels) == ["01 gemm", "02 tiny"]
     b = kernels["02 tiny"]["derived"]
     assert b["sm_active_share"] == pytest.approx(0.25)
@@ -411,7 +415,7 @@ import sys
 import numpy as np
 from minitorch_cuda.cuda import launchers
 from minitorch_cuda.cuda.driver import drv
-from minitorch_cuda.experiments import ncu
+from minitorch_cuda.experiments import ncu, ncu_workloads
 
 launched, ranges = [], []
 launch = launchers.launch
@@ -422,8 +426,8 @@ launchers.launch = recording
 drv.start_profiler = lambda: ranges.append(len(launched))  # the emulator has no profiler to start
 drv.stop_profiler = lambda: ranges.append(len(launched))
 
-ncu.SIZES.update(pipelined=256, splitk=256, protocol={"hidden": (37, 19), "batch_size": 21})
-ncu.WORKLOADS["ch16_ours"]()
+ncu_workloads.SIZES.update(pipelined=256, splitk=256, protocol={"hidden": (37, 19), "batch_size": 21})
+ncu_workloads.WORKLOADS["ch16_ours"]()
 run = ncu.TOPICS["ch16_pipelined"].runs[0]
 kept = [k for k in launched if re.search(run.kernels.removeprefix("regex:"), k)]
 assert len(kept) == run.skip + run.count and kept[: run.skip] == kept[run.skip :], kept
@@ -433,7 +437,7 @@ lean = re.compile(r"^(matmul_grad_|matmul_bias_act_|matmul_pipelined_splitk_bias
                   r"|multi_clip_rmsprop_grid$)")
 for workload, expect in (("ch21_stage11", "lean"), ("ch21_stage11_graphed", "replay"), ("ch21_stage13", "one")):
     launched.clear(), ranges.clear()
-    ncu.WORKLOADS[workload]()
+    ncu_workloads.WORKLOADS[workload]()
     assert len(ranges) == 2 and ranges[0] > 0, (workload, ranges)  # one range, after warm-up launches
     step = launched[ranges[0] : ranges[1]]
     if expect == "lean":

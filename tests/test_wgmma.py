@@ -127,13 +127,14 @@ KEEPS_ROWS = """
 import sys
 sys.path.insert(0, {tests!r})
 import standin_pycuda  # noqa: F401  (no device: every launch succeeds and computes nothing)
-from minitorch_cuda import bench
+from minitorch_cuda import torch_reference
+from minitorch_cuda.cuda import timing
 from minitorch_cuda.cuda.runtime import KernelError
 from minitorch_cuda.experiments import tf32_wgmma as t
 
-bench._cublas_seconds = lambda M, N, K, repeats, tf32: 1e-3
-bench.kernel_seconds = lambda call, repeats: 2e-3
-t.transpose_row = lambda n, drv: {{"transpose_us": 1.0}}
+torch_reference.cublas_seconds = lambda M, N, K, repeats, tf32: 1e-3
+timing.launcher_seconds = lambda call, repeats: 2e-3
+t.transpose_row = lambda n: {{"transpose_us": 1.0}}
 def max_error(name, rng):
     if name == "matmul_tf32_wgmma_tma 128x128":
         raise KernelError("an illegal memory access (stand-in)")

@@ -39,9 +39,16 @@ from __future__ import annotations
 
 import os
 
-ENV = "MINITORCH_CUDA_EMULATE"
+ENV = "MINITORCH_CUDA_EMULATE"  # the switch: this variable set to ON
+ON = "1"
+SWITCH = f"{ENV}={ON}"  # as a message tells it to a shell or a notebook's %env
 
 
 def selected() -> bool:
     """Whether this process runs CUDA on the emulator: ``MINITORCH_CUDA_EMULATE=1``, never by default."""
-    return os.environ.get(ENV) == "1"
+    return os.environ.get(ENV) == ON
+
+
+def switched_on() -> dict[str, str]:
+    """The environment entry that makes a child process run CUDA on the emulator."""
+    return {ENV: ON}

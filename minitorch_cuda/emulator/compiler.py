@@ -29,6 +29,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from .. import kernel_cache
 from . import device_process, driver, ptx
 from .errors import CompileError, LogicError
 
@@ -71,8 +72,8 @@ UNSUPPORTED = [
 ]
 
 
-# Where the framework caches compiled kernels (cuda/runtime.py's CACHE_DIR), unless a caller names another.
-DEFAULT_CACHE = Path(os.environ.get("MINITORCH_CUDA_CACHE", Path.home() / ".cache" / "minitorch_cuda"))
+# Where the framework caches compiled kernels (kernel_cache.py), unless a caller names another.
+DEFAULT_CACHE = kernel_cache.folder()
 # Called with every kernel library's path before it is loaded (here, or in the device process where
 # device_process.isolate() was called), to refuse it by raising (grade/native.py's early refusal of
 # host code); None loads every one.
@@ -85,7 +86,7 @@ on_preprocessed: Callable[[str], None] | None = None
 
 
 def _cache_dir(cache_dir: str | None) -> Path:
-    path = Path(cache_dir or DEFAULT_CACHE) / "emulator"
+    path = kernel_cache.emulator_builds(cache_dir or DEFAULT_CACHE)
     path.mkdir(parents=True, exist_ok=True)
     return path
 

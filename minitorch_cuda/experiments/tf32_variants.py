@@ -18,8 +18,8 @@ import re
 
 import numpy as np
 
-from minitorch_cuda import bench
-from minitorch_cuda.cuda import backend, launchers
+from minitorch_cuda import torch_reference
+from minitorch_cuda.cuda import backend, launchers, timing
 from minitorch_cuda.cuda.array import DeviceArray
 from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, SPECS, async_launch, kernel_defines
 from minitorch_cuda.cuda.runtime import Kernel
@@ -101,10 +101,10 @@ def main() -> None:
             call = functools.partial(
                 launchers.matmul_tf32_async, DeviceArray.empty((n, n)), a, b, problem, kernel=kernel, tile=tile
             )
-            row["gflops"][str(n)] = problem.flops / bench.kernel_seconds(call, 10) / 1e9
+            row["gflops"][str(n)] = problem.flops / timing.launcher_seconds(call, 10) / 1e9
         rows[name] = row
         print(name, row, flush=True)
-    cublas = {str(n): 2 * n**3 / bench._cublas_seconds(n, n, n, 10, True) / 1e9 for n in SIZES}
+    cublas = {str(n): 2 * n**3 / torch_reference.cublas_seconds(n, n, n, 10, True) / 1e9 for n in SIZES}
     rounding = {k: v for k, v in rows.items() if not SHAPES[k][-1] and v["max_rel_err"] < 1e-3}
     best = max(rounding, key=lambda k: rounding[k]["gflops"]["4096"])
     out = {

@@ -23,8 +23,8 @@ import json
 
 import numpy as np
 
-from minitorch_cuda import bench
-from minitorch_cuda.cuda import backend, launchers, registry, runtime
+from minitorch_cuda import torch_reference
+from minitorch_cuda.cuda import backend, launchers, registry, runtime, timing
 from minitorch_cuda.cuda.array import DeviceArray
 from minitorch_cuda.cuda.kernel_table import SPECS
 from minitorch_cuda.cuda.runtime import KernelError
@@ -69,12 +69,12 @@ def max_error(name: str, rng) -> float:
     return float(np.max(np.abs(backend.to_numpy(c) - a64 @ b64) / (np.abs(a64) @ np.abs(b64))))
 
 
-def transpose_row(n: int, drv) -> dict:
+def transpose_row(n: int) -> dict:
     """Microseconds and GB/s (bytes read plus written) of transpose_2d on an n x n matrix and of
     a device-to-device copy of it, in the same run."""
     x, out = DeviceArray.empty((n, n)), DeviceArray.empty((n, n))
-    transpose_s = bench.kernel_seconds(functools.partial(launchers.transpose, out, x, n, n, 0), 10)
-    copy_s = bench._median_seconds(lambda: drv.memcpy_dtod(out.ptr, x.ptr, 4 * n * n), 10, drv)
+    transpose_s = timing.launcher_seconds(functools.partial(launchers.transpose, out, x, n, n, 0), 10)
+    copy_s = timing.seconds_per_call(lambda: runtime.copy_dtod(out.ptr, x.ptr, 4 * n * n), 10)
     moved = 2 * 4 * n * n / 1e9
     return {"transpose_us": transpose_s * 1e6, "copy_us": copy_s * 1e6,
             "transpose_gbps": moved / transpose_s, "copy_gbps": moved / copy_s}  # fmt: skip
@@ -91,9 +91,9 @@ def main() -> None:
     rng = np.random.default_rng(0)
     # The peers first, then one kernel row at a time, the record rewritten after each: a kernel
     # that faults leaves the CUDA context unusable, and the rows before it must not be lost.
-    cublas = {str(n): 2 * n**3 / bench._cublas_seconds(n, n, n, 10, True) / 1e9 for n in SIZES}
+    cublas = {str(n): 2 * n**3 / torch_reference.cublas_seconds(n, n, n, 10, True) / 1e9 for n in SIZES}
     print("cublas tf32", cublas, flush=True)
-    transposes = {str(n): transpose_row(n, drv) for n in SIZES}
+    transposes = {str(n): transpose_row(n) for n in SIZES}
     print("transposes", transposes, flush=True)
     out = {
         "command": "python3 -m minitorch_cuda.experiments.tf32_wgmma --json ...",
@@ -112,7 +112,7 @@ def main() -> None:
             for n in SIZES:
                 _, _, problem, da, db = operands(rng, n, n, n, b_transposed)
                 call = functools.partial(launch, DeviceArray.empty((n, n)), da, db, problem)
-                row["gflops"][str(n)] = problem.flops / bench.kernel_seconds(call, 10) / 1e9
+                row["gflops"][str(n)] = problem.flops / timing.launcher_seconds(call, 10) / 1e9
         except (KernelError, drv.Error) as exc:  # a fault, or a call on the context it broke
             out["kernels"][name] = {"error": str(exc)}
             _write(args.json, out)

@@ -16,6 +16,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from .. import emulator
+
 EXIT_PARTIAL = 3  # some exercises could not be graded here (no GPU, a missing extra) and --allow-partial was not given
 
 
@@ -108,7 +110,7 @@ def _parser(prog: str) -> _Parser:
     parser.add_argument(
         "--emulate",
         action="store_true",
-        help="grade kernel exercises on the CPU emulator (MINITORCH_CUDA_EMULATE=1); marked emulated",
+        help=f"grade kernel exercises on the CPU emulator ({emulator.SWITCH}); marked emulated",
     )
     parser.add_argument("--no-sanitize", action="store_true", help="skip compute-sanitizer on the kernel exercises")
     parser.add_argument(

@@ -147,15 +147,15 @@ def classify_exception(exc: BaseException) -> str:
 
 # What a student without a GPU can do instead (the detail says why CUDA did not start).
 EMULATOR_ADVICE = (
-    "no usable GPU here: check kernels on the CPU emulator instead (make `%env MINITORCH_CUDA_EMULATE=1` the "
-    "notebook's first cell, then Kernel > Restart and run all; or start Jupyter with MINITORCH_CUDA_EMULATE=1)"
+    f"no usable GPU here: check kernels on the CPU emulator instead (make `%env {emulator.SWITCH}` the "
+    f"notebook's first cell, then Kernel > Restart and run all; or start Jupyter with {emulator.SWITCH})"
 )
 
 
 def report(exercise_id: str, artifact) -> CheckResult:
     """The notebook's check cell: run the grader's checks here and print the outcome."""
-    if isinstance(artifact, str) and "TODO: Exercise" in artifact:
-        raise NotImplementedError(f"Exercise {exercise_id}")
+    if exercises.holds_stub(artifact):
+        raise exercises.not_done(exercise_id)
     result = run_check(exercise_id, artifact)
     if result.reason == NO_GPU:  # what to do first, then why
         result.message, result.details = EMULATOR_ADVICE, [result.message, *result.details]

@@ -33,6 +33,29 @@ class Exercise:
         return int(chapter), int(number)
 
 
+# An unsolved exercise holds the stub grade/generate.py put where its solution was: in a kernel
+# the comment line ``kernel_stub(id)``, in Python ``python_stub(id)``, which raises ``not_done(id)``.
+STUB_MARKER = "TODO: Exercise"
+
+
+def kernel_stub(exercise_id: str) -> str:
+    return f"// {STUB_MARKER} {exercise_id}"
+
+
+def python_stub(exercise_id: str) -> str:
+    return f'raise NotImplementedError("{not_done(exercise_id)}")'
+
+
+def not_done(exercise_id: str) -> NotImplementedError:
+    """What an unsolved exercise raises, and what the checks raise for a kernel that holds its stub."""
+    return NotImplementedError(f"Exercise {exercise_id}")
+
+
+def holds_stub(artifact) -> bool:
+    """Whether a kernel exercise's source still holds its stub."""
+    return isinstance(artifact, str) and STUB_MARKER in artifact
+
+
 def _cuda(id_: str, notebook: str, title: str, kernel: str, name: str | None = None, **kw) -> Exercise:
     if "params" not in kw:  # a registry kernel: its parameters come from the kernel table
         kw["params"] = SPECS[kernel].params

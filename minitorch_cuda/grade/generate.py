@@ -20,6 +20,8 @@ from pathlib import Path
 import jupytext
 import nbformat
 
+from . import exercises
+
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN = re.compile(r"^(\s*)(#|//) BEGIN SOLUTION\s*$")
 END = re.compile(r"^\s*(#|//) END SOLUTION\s*$")
@@ -42,8 +44,8 @@ def stub_source(source: str, exercise_id: str | None, where: str) -> str:
                 raise MarkerError(f"{where}: solution markers in a cell without the metadata exercise: 'N.k'")
             indent, comment = begin.groups()
             inside = comment
-            stub = f'raise NotImplementedError("Exercise {exercise_id}")' if comment == "#" else "// TODO: Exercise"
-            out.append(indent + (stub if comment == "#" else f"{stub} {exercise_id}"))
+            stub = exercises.python_stub(exercise_id) if comment == "#" else exercises.kernel_stub(exercise_id)
+            out.append(indent + stub)
         elif end:
             if inside is None:
                 raise MarkerError(f"{where}, line {number}: END SOLUTION without BEGIN")

@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import emulator
 from ..cuda.kernel_table import SPECS
-from . import grid_phase, hidden, kernel_build
+from . import exercises, grid_phase, hidden, kernel_build
 from .artifact import Artifact
 from .exercises import Exercise, check_entry
 from .harness import GUARD, POISON, Buffer, CountingFunction, Override, student_kernel  # noqa: F401
@@ -785,8 +785,8 @@ def run(ex: Exercise, artifact, cell_source: str = "") -> list[str]:
     if ex.kind == "python":
         require_cuda()
         return PYTHON_GPU_CHECKS[ex.id](ex, artifact)
-    if isinstance(artifact, str) and "TODO: Exercise" in artifact:
-        raise NotImplementedError(f"Exercise {ex.id}")
+    if exercises.holds_stub(artifact):
+        raise exercises.not_done(ex.id)
     static_checks(ex, artifact)
     require_cuda()
     done = CHECKS[ex.kernel](ex, artifact)

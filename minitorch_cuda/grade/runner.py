@@ -32,6 +32,7 @@ import threading
 import time
 from pathlib import Path
 
+from .. import emulator
 from . import exercises, hidden, notebook, sandbox, verdict
 from .verdict import GRADED, NOT_GRADED, CheckFailed, CheckResult, markdown_text, shown
 
@@ -59,7 +60,7 @@ class Settings:
     cell_timeout: float = 120.0
     execute: bool = True
     only: list[str] | None = None  # exercise ids to grade (default: every one in the rubric)
-    emulate: bool = False  # kernel exercises on the CPU emulator (MINITORCH_CUDA_EMULATE=1), marked emulated
+    emulate: bool = False  # kernel exercises on the CPU emulator (emulator.SWITCH), marked emulated
     sanitize: bool = True  # compute-sanitizer on kernel exercises that pass, where a GPU and the tool exist
     sanitize_timeout: float = 90.0
     shard: tuple[int, int] | None = None  # (k, n): grade the k-th of n fixed slices of the students
@@ -195,7 +196,7 @@ def _record(data: list) -> dict | None:
 
 
 def _emulation_env(settings: Settings) -> dict:
-    return {"MINITORCH_CUDA_EMULATE": "1"} if settings.emulate else {}
+    return emulator.switched_on() if settings.emulate else {}
 
 
 def _hidden(settings: Settings) -> list[Path]:

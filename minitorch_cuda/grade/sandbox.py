@@ -33,6 +33,8 @@ import threading
 import time
 from pathlib import Path
 
+from .. import emulator, kernel_cache
+
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding minitorch_cuda/: a checkout or site-packages
 _lock = threading.Lock()
 _ours: set[int] = set()  # processes this process started and still waits for
@@ -234,7 +236,7 @@ def environment(workdir: Path, gpu: str | None = None, *, no_gpu: bool = False) 
     # temporary files on the same file system as the caches (a compiler's os.replace into them works)
     Path(home, ".tmp").mkdir(exist_ok=True)
     env.update(MPLCONFIGDIR=f"{home}/.matplotlib", XDG_CACHE_HOME=f"{home}/.cache", TMPDIR=f"{home}/.tmp")
-    env["MINITORCH_CUDA_CACHE"] = f"{home}/.cache/minitorch_cuda"  # its own: nothing it compiles reaches others
+    env[kernel_cache.ENV] = str(kernel_cache.under(home))  # its own: nothing it compiles reaches others
     package_first(env)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     if no_gpu:
@@ -269,16 +271,16 @@ def seed_emulator_cache(workdir: Path) -> None:
     """Copy the grader's own emulator cache (the emulator's runtime and the kernels trusted processes
     built, a few hundred KB) into a sandbox's private cache, so that it need not rebuild them; what
     the sandbox compiles stays in its copy."""
-    outer = Path(os.environ.get("MINITORCH_CUDA_CACHE", Path.home() / ".cache" / "minitorch_cuda")) / "emulator"
+    outer = kernel_cache.emulator_builds(kernel_cache.folder())
     if outer.is_dir():
-        shutil.copytree(outer, Path(workdir) / ".cache" / "minitorch_cuda" / "emulator", dirs_exist_ok=True)
+        shutil.copytree(outer, kernel_cache.emulator_builds(kernel_cache.under(workdir)), dirs_exist_ok=True)
 
 
 def build_emulator_runtime() -> None:
     """Build the emulator's runtime and device process once in the grader's cache (trusted code), for
     the sandboxes to copy."""
     code = "from minitorch_cuda.emulator import compiler as c, device_process as d; c.runtime_library(); d.binary()"
-    env = dict(os.environ, MINITORCH_CUDA_EMULATE="1", CUDA_VISIBLE_DEVICES="")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="") | emulator.switched_on()
     package_first(env)
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=300)

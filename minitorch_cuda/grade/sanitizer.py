@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..emulator import switched_on as emulator_on
 from . import sandbox
 from .exercises import Exercise
 
@@ -101,7 +102,7 @@ def run(ex: Exercise, source: str, timeout: float, emulator: bool = True) -> tup
             argv = [*argv, str(path)]
             if name == EMULATOR:
                 sandbox.seed_emulator_cache(Path(tmp))
-                env = sandbox.environment(Path(tmp), no_gpu=True) | {"MINITORCH_CUDA_EMULATE": "1"}
+                env = sandbox.environment(Path(tmp), no_gpu=True) | emulator_on()
                 argv = sandbox.command(argv, Path(tmp))
             log = open(Path(tmp, f"{len(procs)}.log"), "wb")  # noqa: SIM115 -- closed below
             proc = sandbox.popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=tmp, env=env)

@@ -2,8 +2,8 @@
 
 After a kernel exercise's checks pass, ``feedback`` times the built-in kernel of the same
 name and then the student's (under ``mt.override``) on one larger problem, through the
-backend's launchers and the benchmark's timer (``bench.kernel_seconds``: a warm-up, then
-TIMED samples of ``bench.INNER`` back-to-back launches), and returns one line with both:
+backend's launchers and the benchmark's timer (``cuda/timing.launcher_seconds``: a warm-up,
+then TIMED samples of ``timing.INNER`` back-to-back launches), and returns one line with both:
 GB/s for the memory-bound kernels, GFLOP/s for the matmuls. It is feedback, never part of a
 verdict, and is never called under the CPU emulator, whose times are host times.
 """
@@ -16,11 +16,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .. import bench
+from ..cuda import timing
 from .exercises import Exercise
 from .harness import student_kernel
 
-TIMED = 2  # samples of bench.INNER launches each: 20 timed launches per kernel
+TIMED = 2  # samples of timing.INNER launches each: 20 timed launches per kernel
 N = 1 << 24  # floats of an array (64 MiB) in the memory-bound problems
 MATMUL = 1024  # the matmuls' M = N = K
 XENT = (512, 1000)  # rows and columns of softmax_xent_fused's one block
@@ -134,7 +134,7 @@ def line(p: Problem, your_seconds: float, builtin_seconds: float) -> str:
     yours, builtin = p.amount / your_seconds / 1e9, p.amount / builtin_seconds / 1e9
     return (
         f"speed (feedback, not graded): yours {yours:,.0f} {p.unit}, the built-in {p.builtin_name} "
-        f"{builtin:,.0f} {p.unit} ({yours / builtin:.2f}x) on {p.what}, {TIMED * bench.INNER} launches each"
+        f"{builtin:,.0f} {p.unit} ({yours / builtin:.2f}x) on {p.what}, {TIMED * timing.INNER} launches each"
     )
 
 
@@ -145,12 +145,12 @@ def feedback(ex: Exercise, source: str) -> list[str]:
 
     try:
         p = problem(ex, source, np.random.default_rng(0))
-        builtin_seconds = bench.kernel_seconds(p.builtin, TIMED)
+        builtin_seconds = timing.launcher_seconds(p.builtin, TIMED)
         if p.yours is p.builtin:
             with Override(ex.kernel, source):
-                your_seconds = bench.kernel_seconds(p.yours, TIMED)
+                your_seconds = timing.launcher_seconds(p.yours, TIMED)
         else:
-            your_seconds = bench.kernel_seconds(p.yours, TIMED)
+            your_seconds = timing.launcher_seconds(p.yours, TIMED)
     except Exception as exc:  # feedback only: a failure here must not change the verdict
         return [f"speed not measured: {type(exc).__name__}: {exc}"]
     return [line(p, your_seconds, builtin_seconds)]

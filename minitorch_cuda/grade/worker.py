@@ -130,6 +130,12 @@ class Subject:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+def _still_the_stub(ex):
+    from . import verdict
+
+    return verdict.CheckResult(ex.id, False, verdict.NOT_IMPLEMENTED, f"Exercise {ex.id} is still the stub")
+
+
 def check_python(ex, cell: str, subject: Subject):
     """The verdict on a Python exercise whose code runs in the subject process."""
     from . import channel, checks, verdict
@@ -139,7 +145,7 @@ def check_python(ex, cell: str, subject: Subject):
         outcome = subject.load(ex.id, cell)
         status = outcome.get("status") if isinstance(outcome, dict) else None
         if status == "not_implemented":
-            return CheckResult(ex.id, False, verdict.NOT_IMPLEMENTED, f"Exercise {ex.id} is still the stub")
+            return _still_the_stub(ex)
         if status == "raised":
             return CheckResult(ex.id, False, verdict.EXCEPTION, f"the exercise cell raised {outcome.get('message')}")
         if status == "refused":  # subject_rules: what the exercise rules out, tried by the cell
@@ -155,7 +161,7 @@ def check_python(ex, cell: str, subject: Subject):
         try:
             return checks.run_check(ex.id, outcome["artifact"], cell)
         except NotImplementedError:
-            return CheckResult(ex.id, False, verdict.NOT_IMPLEMENTED, f"Exercise {ex.id} is still the stub")
+            return _still_the_stub(ex)
     except channel.SubjectGone as gone:
         if gone.why == "timeout":
             left = "an endless loop or a hang?"
@@ -171,12 +177,13 @@ def check_kernel(ex, kernel_source: str, sanitize: bool, sanitize_timeout: float
     compute-sanitizer (the runner allows for ``sanitize_timeout`` more)."""
     import minitorch_cuda as mt
 
+    from .. import emulator
     from ..emulator import device_process
     from . import checks, kernel_build, native, sanitizer, verdict
     from .verdict import CheckResult
 
     start = time.monotonic()
-    if os.environ.get("MINITORCH_CUDA_EMULATE") == "1":
+    if emulator.selected():
         try:  # nvcc in the sandbox, against the course's headers (kernel_build), as on a GPU
             refused = kernel_build.gpu_errors(kernel_source)
         except verdict.CheckFailed as exc:
@@ -191,11 +198,11 @@ def check_kernel(ex, kernel_source: str, sanitize: bool, sanitize_timeout: float
     try:
         result = checks.run_check(ex.id, kernel_source)
     except NotImplementedError:
-        return CheckResult(ex.id, False, verdict.NOT_IMPLEMENTED, f"Exercise {ex.id} is still the stub")
+        return _still_the_stub(ex)
     if time.monotonic() - start > check_timeout:
         message = f"the checks took more than {check_timeout:g} s (an endless loop or a very slow kernel?)"
         return CheckResult(ex.id, False, verdict.TIMEOUT, message)
-    if not result.passed or not sanitize or os.environ.get("MINITORCH_CUDA_EMULATE") == "1" or not mt.cuda_available():
+    if not result.passed or not sanitize or emulator.selected() or not mt.cuda_available():
         return result
     failure, notes = sanitizer.run(ex, kernel_source, sanitize_timeout)
     if failure is not None:
@@ -205,6 +212,7 @@ def check_kernel(ex, kernel_source: str, sanitize: bool, sanitize_timeout: float
 
 
 def check(exercise_id: str, payload_file: str, result_file: str) -> int:
+    from .. import emulator
     from . import exercises, hidden, sandbox, verdict
 
     sandbox.become_subreaper()  # what a subject leaves behind is re-parented here and swept
@@ -224,7 +232,7 @@ def check(exercise_id: str, payload_file: str, result_file: str) -> int:
         if subject is not None:
             subject.close()
     elif ex.kind == "cuda":
-        if os.environ.get("MINITORCH_CUDA_EMULATE") == "1":  # limits the device process inherits
+        if emulator.selected():  # limits the device process inherits
             sandbox.limit_resources(memory_bytes=EMULATED_MEMORY)  # a printf loop, a memory bomb
         timeouts = float(payload.get("sanitize_timeout", 90)), float(payload.get("timeout", 120))
         result = check_kernel(ex, payload["source"], bool(payload.get("sanitize")), *timeouts)
@@ -253,10 +261,11 @@ def execute(notebook: str, result_file: str, cell_timeout: str) -> int:
 
 def launch(exercise_id: str, kernel_file: str) -> int:
     """The small launch the sanitizer (or the emulator) watches; a fault prints ``fault: ...``."""
+    from .. import emulator
     from ..emulator import device_process
     from . import checks, exercises, kernel_checks, native, sanitizer, verdict
 
-    if os.environ.get("MINITORCH_CUDA_EMULATE") == "1":
+    if emulator.selected():
         native.guard()  # a constructor's _exit(0) would report the emulator's launch clean
         device_process.isolate()  # and the launch runs in a filtered process of its own
     try:

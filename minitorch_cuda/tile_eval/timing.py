@@ -1,4 +1,5 @@
-"""Timing on the device: CUDA events around launches, with warm-up and rotation.
+"""Timing on the device: the framework's event timer (cuda/timing.py) around launches, with
+warm-up and rotation.
 
 Every model launches on the legacy default stream (PyCUDA with stream None,
 Triton and CuPy by default), so events recorded there bracket their work.
@@ -11,6 +12,8 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+
+from ..cuda.timing import elapsed_ms
 
 
 def summary(samples_ms: list[float], per_sample: int) -> dict:
@@ -47,15 +50,12 @@ def time_launches(launch: Callable[[int], None], n: int, rotations: int, warmup:
     at least MIN_SAMPLES; sampling stops early once SAMPLE_BUDGET_MS of GPU time is spent."""
     import pycuda.driver as drv
 
-    start, stop = drv.Event(), drv.Event()
-
     def timed(first: int, count: int) -> float:
-        start.record()
-        for i in range(first, first + count):
-            launch(i % rotations)
-        stop.record()
-        stop.synchronize()
-        return stop.time_since(start)
+        def launches() -> None:
+            for i in range(first, first + count):
+                launch(i % rotations)
+
+        return elapsed_ms(launches)
 
     launch(0)  # the first launch may load the module; the second one is the pilot
     one = timed(1, 1)
