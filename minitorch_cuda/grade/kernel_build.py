@@ -55,10 +55,10 @@ def headers() -> Path:
 def _system_dirs() -> list[str]:
     """Where the system's and CUDA's own headers lie (what a kernel may open besides ``headers()``), and
     the emulator's stand-ins for CUDA's (its include folder and cuda_emu.h, not its runtime's source)."""
-    from ..emulator import compiler
+    from ..emulator import toolchain
 
-    dirs = ["/usr/include", "/usr/lib/gcc", "/usr/local/include", "/usr/local/cuda", str(compiler.INCLUDE)]
-    dirs.append(str(compiler.HEADER))
+    dirs = ["/usr/include", "/usr/lib/gcc", "/usr/local/include", "/usr/local/cuda", str(toolchain.INCLUDE)]
+    dirs.append(str(toolchain.HEADER))
     for compiler_path in (sandbox.real_nvcc(), sandbox.real_cxx()):  # a toolchain's own headers (/opt/gcc)
         prefix = compiler_path and os.path.realpath(str(Path(compiler_path).parents[1]))
         if prefix and prefix != "/usr":  # not all of /usr: an installed package's kernels lie there
@@ -242,7 +242,7 @@ def build(source: str, arch_specific: bool = False) -> Built:
 
 
 def _emulated(source: str) -> Built:
-    from ..emulator import compiler
+    from ..emulator import compiler, toolchain
 
     seen: list[tuple[str, frozenset[str]]] = []  # (preprocessed text, course headers opened) of each build
 
@@ -250,7 +250,7 @@ def _emulated(source: str) -> Built:
         seen.append((text, check_opened(text)))
 
     def run(argv: list[str], cwd: str):
-        return sandbox.run_compiler(argv, Path(cwd), [headers(), compiler.HERE])  # (HERE: cuda_emu.h, include/)
+        return sandbox.run_compiler(argv, Path(cwd), [headers(), toolchain.HERE])  # (HERE: cuda_emu.h, include/)
 
     compiler.run_compiler, compiler.on_preprocessed = run, preprocessed
     try:
