@@ -345,6 +345,7 @@ class DeviceProcess:
 
 
 _process: DeviceProcess | None = None
+allocations = 0  # device allocations so far, counted by driver.DeviceAllocation
 
 
 def isolate() -> None:
@@ -358,9 +359,7 @@ def isolate() -> None:
             "the CPU emulator isolates kernels with a seccomp filter written for x86-64 Linux (Python 3.9 or "
             "later): on this machine it cannot run a kernel it must not trust; grade on x86-64 Linux or on a GPU"
         )
-    from . import driver
-
-    if driver.DeviceAllocation.made:
+    if allocations:
         raise LogicError("isolate() must come before the first device allocation, which the device could not see")
     process = DeviceProcess()
     try:  # now, so that a machine where the filter cannot be installed is told apart from a kernel's fault

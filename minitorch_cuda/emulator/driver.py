@@ -296,10 +296,8 @@ class DeviceAllocation:
     unmapped by ``free()`` or when the object is gone (never earlier: a reference cycle's other
     finalizers may hand it back to a pool, as they may a PyCUDA allocation)."""
 
-    made = 0  # allocations so far: device_process.isolate() must come before the first
-
     def __init__(self, nbytes: int):
-        DeviceAllocation.made += 1
+        device_process.allocations += 1  # isolate() must come before the first
         self.nbytes = nbytes
         data = -(-max(nbytes, 1) // 16) * 16
         length = -(-data // mmap.PAGESIZE) * mmap.PAGESIZE + 2 * mmap.PAGESIZE
