@@ -242,9 +242,9 @@ def profile_stage(stage: int, data, steps: int = 20, keep: int = 400) -> dict:
 
 
 def matmul_gflops(repeats: int = 20) -> dict:
-    """GFLOP/s of each matmul kernel (launchers.MATMULS, as the backend launches it) and of
+    """GFLOP/s of each matmul kernel (matmul_choice.MATMULS, as the backend launches it) and of
     cuBLAS (through PyTorch, FP32 and TF32) on the same shapes, in one run."""
-    from .cuda import launchers
+    from .cuda import launch_core, matmul_choice
     from .cuda.array import DeviceArray
     from .cuda.autotune import tuner
     from .cuda.backend import from_numpy
@@ -255,18 +255,18 @@ def matmul_gflops(repeats: int = 20) -> dict:
         a = from_numpy(rng.standard_normal((M, K), dtype=np.float32))
         b = from_numpy(rng.standard_normal((K, N), dtype=np.float32))
         c = DeviceArray.empty((M, N))
-        g = launchers.Gemm(M, N, K)
+        g = launch_core.Gemm(M, N, K)
         row = {"label": label, "M": M, "N": N, "K": K, "gflops": {}, "skipped": {}}
         for name in MATMUL_KERNELS:
             if name in SLOW_KERNELS and M * N * K > 1024**3:
                 continue
             try:
-                seconds = kernel_seconds(functools.partial(launchers.MATMULS[name], c, a, b, g), repeats)
+                seconds = kernel_seconds(functools.partial(matmul_choice.MATMULS[name], c, a, b, g), repeats)
             except ValueError as exc:  # the kernel cannot take this problem (or this GPU)
                 row["skipped"][name] = str(exc)
                 continue
             row["gflops"][name] = g.flops / 1e9 / seconds
-        row["regtiled_variant"] = launchers.regtiled_tile(c, a, b, g)
+        row["regtiled_variant"] = matmul_choice.regtiled_tile(c, a, b, g)
         for key, tf32 in (("cublas", False), ("cublas_tf32", True)):
             seconds = _cublas_seconds(M, N, K, repeats, tf32)
             if seconds:

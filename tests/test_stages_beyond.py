@@ -199,20 +199,20 @@ def _reference(a, b, ta, tb):
 
 def _launch_matmul(name, a, b, ta, tb, bias=None, relu=False):
     """Launch one named matmul kernel through its launcher (no autotuner) on uploaded a, b."""
-    from minitorch_cuda.cuda import backend, launchers
+    from minitorch_cuda.cuda import backend, launch_core, matmul_choice, matmul_launchers
     from minitorch_cuda.cuda.array import DeviceArray
 
     da, db = backend.from_numpy(a), backend.from_numpy(b)
-    g = launchers.Gemm.of(a, b, ta, tb)
+    g = launch_core.Gemm.of(a, b, ta, tb)
     out = DeviceArray.empty(((g.batch,) if a.ndim > 2 or b.ndim > 2 else ()) + (g.M, g.N))
     family, _, tile = name.rpartition("_")
     if family == "matmul_regtiled":
-        launchers.matmul_regtiled(out, da, db, g, tile=tile)
+        matmul_launchers.matmul_regtiled(out, da, db, g, tile=tile)
     elif family == "matmul_bias_act":
         dbias = backend.from_numpy(bias) if bias is not None else None
-        launchers.matmul_bias_act(out, da, db, dbias, g, relu, tile=tile)
+        matmul_launchers.matmul_bias_act(out, da, db, dbias, g, relu, tile=tile)
     else:
-        launchers.MATMULS[name](out, da, db, g)
+        matmul_choice.MATMULS[name](out, da, db, g)
     return backend.to_numpy(out)
 
 
@@ -493,7 +493,7 @@ def test_stage_12_picks_its_kernel_by_shape(shape, kernel):
     MMA with B read as stored (the N-major build) or transposed first, whichever the tuner timed
     faster: a transpose launched exactly when the tuner chose it."""
     from minitorch_cuda.cuda.autotune import tuner
-    from minitorch_cuda.cuda.launchers import AS_STORED
+    from minitorch_cuda.cuda.matmul_choice import AS_STORED
     from minitorch_cuda.cuda.runtime import arch
 
     M, N, K = shape

@@ -131,7 +131,7 @@ REGTILED_TILES: dict[str, tuple[int, int, int, int]] = {
 # SMs idle at 1024^3 on 132 SMs (128 x 128: 64 blocks, 128 x 64: 128, 256 x 128: 32).
 REGTILED_SPLITK_TILES = ("128x128x8", "128x64x8t128", "256x128x8")
 # The register tiles with exact twins (matmul_regtiled_exact_{tile}, and _splitk_exact_ for the
-# split-K ones): unchecked loads for the products they divide exactly (launchers.exact_fit).
+# split-K ones): unchecked loads for the products they divide exactly (matmul_launchers.exact_fit).
 REGTILED_EXACT_TILES = REGTILED_SPLITK_TILES
 # matmul_cluster.cu's split-K in one launch (Hopper's thread block clusters): its tiles and splits
 CLUSTER_SPLITK_TILES = ("128x64x8t128",)
@@ -306,7 +306,7 @@ SPECS.update(
             shared_bytes=WGMMA_SMEM_BYTES,
             arch_specific=True,
         ),
-        # built per tile shape by launchers.wgmma_tma_kernel (its shared bytes follow the shape);
+        # built per tile shape by wgmma_tma.kernel (its shared bytes follow the shape);
         # not on stage 12's route until measured
         "matmul_tf32_wgmma_tma": KernelSpec(
             "wgmma_tma.cu",

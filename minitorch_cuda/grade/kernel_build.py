@@ -21,9 +21,10 @@ import tempfile
 from pathlib import Path
 
 from .. import emulator
-from ..cuda.kernel_table import KERNEL_DIR, NVCC_OPTIONS
+from ..cuda.kernel_table import KERNEL_DIR, NVCC_OPTIONS, SPECS
 from . import sandbox
 from .artifact import Artifact, from_preprocessed, from_ptx
+from .exercises import Exercise
 from .verdict import FORBIDDEN, fail
 
 MAIN = "kernel.cu"  # the student's source, as compilers name it in their messages (PyCUDA's name too)
@@ -222,6 +223,13 @@ def gpu_errors(source: str, arch: str = "sm_90") -> list[str]:
         return []
     built = _gpu_compile(source, arch)
     return [] if built.ptx is not None else student_log(built.log).splitlines()[:3]
+
+
+def compiled(ex: Exercise, source: str) -> Artifact:
+    """What ``source``, the answer to exercise ``ex``, compiled to (built once per process: the
+    checks launch the same module)."""
+    spec = SPECS.get(ex.kernel)
+    return build(source, bool(spec and spec.arch_specific)).artifact
 
 
 @functools.cache

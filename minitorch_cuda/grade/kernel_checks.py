@@ -3,8 +3,8 @@
 Every check does two things with the student's source:
 
 1. launches the kernel directly through the backend's own launcher
-   (``cuda/launchers.py``: the grid, block and argument order the backend
-   uses), into output buffers that are poisoned and padded with guard zones on
+   (``cuda/launchers.py``, ``cuda/matmul_launchers.py``: the grid, block and argument order
+   the backend uses), into output buffers that are poisoned and padded with guard zones on
    both sides, on fresh random inputs of awkward sizes (not multiples of the
    block or tile): an empty kernel leaves the poison, an off-by-one writes into
    a guard zone or leaves the tail unwritten;
@@ -22,11 +22,11 @@ import math
 import numpy as np
 
 from .. import emulator
-from ..cuda.kernel_table import SPECS
-from . import grid_phase, hidden, kernel_build
+from . import grid_phase, hidden
 from .artifact import Artifact
 from .exercises import Exercise, check_entry
 from .harness import GUARD, POISON, Buffer, CountingFunction, Override, student_kernel  # noqa: F401
+from .kernel_build import compiled
 from .verdict import (
     BOUNDARY,
     FORBIDDEN,
@@ -56,12 +56,6 @@ def static_checks(ex: Exercise, source) -> Artifact:
     except TypeError as exc:
         fail(SIGNATURE, str(exc))
     return artifact
-
-
-def compiled(ex: Exercise, source: str) -> Artifact:
-    """What ``source`` compiled to (built once per process: the checks launch the same module)."""
-    spec = SPECS.get(ex.kernel)
-    return kernel_build.build(source, bool(spec and spec.arch_specific)).artifact
 
 
 def _rng() -> np.random.Generator:
@@ -530,14 +524,14 @@ _MATMUL_STAGE = {"matmul_transposed": 3, "matmul_batched": 5, "matmul_tiled": 6,
 
 def _run_matmul(name: str, a: np.ndarray, b: np.ndarray, ta: bool, tb: bool) -> np.ndarray:
     """op(a) @ op(b) by kernel ``name`` through the backend's launcher, into a guarded buffer."""
-    from ..cuda import launchers
+    from ..cuda import launch_core, matmul_choice, matmul_launchers
 
-    g = launchers.Gemm.of(a, b, ta, tb)
+    g = launch_core.Gemm.of(a, b, ta, tb)
     out, da, db = Buffer(g.batch * g.M * g.N), Buffer(a.size, a), Buffer(b.size, b)
     if name.startswith("matmul_regtiled_"):
-        launchers.matmul_regtiled(out, da, db, g, tile=name.removeprefix("matmul_regtiled_"))
+        matmul_launchers.matmul_regtiled(out, da, db, g, tile=name.removeprefix("matmul_regtiled_"))
     else:
-        launchers.MATMULS[name](out, da, db, g)
+        matmul_choice.MATMULS[name](out, da, db, g)
     return out.read(f"matmul M={g.M} N={g.N} K={g.K} ta={int(ta)} tb={int(tb)}").reshape(g.batch, g.M, g.N)
 
 
