@@ -60,10 +60,13 @@ def _check_loss_and_optimizer(net: nn.Module, loss_fn, optimizer) -> None:
         raise DoesNotFit("a parameter is not a contiguous CUDA tensor")
 
 
-def persistent_step(net: nn.Module, loss_fn, optimizer, max_norm: float, max_rows: int, **options) -> PersistentStep:
+def persistent_step(
+    net: nn.Module, loss_fn, optimizer, max_norm: float, max_rows: int, blocks: int = 0, split: bool = True,
+    stage: bool = True,
+) -> PersistentStep:  # fmt: skip
     """Stage 13's step of ``net`` under ``loss_fn`` and ``optimizer`` as one kernel, for up to
-    ``max_rows`` rows a batch (``options``: PersistentStep's ``blocks``, ``split``, ``stage``);
-    DoesNotFit names what the kernel does not compute."""
+    ``max_rows`` rows a batch (``blocks``, ``split``, ``stage``: PersistentStep's); DoesNotFit
+    names what the kernel does not compute."""
     chain = layer_chain(net)
     _check_loss_and_optimizer(net, loss_fn, optimizer)
     rmsprop = type(optimizer) is optim.RmsProp
@@ -73,4 +76,4 @@ def persistent_step(net: nn.Module, loss_fn, optimizer, max_norm: float, max_row
         return (state[id(layer.weight)], state[id(layer.bias)]) if rmsprop else None
 
     layers = [StepLayer(layer.weight.data, layer.bias.data, act, states(layer)) for layer, act in chain]
-    return PersistentStep(layers, optimizer, rmsprop, max_norm, max_rows, **options)
+    return PersistentStep(layers, optimizer, rmsprop, max_norm, max_rows, blocks, split, stage)

@@ -153,8 +153,8 @@ class PersistentStep:
         """``optimizer``: what each launch reads ``lr`` (and with ``rmsprop``, ``decay`` and ``eps``)
         from. ``split`` slices the first layer's k by forward_splits' rule; ``stage`` copies the later
         layers' weights into shared memory where they fit (see the module's docstring)."""
-        shapes = [layer.weight.shape for layer in layers]
-        _check_sizes(shapes)
+        widths = [layer.weight.shape for layer in layers]  # (n_in, n_out) of each
+        _check_sizes(widths)
         if not max_norm > 0 or max_rows < 1:
             raise ValueError(f"max_norm must be positive and max_rows at least 1, got {max_norm!r} and {max_rows!r}")
         if rmsprop and any(layer.state is None for layer in layers):
@@ -163,7 +163,7 @@ class PersistentStep:
         self.rmsprop = rmsprop
         table = np.zeros(len(layers), LAYER)
         self.buffers: list[DeviceArray] = []  # alive as long as the table points at them
-        layout, self.staged_bytes = staging(shapes, launchers.persistent_step_staging_bytes() if stage else 0)
+        layout, self.staged_bytes = staging(widths, launchers.persistent_step_staging_bytes() if stage else 0)
         self.k_splits: list[int] = []  # slices of k in each layer's forward (the first's only may split)
         partial0 = 0
         for i, (row, layer) in enumerate(zip(table, layers)):
@@ -183,7 +183,7 @@ class PersistentStep:
             row["k_splits"], (row["staged"], row["staged_ld"]) = k_splits, layout[i]
             self.k_splits.append(k_splits)
             partial0 += layer_jobs(n_in, n_out)
-        self.n_layers, self.n_in, self.n_out = len(layers), shapes[0][0], shapes[-1][1]
+        self.n_layers, self.n_in, self.n_out = len(layers), widths[0][0], widths[-1][1]
         self.n_partials = partial0
         self.table = DeviceArray.empty((table.nbytes // 4,))
         copy_htod(self.table.ptr, table.view(np.float32))
