@@ -11,12 +11,11 @@ are checked without launching anything (on the emulator's pass, which imports th
 from __future__ import annotations
 
 import json
-import re
 import shutil
 
 import numpy as np
 import pytest
-from conftest import sm90_build
+from conftest import launch_bounds, sm90_build
 from test_matmul_pipelined import _inputs, _wrong, needs_gpp, run_emulated
 
 from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, REGTILED_EXACT_TILES, REGTILED_TILES
@@ -135,14 +134,12 @@ def test_the_launcher_takes_the_exact_twin_where_it_fits(monkeypatch):
 def test_exact_twins_build_for_sm_90_like_their_plain_kernels(tmp_path):
     """ptxas's report: each exact twin with its plain kernel's launch bounds, without stack or
     spills, and with no more registers than those bounds leave it."""
-    source = (KERNEL_DIR / "matmul_regtiled.cu").read_text()
+    bounds = launch_bounds("matmul_regtiled.cu")  # (threads, blocks per SM) as matmul_tiles.cuh's line gives them
     report = sm90_build(KERNEL_DIR / "matmul_regtiled.cu", tmp_path)
-    shape = r"(\d+), (\d+), (\d+), (\d+), (\d+), (\d+)"
     for tile in REGTILED_EXACT_TILES:
-        plain = re.search(rf"^REGTILED\(matmul_regtiled_{tile}, {shape}\)", source, re.M).groups()
+        plain = bounds[f"matmul_regtiled_{tile}"]
         for name in (f"matmul_regtiled_exact_{tile}", f"matmul_regtiled_splitk_exact_{tile}"):
-            twin = re.search(rf"^REGTILED(?:_SPLITK)?_AS\({name}, {shape}, true\)", source, re.M).groups()
-            assert twin == plain, (name, twin, plain)
-            kernel, blocks = report[name], int(twin[-1])
+            assert bounds[name] == plain, (name, bounds[name], plain)
+            kernel, blocks = report[name], plain[1]
             assert kernel.stack_bytes == kernel.spill_stores == kernel.spill_loads == 0, kernel
             assert kernel.registers * REGTILED_TILES[tile][3] * blocks <= 65536, kernel

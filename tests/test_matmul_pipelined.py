@@ -41,17 +41,13 @@ CASES = [
 EMULATED_RUN = """
 import json, sys
 import numpy as np
-from minitorch_cuda.cuda import backend, launch_core, matmul_launchers
-from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, SPECS
-from minitorch_cuda.cuda.runtime import Kernel, compile_module
+from minitorch_cuda.cuda import backend, launch_core, matmul_launchers, registry
 
 variant, lag, folder = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 _, tile, *split = variant.split("_")
 splits = int(split[0].removeprefix("splitk")) if split else 1
 name = f"matmul_pipelined_{tile}" if splits == 1 else f"matmul_pipelined_splitk_{tile}"
-source = f"#define PIPELINED_WAIT_LAG {lag}\\n" + (KERNEL_DIR / "matmul_pipelined.cu").read_text()
-spec = SPECS[name]
-kernel = Kernel(name, compile_module(source, "matmul_pipelined.cu"), name, spec.signature, spec.shared_bytes)
+kernel = registry.variant(name, {"PIPELINED_WAIT_LAG": lag})
 inputs = np.load(f"{folder}/inputs.npz")
 outputs = {}
 for i, (M, N, K, ta, tb, batch_a, batch_b) in enumerate(json.loads(sys.argv[4])):

@@ -410,3 +410,24 @@ def test_the_sm_90_build_keeps_everything_in_registers(tmp_path, defines):
     kernel = sm90_build(KERNEL_DIR / "persistent_step.cu", tmp_path, *defines)["persistent_step"]
     assert kernel.stack_bytes == kernel.spill_stores == kernel.spill_loads == 0, kernel
     assert kernel.registers <= 255, kernel
+
+
+@pytest.mark.gpu
+@pytest.mark.emulated  # its module needs a CUDA runtime to import
+def test_the_layer_table_is_packed_as_the_c_struct_declares_it(tmp_path, monkeypatch):
+    """The numpy row is read from persistent_step.cu's PersistentLayer (whose static_assert checks
+    the C size against PS_LAYER_BYTES); a field the reader cannot size is refused."""
+    from minitorch_cuda.cuda import persistent_step as ps
+    from minitorch_cuda.cuda.kernel_table import PERSISTENT
+
+    pointers = ["w", "b", "gw", "gb", "vw", "vb", "out", "delta", "split"]
+    ints = ["n_in", "n_out", "act", "partial0", "k_splits", "staged", "staged_ld", "pad"]
+    assert list(ps.LAYER.names) == pointers + ints
+    assert ps.LAYER.itemsize == PERSISTENT["LAYER_BYTES"] == 8 * len(pointers) + 4 * len(ints) == 104
+    assert [ps.LAYER.fields[n][1] for n in ("split", "n_in")] == [64, 72]
+    (tmp_path / "k.cu").write_text("struct S {\n    float *p;  // a pointer\n    int a, b;\n    double d;\n};\n")
+    monkeypatch.setattr(ps, "KERNEL_DIR", tmp_path)
+    with pytest.raises(TypeError, match="field d of type double is not a pointer or int"):
+        ps.struct_dtype("k.cu", "S")
+    with pytest.raises(KeyError, match="no struct T in k.cu"):
+        ps.struct_dtype("k.cu", "T")

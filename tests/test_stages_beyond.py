@@ -6,7 +6,7 @@ CPU side of the fused ops)."""
 from __future__ import annotations
 
 import json
-import re
+import shutil
 
 import numpy as np
 import pytest
@@ -17,12 +17,17 @@ from minitorch_cuda import functions as F
 from minitorch_cuda import nn, optim, stages
 from minitorch_cuda.cuda.autotune import Autotuner, fits
 from minitorch_cuda.cuda.kernel_table import (
-    KERNEL_DIR,
+    MATMUL_STAGES,
     MULTI_TENSOR_SLOTS,
+    PIPELINED_TILES,
+    REGTILED_SPLITK_TILES,
     REGTILED_TILES,
     SPECS,
+    SPLITK_BIAS_ACT_TILES,
     VEC4_OPS,
+    matmul_stage,
     prepare_signature,
+    regtiled_thread_tile,
 )
 
 FLAGS = [(False, False), (False, True), (True, False), (True, True)]
@@ -73,17 +78,45 @@ def test_vec4_kernels_take_the_scalar_kernels_parameters():
         assert SPECS[f"{op}_vec4"].params == SPECS[op].params
 
 
-def test_every_regtiled_variant_has_a_fused_twin_and_a_header_row():
-    header = (KERNEL_DIR / "matmul_regtiled.cu").read_text()
-    for tile, (bm, bn, bk, threads) in REGTILED_TILES.items():
-        assert SPECS[f"matmul_regtiled_{tile}"].signature == SPECS["matmul_tiled"].signature
-        assert SPECS[f"matmul_bias_act_{tile}"].signature == "PPPP" + "iiiiiiii"
-        assert tile in (f"{bm}x{bn}x{bk}", f"{bm}x{bn}x{bk}t{threads}")  # tNT: a second thread count
-        row = re.search(rf"^//\s+{tile}\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", header, re.M)
-        assert row, f"{tile} is missing from the header table of matmul_regtiled.cu"
-        BM, BN, BK, TM, TN, nt = map(int, row.groups())
-        assert (BM, BN, BK) == (bm, bn, bk) and nt == threads == (BM // TM) * (BN // TN)
-        assert f"REGTILED(matmul_regtiled_{tile}, {bm}, {bn}, {bk}, {TM}, {TN}," in header
+@pytest.mark.skipif(shutil.which("g++") is None, reason="the kernels are scanned by g++'s preprocessor")
+def test_the_tile_lists_expand_into_the_kernels_the_launchers_size():
+    """matmul_tiles.cuh's lists are the one place a tile is written: the kernel files expand them
+    (checked here in the preprocessed source, as the compilers see it) into exactly the kernels of
+    SPECS, each with the thread count its launcher gives it (kernel_table reads the same lines)."""
+    from conftest import launch_bounds
+
+    twins = {
+        f"matmul_regtiled_{kind}{t}" for t in REGTILED_SPLITK_TILES for kind in ("splitk_", "exact_", "splitk_exact_")
+    }
+    expected = {
+        "matmul_regtiled.cu": {f"matmul_regtiled_{t}": REGTILED_TILES[t] for t in REGTILED_TILES},
+        "fused.cu": {f"matmul_{kind}_{t}": REGTILED_TILES[t] for kind in ("bias_act", "grad") for t in REGTILED_TILES},
+        "matmul_pipelined.cu": {
+            f"matmul_pipelined_{kind}{t}": PIPELINED_TILES[t] for kind in ("", "splitk_") for t in PIPELINED_TILES
+        }
+        | {f"matmul_pipelined_splitk_bias_act_{t}": PIPELINED_TILES[t] for t in SPLITK_BIAS_ACT_TILES},
+    }
+    for file, tiled in expected.items():
+        built = launch_bounds(file)
+        assert set(built) == {name for name, spec in SPECS.items() if spec.file == file}, file
+        for name, (bm, bn, bk, threads, *ring) in tiled.items():
+            assert built[name][0] == threads, (name, built[name], threads)
+            names = [f"{bm}x{bn}x{bk}", f"{bm}x{bn}x{bk}t{threads}", *(f"{bm}x{bn}x{bk}s{s}" for s in ring)]
+            assert name.rsplit("_", 1)[1] in names, name  # tNT: a second thread count, sS: more stages
+        if file == "matmul_regtiled.cu":  # every twin of a tile with TWINS, none of another
+            assert {n for n in built if n not in tiled} == twins
+            assert all(built[n] == built["matmul_regtiled_" + n.rsplit("_", 1)[1]] for n in twins)
+    assert REGTILED_TILES["256x128x8"] == (256, 128, 8, 256) and regtiled_thread_tile("256x128x8") == (16, 8)
+
+
+@pytest.mark.gpu
+def test_every_matmul_of_the_stage_table_has_a_launch():
+    from minitorch_cuda.cuda.matmul_choice import MATMULS
+
+    assert set(MATMUL_STAGES) <= set(MATMULS), set(MATMUL_STAGES) - set(MATMULS)  # the benchmark times each
+    assert [matmul_stage(k) for k in ("matmul_naive", "matmul_tiled", "matmul_regtiled_32x32x8")] == [0, 6, 9]
+    with pytest.raises(KeyError):
+        matmul_stage("matmul_regtiled_7x7x7")
 
 
 def test_multi_tensor_signatures_have_every_slot():

@@ -41,6 +41,7 @@ microseconds from the GPU's %globaltimer.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -49,15 +50,36 @@ from .. import stages
 from . import graphs, launchers, registry
 from .array import DeviceArray
 from .batch_cursor import BatchCursor
-from .kernel_table import PERSISTENT
+from .kernel_table import KERNEL_DIR, PERSISTENT
 from .ops_tensor import full, item
 from .runtime import Kernel, copy_dtoh, copy_htod
 from .step_report import StepReport
 
 ACTIVATION_CODES = {None: 0, "relu": 1, "sigmoid": 2}  # persistent_step.cu's ACT_NONE, ACT_RELU, ACT_SIGMOID
-_POINTERS = ("w", "b", "gw", "gb", "vw", "vb", "out", "delta", "split")
-_INTS = ("n_in", "n_out", "act", "partial0", "k_splits", "staged", "staged_ld", "pad")  # pad: 8-byte alignment
-LAYER = np.dtype([(name, "<u8") for name in _POINTERS] + [(n, "<i4") for n in _INTS])
+
+
+def struct_dtype(file: str, name: str) -> np.dtype:
+    """The numpy dtype of C struct ``name`` in a kernel file, read from its declaration: each
+    field in order, a pointer as 8 bytes, an int as 4 (the only kinds it may hold)."""
+    text = re.sub(r"//[^\n]*", "", (KERNEL_DIR / file).read_text())
+    body = re.search(rf"\bstruct {name}\s*{{([^}}]*)}};", text)
+    if body is None:
+        raise KeyError(f"no struct {name} in {file}")
+    fields = []
+    for kind, names in re.findall(r"([\w\s]+?\*?)\s*((?:\w+\s*,\s*)*\w+)\s*;", body[1]):
+        if "*" not in kind and kind.split() != ["int"]:
+            raise TypeError(f"struct {name} in {file}: field {names} of type {kind.strip()} is not a pointer or int")
+        fields += [(n.strip(), "<u8" if "*" in kind else "<i4") for n in names.split(",")]
+    return np.dtype(fields)
+
+
+# A row of the layer table: kernels/persistent_step.cu's PersistentLayer, field for field.
+LAYER = struct_dtype("persistent_step.cu", "PersistentLayer")
+if LAYER.itemsize != PERSISTENT["LAYER_BYTES"]:  # the C side's static_assert checks sizeof against the same
+    raise AssertionError(
+        f"PersistentLayer packs to {LAYER.itemsize} bytes here, PS_LAYER_BYTES says {PERSISTENT['LAYER_BYTES']}"
+    )
+_POINTERS = ("w", "b", "gw", "gb", "vw", "vb", "out", "delta", "split")  # the arrays a layer's row points at
 # forward_splits' rule. SPLIT_JOBS: the jobs the first forward aims at, about half the multiprocessors
 # of the GPUs the course runs on (132 on an H100 or H200): the other half stage the later layers'
 # weights for the rows phase meanwhile (persistent_step.cu's row_block). A constant, never the

@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from .. import emulator
+from ..cuda.kernel_table import matmul_stage
 from . import grid_phase, hidden
 from .artifact import Artifact
 from .exercises import Exercise, check_entry
@@ -518,8 +519,8 @@ def _matmul_tol(K: int) -> dict:
     return {"atol": 1e-4 * math.sqrt(K), "rtol": 1e-4}
 
 
-# the matmul exercises' kernels and the stage whose matmul launches each
-_MATMUL_STAGE = {"matmul_transposed": 3, "matmul_batched": 5, "matmul_tiled": 6, "matmul_regtiled_32x32x8": 9}
+# the matmul exercises' kernels (kernel_table.matmul_stage: the stage whose matmul launches each)
+_MATMUL_EXERCISES = ("matmul_transposed", "matmul_batched", "matmul_tiled", "matmul_regtiled_32x32x8")
 
 
 def _run_matmul(name: str, a: np.ndarray, b: np.ndarray, ta: bool, tb: bool) -> np.ndarray:
@@ -544,7 +545,7 @@ def check_matmul(ex: Exercise, source: str) -> list[str]:
     rng = _rng()
     batched = ex.kernel != "matmul_transposed"
     shared = ex.kernel in ("matmul_tiled", "matmul_regtiled_32x32x8")
-    stage = _MATMUL_STAGE[ex.kernel]
+    stage = matmul_stage(ex.kernel)
     if shared and not compiled(ex, source).uses_shared:
         fail(
             FORBIDDEN, "stage the tiles of A and B in __shared__ memory: your compiled kernel never uses shared memory"
@@ -840,7 +841,7 @@ def small_launch(ex: Exercise, source: str) -> None:
         elif name == "softmax_xent_fused":
             t = np.eye(33, dtype=np.float32)[rng.integers(0, 33, 5)]
             launchers.softmax_xent_fused(Buffer(5 * 33), Buffer(1), floats(5 * 33), Buffer(t.size, t), 5, 33, 0.2)
-        elif name in _MATMUL_STAGE:
+        elif name in _MATMUL_EXERCISES:
             batched = name != "matmul_transposed"
             for ta, tb in ((False, False), (True, True)):
                 a, b = _operands(rng, 33, 17, 65, ta, tb, 2 if batched else None)
