@@ -10,12 +10,11 @@ The large sizes, the timing and the host-launch measurement need a GPU.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 
 import numpy as np
 import pytest
-from conftest import sm90_build
+from conftest import launch_bounds, sm90_build
 from test_matmul_pipelined import CASES, _big, _inputs, _wrong, needs_gpp, run_emulated
 
 from minitorch_cuda.cuda.autotune import Autotuner
@@ -190,14 +189,12 @@ def test_no_host_time_is_recorded_where_none_was_given():
 def test_split_twins_build_for_sm_90_without_spills_within_their_blocks(tmp_path):
     """ptxas's report: each split-K twin, like its plain kernel, without stack or spills and with
     registers for the blocks per SM its __launch_bounds__ asks (the same as the plain one's)."""
-    source = (KERNEL_DIR / "matmul_regtiled.cu").read_text()
+    bounds = launch_bounds("matmul_regtiled.cu")  # (threads, blocks per SM) as matmul_tiles.cuh's line gives them
     report = sm90_build(KERNEL_DIR / "matmul_regtiled.cu", tmp_path)
     for tile in REGTILED_SPLITK_TILES:
-        shape = r"(\d+), (\d+), (\d+), (\d+), (\d+), (\d+)\)"
-        plain = re.search(rf"^REGTILED\(matmul_regtiled_{tile}, {shape}", source, re.M).groups()
-        split = re.search(rf"^REGTILED_SPLITK\(matmul_regtiled_splitk_{tile}, {shape}", source, re.M).groups()
-        assert split == plain, (tile, split, plain)
-        threads, blocks = REGTILED_TILES[tile][3], int(split[-1])
+        plain, split = bounds[f"matmul_regtiled_{tile}"], bounds[f"matmul_regtiled_splitk_{tile}"]
+        assert split == plain and plain[0] == REGTILED_TILES[tile][3], (tile, split, plain)
+        threads, blocks = plain
         for name in (f"matmul_regtiled_{tile}", f"matmul_regtiled_splitk_{tile}"):
             kernel = report[name]
             assert kernel.stack_bytes == kernel.spill_stores == kernel.spill_loads == 0, kernel

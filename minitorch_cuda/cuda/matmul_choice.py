@@ -237,11 +237,11 @@ def matmul_sgemm(c, a, b, g: Gemm, *, timed: int = 0):
     return L.matmul_sgemm(c, a, b, g, variant=sgemm_variant(c, a, b, g), timed=timed)
 
 
-def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, timed: int = 0):
+def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, timed: int = 0, **debugging):
     """Stage 12 on Hopper: matmul_launchers.matmul_tf32_wgmma_tma at the tile width and way of
-    reading B that wgmma_tma_variant chose."""
+    reading B that wgmma_tma_variant chose (``debugging``: the launcher's stages, blocks, tiles, debug)."""
     bn, as_stored = wgmma_tma_variant(c, a, b, g)
-    return L.matmul_tf32_wgmma_tma(c, a, b, g, bn=bn, as_stored=as_stored, timed=timed)
+    return L.matmul_tf32_wgmma_tma(c, a, b, g, bn=bn, as_stored=as_stored, timed=timed, **debugging)
 
 
 # The matmul kernels by name, each launched as (c, a, b, gemm, timed=...): the benchmark's and the

@@ -24,7 +24,7 @@ import json
 import numpy as np
 
 from minitorch_cuda import bench
-from minitorch_cuda.cuda import backend, launch_core, launchers, matmul_launchers, registry, runtime
+from minitorch_cuda.cuda import backend, launch_core, launchers, matmul_choice, matmul_launchers, registry, runtime
 from minitorch_cuda.cuda.array import DeviceArray
 from minitorch_cuda.cuda.kernel_table import SPECS
 from minitorch_cuda.cuda.runtime import KernelError
@@ -37,7 +37,7 @@ CASES = {  # row: (launcher, whether B is handed over as B^T, N x K)
     "matmul_wgmma a @ b": (matmul_launchers.matmul_tf32_wgmma, False),
     # wgmma_tma.cu (TMA, mbarriers, warp specialization, persistent blocks), given B^T like the first row
     "matmul_tf32_wgmma_tma": (functools.partial(matmul_launchers.matmul_tf32_wgmma_tma, bn=256), True),
-    "matmul_tf32_wgmma_tma a @ b": (matmul_launchers.matmul_tf32_wgmma_tma, False),  # stage 12's route
+    "matmul_tf32_wgmma_tma a @ b": (matmul_choice.matmul_tf32_wgmma_tma, False),  # stage 12's route
     # its two ways at one width, each launch timed alone on the GPU: B transposed first, B as stored
     "matmul_tf32_wgmma_tma a @ b, B transposed": (
         functools.partial(matmul_launchers.matmul_tf32_wgmma_tma, bn=256, as_stored=False),

@@ -3,7 +3,7 @@
 // for the launches. A new tile is one line here.
 #pragma once
 
-// Register tiles (matmul_regtiled.cuh's regtiled_body): X(T, BM, BN, BK, TM, TN, MIN_BLOCKS, TWINS)
+// Register tiles (regtiled_body, the register-tiled SGEMM): X(T, BM, BN, BK, TM, TN, MIN_BLOCKS, TWINS)
 // makes matmul_regtiled_T (matmul_regtiled.cu), matmul_bias_act_T and matmul_grad_T (fused.cu).
 // A block of (BM / TM) (BN / TN) threads computes a BM x BN tile of C over K-slices of BK, each
 // thread TM x TN outputs in registers; MIN_BLOCKS asks ptxas to leave room for that many resident
