@@ -24,8 +24,7 @@ import statistics
 import time
 
 from .. import profiler
-from . import matmul_launchers as L
-from . import runtime
+from . import matmul_launchers, runtime
 from .autotune import TIMED_LAUNCHES, fits, tuner
 from .driver import EMULATED
 from .kernel_table import (
@@ -63,7 +62,10 @@ def regtiled_tile(c, a, b, g: Gemm) -> str:
         return choice
     tiles = [t for t, (bm, bn, _, _) in REGTILED_TILES.items() if fits(bm, bn, g.M, g.N)]
     return tuner.pick(
-        "matmul_regtiled", key, tiles, lambda t: L.matmul_regtiled(c, a, b, g, tile=t, timed=tuning_launches())
+        "matmul_regtiled",
+        key,
+        tiles,
+        lambda t: matmul_launchers.matmul_regtiled(c, a, b, g, tile=t, timed=tuning_launches()),
     )
 
 
@@ -125,7 +127,9 @@ def sgemm_candidates(g: Gemm) -> list[str]:
             names += [f"{tile}_splitk{s}" for s in splitk_counts(g, tile)]
     if clusters_fit(runtime.arch()):
         for tile in CLUSTER_SPLITK_TILES:
-            splits = [s for s in splitk_counts(g, tile) if s in CLUSTER_SPLITS and L.exact_shape(g, tile, s)]
+            splits = [
+                s for s in splitk_counts(g, tile) if s in CLUSTER_SPLITS and matmul_launchers.exact_shape(g, tile, s)
+            ]
             names += [f"{tile}_cluster{s}" for s in splits]
     return names
 
@@ -158,8 +162,8 @@ def sgemm_host_ms(variant: str) -> float:
     GPU time, so that a split wins where it shortens a product the GPU was slow at (1024^3), not
     where the GPU would only have waited for the host's second launch (the MNIST step's small
     products)."""
-    family, _, splits = L.sgemm_parts(variant)
-    return (L.SPLITK_LAUNCHES if splits > 1 and family != "cluster" else 1) * host_launch_ms()
+    family, _, splits = matmul_launchers.sgemm_parts(variant)
+    return (matmul_launchers.SPLITK_LAUNCHES if splits > 1 and family != "cluster" else 1) * host_launch_ms()
 
 
 def sgemm_variant(c, a, b, g: Gemm) -> str:
@@ -172,11 +176,11 @@ def sgemm_variant(c, a, b, g: Gemm) -> str:
     if choice is not None:
         return choice
     others = [] if EMULATED else sgemm_candidates(g)
-    others = [v for v in others if L.sgemm_parts(v)[0] != "cluster" or aligned16(a, b)]
+    others = [v for v in others if matmul_launchers.sgemm_parts(v)[0] != "cluster" or aligned16(a, b)]
     candidates = [regtiled_tile(c, a, b, g), *others]
     return tuner.pick(
         "matmul_sgemm", key, candidates,
-        lambda v: L.matmul_sgemm(c, a, b, g, variant=v, timed=tuning_launches()), host_ms=sgemm_host_ms,
+        lambda v: matmul_launchers.matmul_sgemm(c, a, b, g, variant=v, timed=tuning_launches()), host_ms=sgemm_host_ms,
     )  # fmt: skip
 
 
@@ -200,7 +204,7 @@ def linear_variant(c, a, b, bias, counters, g: Gemm, relu: bool) -> str:
         return (splits or [plain])[-1]
     return tuner.pick(
         "matmul_linear", key, [plain, *splits],
-        lambda v: L.matmul_linear(c, a, b, bias, counters, g, relu, variant=v, timed=tuning_launches()),
+        lambda v: matmul_launchers.matmul_linear(c, a, b, bias, counters, g, relu, variant=v, timed=tuning_launches()),
     )  # fmt: skip
 
 
@@ -214,13 +218,14 @@ def wgmma_tma_variant(c, a, b, g: Gemm) -> tuple[int, bool]:
     ones); for ``a @ b``, each width with B transposed first and as stored (``"256 as stored"``).
     Each is timed on first use (autotune.tuner, transposes included), the fastest kept for the
     shape."""
-    ways = (AS_STORED, "") if L.b_reads_as_stored(a, b, g) else ("",)  # untuned (tuner off): the first
+    ways = (AS_STORED, "") if matmul_launchers.b_reads_as_stored(a, b, g) else ("",)  # untuned (tuner off): the first
     variants = {f"{width}{way}": (width, way == AS_STORED) for way in ways for width in WGMMA_TMA_WIDTHS}
-    choice = tuner.pick(
-        "matmul_tf32_wgmma_tma", tuning_key(a, b, g), list(variants),
-        lambda name: L.matmul_tf32_wgmma_tma(c, a, b, g, bn=variants[name][0], as_stored=variants[name][1],
-                                           timed=tuning_launches()),
-    )  # fmt: skip
+
+    def time_ms(name: str) -> float:
+        bn, as_stored = variants[name]
+        return matmul_launchers.matmul_tf32_wgmma_tma(c, a, b, g, bn=bn, as_stored=as_stored, timed=tuning_launches())
+
+    choice = tuner.pick("matmul_tf32_wgmma_tma", tuning_key(a, b, g), list(variants), time_ms)
     return variants[choice]
 
 
@@ -229,43 +234,47 @@ def wgmma_tma_variant(c, a, b, g: Gemm) -> tuple[int, bool]:
 
 def matmul_regtiled(c, a, b, g: Gemm, *, timed: int = 0):
     """matmul_launchers.matmul_regtiled at the tile regtiled_tile chose."""
-    return L.matmul_regtiled(c, a, b, g, tile=regtiled_tile(c, a, b, g), timed=timed)
+    return matmul_launchers.matmul_regtiled(c, a, b, g, tile=regtiled_tile(c, a, b, g), timed=timed)
 
 
 def matmul_sgemm(c, a, b, g: Gemm, *, timed: int = 0):
     """Stage 9's product: matmul_launchers.matmul_sgemm at the variant sgemm_variant chose."""
-    return L.matmul_sgemm(c, a, b, g, variant=sgemm_variant(c, a, b, g), timed=timed)
+    return matmul_launchers.matmul_sgemm(c, a, b, g, variant=sgemm_variant(c, a, b, g), timed=timed)
 
 
 def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, timed: int = 0, **debugging):
     """Stage 12 on Hopper: matmul_launchers.matmul_tf32_wgmma_tma at the tile width and way of
     reading B that wgmma_tma_variant chose (``debugging``: the launcher's stages, blocks, tiles, debug)."""
     bn, as_stored = wgmma_tma_variant(c, a, b, g)
-    return L.matmul_tf32_wgmma_tma(c, a, b, g, bn=bn, as_stored=as_stored, timed=timed, **debugging)
+    return matmul_launchers.matmul_tf32_wgmma_tma(c, a, b, g, bn=bn, as_stored=as_stored, timed=timed, **debugging)
 
 
 # The matmul kernels by name, each launched as (c, a, b, gemm, timed=...): the benchmark's and the
 # grader's table (kernel_table.MATMUL_STAGES says the stage of each). A family that tunes runs at
 # its tuned variant. A launcher that cannot take a problem raises ValueError saying why.
 MATMULS = {
-    "matmul_naive": L.matmul_naive,
-    "matmul_transposed": L.matmul_transposed,
-    "matmul_batched": L.matmul_batched,
-    "matmul_tiled": L.matmul_tiled,
+    "matmul_naive": matmul_launchers.matmul_naive,
+    "matmul_transposed": matmul_launchers.matmul_transposed,
+    "matmul_batched": matmul_launchers.matmul_batched,
+    "matmul_tiled": matmul_launchers.matmul_tiled,
     "matmul_regtiled": matmul_regtiled,
     "matmul_sgemm": matmul_sgemm,
-    **{f"matmul_pipelined_{t}": functools.partial(L.matmul_pipelined, tile=t) for t in PIPELINED_TILES},
+    **{f"matmul_pipelined_{t}": functools.partial(matmul_launchers.matmul_pipelined, tile=t) for t in PIPELINED_TILES},
     **{
-        f"matmul_pipelined_splitk_{t}": functools.partial(matmul_splitk_covering, launcher=L.matmul_pipelined, tile=t)
+        f"matmul_pipelined_splitk_{t}": functools.partial(
+            matmul_splitk_covering, launcher=matmul_launchers.matmul_pipelined, tile=t
+        )
         for t in ("128x128x16", "64x64x16", "32x32x16")
     },
     **{
-        f"matmul_regtiled_splitk_{t}": functools.partial(matmul_splitk_covering, launcher=L.matmul_regtiled, tile=t)
+        f"matmul_regtiled_splitk_{t}": functools.partial(
+            matmul_splitk_covering, launcher=matmul_launchers.matmul_regtiled, tile=t
+        )
         for t in REGTILED_SPLITK_TILES
     },
-    "matmul_tf32": L.matmul_tf32,
-    "matmul_bf16": L.matmul_bf16,
-    "matmul_tf32_async": L.matmul_tf32_async,
-    "matmul_tf32_wgmma": L.matmul_tf32_wgmma,
+    "matmul_tf32": matmul_launchers.matmul_tf32,
+    "matmul_bf16": matmul_launchers.matmul_bf16,
+    "matmul_tf32_async": matmul_launchers.matmul_tf32_async,
+    "matmul_tf32_wgmma": matmul_launchers.matmul_tf32_wgmma,
     "matmul_tf32_wgmma_tma": matmul_tf32_wgmma_tma,
 }
