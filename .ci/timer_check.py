@@ -26,7 +26,7 @@ from minitorch_cuda.device import require_cuda  # noqa: E402
 
 require_cuda()
 from minitorch_cuda import torch_reference  # noqa: E402
-from minitorch_cuda.cuda import launchers, runtime, timing  # noqa: E402
+from minitorch_cuda.cuda import launch_core, matmul_launchers, runtime, timing  # noqa: E402
 from minitorch_cuda.cuda.array import DeviceArray  # noqa: E402
 from minitorch_cuda.cuda.backend import from_numpy  # noqa: E402
 from minitorch_cuda.cuda.driver import EMULATED  # noqa: E402
@@ -98,8 +98,8 @@ def main() -> None:
         out["torch"] = "PyTorch with CUDA is not available: the cuBLAS rows are missing"
     n = N
     a, b = (from_numpy(rng.standard_normal((n, n), dtype=np.float32)) for _ in range(2))
-    c, g = DeviceArray.empty((n, n)), launchers.Gemm(n, n, n)
-    tiled = functools.partial(launchers.matmul_tiled, c, a, b, g)
+    c, g = DeviceArray.empty((n, n)), launch_core.Gemm(n, n, n)
+    tiled = functools.partial(matmul_launchers.matmul_tiled, c, a, b, g)
     rows[f"matmul_tiled {n}^3"] = compare(
         f"matmul_tiled {n}^3",
         lambda: timing.launcher_seconds(tiled, REPEATS),

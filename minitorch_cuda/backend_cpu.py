@@ -179,6 +179,10 @@ def lean_backward_enabled():
     return False
 
 
+def persistent_step_enabled():
+    return False
+
+
 def clip_gradients(grads, max_norm):
     norm = float(np.sqrt(np.sum([np.sum(g.astype(np.float64) ** 2) for g in grads])))
     if norm > max_norm:

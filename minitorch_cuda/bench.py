@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from . import profiler, stages, synchronize, train
+from .cuda.kernel_table import MATMUL_STAGES
 from .device import cuda_available, cuda_unavailable_reason
 from .needs_gpu import TIMINGS, refuse_emulated
 
@@ -48,26 +49,6 @@ MATMUL_SIZES = [
     ("2048^3", 2048, 2048, 2048),
     ("4096^3", 4096, 4096, 4096),
 ]
-MATMUL_KERNELS = {
-    "matmul_naive": 0,
-    "matmul_transposed": 3,
-    "matmul_batched": 5,
-    "matmul_tiled": 6,
-    "matmul_regtiled": 9,  # the autotuned variant for the shape
-    "matmul_sgemm": 9,  # stage 9 as it runs: the fastest of the above and the pipelined ones below
-    "matmul_pipelined_128x128x16": 9,  # cp.async into 2 stages, 256 threads
-    "matmul_pipelined_128x128x16s3": 9,  # the same, 3 stages (50 KB of dynamic shared memory)
-    "matmul_pipelined_128x64x16": 9,  # 3 stages, 128 threads: 128 blocks at 1024^3
-    "matmul_pipelined_64x64x16": 9,  # 3 stages, 128 threads: small and skinny products
-    "matmul_pipelined_32x32x16": 9,  # 3 stages, 64 threads: outputs as narrow as MNIST's 10 classes
-    "matmul_pipelined_splitk_128x128x16": 9,  # K split until the blocks cover every SM
-    "matmul_pipelined_splitk_64x64x16": 9,
-    "matmul_pipelined_splitk_32x32x16": 9,
-    "matmul_tf32": 12,  # WMMA, any operands
-    "matmul_tf32_async": 12,  # mma.sync and cp.async, operands in whole quads
-    "matmul_tf32_wgmma": 12,  # warpgroup MMA on Hopper (wgmma.cu), with its transpose of b (a @ b)
-    "matmul_tf32_wgmma_tma": 12,  # the same fed by TMA, warp-specialized: stage 12 from 1024^3 up (a @ b)
-}
 ROUNDS_NOTE = (
     "each round times one epoch of every stage and of PyTorch, in an order rotated by one each round; "
     "a stage's median and spread (quartiles, min, max) are over the rounds"
@@ -242,10 +223,10 @@ def profile_stage(stage: int, data, steps: int = 20, keep: int = 400) -> dict:
 
 
 def matmul_gflops(repeats: int = 20) -> dict:
-    """GFLOP/s of each matmul kernel (launchers.MATMULS, as the backend launches it) and of
+    """GFLOP/s of each matmul kernel (matmul_choice.MATMULS, as the backend launches it) and of
     cuBLAS (through PyTorch, FP32 and TF32) on the same shapes, in one run."""
     from . import torch_reference
-    from .cuda import launchers, timing
+    from .cuda import launch_core, matmul_choice, timing
     from .cuda.array import DeviceArray
     from .cuda.autotune import tuner
     from .cuda.backend import from_numpy
@@ -256,18 +237,18 @@ def matmul_gflops(repeats: int = 20) -> dict:
         a = from_numpy(rng.standard_normal((M, K), dtype=np.float32))
         b = from_numpy(rng.standard_normal((K, N), dtype=np.float32))
         c = DeviceArray.empty((M, N))
-        g = launchers.Gemm(M, N, K)
+        g = launch_core.Gemm(M, N, K)
         row = {"label": label, "M": M, "N": N, "K": K, "gflops": {}, "skipped": {}}
-        for name in MATMUL_KERNELS:
+        for name in MATMUL_STAGES:
             if name in SLOW_KERNELS and M * N * K > 1024**3:
                 continue
             try:
-                seconds = timing.launcher_seconds(functools.partial(launchers.MATMULS[name], c, a, b, g), repeats)
+                seconds = timing.launcher_seconds(functools.partial(matmul_choice.MATMULS[name], c, a, b, g), repeats)
             except ValueError as exc:  # the kernel cannot take this problem (or this GPU)
                 row["skipped"][name] = str(exc)
                 continue
             row["gflops"][name] = g.flops / 1e9 / seconds
-        row["regtiled_variant"] = launchers.regtiled_tile(c, a, b, g)
+        row["regtiled_variant"] = matmul_choice.regtiled_tile(c, a, b, g)
         for key, tf32 in (("cublas", False), ("cublas_tf32", True)):
             seconds = torch_reference.cublas_seconds(M, N, K, repeats, tf32)
             if seconds:

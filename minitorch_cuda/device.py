@@ -1,19 +1,16 @@
-"""Devices, the op namespace (backend) of each, and the one place that decides
-whether CUDA can be used.
-
-PyCUDA is an optional dependency: importing this package never touches the
-GPU. The first CUDA request imports PyCUDA, attaches to the device's primary
-context (shared with CuPy and PyTorch) and caches the outcome, so that a
-machine without CUDA answers every later request with the same clear error.
+"""Devices and the op namespace (backend) of each. Whether CUDA can be used is the CUDA probe's
+to say (``cuda/probe.py``); its answers are part of this module's API.
 """
 
 from __future__ import annotations
 
-import functools
-
-
-class CudaUnavailableError(RuntimeError):
-    """Raised when a CUDA device is asked for where none can be used."""
+from .cuda.probe import (  # noqa: F401  (the public API: minitorch_cuda.cuda_available and friends)
+    CudaUnavailableError,
+    cuda_available,
+    cuda_unavailable_reason,
+    gpu_for_timing,
+    require_cuda,
+)
 
 
 class Device:
@@ -63,48 +60,3 @@ def backend_for(device: Device):
             from .cuda import backend
         _backends[device.kind] = backend
     return backend
-
-
-@functools.cache
-def _probe() -> str | None:
-    """Try to start CUDA once; return None on success or the reason it failed."""
-    try:
-        from .cuda.driver import drv
-    except ImportError as exc:
-        return f"PyCUDA is not installed ({exc}); install the 'cuda' extra: pip install -e '.[cuda]'"
-    except Exception as exc:  # a broken driver library raises OSError and friends
-        return f"PyCUDA could not load the CUDA driver: {exc}"
-    try:
-        drv.init()
-        if drv.Device.count() == 0:
-            return "the CUDA driver reports no GPU on this machine"
-        from .cuda.driver import attach
-
-        attach()  # shares the primary context
-    except Exception as exc:
-        return f"CUDA could not start: {exc}"
-    return None
-
-
-def cuda_available() -> bool:
-    """True when PyCUDA imports and a GPU is present (probed once per process)."""
-    return _probe() is None
-
-
-def gpu_for_timing() -> bool:
-    """True where CUDA runs on an actual GPU: not on the CPU emulator, where kernels are
-    checked but timings would be the CPU's (the chapters' `gpu` cells measure only here)."""
-    from .emulator import selected
-
-    return cuda_available() and not selected()
-
-
-def cuda_unavailable_reason() -> str:
-    """Why CUDA cannot be used here, or an empty string when it can."""
-    return _probe() or ""
-
-
-def require_cuda() -> None:
-    reason = _probe()
-    if reason is not None:
-        raise CudaUnavailableError(f"CUDA was requested but cannot be used: {reason}")

@@ -1,9 +1,10 @@
 """Counting and timing what the CUDA backend does, without nsys.
 
 Counters are always on (plain integer adds). Timing is on inside
-``with profile() as prof:``: every launch and copy is bracketed by a pair of
-CUDA events, read back when the block ends. ``prof.stats()`` prints a table in
-the form of ``nsys stats`` and ``prof.timeline()`` draws the events.
+``with profile() as prof:``: the runtime brackets every launch and copy by a pair of
+CUDA events and hands them over (``Profile.add``); they are read back when the block
+ends. ``prof.stats()`` prints a table in the form of ``nsys stats`` and
+``prof.timeline()`` draws the events.
 """
 
 from __future__ import annotations
@@ -72,15 +73,10 @@ class Profile:
         self._pending: list[tuple[str, str, object, object]] = []
         self.records: list[Record] = []
 
-    def begin(self):  # returns a token handed back to end()
-        from .cuda.runtime import record_event  # (runtime imports this module)
-
-        return record_event()
-
-    def end(self, name: str, kind: str, start) -> None:
-        from .cuda.runtime import record_event
-
-        self._pending.append((name, kind, start, record_event()))
+    def add(self, name: str, kind: str, start, stop) -> None:
+        """One launch or copy between two events its caller recorded (the runtime: this module
+        knows no driver), read when the block ends."""
+        self._pending.append((name, kind, start, stop))
 
     def _resolve(self) -> None:
         if not self._pending:

@@ -128,29 +128,29 @@ def _wgmma_workload(rng) -> None:
     wgmma.cu, and wgmma_tma.cu with B transposed first and with B read as stored."""
     import numpy as np
 
-    from minitorch_cuda.cuda import launchers
+    from minitorch_cuda.cuda import launch_core, matmul_launchers, probe
     from minitorch_cuda.cuda.array import DeviceArray
     from minitorch_cuda.cuda.backend import from_numpy
     from minitorch_cuda.cuda.ops_tensor import to_numpy
     from minitorch_cuda.cuda.runtime import arch
 
-    if not launchers.wgmma_fits(36, arch()):
+    if not probe.wgmma_fits(36, arch()):
         return
     a = rng.standard_normal((2, 36, 137)).astype(np.float32)  # stored transposed: ta=True
     b = rng.standard_normal((36, 263)).astype(np.float32)
-    g = launchers.Gemm.of(a, b, ta=True)  # 137 x 263 x 36, batch 2, B broadcast
+    g = launch_core.Gemm.of(a, b, ta=True)  # 137 x 263 x 36, batch 2, B broadcast
     out = DeviceArray.empty((g.batch, g.M, g.N))
-    launchers.matmul_tf32_wgmma(out, from_numpy(a), from_numpy(b), g)
+    matmul_launchers.matmul_tf32_wgmma(out, from_numpy(a), from_numpy(b), g)
     _check_tf32(to_numpy(out), a.transpose(0, 2, 1), b, "stage 12: matmul_tf32_wgmma")
     if arch() != "sm_90":  # TMA and setmaxnreg: Hopper only
         return
     a = rng.standard_normal((2, 137, 36)).astype(np.float32)  # a batch of A, one B: partial tiles
     b = rng.standard_normal((36, 264)).astype(np.float32)  # N % 4 == 0: TMA can read B as stored
-    g = launchers.Gemm.of(a, b)  # 137 x 264 x 36, B stored K x N
+    g = launch_core.Gemm.of(a, b)  # 137 x 264 x 36, B stored K x N
     da, db = from_numpy(a), from_numpy(b)
     for as_stored in (False, True):
         out = DeviceArray.empty((g.batch, g.M, g.N))
-        launchers.matmul_tf32_wgmma_tma(out, da, db, g, bn=128, as_stored=as_stored)
+        matmul_launchers.matmul_tf32_wgmma_tma(out, da, db, g, bn=128, as_stored=as_stored)
         way = "as stored" if as_stored else "transposed"
         _check_tf32(to_numpy(out), a, b, f"stage 12: matmul_tf32_wgmma_tma, B {way}")
 

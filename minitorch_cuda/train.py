@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import nn, optim, stages
+from . import nn, optim
 from .autograd import no_grad
 from .data import load_mnist, one_hot, train_val_split
 from .device import Device, as_device
@@ -106,16 +106,17 @@ class Trainer:
         return self.device_step(xb, yb).item
 
     def _persistent_step(self, xb: Tensor):
-        """Stage 13's one-kernel step, built at the first step on CUDA, for the model, loss and
-        optimizer the trainer has then; None where the stage is lower or the model does not fit
-        (said once, in a warning naming the misfit: it trains with stage 12's kernels instead)."""
-        if xb.device.kind != "cuda" or not stages.persistent_step():
+        """Stage 13's one-kernel step, where the backend runs whole steps as one kernel, built at the
+        first such step for the model, loss and optimizer the trainer has then; None elsewhere or
+        where the model does not fit (said once, in a warning naming the misfit: it trains with
+        stage 12's kernels instead)."""
+        if not xb.backend.persistent_step_enabled():
             return None
         if self._persistent is None:
-            from .cuda.persistent_step import DoesNotFit, PersistentStep
+            from .persistent_model import DoesNotFit, persistent_step
 
             try:
-                self._persistent = PersistentStep(
+                self._persistent = persistent_step(
                     self.net, self.loss_fn, self.optim, self.protocol.max_norm, self.protocol.batch_size
                 )
             except DoesNotFit as exc:

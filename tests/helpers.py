@@ -174,6 +174,32 @@ def where_wrong(got, ref, scale, bound) -> str:
 # --- builds and runs ----------------------------------------------------------------------------
 
 
+def launch_bounds(file: str) -> dict[str, tuple[int, int]]:
+    """{kernel: (most threads, blocks per SM asked)} of every ``extern "C"`` kernel of a kernels/ file, from its
+    ``__launch_bounds__`` as the preprocessor expands them (the emulator's scan of g++ -E: the tile
+    lists' X-macros included), the arithmetic evaluated."""
+    import ast
+
+    from minitorch_cuda.cuda.kernel_table import KERNEL_DIR
+    from minitorch_cuda.emulator import compiler, toolchain
+
+    scan = [toolchain.CXX, "-E", "-x", "c++", "-std=c++17", "-isystem", str(toolchain.INCLUDE),
+            "-include", str(toolchain.HEADER), f"-I{KERNEL_DIR}", str(KERNEL_DIR / file)]  # fmt: skip
+    text = subprocess.run(scan, capture_output=True, text=True, check=True).stdout
+
+    def value(expression: str) -> int:  # integer arithmetic only: + - * / and parentheses
+        tree = ast.parse(expression.strip(), mode="eval")
+        allowed = (ast.Expression, ast.BinOp, ast.Constant, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv)
+        assert all(isinstance(node, allowed) for node in ast.walk(tree)), expression
+        return int(eval(compile(tree, file, "eval")))  # noqa: S307  (checked above: numbers and operators)
+
+    found = {}
+    for name, (bounds, _) in compiler.kernels(text, c_linkage_only=True).items():
+        threads, blocks = [*(bounds or "0").split(","), "0"][:2]  # no bounds, no blocks per SM asked: 0
+        found[name] = (value(threads), value(blocks))
+    return found
+
+
 def sm90_build(source, tmp_path, *flags: str) -> dict:
     """nvcc's sm_90 cubin of a kernels/ file and ptxas's -v report of it: {entry: KernelResources}.
     Fails the test where nvcc fails or warns (the build tests of the Hopper kernels share it)."""

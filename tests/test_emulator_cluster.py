@@ -149,9 +149,9 @@ def test_the_same_exchange_on_a_hopper_gpu(grid, cluster):
     import pycuda.driver as drv
     from pycuda.compiler import SourceModule
 
-    from minitorch_cuda.cuda import launchers, runtime
+    from minitorch_cuda.cuda import probe, runtime
 
-    if not launchers.clusters_fit(runtime.arch()):
+    if not probe.clusters_fit(runtime.arch()):
         pytest.skip(f"thread block clusters need compute capability 9.0; this GPU is {runtime.arch()}")
     module = SourceModule(
         EXCHANGE, no_extern_c=True, arch=runtime.arch(), options=[f"-DCX={cluster[0]}", f"-DCY={cluster[1]}"]

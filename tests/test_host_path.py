@@ -155,20 +155,20 @@ WGMMA_LAUNCHES = f"""
 import json, sys
 sys.path.insert(0, {str(TESTS)!r})
 import standin_pycuda  # noqa: F401  (before anything imports pycuda)
-from minitorch_cuda.cuda import launchers
+from minitorch_cuda.cuda import launch_core, matmul_launchers
 from minitorch_cuda.cuda.array import DeviceArray
 
 calls = []  # name, grid, block and the arguments after the pointers (2 for a transpose, 3 for wgmma)
 def launch(kernel, grid, block, *args, shapes=()):
     calls.append([kernel.name, grid, block, args[2 if kernel.name == "transpose_2d" else 3:]])
-launchers.launch = launch
+launch_core.launch = launch
 M, N, K, batch = 70, 300, 36, 3
 for ta in (False, True):
     for tb in (False, True):
         a = DeviceArray.empty((batch, K, M) if ta else (batch, M, K))
         b = DeviceArray.empty((K, N) if not tb else (N, K))  # shared by the batch
-        g = launchers.Gemm(M, N, K, ta, tb, M * K, 0, batch)
-        launchers.matmul_tf32_wgmma(DeviceArray.empty((batch, M, N)), a, b, g)
+        g = launch_core.Gemm(M, N, K, ta, tb, M * K, 0, batch)
+        matmul_launchers.matmul_tf32_wgmma(DeviceArray.empty((batch, M, N)), a, b, g)
 print(json.dumps(calls))
 """
 
@@ -200,13 +200,13 @@ import json, sys
 sys.path.insert(0, {str(TESTS)!r})
 import standin_pycuda  # noqa: F401  (before anything imports pycuda; it answers sm_90)
 from minitorch_cuda import stages
-from minitorch_cuda.cuda import launchers, ops_matmul
+from minitorch_cuda.cuda import launch_core, ops_matmul
 from minitorch_cuda.cuda.array import DeviceArray
 from minitorch_cuda.cuda.autotune import tuner
 
 tuner.enabled = False  # the stand-in times nothing: each tuned choice is its first candidate
 routes = []  # the kernels each product launches
-launchers.launch = lambda kernel, *args, shapes=(): routes[-1].append(kernel.name)
+launch_core.launch = lambda kernel, *args, shapes=(): routes[-1].append(kernel.name)
 with stages.use_stage(12):
     for M, N, K in ((1024, 1024, 1024), (1024, 1024, 1022), (64, 256, 784), (2048, 10, 128)):
         routes.append([])
@@ -235,13 +235,13 @@ import standin_pycuda  # noqa: F401  (before anything imports pycuda)
 standin_pycuda._Device.compute_capability = lambda self: (7, 5)  # a T4: FP16 tensor cores only
 standin_pycuda._Device.name = lambda self: "Tesla T4"
 from minitorch_cuda import stages
-from minitorch_cuda.cuda import launchers, ops_matmul
+from minitorch_cuda.cuda import launch_core, ops_matmul
 from minitorch_cuda.cuda.array import DeviceArray
 
 from minitorch_cuda import profiler
 
 launched, program = [], profiler.counters  # not the tuner's measure of the host (profiler.uncounted)
-launchers.launch = lambda kernel, *args, shapes=(): profiler.counters is program and launched.append(kernel.name)
+launch_core.launch = lambda kernel, *args, shapes=(): profiler.counters is program and launched.append(kernel.name)
 with stages.use_stage(11):
     ops_matmul.matmul(DeviceArray.empty((64, 784)), DeviceArray.empty((784, 256)))
 try:

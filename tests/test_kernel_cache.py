@@ -15,8 +15,8 @@ from minitorch_cuda.grade import sandbox
 WHERE = """
 import json
 from minitorch_cuda.cuda import runtime
-from minitorch_cuda.emulator import compiler
-print(json.dumps({"runtime": str(runtime.CACHE_DIR), "emulator": str(compiler._cache_dir(None))}))
+from minitorch_cuda.emulator import toolchain
+print(json.dumps({"runtime": str(runtime.CACHE_DIR), "emulator": str(toolchain.cache_dir())}))
 """
 
 

@@ -54,10 +54,12 @@ def _split_args(text: str) -> list[str]:
 
 
 def _expanded(source: str) -> str:
-    """The source with its function-like macros expanded at top level (enough of a
-    C preprocessor for BINARY(ew_add, ...) and REDUCTION_VARIANTS(DEFINE_SUM_ROWS))."""
+    """The source with its function-like macros expanded at top level (enough of a C
+    preprocessor for BINARY(ew_add, ...), REDUCTION_VARIANTS(DEFINE_SUM_ROWS) and the tile lists'
+    X-macros, REGTILED_TILES(REGTILED) with their variadic TILE_IF)."""
     for header in re.findall(r'^#include\s+"([^"]+)"', source, re.M):
         source = (KERNEL_DIR / header).read_text() + "\n" + source
+    source = re.sub(r"/\*.*?\*/", " ", source, flags=re.S)  # block comments, also inside macros
     source = source.replace("\\\n", " ")  # join continuation lines
     macros = {}
     for name, params, body in re.findall(r"^#define\s+(\w+)\(([^)]*)\)(.*)$", source, re.M):
@@ -65,7 +67,7 @@ def _expanded(source: str) -> str:
     text = re.sub(r"^#.*$", "", source, flags=re.M)
     if not macros:
         return text
-    for _ in range(4):  # nested macros: REDUCTION_VARIANTS(DEFINE) -> DEFINE(volatile) ...
+    for _ in range(8):  # nested macros: REDUCTION_VARIANTS(DEFINE) -> DEFINE(volatile) ...
         out, pos = [], 0
         for match in re.finditer(r"\b(" + "|".join(map(re.escape, macros)) + r")\(", text):
             if match.start() < pos:
@@ -76,6 +78,9 @@ def _expanded(source: str) -> str:
                 i += 1
             params, body = macros[match.group(1)]
             args = _split_args(text[match.end() : i - 1])
+            if params[-1:] == ["..."]:  # variadic: the arguments past the named ones are __VA_ARGS__
+                named = len(params) - 1
+                params, args = [*params[:named], "__VA_ARGS__"], [*args[:named], ", ".join(args[named:])]
             for param, arg in zip(params, args):
                 body = re.sub(r"\b" + re.escape(param) + r"\b", arg, body)
             out.append(text[pos : match.start()] + re.sub(r"\s*##\s*", "", body))

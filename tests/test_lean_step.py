@@ -33,9 +33,9 @@ pytestmark = pytest.mark.gpu
 
 
 def _cuda():
-    from minitorch_cuda.cuda import backend, launchers
+    from minitorch_cuda.cuda import backend, launch_core, launchers, matmul_launchers
 
-    return backend, launchers
+    return backend, launchers, launch_core, matmul_launchers
 
 
 def _op(x: np.ndarray, t: bool) -> np.ndarray:
@@ -46,25 +46,25 @@ def _op(x: np.ndarray, t: bool) -> np.ndarray:
 @pytest.mark.parametrize("tile", ["32x32x8", "64x64x16"])
 @pytest.mark.parametrize(("M", "N", "K", "ta", "tb"), [(37, 19, 21, 1, 0), (21, 37, 19, 0, 1), (70, 33, 9, 0, 0)])
 def test_matmul_grad_masks_and_sums_columns(tile, M, N, K, ta, tb):
-    backend, launchers = _cuda()
+    backend, launchers, launch_core, matmul_launchers = _cuda()
     rng = np.random.default_rng(M + N + K)
     a = rng.standard_normal((K, M) if ta else (M, K)).astype(np.float32)
     b = rng.standard_normal((N, K) if tb else (K, N)).astype(np.float32)
     mask = np.maximum(rng.standard_normal((M, N)), 0).astype(np.float32)  # a ReLU output: zeros and positives
     da, db = backend.from_numpy(a), backend.from_numpy(b)
-    g = launchers.Gemm.of(da, db, bool(ta), bool(tb))
+    g = launch_core.Gemm.of(da, db, bool(ta), bool(tb))
     ref = _op(a, ta).astype(np.float64) @ _op(b, tb).astype(np.float64)
     scale = np.abs(_op(a, ta)).astype(np.float64) @ np.abs(_op(b, tb))
     out, sums = (
         backend.from_numpy(np.full((M, N), np.nan, np.float32)),
         backend.from_numpy(np.full(N, np.nan, np.float32)),
     )
-    launchers.matmul_grad(out, da, db, g, colsum=sums, tile=tile)
+    matmul_launchers.matmul_grad(out, da, db, g, colsum=sums, tile=tile)
     assert np.all(np.abs(backend.to_numpy(out) - ref) <= 1e-5 * scale + 1e-6), "dW = op(a) op(b)"
     col = _op(b, tb).astype(np.float64).sum(0)
     assert_close(backend.to_numpy(sums), col, 1e-5, 1e-4, "db = column sums of op(b)")
     masked = backend.from_numpy(np.full((M, N), np.nan, np.float32))
-    launchers.matmul_grad(masked, da, db, g, mask=backend.from_numpy(mask), tile=tile)
+    matmul_launchers.matmul_grad(masked, da, db, g, mask=backend.from_numpy(mask), tile=tile)
     got = backend.to_numpy(masked)
     assert np.all(got[mask == 0] == 0), "zeroed where the ReLU output is 0"
     assert np.all(np.abs(got - ref * (mask > 0)) <= 1e-5 * scale + 1e-6), "dX = op(a) op(b) * (mask > 0)"
@@ -74,7 +74,7 @@ def test_matmul_grad_masks_and_sums_columns(tile, M, N, K, ta, tb):
 @pytest.mark.parametrize(("tile", "splits"), [("32x32x16", 2), ("32x32x16", 3), ("64x64x16", 4)])
 @pytest.mark.parametrize(("bias", "relu"), [(True, True), (False, False)])
 def test_splitk_bias_act_reduces_in_its_last_block(tile, splits, bias, relu):
-    backend, launchers = _cuda()
+    backend, launchers, launch_core, matmul_launchers = _cuda()
     from minitorch_cuda.cuda.ops_matmul import _splitk_counters
 
     M, N, K = 21, 37, 300  # ragged tiles, K-slices of unequal length
@@ -85,12 +85,12 @@ def test_splitk_bias_act_reduces_in_its_last_block(tile, splits, bias, relu):
     ref = np.maximum(ref, 0) if relu else ref
     scale = np.abs(x).astype(np.float64) @ np.abs(w) + np.abs(b)
     dx, dw, counters = backend.from_numpy(x), backend.from_numpy(w), _splitk_counters()
-    g = launchers.Gemm.of(dx, dw)
+    g = launch_core.Gemm.of(dx, dw)
     runs = []
     for _ in range(2):  # the second launch finds the counters the first left behind
         out = backend.from_numpy(np.full((M, N), np.nan, np.float32))
         bias_arg = backend.from_numpy(b) if bias else None
-        launchers.matmul_splitk_bias_act(out, dx, dw, bias_arg, counters, g, relu, tile=tile, splits=splits)
+        matmul_launchers.matmul_splitk_bias_act(out, dx, dw, bias_arg, counters, g, relu, tile=tile, splits=splits)
         runs.append(backend.to_numpy(out))
         assert not backend.to_numpy(counters).any(), "every tile counter back at zero"
     assert np.all(np.abs(runs[0] - ref) <= 1e-5 * scale + 1e-6), "act(x @ w + b) over the K-slices"
@@ -99,7 +99,7 @@ def test_splitk_bias_act_reduces_in_its_last_block(tile, splits, bias, relu):
 
 @pytest.mark.emulated
 def test_softmax_xent_grad_writes_the_logits_gradient():
-    backend, launchers = _cuda()
+    backend, launchers, launch_core, matmul_launchers = _cuda()
     rng = np.random.default_rng(3)
     rows, cols = 37, 10
     logits = (rng.standard_normal((rows, cols)) * 4).astype(np.float32)
@@ -118,7 +118,7 @@ def test_softmax_xent_grad_writes_the_logits_gradient():
 @pytest.mark.parametrize("blocks", [1, 3])
 @pytest.mark.parametrize("max_norm", [0.5, 1e3])  # clipped, not clipped
 def test_clip_rmsprop_across_a_grid_barrier(blocks, max_norm):
-    backend, launchers = _cuda()
+    backend, launchers, launch_core, matmul_launchers = _cuda()
     from minitorch_cuda.cuda.ops_optim import _grid_barrier
 
     rng = np.random.default_rng(blocks)

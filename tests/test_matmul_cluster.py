@@ -26,9 +26,9 @@ SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (256, 192, 320), (384, 128, 19
 
 
 def _gpu_clusters():
-    from minitorch_cuda.cuda import launchers, runtime
+    from minitorch_cuda.cuda import probe, runtime
 
-    if not launchers.clusters_fit(runtime.arch()):
+    if not probe.clusters_fit(runtime.arch()):
         pytest.skip(f"thread block clusters need compute capability 9.0; this GPU is {runtime.arch()}")
 
 
@@ -37,18 +37,18 @@ def _gpu_clusters():
 @pytest.mark.parametrize("splits", CLUSTER_SPLITS)
 @pytest.mark.parametrize("tile", CLUSTER_SPLITK_TILES)
 def test_the_cluster_sums_the_two_launch_bits(tile, splits, shape):
-    from minitorch_cuda.cuda import backend, launchers
+    from minitorch_cuda.cuda import backend, launch_core, matmul_launchers
 
     _gpu_clusters()
     M, N, K = shape
     a, b = matmul_inputs(M, N, K, 0, 0, seed=M + N + K)
     ref, scale = matmul_reference(a, b, False, False)
-    g = launchers.Gemm(M, N, K)
+    g = launch_core.Gemm(M, N, K)
     da, db = backend.from_numpy(a), backend.from_numpy(b)
     runs = {}
     for variant in (f"{tile}_cluster{splits}", f"{tile}_splitk{splits}", f"{tile}_cluster{splits}"):
         out = backend.from_numpy(np.full((M, N), np.nan, np.float32))
-        launchers.matmul_sgemm(out, da, db, g, variant=variant)
+        matmul_launchers.matmul_sgemm(out, da, db, g, variant=variant)
         runs.setdefault(variant, []).append(backend.to_numpy(out))
     one, two = runs[f"{tile}_cluster{splits}"], runs[f"{tile}_splitk{splits}"][0]
     assert np.all(np.abs(one[0] - ref) <= 1e-5 * scale + 1e-6), f"{tile} in {splits} at {shape}"
@@ -59,19 +59,20 @@ def test_the_cluster_sums_the_two_launch_bits(tile, splits, shape):
 @pytest.mark.gpu
 def test_a_product_the_exact_twin_does_not_take_is_refused_before_launching():
     from minitorch_cuda import profiler
-    from minitorch_cuda.cuda import backend, launchers
+    from minitorch_cuda.cuda import backend, launch_core, matmul_launchers
 
     _gpu_clusters()
     a, b = matmul_inputs(256, 128, 200, 0, 0, seed=1)  # K = 200: 25 tiles of 8, no K-tile short
     da, db = backend.from_numpy(a), backend.from_numpy(b)
     out = backend.from_numpy(np.zeros((256, 128), np.float32))
-    for g in (launchers.Gemm(256, 128, 200, ta=True), launchers.Gemm(250, 128, 200)):
+    for g in (launch_core.Gemm(256, 128, 200, ta=True), launch_core.Gemm(250, 128, 200)):
         before = profiler.counters.launches
         with pytest.raises(ValueError, match="divides exactly"):
-            launchers.matmul_cluster_splitk(out, da, db, g, tile="128x64x8t128", splits=2)
+            matmul_launchers.matmul_cluster_splitk(out, da, db, g, tile="128x64x8t128", splits=2)
         assert profiler.counters.launches == before
     with pytest.raises(ValueError, match="the splits"):
-        launchers.matmul_cluster_splitk(out, da, db, launchers.Gemm(256, 128, 200), tile="128x64x8t128", splits=3)
+        problem = launch_core.Gemm(256, 128, 200)
+        matmul_launchers.matmul_cluster_splitk(out, da, db, problem, tile="128x64x8t128", splits=3)
 
 
 # --- CPU ---------------------------------------------------------------------------------------------
@@ -94,28 +95,28 @@ def test_cluster_kernels_build_for_sm_90_without_spills_within_their_blocks(tmp_
 
 HOPPER = """
 import json
-from minitorch_cuda.cuda import launchers, runtime
+from minitorch_cuda.cuda import launch_core, matmul_choice, matmul_launchers, runtime
 
-launchers.multiprocessors = lambda: 132
+runtime.multiprocessors = lambda: 132
 runtime.arch = lambda: "sm_90"
-gemm = launchers.Gemm
+gemm = launch_core.Gemm
 print(json.dumps({
-    "1024": [v for v in launchers.sgemm_candidates(gemm(1024, 1024, 1024)) if "cluster" in v],
-    "1000": [v for v in launchers.sgemm_candidates(gemm(1000, 1024, 1024)) if "cluster" in v],
-    "4096": [v for v in launchers.sgemm_candidates(gemm(4096, 4096, 4096)) if "cluster" in v],
-    "parts": launchers.sgemm_parts("128x64x8t128_cluster2"),
-    "host_ms": [launchers.sgemm_host_ms(v) / launchers.host_launch_ms()
+    "1024": [v for v in matmul_choice.sgemm_candidates(gemm(1024, 1024, 1024)) if "cluster" in v],
+    "1000": [v for v in matmul_choice.sgemm_candidates(gemm(1000, 1024, 1024)) if "cluster" in v],
+    "4096": [v for v in matmul_choice.sgemm_candidates(gemm(4096, 4096, 4096)) if "cluster" in v],
+    "parts": matmul_launchers.sgemm_parts("128x64x8t128_cluster2"),
+    "host_ms": [matmul_choice.sgemm_host_ms(v) / matmul_choice.host_launch_ms()
                 for v in ("128x64x8t128_cluster2", "128x64x8t128_splitk2")],
 }))
 """
 
 REFUSED = """
 import numpy as np
-from minitorch_cuda.cuda import backend, launchers
+from minitorch_cuda.cuda import backend, launch_core, matmul_launchers
 
 a = backend.from_numpy(np.ones((256, 64), np.float32))
 try:
-    launchers.matmul_cluster_splitk(a, a, a, launchers.Gemm(256, 64, 64), tile="128x64x8t128", splits=2)
+    matmul_launchers.matmul_cluster_splitk(a, a, a, launch_core.Gemm(256, 64, 64), tile="128x64x8t128", splits=2)
 except ValueError as exc:
     print(exc)
 """
@@ -124,7 +125,7 @@ except ValueError as exc:
 AS_HOPPER = """
 import sys
 import numpy as np
-from minitorch_cuda.cuda import backend, launchers, runtime
+from minitorch_cuda.cuda import backend, launch_core, matmul_launchers, runtime
 
 runtime.arch = lambda: "sm_90"  # the emulator runs clusters; stage 9 offers them on a Hopper only
 M, N, K, splits = map(int, sys.argv[1:5])
@@ -134,7 +135,7 @@ with np.load(path) as data:
 outs = {}
 for way in ("cluster", "splitk"):
     out = backend.from_numpy(np.full((M, N), np.nan, np.float32))
-    launchers.matmul_sgemm(out, a, b, launchers.Gemm(M, N, K), variant=f"{tile}_{way}{splits}")
+    matmul_launchers.matmul_sgemm(out, a, b, launch_core.Gemm(M, N, K), variant=f"{tile}_{way}{splits}")
     outs[way] = backend.to_numpy(out)
 np.savez(path, **outs)
 """

@@ -1,5 +1,5 @@
 """The exact twins of stage 9's large register tiles (matmul_regtiled[_splitk]_exact_*, EXACT in
-kernels/matmul_regtiled.cuh): where launchers.exact_fit lets them run, and that they compute the
+kernels/matmul_regtiled.cuh): where matmul_launchers.exact_fit lets them run, and that they compute the
 plain kernels' bits.
 
 The emulated run launches each exact twin and its plain kernel directly on products the tile
@@ -11,12 +11,11 @@ are checked without launching anything (on the emulator's pass, which imports th
 from __future__ import annotations
 
 import json
-import re
 
 import numpy as np
 import pytest
 from conftest import needs_gxx, needs_nvcc
-from helpers import matmul_inputs, matmul_wrong, run_emulated, sm90_build
+from helpers import launch_bounds, matmul_inputs, matmul_wrong, run_emulated, sm90_build
 
 from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, REGTILED_EXACT_TILES, REGTILED_TILES
 
@@ -34,7 +33,8 @@ import json, sys
 import numpy as np
 from minitorch_cuda.cuda import backend, registry, runtime
 from minitorch_cuda.cuda.kernel_table import REGTILED_TILES
-from minitorch_cuda.cuda.launchers import Gemm, exact_fit
+from minitorch_cuda.cuda.launch_core import Gemm
+from minitorch_cuda.cuda.matmul_launchers import exact_fit
 
 tile, splits, folder = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
 bm, bn, _, threads = REGTILED_TILES[tile]
@@ -86,11 +86,11 @@ A, B = _Aligned(256), _Aligned(4096)
 @pytest.mark.gpu
 @pytest.mark.emulated
 def test_exact_fit_takes_only_products_the_tile_divides():
-    from minitorch_cuda.cuda import launchers
+    from minitorch_cuda.cuda import launch_core, matmul_launchers
 
-    g = launchers.Gemm
-    assert launchers.exact_fit(A, B, g(4096, 4096, 4096), "256x128x8")
-    assert launchers.exact_fit(A, B, g(1024, 1024, 1024), "256x128x8", splits=4)
+    g = launch_core.Gemm
+    assert matmul_launchers.exact_fit(A, B, g(4096, 4096, 4096), "256x128x8")
+    assert matmul_launchers.exact_fit(A, B, g(1024, 1024, 1024), "256x128x8", splits=4)
     refused = {
         "a batch (the twins take no strides)": (g(256, 128, 64, stride_a=256 * 64, batch=3), "256x128x8", 1),
         "a plain tile without a twin": (g(1024, 1024, 1024), "64x64x16", 1),
@@ -103,24 +103,24 @@ def test_exact_fit_takes_only_products_the_tile_divides():
         "an empty K-slice (5 tiles in 4 slices of 2)": (g(128, 128, 40), "128x128x8", 4),
     }
     for why, (problem, tile, splits) in refused.items():
-        assert not launchers.exact_fit(A, B, problem, tile, splits), why
-    assert not launchers.exact_fit(_Aligned(260), B, g(4096, 4096, 4096), "256x128x8"), "A off a 16-byte start"
+        assert not matmul_launchers.exact_fit(A, B, problem, tile, splits), why
+    assert not matmul_launchers.exact_fit(_Aligned(260), B, g(4096, 4096, 4096), "256x128x8"), "A off a 16-byte start"
     assert all(t in REGTILED_TILES for t in REGTILED_EXACT_TILES)
 
 
 @pytest.mark.gpu
 @pytest.mark.emulated
 def test_the_launcher_takes_the_exact_twin_where_it_fits(monkeypatch):
-    from minitorch_cuda.cuda import launchers
+    from minitorch_cuda.cuda import launch_core, matmul_launchers
 
     launched = []
-    monkeypatch.setattr(launchers, "_go", lambda kernel, *rest: launched.append(kernel))
-    monkeypatch.setattr(launchers, "split_k", lambda kernel, *rest: launched.append(kernel))
-    g = launchers.Gemm
-    launchers.matmul_regtiled(A, A, B, g(4096, 4096, 4096), tile="256x128x8")
-    launchers.matmul_regtiled(A, A, B, g(4000, 4096, 4096), tile="256x128x8")
-    launchers.matmul_regtiled(A, A, B, g(1024, 1024, 1024), tile="256x128x8", splits=4)
-    launchers.matmul_regtiled(A, A, B, g(1024, 1024, 1024, tb=True), tile="256x128x8", splits=4)
+    monkeypatch.setattr(matmul_launchers, "dispatch", lambda kernel, *rest: launched.append(kernel))
+    monkeypatch.setattr(matmul_launchers, "split_k", lambda kernel, *rest: launched.append(kernel))
+    g = launch_core.Gemm
+    matmul_launchers.matmul_regtiled(A, A, B, g(4096, 4096, 4096), tile="256x128x8")
+    matmul_launchers.matmul_regtiled(A, A, B, g(4000, 4096, 4096), tile="256x128x8")
+    matmul_launchers.matmul_regtiled(A, A, B, g(1024, 1024, 1024), tile="256x128x8", splits=4)
+    matmul_launchers.matmul_regtiled(A, A, B, g(1024, 1024, 1024, tb=True), tile="256x128x8", splits=4)
     assert launched == [
         "matmul_regtiled_exact_256x128x8",
         "matmul_regtiled_256x128x8",
@@ -133,14 +133,12 @@ def test_the_launcher_takes_the_exact_twin_where_it_fits(monkeypatch):
 def test_exact_twins_build_for_sm_90_like_their_plain_kernels(tmp_path):
     """ptxas's report: each exact twin with its plain kernel's launch bounds, without stack or
     spills, and with no more registers than those bounds leave it."""
-    source = (KERNEL_DIR / "matmul_regtiled.cu").read_text()
+    bounds = launch_bounds("matmul_regtiled.cu")  # (threads, blocks per SM) as matmul_tiles.cuh's line gives them
     report = sm90_build(KERNEL_DIR / "matmul_regtiled.cu", tmp_path)
-    shape = r"(\d+), (\d+), (\d+), (\d+), (\d+), (\d+)"
     for tile in REGTILED_EXACT_TILES:
-        plain = re.search(rf"^REGTILED\(matmul_regtiled_{tile}, {shape}\)", source, re.M).groups()
+        plain = bounds[f"matmul_regtiled_{tile}"]
         for name in (f"matmul_regtiled_exact_{tile}", f"matmul_regtiled_splitk_exact_{tile}"):
-            twin = re.search(rf"^REGTILED(?:_SPLITK)?_AS\({name}, {shape}, true\)", source, re.M).groups()
-            assert twin == plain, (name, twin, plain)
-            kernel, blocks = report[name], int(twin[-1])
+            assert bounds[name] == plain, (name, bounds[name], plain)
+            kernel, blocks = report[name], plain[1]
             assert kernel.stack_bytes == kernel.spill_stores == kernel.spill_loads == 0, kernel
             assert kernel.registers * REGTILED_TILES[tile][3] * blocks <= 65536, kernel

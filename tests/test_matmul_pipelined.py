@@ -24,24 +24,20 @@ VARIANTS = [f"pipelined_{t}" for t in PIPELINED_TILES] + ["pipelined_128x128x16_
 EMULATED_RUN = """
 import json, sys
 import numpy as np
-from minitorch_cuda.cuda import backend, launchers
-from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, SPECS
-from minitorch_cuda.cuda.runtime import Kernel, compile_module
+from minitorch_cuda.cuda import backend, launch_core, matmul_launchers, registry
 
 variant, lag, folder = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 _, tile, *split = variant.split("_")
 splits = int(split[0].removeprefix("splitk")) if split else 1
 name = f"matmul_pipelined_{tile}" if splits == 1 else f"matmul_pipelined_splitk_{tile}"
-source = f"#define PIPELINED_WAIT_LAG {lag}\\n" + (KERNEL_DIR / "matmul_pipelined.cu").read_text()
-spec = SPECS[name]
-kernel = Kernel(name, compile_module(source, "matmul_pipelined.cu"), name, spec.signature, spec.shared_bytes)
+kernel = registry.variant(name, {"PIPELINED_WAIT_LAG": lag})
 inputs = np.load(f"{folder}/inputs.npz")
 outputs = {}
 for i, (M, N, K, ta, tb, batch_a, batch_b) in enumerate(json.loads(sys.argv[4])):
     a, b = inputs[f"a{i}"], inputs[f"b{i}"]
-    g = launchers.Gemm.of(a, b, bool(ta), bool(tb))
+    g = launch_core.Gemm.of(a, b, bool(ta), bool(tb))
     out = backend.from_numpy(np.full((g.batch, M, N), np.nan, np.float32))
-    launchers.matmul_pipelined(out, backend.from_numpy(a), backend.from_numpy(b), g, tile=tile, splits=splits,
+    matmul_launchers.matmul_pipelined(out, backend.from_numpy(a), backend.from_numpy(b), g, tile=tile, splits=splits,
                                kernel=kernel)
     outputs[f"c{i}"] = backend.to_numpy(out)
 np.savez(f"{folder}/outputs.npz", **outputs)
@@ -78,21 +74,21 @@ def test_a_wait_one_batch_short_fails(variant, tmp_path):
 CHOICES = """
 import json
 import numpy as np
-from minitorch_cuda.cuda import backend, launchers
+from minitorch_cuda.cuda import backend, launch_core, matmul_choice, runtime
 from minitorch_cuda.cuda.autotune import tuner
 
-gemm = launchers.Gemm
+gemm = launch_core.Gemm
 a, b, c = (backend.from_numpy(np.ones((8, 8), np.float32)) for _ in range(3))
-launchers.matmul_sgemm(c, a, b, gemm(8, 8, 8))
+matmul_choice.matmul_sgemm(c, a, b, gemm(8, 8, 8))
 emulated = tuner.choices()
-launchers.multiprocessors = lambda: 132
+runtime.multiprocessors = lambda: 132
 print(json.dumps({
-    "1024 128": launchers.splitk_counts(gemm(1024, 1024, 1024), "128x128x16"),
-    "1024 64": launchers.splitk_counts(gemm(1024, 1024, 1024), "64x64x16"),
-    "64x10x128": launchers.splitk_counts(gemm(64, 10, 128), "64x64x16"),
-    "dW1": launchers.splitk_counts(gemm(784, 256, 64), "64x64x16"),
-    "fwd1": launchers.sgemm_candidates(gemm(64, 256, 784)),
-    "fwd3": launchers.sgemm_candidates(gemm(64, 10, 128)),
+    "1024 128": matmul_choice.splitk_counts(gemm(1024, 1024, 1024), "128x128x16"),
+    "1024 64": matmul_choice.splitk_counts(gemm(1024, 1024, 1024), "64x64x16"),
+    "64x10x128": matmul_choice.splitk_counts(gemm(64, 10, 128), "64x64x16"),
+    "dW1": matmul_choice.splitk_counts(gemm(784, 256, 64), "64x64x16"),
+    "fwd1": matmul_choice.sgemm_candidates(gemm(64, 256, 784)),
+    "fwd3": matmul_choice.sgemm_candidates(gemm(64, 10, 128)),
     "emulated": emulated,
 }))
 """
@@ -118,12 +114,12 @@ def test_split_counts_fill_the_multiprocessors_and_the_emulator_times_no_new_var
 @pytest.mark.parametrize("n", [1024, 2048, 4096])
 @pytest.mark.parametrize("variant", VARIANTS + [None])
 def test_large_products_against_float64(variant, n):
-    from minitorch_cuda.cuda import backend, launchers
+    from minitorch_cuda.cuda import backend, launch_core, matmul_launchers
 
     a, b, ref, scale = large_product(n)
-    g = launchers.Gemm(n, n, n)
+    g = launch_core.Gemm(n, n, n)
     out = backend.from_numpy(np.full((n, n), np.nan, np.float32))
-    launchers.matmul_sgemm(out, backend.from_numpy(a), backend.from_numpy(b), g, variant=variant)
+    matmul_launchers.matmul_sgemm(out, backend.from_numpy(a), backend.from_numpy(b), g, variant=variant)
     got = backend.to_numpy(out)
     assert np.all(np.abs(got - ref) <= 1e-5 * scale + 1e-6), f"{variant or 'the autotuned one'} at {n}^3"
 

@@ -1,5 +1,5 @@
 """Stage 9's register-tiled split-K (matmul_regtiled_splitk_*, kernels/matmul_regtiled.cu) against
-float64, and the sgemm tuner's host time per variant (launchers.sgemm_host_ms).
+float64, and the sgemm tuner's host time per variant (matmul_choice.sgemm_host_ms).
 
 The emulated runs (a subprocess with MINITORCH_CUDA_EMULATE=1) check every K-slice the split
 kernel writes against the float64 product over that slice's K range, not only their sum: a slice
@@ -10,12 +10,11 @@ The large sizes, the timing and the host-launch measurement need a GPU.
 from __future__ import annotations
 
 import json
-import re
 
 import numpy as np
 import pytest
 from conftest import needs_gxx, needs_nvcc
-from helpers import MATMUL_CASES, large_product, matmul_inputs, matmul_wrong, run_emulated, sm90_build
+from helpers import MATMUL_CASES, large_product, launch_bounds, matmul_inputs, matmul_wrong, run_emulated, sm90_build
 
 from minitorch_cuda.cuda.autotune import Autotuner
 from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, REGTILED_SPLITK_TILES, REGTILED_TILES
@@ -29,7 +28,7 @@ MORE_CASES = [(40, 70, 20, 1, 0, (2,), (2,)), (5, 3, 257, 0, 1, (), (2,))]
 EMULATED_RUN = """
 import json, sys
 import numpy as np
-from minitorch_cuda.cuda import backend, launchers, registry, runtime
+from minitorch_cuda.cuda import backend, launch_core, matmul_launchers, registry, runtime
 from minitorch_cuda.cuda.kernel_table import REGTILED_TILES
 
 tile, splits, folder = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
@@ -39,10 +38,10 @@ outputs = {}
 for i, (M, N, K, ta, tb, batch_a, batch_b) in enumerate(json.loads(sys.argv[4])):
     a, b = inputs[f"a{i}"], inputs[f"b{i}"]
     da, db = backend.from_numpy(a), backend.from_numpy(b)
-    g = launchers.Gemm.of(a, b, bool(ta), bool(tb))
+    g = launch_core.Gemm.of(a, b, bool(ta), bool(tb))
     for s in splits:
         out = backend.from_numpy(np.full((g.batch, M, N), np.nan, np.float32))
-        launchers.matmul_sgemm(out, da, db, g, variant=f"{tile}_splitk{s}")
+        matmul_launchers.matmul_sgemm(out, da, db, g, variant=f"{tile}_splitk{s}")
         outputs[f"c{i}_{s}"] = backend.to_numpy(out)
         partial = backend.from_numpy(np.full((g.batch * s, M, N), np.nan, np.float32))
         grid = (*g.grid(bm, bn)[:2], g.batch * s)
@@ -100,22 +99,22 @@ def test_k_slices_cover_k_once_in_whole_tiles():
 # The candidates on an H200's 132 SMs, and their host time with the emulator's nominal launch cost.
 CHOICES = """
 import json
-from minitorch_cuda.cuda import launchers
+from minitorch_cuda.cuda import launch_core, matmul_choice, matmul_launchers, runtime
 
-gemm = launchers.Gemm
-launchers.multiprocessors = lambda: 132
-cube = launchers.sgemm_candidates(gemm(1024, 1024, 1024))
+gemm = launch_core.Gemm
+runtime.multiprocessors = lambda: 132
+cube = matmul_choice.sgemm_candidates(gemm(1024, 1024, 1024))
 print(json.dumps({
-    "counts": {t: launchers.splitk_counts(gemm(1024, 1024, 1024), t) for t in ("128x128x8", "128x64x8t128",
+    "counts": {t: matmul_choice.splitk_counts(gemm(1024, 1024, 1024), t) for t in ("128x128x8", "128x64x8t128",
                                                                             "256x128x8", "64x64x16")},
     "1024": [v for v in cube if not v.startswith("pipelined_")],
     "1024 all": len(cube),
-    "2048": [v for v in launchers.sgemm_candidates(gemm(2048, 2048, 2048)) if not v.startswith("pipelined_")],
-    "fwd3": launchers.sgemm_candidates(gemm(64, 10, 128)),
-    "parts": [launchers.sgemm_parts(v) for v in ("128x128x8", "128x64x8t128_splitk2", "pipelined_128x128x16s3",
+    "2048": [v for v in matmul_choice.sgemm_candidates(gemm(2048, 2048, 2048)) if not v.startswith("pipelined_")],
+    "fwd3": matmul_choice.sgemm_candidates(gemm(64, 10, 128)),
+    "parts": [matmul_launchers.sgemm_parts(v) for v in ("128x128x8", "128x64x8t128_splitk2", "pipelined_128x128x16s3",
                                                  "pipelined_64x64x16_splitk4")],
-    "host": launchers.host_launch_ms(),
-    "host_ms": {v: launchers.sgemm_host_ms(v) for v in ("64x64x16", "256x128x8_splitk4",
+    "host": matmul_choice.host_launch_ms(),
+    "host_ms": {v: matmul_choice.sgemm_host_ms(v) for v in ("64x64x16", "256x128x8_splitk4",
                                                            "pipelined_32x32x16", "pipelined_32x32x16_splitk8")},
 }))
 """
@@ -189,14 +188,12 @@ def test_no_host_time_is_recorded_where_none_was_given():
 def test_split_twins_build_for_sm_90_without_spills_within_their_blocks(tmp_path):
     """ptxas's report: each split-K twin, like its plain kernel, without stack or spills and with
     registers for the blocks per SM its __launch_bounds__ asks (the same as the plain one's)."""
-    source = (KERNEL_DIR / "matmul_regtiled.cu").read_text()
+    bounds = launch_bounds("matmul_regtiled.cu")  # (threads, blocks per SM) as matmul_tiles.cuh's line gives them
     report = sm90_build(KERNEL_DIR / "matmul_regtiled.cu", tmp_path)
     for tile in REGTILED_SPLITK_TILES:
-        shape = r"(\d+), (\d+), (\d+), (\d+), (\d+), (\d+)\)"
-        plain = re.search(rf"^REGTILED\(matmul_regtiled_{tile}, {shape}", source, re.M).groups()
-        split = re.search(rf"^REGTILED_SPLITK\(matmul_regtiled_splitk_{tile}, {shape}", source, re.M).groups()
-        assert split == plain, (tile, split, plain)
-        threads, blocks = REGTILED_TILES[tile][3], int(split[-1])
+        plain, split = bounds[f"matmul_regtiled_{tile}"], bounds[f"matmul_regtiled_splitk_{tile}"]
+        assert split == plain and plain[0] == REGTILED_TILES[tile][3], (tile, split, plain)
+        threads, blocks = plain
         for name in (f"matmul_regtiled_{tile}", f"matmul_regtiled_splitk_{tile}"):
             kernel = report[name]
             assert kernel.stack_bytes == kernel.spill_stores == kernel.spill_loads == 0, kernel
@@ -210,15 +207,15 @@ def test_split_twins_build_for_sm_90_without_spills_within_their_blocks(tmp_path
 @pytest.mark.parametrize("n", [1024, 2048, 4096])
 @pytest.mark.parametrize("variant", ["128x128x8_splitk2", "128x64x8t128_splitk2", "256x128x8_splitk4"])
 def test_large_split_products_against_float64_and_the_same_bits_twice(variant, n):
-    from minitorch_cuda.cuda import backend, launchers
+    from minitorch_cuda.cuda import backend, launch_core, matmul_launchers
 
     a, b, ref, scale = large_product(n)
-    g = launchers.Gemm(n, n, n)
+    g = launch_core.Gemm(n, n, n)
     da, db = backend.from_numpy(a), backend.from_numpy(b)
     runs = []
     for _ in range(2):
         out = backend.from_numpy(np.full((n, n), np.nan, np.float32))
-        launchers.matmul_sgemm(out, da, db, g, variant=variant)
+        matmul_launchers.matmul_sgemm(out, da, db, g, variant=variant)
         runs.append(backend.to_numpy(out))
     assert np.all(np.abs(runs[0] - ref) <= 1e-5 * scale + 1e-6), f"{variant} at {n}^3"
     assert np.array_equal(runs[0], runs[1]), "the slices are summed in order: the same bits every run"
@@ -227,11 +224,11 @@ def test_large_split_products_against_float64_and_the_same_bits_twice(variant, n
 @pytest.mark.gpu
 def test_host_launch_cost_is_measured_once_and_left_out_of_the_counters():
     from minitorch_cuda import profiler
-    from minitorch_cuda.cuda import launchers
+    from minitorch_cuda.cuda import matmul_choice
 
-    launchers.host_launch_ms.cache_clear()
+    matmul_choice.host_launch_ms.cache_clear()
     before = profiler.counters.snapshot()
-    ms = launchers.host_launch_ms()
+    ms = matmul_choice.host_launch_ms()
     assert profiler.counters.snapshot() == before
     assert 0.0005 < ms < 0.2, ms  # a launch from Python: microseconds, not nothing, not a sync
-    assert launchers.host_launch_ms() == ms
+    assert matmul_choice.host_launch_ms() == ms

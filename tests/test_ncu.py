@@ -413,16 +413,16 @@ NEW_WORKLOADS_CHECK = """
 import re
 import sys
 import numpy as np
-from minitorch_cuda.cuda import launchers
+from minitorch_cuda.cuda import launch_core
 from minitorch_cuda.cuda.driver import drv
 from minitorch_cuda.experiments import ncu, ncu_workloads
 
 launched, ranges = [], []
-launch = launchers.launch
+launch = launch_core.launch
 def recording(kernel, *args, **kw):
     launched.append(kernel.name)
     launch(kernel, *args, **kw)
-launchers.launch = recording
+launch_core.launch = recording
 drv.start_profiler = lambda: ranges.append(len(launched))  # the emulator has no profiler to start
 drv.stop_profiler = lambda: ranges.append(len(launched))
 
@@ -443,7 +443,7 @@ for workload, expect in (("ch21_stage11", "lean"), ("ch21_stage11_graphed", "rep
     if expect == "lean":
         assert len(step) == 10 and all(lean.match(k) for k in step), step
     elif expect == "replay":
-        assert step == [], step  # the graph's launches do not pass through launchers.launch
+        assert step == [], step  # the graph's launches do not pass through launch_core.launch
     else:
         assert step == ["persistent_step"], step
     assert len(step) <= ncu.STEP_LAUNCHES

@@ -114,7 +114,7 @@ def test_the_batch_cursor_follows_consecutive_batches_and_is_rewritten_for_any_o
     cost no write from the host; a batch anywhere else (a jump back, another array) is written.
     Either way each step trains on its own rows: the losses and parameters are those of steps
     whose cursor is written every time, bit for bit."""
-    from minitorch_cuda.cuda.persistent_step import PersistentStep
+    from minitorch_cuda.persistent_model import persistent_step
 
     x, y = mnist_shaped(4 * NARROW.batch_size)
     order = [0, 1, 2, 3, 1, 0, 2]  # in order, then jumps back and forward
@@ -122,7 +122,7 @@ def test_the_batch_cursor_follows_consecutive_batches_and_is_rewritten_for_any_o
     def run(write_every_step: bool):
         with mt.use_stage(13):
             net = make_net(NARROW, "cuda")
-            step = PersistentStep(net, nn.CrossEntropyWithSoftmax(), optim.RmsProp(net.parameters(), NARROW.lr,
+            step = persistent_step(net, nn.CrossEntropyWithSoftmax(), optim.RmsProp(net.parameters(), NARROW.lr,
                                   NARROW.decay), NARROW.max_norm, NARROW.batch_size)  # fmt: skip
             xs, ys = mt.tensor(x, "cuda").data, mt.tensor(y, "cuda").data
             other = mt.tensor(x[: NARROW.batch_size], "cuda").data  # batch 0's rows in another array
@@ -150,7 +150,7 @@ def test_the_batch_cursor_follows_consecutive_batches_and_is_rewritten_for_any_o
 @pytest.mark.gpu
 @pytest.mark.emulated
 def test_grids_of_1_2_and_3_blocks_compute_the_same_bits():
-    from minitorch_cuda.cuda.persistent_step import PersistentStep
+    from minitorch_cuda.persistent_model import persistent_step
 
     x, y = mnist_shaped(3 * NARROW.batch_size)
     results = []
@@ -158,7 +158,7 @@ def test_grids_of_1_2_and_3_blocks_compute_the_same_bits():
         with mt.use_stage(13, without={"cuda_graphs"}):
             net = make_net(NARROW, "cuda")
             opt = optim.RmsProp(net.parameters(), NARROW.lr, NARROW.decay)
-            step = PersistentStep(net, nn.CrossEntropyWithSoftmax(), opt, NARROW.max_norm, NARROW.batch_size, blocks,
+            step = persistent_step(net, nn.CrossEntropyWithSoftmax(), opt, NARROW.max_norm, NARROW.batch_size, blocks,
                                   split=True)  # fmt: skip
             assert step.k_splits == [24, 1, 1]
             rows = [slice(i, i + NARROW.batch_size) for i in range(0, len(x), NARROW.batch_size)]
@@ -186,8 +186,8 @@ def _one_step(split: bool, clocked: bool = False, steps: int = 1, stage: bool = 
     """``steps`` steps of NARROW's model on one batch (the kernel with the phase clock where
     ``clocked``; the later layers' weights read from global memory unless ``stage``): the step,
     its first layer's activations (of the last step), losses, parameters."""
-    from minitorch_cuda.cuda.persistent_step import PersistentStep
     from minitorch_cuda.cuda.runtime import copy_dtoh
+    from minitorch_cuda.persistent_model import persistent_step
 
     x, y = mnist_shaped(NARROW.batch_size, seed=3)
     with mt.use_stage(13, without={"cuda_graphs"}):
@@ -195,7 +195,7 @@ def _one_step(split: bool, clocked: bool = False, steps: int = 1, stage: bool = 
         for mine, cpu in zip(net.parameters(), make_net(NARROW, "cpu").parameters()):
             mine.assign(cpu.numpy())
         opt = optim.RmsProp(net.parameters(), NARROW.lr, NARROW.decay)
-        step = PersistentStep(
+        step = persistent_step(
             net, nn.CrossEntropyWithSoftmax(), opt, NARROW.max_norm, NARROW.batch_size, split=split, stage=stage
         )
         xd, yd = mt.tensor(x, "cuda").data, mt.tensor(y, "cuda").data
@@ -254,17 +254,20 @@ def test_staged_weights_train_the_same_bits_as_weights_read_from_global_memory()
 @pytest.mark.gpu
 @pytest.mark.emulated  # pure arithmetic, but its module needs a CUDA runtime to import
 def test_the_later_layers_are_staged_all_together_or_not_at_all():
-    from minitorch_cuda.cuda.persistent_step import layer_chain, staged_ld, staging
+    from minitorch_cuda.cuda.persistent_step import staged_ld, staging
+    from minitorch_cuda.persistent_model import layer_chain
 
     # row strides of 4 q floats, q odd: 16-byte rows whose chunks fall in distinct banks, 8 rows at a time
     assert [staged_ld(n) for n in (1, 4, 5, 8, 10, 19, 128, 129)] == [4, 4, 12, 12, 12, 20, 132, 132]
-    chain = layer_chain(make_net(Protocol(hidden=(256, 128)), "cpu"))  # the protocol's 784-256-128-10
+    chain = [
+        layer.weight.shape for layer, _ in layer_chain(make_net(Protocol(hidden=(256, 128)), "cpu"))
+    ]  # 784-256-128-10
     layout = [(-1, 0), (0, 132), (257 * 132, 12)]  # W_2 and b_2: 257 rows of 132; W_3 and b_3: 129 rows of 12
     size = 4 * (257 * 132 + 129 * 12)
     assert staging(chain, 1 << 20) == (layout, size)
     assert staging(chain, size) == (layout, size)
     assert staging(chain, size - 1) == ([(-1, 0)] * 3, 0)  # one byte short: none staged
-    one = layer_chain(make_net(Protocol(hidden=()), "cpu"))
+    one = [layer.weight.shape for layer, _ in layer_chain(make_net(Protocol(hidden=()), "cpu"))]
     assert staging(one, 1 << 20) == ([(-1, 0)], 0)  # nothing after the first layer
 
 
@@ -294,7 +297,7 @@ def _misfits() -> list:
 @pytest.mark.emulated
 @pytest.mark.parametrize("index", range(len(_misfits())))
 def test_a_model_that_does_not_fit_is_named_and_trains_on_stage_12s_kernels(index):
-    from minitorch_cuda.cuda.persistent_step import DoesNotFit, PersistentStep
+    from minitorch_cuda.persistent_model import DoesNotFit, persistent_step
 
     with mt.use_stage(13):  # stage 12's TF32 kernels: on a GPU, or on the emulator's tensor cores
         build, optimizer, message = _misfits()[index]
@@ -303,7 +306,7 @@ def test_a_model_that_does_not_fit_is_named_and_trains_on_stage_12s_kernels(inde
         if optimizer == "sgd-reversed":
             trainer.optim = optim.SGD(net.parameters()[::-1], lr=0.1)
         with pytest.raises(DoesNotFit, match=message):
-            PersistentStep(net, trainer.loss_fn, trainer.optim, 1.0, NARROW.batch_size)
+            persistent_step(net, trainer.loss_fn, trainer.optim, 1.0, NARROW.batch_size)
         x, y = mnist_shaped(NARROW.batch_size)
         with pytest.warns(UserWarning, match=message) as warned:
             loss = trainer.step(mt.tensor(x, "cuda"), mt.tensor(y, "cuda"))
@@ -314,16 +317,16 @@ def test_a_model_that_does_not_fit_is_named_and_trains_on_stage_12s_kernels(inde
 @pytest.mark.gpu
 @pytest.mark.emulated
 def test_the_loss_and_the_optimizer_must_be_the_protocols():
-    from minitorch_cuda.cuda.persistent_step import DoesNotFit, PersistentStep
+    from minitorch_cuda.persistent_model import DoesNotFit, persistent_step
 
     with mt.use_stage(13):
         net = make_net(NARROW, "cuda")
         sgd = optim.SGD(net.parameters(), lr=0.1)
         with pytest.raises(DoesNotFit, match="the loss is a Softmax, not CrossEntropyWithSoftmax"):
-            PersistentStep(net, nn.Softmax(), sgd, 1.0, 8)
+            persistent_step(net, nn.Softmax(), sgd, 1.0, 8)
         with pytest.raises(DoesNotFit, match="the optimizer is a Optimizer, not RmsProp or SGD"):
-            PersistentStep(net, nn.CrossEntropyWithSoftmax(), optim.Optimizer(net.parameters(), 0.1), 1.0, 8)
-        step = PersistentStep(net, nn.CrossEntropyWithSoftmax(), sgd, 1.0, 8)
+            persistent_step(net, nn.CrossEntropyWithSoftmax(), optim.Optimizer(net.parameters(), 0.1), 1.0, 8)
+        step = persistent_step(net, nn.CrossEntropyWithSoftmax(), sgd, 1.0, 8)
         x, y = mnist_shaped(9)
         with pytest.raises(ValueError, match=r"1..8 rows of 784 inputs and 10 targets, got inputs \(9, 784\)"):
             step.step(mt.tensor(x, "cuda").data, mt.tensor(y, "cuda").data)
@@ -335,3 +338,24 @@ def test_the_sm_90_build_keeps_everything_in_registers(tmp_path, defines):
     kernel = sm90_build(KERNEL_DIR / "persistent_step.cu", tmp_path, *defines)["persistent_step"]
     assert kernel.stack_bytes == kernel.spill_stores == kernel.spill_loads == 0, kernel
     assert kernel.registers <= 255, kernel
+
+
+@pytest.mark.gpu
+@pytest.mark.emulated  # its module needs a CUDA runtime to import
+def test_the_layer_table_is_packed_as_the_c_struct_declares_it(tmp_path, monkeypatch):
+    """The numpy row is read from persistent_step.cu's PersistentLayer (whose static_assert checks
+    the C size against PS_LAYER_BYTES); a field the reader cannot size is refused."""
+    from minitorch_cuda.cuda import persistent_step as ps
+    from minitorch_cuda.cuda.kernel_table import PERSISTENT
+
+    pointers = ["w", "b", "gw", "gb", "vw", "vb", "out", "delta", "split"]
+    ints = ["n_in", "n_out", "act", "partial0", "k_splits", "staged", "staged_ld", "pad"]
+    assert list(ps.LAYER.names) == pointers + ints
+    assert ps.LAYER.itemsize == PERSISTENT["LAYER_BYTES"] == 8 * len(pointers) + 4 * len(ints) == 104
+    assert [ps.LAYER.fields[n][1] for n in ("split", "n_in")] == [64, 72]
+    (tmp_path / "k.cu").write_text("struct S {\n    float *p;  // a pointer\n    int a, b;\n    double d;\n};\n")
+    monkeypatch.setattr(ps, "KERNEL_DIR", tmp_path)
+    with pytest.raises(TypeError, match="field d of type double is not a pointer or int"):
+        ps.struct_dtype("k.cu", "S")
+    with pytest.raises(KeyError, match="no struct T in k.cu"):
+        ps.struct_dtype("k.cu", "T")

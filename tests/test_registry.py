@@ -193,3 +193,49 @@ def test_every_builtin_kernel_compiles_and_loads():
 
     for name in SPECS:
         assert registry.get(name).name == name
+
+
+# A ReLU that scales its output by SCALE (1 unless a build defines it): which source and which
+# defines a variant was built from show in what it computes.
+RELU_SCALED = """
+#ifndef SCALE
+#define SCALE 1
+#endif
+extern "C" __global__ void ew_relu(float* out, const float* a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = SCALE * fmaxf(a[i], 0.0f);
+}
+"""
+
+
+def _run(kernel) -> np.ndarray:
+    from minitorch_cuda.cuda import backend, launchers
+
+    x = backend.from_numpy(X.ravel())
+    out = backend.empty(x.shape)
+    launchers.elementwise(kernel, X.size, out, x, X.size)
+    return backend.to_numpy(out)
+
+
+@pytest.mark.gpu
+def test_a_variant_is_built_from_the_source_that_runs_now_with_its_defines():
+    from minitorch_cuda.cuda import registry
+
+    relu = np.maximum(X.ravel(), 0)
+    with mt.override("ew_relu", RELU_SCALED):
+        doubled = registry.variant("ew_relu", {"SCALE": 2})
+        assert registry.variant("ew_relu", {"SCALE": 2}) is doubled, "built once per process"
+        assert_close(_run(doubled), 2 * relu, 0, 0, "the override's source with SCALE 2")
+        assert_close(_run("ew_relu"), relu, 0, 0, "the override itself, without the define")
+    assert registry.variant("ew_relu", {"SCALE": 3}) is not doubled
+    assert_close(_run(registry.variant("ew_relu", {"SCALE": 3})), relu, 0, 0, "the built-in ignores SCALE")
+
+
+@pytest.mark.gpu
+def test_a_variant_of_an_override_given_as_a_module_is_refused():
+    from minitorch_cuda.cuda import registry
+    from minitorch_cuda.cuda.runtime import compile_module
+
+    module = compile_module(RELU_OK, "a compiled relu")
+    with registry.override("ew_relu", module=module), pytest.raises(ValueError, match="cannot be built again"):
+        registry.variant("ew_relu", {"SCALE": 2})

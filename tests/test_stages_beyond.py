@@ -6,23 +6,36 @@ CPU side of the fused ops)."""
 from __future__ import annotations
 
 import json
-import re
 
 import numpy as np
 import pytest
-from helpers import FLAGS, assert_close, assert_close_by_norm, matmul_inputs, matmul_reference, numeric_grad
+from conftest import needs_gxx
+from helpers import (
+    FLAGS,
+    assert_close,
+    assert_close_by_norm,
+    launch_bounds,
+    matmul_inputs,
+    matmul_reference,
+    numeric_grad,
+)
 
 import minitorch_cuda as mt
 from minitorch_cuda import functions as F
 from minitorch_cuda import nn, optim, stages
 from minitorch_cuda.cuda.autotune import Autotuner, fits
 from minitorch_cuda.cuda.kernel_table import (
-    KERNEL_DIR,
+    MATMUL_STAGES,
     MULTI_TENSOR_SLOTS,
+    PIPELINED_TILES,
+    REGTILED_SPLITK_TILES,
     REGTILED_TILES,
     SPECS,
+    SPLITK_BIAS_ACT_TILES,
     VEC4_OPS,
+    matmul_stage,
     prepare_signature,
+    regtiled_thread_tile,
 )
 
 # --- CPU: stages -------------------------------------------------------------------------
@@ -71,17 +84,43 @@ def test_vec4_kernels_take_the_scalar_kernels_parameters():
         assert SPECS[f"{op}_vec4"].params == SPECS[op].params
 
 
-def test_every_regtiled_variant_has_a_fused_twin_and_a_header_row():
-    header = (KERNEL_DIR / "matmul_regtiled.cu").read_text()
-    for tile, (bm, bn, bk, threads) in REGTILED_TILES.items():
-        assert SPECS[f"matmul_regtiled_{tile}"].signature == SPECS["matmul_tiled"].signature
-        assert SPECS[f"matmul_bias_act_{tile}"].signature == "PPPP" + "iiiiiiii"
-        assert tile in (f"{bm}x{bn}x{bk}", f"{bm}x{bn}x{bk}t{threads}")  # tNT: a second thread count
-        row = re.search(rf"^//\s+{tile}\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", header, re.M)
-        assert row, f"{tile} is missing from the header table of matmul_regtiled.cu"
-        BM, BN, BK, TM, TN, nt = map(int, row.groups())
-        assert (BM, BN, BK) == (bm, bn, bk) and nt == threads == (BM // TM) * (BN // TN)
-        assert f"REGTILED(matmul_regtiled_{tile}, {bm}, {bn}, {bk}, {TM}, {TN}," in header
+@needs_gxx
+def test_the_tile_lists_expand_into_the_kernels_the_launchers_size():
+    """matmul_tiles.cuh's lists are the one place a tile is written: the kernel files expand them
+    (checked here in the preprocessed source, as the compilers see it) into exactly the kernels of
+    SPECS, each with the thread count its launcher gives it (kernel_table reads the same lines)."""
+    twins = {
+        f"matmul_regtiled_{kind}{t}" for t in REGTILED_SPLITK_TILES for kind in ("splitk_", "exact_", "splitk_exact_")
+    }
+    expected = {
+        "matmul_regtiled.cu": {f"matmul_regtiled_{t}": REGTILED_TILES[t] for t in REGTILED_TILES},
+        "fused.cu": {f"matmul_{kind}_{t}": REGTILED_TILES[t] for kind in ("bias_act", "grad") for t in REGTILED_TILES},
+        "matmul_pipelined.cu": {
+            f"matmul_pipelined_{kind}{t}": PIPELINED_TILES[t] for kind in ("", "splitk_") for t in PIPELINED_TILES
+        }
+        | {f"matmul_pipelined_splitk_bias_act_{t}": PIPELINED_TILES[t] for t in SPLITK_BIAS_ACT_TILES},
+    }
+    for file, tiled in expected.items():
+        built = launch_bounds(file)
+        assert set(built) == {name for name, spec in SPECS.items() if spec.file == file}, file
+        for name, (bm, bn, bk, threads, *ring) in tiled.items():
+            assert built[name][0] == threads, (name, built[name], threads)
+            names = [f"{bm}x{bn}x{bk}", f"{bm}x{bn}x{bk}t{threads}", *(f"{bm}x{bn}x{bk}s{s}" for s in ring)]
+            assert name.rsplit("_", 1)[1] in names, name  # tNT: a second thread count, sS: more stages
+        if file == "matmul_regtiled.cu":  # every twin of a tile with TWINS, none of another
+            assert {n for n in built if n not in tiled} == twins
+            assert all(built[n] == built["matmul_regtiled_" + n.rsplit("_", 1)[1]] for n in twins)
+    assert REGTILED_TILES["256x128x8"] == (256, 128, 8, 256) and regtiled_thread_tile("256x128x8") == (16, 8)
+
+
+@pytest.mark.gpu
+def test_every_matmul_of_the_stage_table_has_a_launch():
+    from minitorch_cuda.cuda.matmul_choice import MATMULS
+
+    assert set(MATMUL_STAGES) <= set(MATMULS), set(MATMUL_STAGES) - set(MATMULS)  # the benchmark times each
+    assert [matmul_stage(k) for k in ("matmul_naive", "matmul_tiled", "matmul_regtiled_32x32x8")] == [0, 6, 9]
+    with pytest.raises(KeyError):
+        matmul_stage("matmul_regtiled_7x7x7")
 
 
 def test_multi_tensor_signatures_have_every_slot():
@@ -183,20 +222,20 @@ def test_clip_and_step_is_clip_then_step_on_cpu():
 
 def _launch_matmul(name, a, b, ta, tb, bias=None, relu=False):
     """Launch one named matmul kernel through its launcher (no autotuner) on uploaded a, b."""
-    from minitorch_cuda.cuda import backend, launchers
+    from minitorch_cuda.cuda import backend, launch_core, matmul_choice, matmul_launchers
     from minitorch_cuda.cuda.array import DeviceArray
 
     da, db = backend.from_numpy(a), backend.from_numpy(b)
-    g = launchers.Gemm.of(a, b, ta, tb)
+    g = launch_core.Gemm.of(a, b, ta, tb)
     out = DeviceArray.empty(((g.batch,) if a.ndim > 2 or b.ndim > 2 else ()) + (g.M, g.N))
     family, _, tile = name.rpartition("_")
     if family == "matmul_regtiled":
-        launchers.matmul_regtiled(out, da, db, g, tile=tile)
+        matmul_launchers.matmul_regtiled(out, da, db, g, tile=tile)
     elif family == "matmul_bias_act":
         dbias = backend.from_numpy(bias) if bias is not None else None
-        launchers.matmul_bias_act(out, da, db, dbias, g, relu, tile=tile)
+        matmul_launchers.matmul_bias_act(out, da, db, dbias, g, relu, tile=tile)
     else:
-        launchers.MATMULS[name](out, da, db, g)
+        matmul_choice.MATMULS[name](out, da, db, g)
     return backend.to_numpy(out)
 
 
@@ -481,7 +520,7 @@ def test_stage_12_picks_its_kernel_by_shape(shape, kernel):
     MMA with B read as stored (the N-major build) or transposed first, whichever the tuner timed
     faster: a transpose launched exactly when the tuner chose it."""
     from minitorch_cuda.cuda.autotune import tuner
-    from minitorch_cuda.cuda.launchers import AS_STORED
+    from minitorch_cuda.cuda.matmul_choice import AS_STORED
     from minitorch_cuda.cuda.runtime import arch
 
     M, N, K = shape

@@ -92,7 +92,7 @@ def _modules_added(module: str) -> set[str]:
 
 
 def test_the_timer_sits_below_its_users_and_the_grader_no_longer_imports_the_benchmark():
-    assert _modules_added("minitorch_cuda.cuda.timing") == {"minitorch_cuda.cuda", "minitorch_cuda.cuda.timing"}
+    assert _modules_added("minitorch_cuda.cuda.timing") <= {"minitorch_cuda.cuda", "minitorch_cuda.cuda.timing"}
     speed = _modules_added("minitorch_cuda.grade.speed")
     assert "minitorch_cuda.cuda.timing" in speed and "minitorch_cuda.bench" not in speed
 

@@ -48,15 +48,15 @@ def test_builds_for_sm_90a_without_spills(tmp_path):
 
 def _launch_wgmma(a, b):
     """matmul_tf32_wgmma on a (batch?, M, K) and b (batch?, N, K): C = A B^T, nothing to transpose."""
-    from minitorch_cuda.cuda import backend, launchers
+    from minitorch_cuda.cuda import backend, launch_core, matmul_launchers
     from minitorch_cuda.cuda.array import DeviceArray
     from minitorch_cuda.cuda.runtime import arch
 
     if arch() != "sm_90":
         pytest.skip(f"wgmma needs a Hopper GPU (sm_90); this one is {arch()}")
-    g = launchers.Gemm.of(a, b, tb=True)
+    g = launch_core.Gemm.of(a, b, tb=True)
     out = DeviceArray.empty(((g.batch,) if g.batch > 1 else ()) + (g.M, g.N))
-    launchers.matmul_tf32_wgmma(out, backend.from_numpy(a), backend.from_numpy(b), g)
+    matmul_launchers.matmul_tf32_wgmma(out, backend.from_numpy(a), backend.from_numpy(b), g)
     return backend.to_numpy(out)
 
 
@@ -91,18 +91,18 @@ def test_tf32_wgmma_batched():
 @pytest.mark.parametrize(("shape", "broadcast_b"), [((72, 76, 84), False), ((132, 260, 300), True)], ids=str)
 def test_matmul_wgmma_takes_every_flag_pair(ta, tb, shape, broadcast_b):
     """Operands stored the other way round are transposed first (B once where it is broadcast)."""
-    from minitorch_cuda.cuda import backend, launchers
+    from minitorch_cuda.cuda import backend, launch_core, matmul_launchers, probe
     from minitorch_cuda.cuda.array import DeviceArray
     from minitorch_cuda.cuda.runtime import arch
 
     M, N, K = shape
-    if not launchers.wgmma_fits(K, arch()):
+    if not probe.wgmma_fits(K, arch()):
         pytest.skip("wgmma needs a Hopper GPU (sm_90)")
     a, b = matmul_inputs(M, N, K, ta, tb, (2,), () if broadcast_b else (2,), seed=18)
     ref, scale = matmul_reference(a, b, ta, tb)
     out = DeviceArray.empty((2, M, N))
-    g = launchers.Gemm.of(a, b, ta, tb)
-    launchers.matmul_tf32_wgmma(out, backend.from_numpy(a), backend.from_numpy(b), g)
+    g = launch_core.Gemm.of(a, b, ta, tb)
+    matmul_launchers.matmul_tf32_wgmma(out, backend.from_numpy(a), backend.from_numpy(b), g)
     got = backend.to_numpy(out)
     assert np.all(np.abs(got - ref) <= 2.5e-3 * scale + 1e-6), where_wrong(got, ref, scale, 2.5e-3)
 

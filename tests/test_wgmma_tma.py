@@ -149,46 +149,47 @@ class Module(standin_pycuda._SourceModule):
         built.append([source.splitlines()[:4], kwargs["arch"]])
 standin_pycuda.compiler.SourceModule = Module
 
-from minitorch_cuda.cuda import launchers, runtime
+from minitorch_cuda.cuda import launch_core, matmul_choice, matmul_launchers, runtime, wgmma_tma
 from minitorch_cuda.cuda.array import DeviceArray
 from minitorch_cuda.cuda.autotune import tuner
 tuner.enabled = False  # nothing can be timed here: the tile width is the first one, 256
 def launch(kernel, grid, block, *args, shapes=()):
     words = [struct.unpack("<16Q", x)[0] if isinstance(x, bytes) else x for x in args]  # a map: its first word
     launched.append([kernel.name, kernel.shared_bytes, grid, block, words])
-launchers.launch = launch
+launch_core.launch = launch
 
 M, N, K = 300, 600, 1028
 a, b, c = DeviceArray.empty((3, M, K)), DeviceArray.empty((N, K)), DeviceArray.empty((3, M, N))
-g = launchers.Gemm(M, N, K, tb=True, stride_a=M * K, stride_b=0, batch=3)
-launchers.matmul_tf32_wgmma_tma(c, a, b, g)
-launchers.matmul_tf32_wgmma_tma(c, a, b, g, blocks=1, tiles=2)  # the same maps: encoded once
+g = launch_core.Gemm(M, N, K, tb=True, stride_a=M * K, stride_b=0, batch=3)
+matmul_choice.matmul_tf32_wgmma_tma(c, a, b, g)
+matmul_choice.matmul_tf32_wgmma_tma(c, a, b, g, blocks=1, tiles=2)  # the same maps: encoded once
 big = DeviceArray.empty((4096, 4096))
-launchers.matmul_tf32_wgmma_tma(big, big, big, launchers.Gemm(4096, 4096, 4096, tb=True), bn=128, stages=1, debug=True)
+square = launch_core.Gemm(4096, 4096, 4096, tb=True)
+matmul_launchers.matmul_tf32_wgmma_tma(big, big, big, square, bn=128, stages=1, debug=True)
 try:
-    launchers.matmul_tf32_wgmma_tma(c, a, b, launchers.Gemm(M, N, 1022, tb=True))
+    matmul_choice.matmul_tf32_wgmma_tma(c, a, b, launch_core.Gemm(M, N, 1022, tb=True))
 except ValueError as exc:
     refused.append(str(exc))
 stored_kn = len(launched), len(encoded)  # B stored K x N (a @ b, stage 12's usual case): read as stored
 b_kn = DeviceArray.empty((K, N))
-launchers.matmul_tf32_wgmma_tma(c, a, b_kn, launchers.Gemm(M, N, K, stride_a=M * K, batch=3))
+matmul_choice.matmul_tf32_wgmma_tma(c, a, b_kn, launch_core.Gemm(M, N, K, stride_a=M * K, batch=3))
 a_km = DeviceArray.empty((K, M))  # A stored K x M as well (a.T @ b): both transposed first
-launchers.matmul_tf32_wgmma_tma(c, a_km, b_kn, launchers.Gemm(M, N, K, ta=True))
-for switches, problem in (({{"as_stored": True}}, launchers.Gemm(M, N, K, stride_a=M * K, batch=3)),  # no width
-                          ({{"as_stored": True, "bn": 256}}, launchers.Gemm(M, N, K, ta=True))):  # a.T @ b
+matmul_choice.matmul_tf32_wgmma_tma(c, a_km, b_kn, launch_core.Gemm(M, N, K, ta=True))
+for switches, problem in (({{"as_stored": True}}, launch_core.Gemm(M, N, K, stride_a=M * K, batch=3)),  # no width
+                          ({{"as_stored": True, "bn": 256}}, launch_core.Gemm(M, N, K, ta=True))):  # a.T @ b
     try:
-        launchers.matmul_tf32_wgmma_tma(c, a_km, b_kn, problem, **switches)
-    except ValueError as exc:
+        matmul_launchers.matmul_tf32_wgmma_tma(c, a_km, b_kn, problem, **switches)
+    except (TypeError, ValueError) as exc:  # a launcher never chooses the width: the tuner does
         refused.append(str(exc))
-G = launchers.Gemm  # where B may be read as stored: a @ b alone, TMA's 16-byte rules kept
-rules = [launchers.b_reads_as_stored(0x10000, pb, g) for pb, g in (
+G = launch_core.Gemm  # where B may be read as stored: a @ b alone, TMA's 16-byte rules kept
+rules = [matmul_launchers.b_reads_as_stored(0x10000, pb, g) for pb, g in (
     (0x20000, G(8, 8, 4)), (0x20000, G(8, 8, 4, stride_a=32, stride_b=32, batch=2)), (0x20000, G(8, 6, 4)),
     (0x20000, G(8, 8, 4, ta=True)), (0x20000, G(8, 8, 4, tb=True)), (0x20004, G(8, 8, 4)),
     (0x20000, G(8, 8, 4, stride_b=34, batch=2)))]
 standin_pycuda._Device.compute_capability = lambda self: (8, 0)
 runtime.arch.cache_clear()
 try:
-    launchers.matmul_tf32_wgmma_tma(c, a, b, g)
+    matmul_choice.matmul_tf32_wgmma_tma(c, a, b, g)
 except ValueError as exc:
     refused.append(str(exc))
 print(json.dumps({{"encoded": encoded, "launched": launched, "built": built, "refused": refused,
@@ -247,7 +248,7 @@ def test_launcher_builds_the_maps_and_the_launch_the_kernel_expects():
     ]  # fmt: skip
     odd_k, no_width, not_as_stored, not_hopper = run["refused"]
     assert "TMA strides are whole 16 bytes: K=1022" in odd_k
-    assert "as_stored needs a tile width (bn)" in no_width
+    assert "required keyword-only argument: 'bn'" in no_width  # the width is matmul_choice's to choose
     assert "B is read as stored only for a @ b" in not_as_stored
     assert "needs a Hopper GPU (sm_90: TMA, wgmma, setmaxnreg); stand-in device is sm_80" in not_hopper
 
@@ -299,16 +300,16 @@ def test_a_kernel_taking_a_structure_gets_one_pointer_per_argument():
 
 EMULATED = """
 import numpy as np, minitorch_cuda as mt
-from minitorch_cuda.cuda import launchers
+from minitorch_cuda.cuda import launch_core, matmul_choice
 from minitorch_cuda.cuda.array import DeviceArray
 
 x = np.ones((64, 784), np.float32)
 w = np.ones((784, 256), np.float32)
 with mt.use_stage(12):
     print(float((mt.tensor(x, device="cuda") @ mt.tensor(w, device="cuda")).numpy().max()))
-d, g = DeviceArray.empty((4, 4)), launchers.Gemm(4, 4, 4, tb=True)
+d, g = DeviceArray.empty((4, 4)), launch_core.Gemm(4, 4, 4, tb=True)
 try:
-    launchers.matmul_tf32_wgmma_tma(d, d, d, g)
+    matmul_choice.matmul_tf32_wgmma_tma(d, d, d, g)
 except ValueError as exc:
     print(exc)
 """
@@ -331,7 +332,7 @@ def test_on_the_emulator_stage_12_runs_and_this_kernel_says_it_needs_a_hopper_gp
 FIRST_LAUNCH = """
 import numpy as np
 import pycuda.autoprimaryctx  # noqa: F401
-from minitorch_cuda.cuda import backend, launchers
+from minitorch_cuda.cuda import backend, launch_core, matmul_choice, wgmma_tma
 from minitorch_cuda.cuda.array import DeviceArray
 from minitorch_cuda.cuda.runtime import arch, synchronize
 
@@ -339,8 +340,8 @@ if arch() == "sm_90":
     rng = np.random.default_rng(30)
     a, b = rng.standard_normal((300, 1028)).astype(np.float32), rng.standard_normal((600, 1028)).astype(np.float32)
     out = DeviceArray.empty((300, 600))
-    launchers.matmul_tf32_wgmma_tma(out, backend.from_numpy(a), backend.from_numpy(b),
-                                    launchers.Gemm(300, 600, 1028, tb=True), debug=True)
+    matmul_choice.matmul_tf32_wgmma_tma(out, backend.from_numpy(a), backend.from_numpy(b),
+                                    launch_core.Gemm(300, 600, 1028, tb=True), debug=True)
     synchronize("the first launch of matmul_tf32_wgmma_tma")
     print("finished; largest difference from float64:", np.abs(backend.to_numpy(out) - a.astype(float) @ b.T).max())
 """
@@ -369,13 +370,13 @@ def _launch(a, b, tb=True, **switches):
     """C = A B^T by matmul_tf32_wgmma_tma on a (batch?, M, K) and b (batch?, N, K), or with ``tb``
     False C = A B on b (batch?, K, N), into an output poisoned with NaN first: an element the
     kernel does not write stays NaN."""
-    from minitorch_cuda.cuda import backend, launchers
+    from minitorch_cuda.cuda import backend, launch_core, matmul_launchers
     from minitorch_cuda.cuda.runtime import synchronize
 
     _hopper()
-    g = launchers.Gemm.of(a, b, tb=tb)
+    g = launch_core.Gemm.of(a, b, tb=tb)
     out = backend.from_numpy(np.full(((g.batch,) if g.batch > 1 else ()) + (g.M, g.N), np.nan, np.float32))
-    launchers.matmul_tf32_wgmma_tma(out, backend.from_numpy(a), backend.from_numpy(b), g, **switches)
+    matmul_launchers.matmul_tf32_wgmma_tma(out, backend.from_numpy(a), backend.from_numpy(b), g, **switches)
     synchronize("matmul_tf32_wgmma_tma")
     return backend.to_numpy(out)
 
@@ -483,7 +484,7 @@ def test_stage_12s_route_times_both_tile_widths_and_keeps_the_faster():
     """a @ b at 1024^3 through the launcher as stage 12 calls it (no width given): both widths are
     timed, each with B transposed first and read as stored, transposes included, the fastest is
     kept for the shape, and the product is right."""
-    from minitorch_cuda.cuda import backend, launchers
+    from minitorch_cuda.cuda import backend, launch_core, matmul_choice
     from minitorch_cuda.cuda.array import DeviceArray
     from minitorch_cuda.cuda.autotune import tuner
     from minitorch_cuda.cuda.runtime import synchronize
@@ -491,8 +492,8 @@ def test_stage_12s_route_times_both_tile_widths_and_keeps_the_faster():
     _hopper()
     a, b = matmul_inputs(1024, 1024, 1024, False, False, seed=37)
     da, db = backend.from_numpy(a), backend.from_numpy(b)
-    out, g = DeviceArray.empty((1024, 1024)), launchers.Gemm(1024, 1024, 1024)
-    launchers.matmul_tf32_wgmma_tma(out, da, db, g)
+    out, g = DeviceArray.empty((1024, 1024)), launch_core.Gemm(1024, 1024, 1024)
+    matmul_choice.matmul_tf32_wgmma_tma(out, da, db, g)
     synchronize("matmul_tf32_wgmma_tma")
     timed = tuner.choices()["matmul_tf32_wgmma_tma 1024,1024,1024,0,0,1,True,True"]
     assert set(timed["timings_ms"]) == {"256", "128", "256 as stored", "128 as stored"}
@@ -520,16 +521,16 @@ def test_first_tiles_only_follow_the_grouped_raster():
 @pytest.mark.usefixtures("first_launch_apart")
 def test_kernel_resources_on_the_device():
     """What the driver loaded: the register cap at entry, nothing in local memory."""
-    from minitorch_cuda.cuda import launchers
+    from minitorch_cuda.cuda import wgmma_tma
 
     _hopper()
-    kernel, _ = launchers.wgmma_tma_kernel(256, None, False)
+    kernel, _ = wgmma_tma.kernel(256, None, False)
     assert kernel.function.num_regs <= CAP_AT_ENTRY and kernel.function.local_size_bytes == 0
 
 
 @pytest.mark.gpu
 def test_a_gpu_other_than_hopper_is_refused_with_the_reason():
-    from minitorch_cuda.cuda import launchers
+    from minitorch_cuda.cuda import launch_core, matmul_choice
     from minitorch_cuda.cuda.array import DeviceArray
     from minitorch_cuda.cuda.runtime import arch
 
@@ -537,4 +538,4 @@ def test_a_gpu_other_than_hopper_is_refused_with_the_reason():
         pytest.skip("this GPU is a Hopper: the kernel runs here")
     x = DeviceArray.empty((4, 4))
     with pytest.raises(ValueError, match=r"needs a Hopper GPU \(sm_90"):
-        launchers.matmul_tf32_wgmma_tma(x, x, x, launchers.Gemm(4, 4, 4, tb=True))
+        matmul_choice.matmul_tf32_wgmma_tma(x, x, x, launch_core.Gemm(4, 4, 4, tb=True))

@@ -12,6 +12,7 @@ import re
 import matplotlib.pyplot as plt
 from matplotlib import patches
 
+from ..cuda.kernel_table import REGTILED_TILES, regtiled_thread_tile
 from . import excerpts, style
 
 
@@ -248,14 +249,13 @@ def shuffle_tree(ax=None, lanes: int = 32):
 
 @_at_page_size
 def thread_tile(ax=None, variant: str = "128x128x8", thread: tuple[int, int] = (1, 2)):
-    """One block tile of ``matmul_regtiled_<variant>`` (BM, BN, TM, TN from the file's
-    header): thread (ty, tx) owns TM x TN outputs as groups of 4 x 4 spread over the
+    """One block tile of ``matmul_regtiled_<variant>`` (BM, BN, TM, TN from its line in
+    matmul_tiles.cuh, through kernel_table): thread (ty, tx) owns TM x TN outputs as groups of 4 x 4 spread over the
     tile, rows ``c * RT*4 + ty*4 + i``; per k it reads TM values of ``As[k]`` and TN of
     ``Bs[k]`` (float4 each group) and does TM * TN multiply-adds. Warp 0 (two rows of
     16 threads at 128 x 128) is outlined."""
-    header = excerpts.file_header("matmul_regtiled.cu")
-    row = re.search(rf"^//\s+{variant}\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", header, re.M)
-    BM, BN, _, TM, TN, threads = map(int, row.groups())
+    BM, BN, _, threads = REGTILED_TILES[variant]
+    TM, TN = regtiled_thread_tile(variant)
     RT, CT = BM // TM, BN // TN
     ty, tx = thread
     ax = _axes(ax, (8, 6.2))

@@ -100,6 +100,21 @@ def file_header(file: str) -> str:
     return "\n".join(lines[: next(i for i, line in enumerate(lines) if not line.startswith("//"))])
 
 
+def cuda_define(file: str, name: str) -> str:
+    """The ``#define name`` of a kernel file with its continuation lines and the comment above it
+    (a tile list of matmul_tiles.cuh, one line a tile)."""
+    lines = (PACKAGE / "kernels" / file).read_text().splitlines()
+    start = next((i for i, line in enumerate(lines) if re.match(rf"#define {name}\b", line)), None)
+    if start is None:
+        raise KeyError(f"no #define {name} in {file}")
+    first, end = start, start
+    while first > 0 and lines[first - 1].startswith("//"):
+        first -= 1
+    while lines[end].endswith("\\"):
+        end += 1
+    return "\n".join(lines[first : end + 1])
+
+
 # --- display ----------------------------------------------------------------------------
 
 

@@ -13,6 +13,8 @@ import html
 import textwrap
 from collections.abc import Sequence
 
+from ..cuda.kernel_table import MATMUL_STAGES, PIPELINED_TILES
+
 
 class Table:
     """A table shown as HTML where the front end renders it and as aligned text elsewhere.
@@ -62,23 +64,24 @@ class Table:
         )
 
 
+# What each matmul kernel is, for the book's tables; the stage comes from kernel_table.MATMUL_STAGES.
+_MATMUL_NAMES = {
+    "matmul_naive": "naive",
+    "matmul_transposed": "flags",
+    "matmul_batched": "batched",
+    "matmul_tiled": "tiled",
+    "matmul_regtiled": "regtiled",
+    "matmul_sgemm": "SGEMM, autotuned",
+    **{f"matmul_pipelined_{t}": f"pipelined {t}" for t in PIPELINED_TILES},
+    **{f"matmul_pipelined_splitk_{t}": f"split-K {t}" for t in ("128x128x16", "64x64x16", "32x32x16")},
+    "matmul_tf32": "TF32 WMMA",
+    "matmul_tf32_async": "TF32 mma.sync + cp.async",
+}
 MATMUL_LABELS = {
-    "matmul_naive": "naive (stage 0)",
-    "matmul_transposed": "flags (stage 3)",
-    "matmul_batched": "batched (stage 5)",
-    "matmul_tiled": "tiled (stage 6)",
+    **{name: f"{what} (stage {MATMUL_STAGES[name]})" for name, what in _MATMUL_NAMES.items()},
+    "matmul_tf32_wgmma_tma": f"TF32 wgmma + TMA (stage {MATMUL_STAGES['matmul_tf32_wgmma_tma']}, Hopper)",
+    "matmul_tf32_wgmma": "TF32 wgmma (Hopper)",  # beside stage 12's route, not on it
     "cublas": "cuBLAS",
-    "matmul_regtiled": "regtiled (stage 9)",
-    "matmul_sgemm": "SGEMM, autotuned (stage 9)",
-    **{
-        f"matmul_pipelined_{t}": f"pipelined {t} (stage 9)"
-        for t in ("128x128x16", "128x128x16s3", "128x64x16", "64x64x16", "32x32x16")
-    },
-    **{f"matmul_pipelined_splitk_{t}": f"split-K {t} (stage 9)" for t in ("128x128x16", "64x64x16", "32x32x16")},
-    "matmul_tf32": "TF32 WMMA (stage 12)",
-    "matmul_tf32_async": "TF32 mma.sync + cp.async (stage 12)",
-    "matmul_tf32_wgmma": "TF32 wgmma (Hopper)",
-    "matmul_tf32_wgmma_tma": "TF32 wgmma + TMA (stage 12, Hopper)",
     "cublas_tf32": "cuBLAS TF32",
 }
 # The blog's comparison (chapter 14): the ladder's kernels of stages 0-8 and cuBLAS.

@@ -65,6 +65,12 @@ def graphs_enabled() -> bool:
     return stages.cuda_graphs() and graphs.usable_now()
 
 
+def persistent_step_enabled() -> bool:
+    """Whether a trainer should run its whole step as one kernel (stage 13: persistent_model
+    builds it for a model that fits)."""
+    return stages.persistent_step()
+
+
 def graphed_step(body):
     """``body(x, y) -> loss`` over device arrays, captured and replayed per batch shape; with the
     lean step, the graph fetches each batch itself (graphs.FetchingGraphedStep)."""

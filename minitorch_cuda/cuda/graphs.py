@@ -44,34 +44,8 @@ from . import launchers, memory, runtime
 from .array import ITEMSIZE, DeviceArray
 from .autotune import tuner
 from .batch_cursor import BatchCursor
-from .driver import EMULATED, drv
+from .driver import bindings, check, drv
 from .ops_tensor import contiguous, full, item
-
-
-def driver():
-    """``cuda.bindings.driver`` (on the CPU emulator, its stand-in), imported on first use."""
-    if EMULATED:
-        from ..emulator import graphs
-
-        return graphs
-    try:
-        from cuda.bindings import driver as cu
-    except ImportError as exc:
-        raise ImportError(
-            "stage 11 captures the training step in a CUDA graph through NVIDIA's cuda-bindings, "
-            "which is not installed: pip install 'minitorch-cuda[cuda]' (or pip install cuda-bindings)"
-        ) from exc
-    return cu
-
-
-def check(result, what: str):
-    """cuda-bindings returns (CUresult, *values): raise on an error, else the values."""
-    cu = driver()
-    err, *values = result if isinstance(result, tuple) else (result,)
-    if err != cu.CUresult.CUDA_SUCCESS:
-        _, name = cu.cuGetErrorName(err)
-        raise runtime.KernelError(f"{what} failed: {name.decode() if isinstance(name, bytes) else name}")
-    return values[0] if len(values) == 1 else values
 
 
 def usable_now() -> bool:
@@ -95,13 +69,13 @@ class Graph:
     def launch(self) -> None:
         if self._exec is None:
             raise RuntimeError("launch() before a capture finished")
-        cu = driver()
+        cu = bindings()
         profiler.counters.launches += 1
         check(cu.cuGraphLaunch(self._exec, cu.CUstream(self.stream.handle)), "cuGraphLaunch")
 
     def __del__(self):
         try:
-            cu = driver()
+            cu = bindings()
             if self._exec is not None:
                 cu.cuGraphExecDestroy(self._exec)
             if self._graph is not None:
@@ -115,7 +89,7 @@ class _Capture:
         self.graph = graph
 
     def __enter__(self):
-        cu = driver()
+        cu = bindings()
         # Python's collector may free an unreachable object with device resources at any moment
         # (a buffer outside the pool: cuMemFree, which synchronizes; a module: cuModuleUnload),
         # and from this thread, during a capture, that invalidates it. Collect now, then not
@@ -140,7 +114,7 @@ class _Capture:
         return self.graph
 
     def __exit__(self, exc_type, exc, tb):
-        cu = driver()
+        cu = bindings()
         tuner.frozen = False
         self._stream_ctx.__exit__(None, None, None)
         result = cu.cuStreamEndCapture(self._handle)

@@ -115,46 +115,49 @@ _BIAS_ACT = (
     "float* c, const float* a, const float* b, const float* bias, int M, int N, int K, int ta, int tb, "
     "int stride_a, int stride_b, int act"
 )
+TILES_HEADER = KERNEL_DIR / "matmul_tiles.cuh"
+
+
+def tile_list(macro: str) -> dict[str, tuple[int, ...]]:
+    """The lines of X-macro ``macro`` in matmul_tiles.cuh, the one list of a family's tiles that
+    its kernel files expand: {T: the line's numbers}, in the list's order."""
+    text = re.sub(r"/\*.*?\*/", "", TILES_HEADER.read_text(), flags=re.S)
+    body = re.search(rf"^#define {macro}\(X\)((?:.*\\\n)*.*)", text, re.M)
+    if body is None:
+        raise KeyError(f"no #define {macro}(X) in {TILES_HEADER.name}")
+    return {m[1]: tuple(map(int, m[2].split(","))) for m in re.finditer(r"X\((\w+),([\d,\s]+)\)", body[1])}
+
+
+# The register tiles: T -> (BM, BN, BK, TM, TN, MIN_BLOCKS, TWINS) as matmul_tiles.cuh lists them
+_REGTILED = tile_list("REGTILED_TILES")
 # Tile shapes of the register-tiled variants: name suffix -> (BM, BN, BK, threads).
 REGTILED_TILES: dict[str, tuple[int, int, int, int]] = {
-    "128x128x8": (128, 128, 8, 256),
-    "128x64x8": (128, 64, 8, 256),
-    "64x64x8": (64, 64, 8, 256),
-    "64x64x16": (64, 64, 16, 256),
-    "32x32x8": (32, 32, 8, 64),
-    # the tiles of cuBLAS's own FP32 kernels on the H200 (ncu_ch14_16.json): 128 x 64 in 128
-    # threads at 1024^3, 256 x 128 in 256 at 4096^3, so 8 x 8 and 16 x 8 outputs per thread
-    "128x64x8t128": (128, 64, 8, 128),
-    "256x128x8": (256, 128, 8, 256),
+    t: (bm, bn, bk, (bm // tm) * (bn // tn)) for t, (bm, bn, bk, tm, tn, _, _) in _REGTILED.items()
 }
-# The register tiles with a split-K twin (matmul_regtiled_splitk_{tile}): those whose grids leave
-# SMs idle at 1024^3 on 132 SMs (128 x 128: 64 blocks, 128 x 64: 128, 256 x 128: 32).
-REGTILED_SPLITK_TILES = ("128x128x8", "128x64x8t128", "256x128x8")
-# The register tiles with exact twins (matmul_regtiled_exact_{tile}, and _splitk_exact_ for the
-# split-K ones): unchecked loads for the products they divide exactly (launchers.exact_fit).
+# The register tiles with a split-K twin (matmul_regtiled_splitk_{tile}) and exact twins
+# (matmul_regtiled_exact_{tile}, _splitk_exact_: unchecked loads for the products they divide
+# exactly, matmul_launchers.exact_fit): TWINS in the list.
+REGTILED_SPLITK_TILES = tuple(t for t, line in _REGTILED.items() if line[6])
 REGTILED_EXACT_TILES = REGTILED_SPLITK_TILES
 # matmul_cluster.cu's split-K in one launch (Hopper's thread block clusters): its tiles and splits
 CLUSTER_SPLITK_TILES = ("128x64x8t128",)
 CLUSTER_SPLITS = (2, 4)
+# The pipelined tiles: T -> (BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, BIAS_ACT)
+_PIPELINED = tile_list("PIPELINED_TILES")
 # Tile shapes of matmul_pipelined.cu (cp.async into shared-memory stages): name suffix ->
 # (BM, BN, BK, threads, stages).
 PIPELINED_TILES: dict[str, tuple[int, int, int, int, int]] = {
-    "128x128x16": (128, 128, 16, 256, 2),
-    "128x128x16s3": (128, 128, 16, 256, 3),
-    "128x64x16": (128, 64, 16, 128, 3),
-    "64x64x16": (64, 64, 16, 128, 3),
-    "32x32x16": (32, 32, 16, 64, 3),
+    t: (bm, bn, bk, 32 * (bm // wm) * (bn // wn), stages)
+    for t, (bm, bn, bk, wm, wn, _, _, stages, _, _) in _PIPELINED.items()
 }
 
 
 def regtiled_thread_tile(tile: str) -> tuple[int, int]:
-    """(TM, TN), the outputs per thread of matmul_regtiled_{tile}, from its REGTILED line in
-    matmul_regtiled.cu (the block tile and thread count do not fix how a thread's tile splits)."""
-    text = (KERNEL_DIR / "matmul_regtiled.cu").read_text()
-    found = re.search(rf"^REGTILED\(matmul_regtiled_{tile}, \d+, \d+, \d+, (\d+), (\d+),", text, re.M)
-    if found is None:
-        raise KeyError(f"matmul_regtiled_{tile} has no REGTILED line in matmul_regtiled.cu")
-    return int(found.group(1)), int(found.group(2))
+    """(TM, TN), the outputs per thread of matmul_regtiled_{tile} (the block tile and thread count
+    do not fix how a thread's tile splits)."""
+    if tile not in _REGTILED:
+        raise KeyError(f"matmul_regtiled_{tile} has no line in {TILES_HEADER.name}'s REGTILED_TILES")
+    return _REGTILED[tile][3:5]
 
 
 def pipelined_shared_bytes(tile: str) -> int:
@@ -172,11 +175,43 @@ _SPLITK_BIAS_ACT = (
     "float* c, float* partial, unsigned int* counters, const float* a, const float* b, const float* bias, "
     "int M, int N, int K, int ta, int tb, int stride_a, int stride_b, int k_splits, int act"
 )
-SPLITK_BIAS_ACT_TILES = ("64x64x16", "32x32x16")
+SPLITK_BIAS_ACT_TILES = tuple(t for t, line in _PIPELINED.items() if line[9])  # BIAS_ACT in the list
 _GRAD = (
     "float* c, const float* a, const float* b, const float* mask, float* colsum, int M, int N, int K, "
     "int ta, int tb, int stride_a, int stride_b"
 )
+# Every matmul kernel the benchmark times and the grader names, and the stage whose product it is
+# (the stage table of bench.py's matmul rows, the grader's matmul exercises and the book's labels).
+# A register tile's kernel (matmul_regtiled_32x32x8) is matmul_regtiled's: matmul_stage says so.
+MATMUL_STAGES = {
+    "matmul_naive": 0,
+    "matmul_transposed": 3,
+    "matmul_batched": 5,
+    "matmul_tiled": 6,
+    "matmul_regtiled": 9,  # the autotuned variant for the shape
+    "matmul_sgemm": 9,  # stage 9 as it runs: the fastest of the above and the pipelined ones below
+    "matmul_pipelined_128x128x16": 9,  # cp.async into 2 stages, 256 threads
+    "matmul_pipelined_128x128x16s3": 9,  # the same, 3 stages (50 KB of dynamic shared memory)
+    "matmul_pipelined_128x64x16": 9,  # 3 stages, 128 threads: 128 blocks at 1024^3
+    "matmul_pipelined_64x64x16": 9,  # 3 stages, 128 threads: small and skinny products
+    "matmul_pipelined_32x32x16": 9,  # 3 stages, 64 threads: outputs as narrow as MNIST's 10 classes
+    "matmul_pipelined_splitk_128x128x16": 9,  # K split until the blocks cover every SM
+    "matmul_pipelined_splitk_64x64x16": 9,
+    "matmul_pipelined_splitk_32x32x16": 9,
+    "matmul_tf32": 12,  # WMMA, any operands
+    "matmul_tf32_async": 12,  # mma.sync and cp.async, operands in whole quads
+    "matmul_tf32_wgmma": 12,  # warpgroup MMA on Hopper (wgmma.cu), with its transpose of b (a @ b)
+    "matmul_tf32_wgmma_tma": 12,  # the same fed by TMA, warp-specialized: stage 12 from 1024^3 up (a @ b)
+}
+
+
+def matmul_stage(kernel: str) -> int:
+    """The stage whose product ``kernel`` is (a register tile's: matmul_regtiled's)."""
+    if kernel.startswith("matmul_regtiled_") and kernel.removeprefix("matmul_regtiled_") in REGTILED_TILES:
+        return MATMUL_STAGES["matmul_regtiled"]
+    return MATMUL_STAGES[kernel]
+
+
 MMA_TILE = (128, 128, 256)  # BM, BN, threads of matmul_tf32 / matmul_bf16
 
 
@@ -306,7 +341,7 @@ SPECS.update(
             shared_bytes=WGMMA_SMEM_BYTES,
             arch_specific=True,
         ),
-        # built per tile shape by launchers.wgmma_tma_kernel (its shared bytes follow the shape);
+        # built per tile shape by wgmma_tma.kernel (its shared bytes follow the shape);
         # not on stage 12's route until measured
         "matmul_tf32_wgmma_tma": KernelSpec(
             "wgmma_tma.cu",

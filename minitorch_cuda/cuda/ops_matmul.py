@@ -1,15 +1,18 @@
 """CUDA matmul per stage: the blog's ladder (naive, flags, batched, tiled), then register tiles,
 the fused bias epilogue, the lean step's split-K forward and fused backward, and tensor cores.
-Each stage picks a launcher (launchers.py owns the launch); this module only decides which."""
+Each stage picks a family; the tuner (matmul_choice) picks its variant for the shape, and the
+family's launcher (matmul_launchers) launches it: this module only decides which family."""
 
 from __future__ import annotations
 
 from .. import stages
-from . import launchers
+from . import matmul_choice as choice
+from . import matmul_launchers
 from .array import DeviceArray
-from .launchers import Gemm
+from .launch_core import Gemm
 from .ops_math import relu_backward
 from .ops_tensor import contiguous, full, transpose
+from .probe import wgmma_fits
 from .runtime import arch
 
 
@@ -35,15 +38,15 @@ def matmul(a: DeviceArray, b: DeviceArray, ta: bool = False, tb: bool = False) -
     if stages.tensor_cores():  # stage 12
         tensor_core_matmul(out, a, b, g)
     elif stages.regtiled_matmul():  # stage 9: register tiles, fed by cp.async where faster, autotuned
-        launchers.matmul_sgemm(out, a, b, g)
+        matmul_launchers.matmul_sgemm(out, a, b, g, variant=choice.sgemm_variant(out, a, b, g))
     elif stages.tiled_matmul():  # Opt. 6: shared-memory tiles
-        launchers.matmul_tiled(out, a, b, g)
+        matmul_launchers.matmul_tiled(out, a, b, g)
     elif stages.batched_matmul():  # Opt. 5: the batch in one launch
-        launchers.matmul_batched(out, a, b, g)
+        matmul_launchers.matmul_batched(out, a, b, g)
     elif stages.fused_transpose():  # Opt. 3: transposes read through flags
-        launchers.matmul_transposed(out, a, b, g)
+        matmul_launchers.matmul_transposed(out, a, b, g)
     else:  # stages 0-2: one naive launch per matrix of the batch
-        launchers.matmul_naive(out, a, b, g)
+        matmul_launchers.matmul_naive(out, a, b, g)
     return out
 
 
@@ -57,13 +60,14 @@ def tensor_core_matmul(out: DeviceArray, a: DeviceArray, b: DeviceArray, g: Gemm
     """Stage 12's TF32 route: warpgroup MMA fed by TMA for large products on Hopper, mma.sync
     fed by cp.async where the operands are whole aligned quads, else WMMA. A GPU without TF32
     tensor cores (a T4) is refused here, with what to do, before anything compiles."""
-    launchers.require_tensor_cores("stage 12 (TF32 tensor-core matmul)")
-    if g.batch * g.M * g.N * g.K >= WGMMA_MIN_PRODUCT and launchers.wgmma_fits(g.K, arch()):
-        launchers.matmul_tf32_wgmma_tma(out, a, b, g)
-    elif launchers.tf32_async_fits(a, b, g):
-        launchers.matmul_tf32_async(out, a, b, g)
+    matmul_launchers.require_tensor_cores("stage 12 (TF32 tensor-core matmul)")
+    if g.batch * g.M * g.N * g.K >= WGMMA_MIN_PRODUCT and wgmma_fits(g.K, arch()):
+        bn, as_stored = choice.wgmma_tma_variant(out, a, b, g)
+        matmul_launchers.matmul_tf32_wgmma_tma(out, a, b, g, bn=bn, as_stored=as_stored)
+    elif matmul_launchers.tf32_async_fits(a, b, g):
+        matmul_launchers.matmul_tf32_async(out, a, b, g)
     else:
-        launchers.matmul_tf32(out, a, b, g)
+        matmul_launchers.matmul_tf32(out, a, b, g)
 
 
 def linear(x: DeviceArray, w: DeviceArray, bias: DeviceArray | None, relu: bool) -> DeviceArray:
@@ -75,9 +79,11 @@ def linear(x: DeviceArray, w: DeviceArray, bias: DeviceArray | None, relu: bool)
     out = DeviceArray.empty((g.M, g.N))
     bias = contiguous(bias) if bias is not None else None
     if stages.lean_step() and not stages.tensor_cores():
-        launchers.matmul_linear(out, x, w, bias, _splitk_counters(), g, relu)
+        counters = _splitk_counters()
+        variant = choice.linear_variant(out, x, w, bias, counters, g, relu)
+        matmul_launchers.matmul_linear(out, x, w, bias, counters, g, relu, variant=variant)
     else:
-        launchers.matmul_bias_act(out, x, w, bias, g, relu)
+        matmul_launchers.matmul_bias_act(out, x, w, bias, g, relu, tile=choice.regtiled_tile(out, x, w, g))
     return out
 
 
@@ -88,7 +94,7 @@ def _splitk_counters() -> DeviceArray:
     """The split-K reductions' tile counters: zeroed once (zero bits), left zeroed by every
     launch, so one buffer serves every launch and graph replay of the process."""
     if not _counters:
-        _counters.append(full((launchers.SPLITK_COUNTERS,), 0.0))
+        _counters.append(full((matmul_launchers.SPLITK_COUNTERS,), 0.0))
     return _counters[0]
 
 
@@ -109,7 +115,8 @@ def linear_backward(
     a, ta = _operand(x, True)
     gw = DeviceArray.empty(w.shape)
     gb = DeviceArray.empty((w.shape[1],)) if has_bias else None
-    launchers.matmul_grad(gw, a, gz, Gemm.of(a, gz, ta, False), colsum=gb)
+    problem = Gemm.of(a, gz, ta, False)
+    matmul_launchers.matmul_grad(gw, a, gz, problem, colsum=gb, tile=choice.regtiled_tile(gw, a, gz, problem))
     return gx, gw, gb
 
 
@@ -119,6 +126,6 @@ def _masked_product(gz: DeviceArray, w: DeviceArray, mask: DeviceArray | None) -
     g = Gemm.of(gz, b, False, tb)
     out = DeviceArray.empty((g.M, g.N))
     mask = contiguous(mask) if mask is not None else None
-    launchers.matmul_grad(out, gz, b, g, mask=mask)
+    matmul_launchers.matmul_grad(out, gz, b, g, mask=mask, tile=choice.regtiled_tile(out, gz, b, g))
     out.masked_by = mask
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import stages
-from . import launchers
+from . import launch_core, launchers
 from .array import ITEMSIZE, DeviceArray
 from .memory import DeviceBuffer
 from .runtime import copy_dtod, copy_dtoh, copy_htod, synchronize
@@ -15,7 +15,7 @@ def elementwise_at_stage(name: str, n: int, *args) -> None:
     """An elementwise kernel, from stage 9 in its float4 variant where it has one and every
     array argument is 16-byte aligned (fresh buffers are; row slices of odd widths may not be)."""
     arrays = [a for a in args if hasattr(a, "ptr")]
-    if stages.vectorized_kernels() and launchers.has_vec4(name) and launchers.aligned16(*arrays):
+    if stages.vectorized_kernels() and launchers.has_vec4(name) and launch_core.aligned16(*arrays):
         launchers.elementwise_vec4(f"{name}_vec4", n, *args)
     else:
         launchers.elementwise(name, n, *args)

@@ -1,24 +1,26 @@
 """Stage 13: the protocol's whole training step as one launch of ``persistent_step``.
 
-``PersistentStep(net, loss_fn, optimizer, max_norm, max_rows)`` accepts the models the
-kernel computes (an ``nn.Sequential`` of FeedForward layers with biases, each but the last
-followed by at most one ReLU or Sigmoid; ``CrossEntropyWithSoftmax``; ``RmsProp`` or ``SGD``
-over exactly the model's parameters) and raises ``DoesNotFit``, naming the part that does
-not fit, for any other. It packs, once, a device-side table of the layers: the parameters
-and the RmsProp state are the framework's own tensors (the kernel updates them in place, so
-they read as usual afterwards), and the gradients, activations and deltas are buffers of
-its own for up to ``max_rows`` rows. A step is one launch on the batch's rows as they lie
-(no copy) and the loss read back. The kernel finds the rows through a cursor on
-the device (batch_cursor.BatchCursor) and moves it past them, so consecutive batches of one
-array, as ``Trainer.epoch`` hands them out, need no write from the host between steps.
-Where CUDA graphs are on (stage 11 up) the launch is captured once per batch size after one
-eager step and replayed: a step is then one ``cuGraphLaunch``, without the two copies into
-static inputs that stage 11's ``GraphedStep`` needs, and the replayed kernel hands its loss to
-the host itself as soon as it is known, halfway through (step_report.StepReport): the host
-queues the next step while this one computes its gradients and update. An eager launch's loss
-is copied back once it is done. The optimizer's ``lr``, ``decay`` and ``eps`` are read at
-each launch (a captured graph keeps those of its capture, as stage 11's does). Gradients never
-reach ``p.grad``: after a step they are gone, as after stage 11's ``zero_grad``.
+``PersistentStep(layers, optimizer, rmsprop, max_norm, max_rows)`` takes the model as the kernel
+computes it: a chain of ``StepLayer``s (each layer's weight and bias arrays, the activation after
+it, and RmsProp's state of each) and the optimizer whose ``lr`` (RmsProp: ``decay``, ``eps``)
+each launch reads; which frontend models, losses and optimizers come to that is
+``minitorch_cuda/persistent_model.py``'s check (the backend knows no ``nn`` or ``optim``). A
+chain the kernel cannot hold raises ``DoesNotFit``, naming what does not fit.
+
+It packs, once, a device-side table of the layers: the parameters and the RmsProp state are the
+framework's own arrays (the kernel updates them in place, so they read as usual afterwards), and the
+gradients, activations and deltas are buffers of its own for up to ``max_rows`` rows. A step is one
+launch on the batch's rows as they lie (no copy) and the loss read back. The kernel finds the rows
+through a cursor on the device (batch_cursor.BatchCursor) and moves it past them, so consecutive
+batches of one array, as ``Trainer.epoch`` hands them out, need no write from the host between
+steps. Where CUDA graphs are on (stage 11 up) the launch is captured once per batch size after one
+eager step and replayed: a step is then one ``cuGraphLaunch``, without the two copies into static
+inputs that stage 11's ``GraphedStep`` needs, and the replayed kernel hands its loss to the host
+itself as soon as it is known, halfway through (step_report.StepReport): the host queues the next
+step while this one computes its gradients and update. An eager launch's loss is copied back once it
+is done. The optimizer's ``lr``, ``decay`` and ``eps`` are read at each launch (a captured graph
+keeps those of its capture, as stage 11's does). Gradients never reach ``p.grad``: after a step they
+are gone, as after stage 11's ``zero_grad``.
 
 The kernel has four phases and three grid barriers whatever the depth: the first layer's
 products in tiles and slices of k; then a block per row of the batch carries it through the
@@ -38,24 +40,46 @@ microseconds from the GPU's %globaltimer.
 
 from __future__ import annotations
 
-import functools
+import dataclasses
+import re
 from collections.abc import Callable
 
 import numpy as np
 
-from .. import nn, optim, stages
-from . import graphs, launchers
+from .. import stages
+from . import graphs, launchers, registry
 from .array import DeviceArray
 from .batch_cursor import BatchCursor
-from .kernel_table import KERNEL_DIR, PERSISTENT, SPECS, prepare_signature
+from .kernel_table import KERNEL_DIR, PERSISTENT
 from .ops_tensor import full, item
-from .runtime import Kernel, compile_module, copy_dtoh, copy_htod
+from .runtime import Kernel, copy_dtoh, copy_htod
 from .step_report import StepReport
 
-ACTIVATION_CODES = {nn.ReLU: 1, nn.Sigmoid: 2}  # persistent_step.cu's ACT_RELU, ACT_SIGMOID; 0: none
-_POINTERS = ("w", "b", "gw", "gb", "vw", "vb", "out", "delta", "split")
-_INTS = ("n_in", "n_out", "act", "partial0", "k_splits", "staged", "staged_ld", "pad")  # pad: 8-byte alignment
-LAYER = np.dtype([(name, "<u8") for name in _POINTERS] + [(n, "<i4") for n in _INTS])
+ACTIVATION_CODES = {None: 0, "relu": 1, "sigmoid": 2}  # persistent_step.cu's ACT_NONE, ACT_RELU, ACT_SIGMOID
+
+
+def struct_dtype(file: str, name: str) -> np.dtype:
+    """The numpy dtype of C struct ``name`` in a kernel file, read from its declaration: each
+    field in order, a pointer as 8 bytes, an int as 4 (the only kinds it may hold)."""
+    text = re.sub(r"//[^\n]*", "", (KERNEL_DIR / file).read_text())
+    body = re.search(rf"\bstruct {name}\s*{{([^}}]*)}};", text)
+    if body is None:
+        raise KeyError(f"no struct {name} in {file}")
+    fields = []
+    for kind, names in re.findall(r"([\w\s]+?\*?)\s*((?:\w+\s*,\s*)*\w+)\s*;", body[1]):
+        if "*" not in kind and kind.split() != ["int"]:
+            raise TypeError(f"struct {name} in {file}: field {names} of type {kind.strip()} is not a pointer or int")
+        fields += [(n.strip(), "<u8" if "*" in kind else "<i4") for n in names.split(",")]
+    return np.dtype(fields)
+
+
+# A row of the layer table: kernels/persistent_step.cu's PersistentLayer, field for field.
+LAYER = struct_dtype("persistent_step.cu", "PersistentLayer")
+if LAYER.itemsize != PERSISTENT["LAYER_BYTES"]:  # the C side's static_assert checks sizeof against the same
+    raise AssertionError(
+        f"PersistentLayer packs to {LAYER.itemsize} bytes here, PS_LAYER_BYTES says {PERSISTENT['LAYER_BYTES']}"
+    )
+_POINTERS = ("w", "b", "gw", "gb", "vw", "vb", "out", "delta", "split")  # the arrays a layer's row points at
 # forward_splits' rule. SPLIT_JOBS: the jobs the first forward aims at, about half the multiprocessors
 # of the GPUs the course runs on (132 on an H100 or H200): the other half stage the later layers'
 # weights for the rows phase meanwhile (persistent_step.cu's row_block). A constant, never the
@@ -69,55 +93,26 @@ class DoesNotFit(ValueError):
     """The model, its loss or its optimizer is not of the kind stage 13's kernel computes."""
 
 
-def layer_chain(net: nn.Module) -> list[tuple[nn.FeedForward, int]]:
-    """(layer, activation code) per FeedForward of ``net``; DoesNotFit names the first misfit."""
-    if type(net) is not nn.Sequential:
-        raise DoesNotFit(f"the model is a {type(net).__name__}, not an nn.Sequential of FeedForward layers")
-    chain: list[list] = []
-    for i, module in enumerate(net.layers):
-        kind = type(module)
-        where = f"layer {i} ({kind.__name__})"
-        if kind is nn.FeedForward:
-            if module.bias is None:
-                raise DoesNotFit(f"{where} has no bias")
-            if chain and chain[-1][0].weight.shape[1] != module.weight.shape[0]:
-                raise DoesNotFit(
-                    f"{where} takes {module.weight.shape[0]} features, its input has {chain[-1][0].weight.shape[1]}"
-                )
-            chain.append([module, 0])
-        elif kind in ACTIVATION_CODES and i > 0 and type(net.layers[i - 1]) is nn.FeedForward:
-            chain[-1][1] = ACTIVATION_CODES[kind]
-        else:
-            raise DoesNotFit(f"{where} is not a FeedForward or a ReLU or Sigmoid right after one")
-    if not chain:
-        raise DoesNotFit("the model has no FeedForward layer")
-    if chain[-1][1]:
-        raise DoesNotFit(
-            f"the last layer ({type(net.layers[-1]).__name__}) is not a FeedForward: the loss takes its logits"
-        )
-    return [(layer, act) for layer, act in chain]
+@dataclasses.dataclass(frozen=True)
+class StepLayer:
+    """One FeedForward layer as the kernel computes it: its parameters (updated in place), the
+    activation after it (a key of ACTIVATION_CODES), and RmsProp's state of the weight and the bias
+    (None for SGD)."""
+
+    weight: DeviceArray
+    bias: DeviceArray
+    activation: str | None = None
+    state: tuple[DeviceArray, DeviceArray] | None = None
 
 
-def _check_loss_and_optimizer(net: nn.Module, loss_fn, optimizer) -> None:
-    if type(loss_fn) is not nn.CrossEntropyWithSoftmax:
-        raise DoesNotFit(f"the loss is a {type(loss_fn).__name__}, not CrossEntropyWithSoftmax")
-    if type(optimizer) not in (optim.RmsProp, optim.SGD):
-        raise DoesNotFit(f"the optimizer is a {type(optimizer).__name__}, not RmsProp or SGD")
-    params = net.parameters()
-    if len(params) != len(optimizer.params) or any(p is not q for p, q in zip(params, optimizer.params)):
-        raise DoesNotFit("the optimizer does not update exactly the model's parameters, in their order")
-    if not all(p.device.kind == "cuda" and p.data.is_contiguous() for p in params):
-        raise DoesNotFit("a parameter is not a contiguous CUDA tensor")
-
-
-def _check_sizes(chain: list[tuple[nn.FeedForward, int]]) -> None:
+def _check_sizes(shapes: list[tuple[int, int]]) -> None:
     """The kernel keeps the layer table and a row's outputs of every layer in shared memory."""
-    if len(chain) > PERSISTENT["MAX_LAYERS"]:
+    if len(shapes) > PERSISTENT["MAX_LAYERS"]:
         raise DoesNotFit(
-            f"the model has {len(chain)} FeedForward layers, more than the {PERSISTENT['MAX_LAYERS']} "
+            f"the model has {len(shapes)} FeedForward layers, more than the {PERSISTENT['MAX_LAYERS']} "
             "of the kernel's layer table"
         )
-    widths = sum(layer.weight.shape[1] for layer, _ in chain)
+    widths = sum(n_out for _, n_out in shapes)
     if widths > PERSISTENT["ROW_FLOATS"]:
         raise DoesNotFit(
             f"the layers' outputs sum to {widths} values a row, more than the {PERSISTENT['ROW_FLOATS']} "
@@ -145,18 +140,18 @@ def staged_ld(n_out: int) -> int:
     return 4 * (q | 1)
 
 
-def staging(chain: list[tuple[nn.FeedForward, int]], limit_bytes: int) -> tuple[list[tuple[int, int]], int]:
-    """(offset, row stride) of each layer's staged weights and bias (its n_in rows of W at the
-    stride, then b) in the rows phase's shared memory, in floats, (-1, 0) for the first layer (the
-    rows phase reads only its sums); and the bytes of it all, each launch's dynamic shared memory.
-    Every later layer is staged if all fit in ``limit_bytes``, none otherwise (0 bytes): their
-    reads then go to global memory, as with ``stage=False``."""
+def staging(shapes: list[tuple[int, int]], limit_bytes: int) -> tuple[list[tuple[int, int]], int]:
+    """(offset, row stride) of each layer's staged weights and bias (its n_in rows of W at the stride, then
+    b; ``shapes``: each layer's (n_in, n_out)) in the rows phase's shared memory, in floats, (-1, 0)
+    for the first layer (the rows phase reads only its sums); and the bytes of it all, each launch's
+    dynamic shared memory. Every later layer is staged if all fit in ``limit_bytes``, none otherwise
+    (0 bytes): their reads then go to global memory, as with ``stage=False``."""
     layout, end = [(-1, 0)], 0
-    for layer, _ in chain[1:]:
-        n_in, ld = layer.weight.shape[0], staged_ld(layer.weight.shape[1])
+    for n_in, n_out in shapes[1:]:
+        ld = staged_ld(n_out)
         layout.append((end, ld))
         end += (n_in + 1) * ld
-    return (layout, 4 * end) if 0 < 4 * end <= limit_bytes else ([(-1, 0)] * len(chain), 0)
+    return (layout, 4 * end) if 0 < 4 * end <= limit_bytes else ([(-1, 0)] * len(shapes), 0)
 
 
 def layer_jobs(n_in: int, n_out: int) -> int:
@@ -164,39 +159,36 @@ def layer_jobs(n_in: int, n_out: int) -> int:
     return _cdiv(n_in, PERSISTENT["BM"]) * _cdiv(n_out, PERSISTENT["BN"]) + _cdiv(n_out, PERSISTENT["THREADS"])
 
 
-@functools.cache
 def phase_clock_kernel() -> Kernel:
-    """persistent_step built with PS_PHASE_CLOCK, once per process: it takes a last argument,
-    ``unsigned long long* phase_ns``, for block 0's %globaltimer readings."""
-    name = "persistent_step"
-    source = "#define PS_PHASE_CLOCK\n" + (KERNEL_DIR / SPECS[name].file).read_text()
-    module = compile_module(source, f"{SPECS[name].file} with PS_PHASE_CLOCK")
-    return Kernel(name, module, name, prepare_signature(SPECS[name].params + ", unsigned long long* phase_ns"))
+    """persistent_step built with PS_PHASE_CLOCK (registry.variant, once per process): it takes a
+    last argument, ``unsigned long long* phase_ns``, for block 0's %globaltimer readings."""
+    return registry.variant("persistent_step", {"PS_PHASE_CLOCK": None}, extra_params="unsigned long long* phase_ns")
 
 
 class PersistentStep:
     """One model's step as one kernel: ``step(x, y) -> loss`` on device arrays."""
 
     def __init__(
-        self, net: nn.Module, loss_fn, optimizer, max_norm: float, max_rows: int, blocks: int = 0, split: bool = True,
-        stage: bool = True,
+        self, layers: list[StepLayer], optimizer, rmsprop: bool, max_norm: float, max_rows: int, blocks: int = 0,
+        split: bool = True, stage: bool = True,
     ):  # fmt: skip
-        """``split`` slices the first layer's k by forward_splits' rule; ``stage`` copies the later
+        """``optimizer``: what each launch reads ``lr`` (and with ``rmsprop``, ``decay`` and ``eps``)
+        from. ``split`` slices the first layer's k by forward_splits' rule; ``stage`` copies the later
         layers' weights into shared memory where they fit (see the module's docstring)."""
-        chain = layer_chain(net)
-        _check_sizes(chain)
-        _check_loss_and_optimizer(net, loss_fn, optimizer)
+        widths = [layer.weight.shape for layer in layers]  # (n_in, n_out) of each
+        _check_sizes(widths)
         if not max_norm > 0 or max_rows < 1:
             raise ValueError(f"max_norm must be positive and max_rows at least 1, got {max_norm!r} and {max_rows!r}")
+        if rmsprop and any(layer.state is None for layer in layers):
+            raise ValueError("an RmsProp step needs the optimizer's state of every layer's weight and bias")
         self.optimizer, self.max_norm, self.max_rows, self.blocks = optimizer, float(max_norm), max_rows, blocks
-        self.rmsprop = type(optimizer) is optim.RmsProp
-        state = {id(p): v for p, v in zip(optimizer.params, optimizer.state)} if self.rmsprop else {}
-        table = np.zeros(len(chain), LAYER)
+        self.rmsprop = rmsprop
+        table = np.zeros(len(layers), LAYER)
         self.buffers: list[DeviceArray] = []  # alive as long as the table points at them
-        layout, self.staged_bytes = staging(chain, launchers.persistent_step_staging_bytes() if stage else 0)
+        layout, self.staged_bytes = staging(widths, launchers.persistent_step_staging_bytes() if stage else 0)
         self.k_splits: list[int] = []  # slices of k in each layer's forward (the first's only may split)
         partial0 = 0
-        for i, (row, (layer, act)) in enumerate(zip(table, chain)):
+        for i, (row, layer) in enumerate(zip(table, layers)):
             n_in, n_out = layer.weight.shape
             k_splits = (forward_splits(max_rows, n_in, n_out) if split else 1) if i == 0 else 1
             shapes = [(n_in, n_out), (n_out,), (max_rows, n_out), (max_rows, n_out)]
@@ -204,15 +196,16 @@ class PersistentStep:
             own = [DeviceArray.empty(shape) for shape in shapes]
             self.buffers += own
             gw, gb, out, delta, scratch = (*own, None)[:5]
-            vw, vb = (state[id(layer.weight)], state[id(layer.bias)]) if self.rmsprop else (None, None)
-            arrays = (layer.weight.data, layer.bias.data, gw, gb, vw, vb, out, delta, scratch)
+            vw, vb = layer.state if self.rmsprop else (None, None)
+            arrays = (layer.weight, layer.bias, gw, gb, vw, vb, out, delta, scratch)
             for name, array in zip(_POINTERS, arrays):
                 row[name] = 0 if array is None else array.ptr
-            row["n_in"], row["n_out"], row["act"], row["partial0"] = n_in, n_out, act, partial0
+            row["n_in"], row["n_out"], row["partial0"] = n_in, n_out, partial0
+            row["act"] = ACTIVATION_CODES[layer.activation]
             row["k_splits"], (row["staged"], row["staged_ld"]) = k_splits, layout[i]
             self.k_splits.append(k_splits)
             partial0 += layer_jobs(n_in, n_out)
-        self.n_layers, self.n_in, self.n_out = len(chain), chain[0][0].weight.shape[0], chain[-1][0].weight.shape[1]
+        self.n_layers, self.n_in, self.n_out = len(layers), widths[0][0], widths[-1][1]
         self.n_partials = partial0
         self.table = DeviceArray.empty((table.nbytes // 4,))
         copy_htod(self.table.ptr, table.view(np.float32))

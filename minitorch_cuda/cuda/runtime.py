@@ -6,10 +6,10 @@ counted and (inside ``profiler.profile()``) timed, and so that the stage decides
 place whether a launch is followed by a device sync. The objects it hands out are used
 through their own methods: ``memory.py`` frees allocations, ``profiler.py`` reads the
 events' times. Outside it, on purpose, PyCUDA is called directly by
-``device.py`` (the probe, which runs before this module may be imported), ``graphs.py``
-(its stream and, through cuda-bindings, the graph API PyCUDA lacks), and the measuring
-tools that work beside the framework rather than in it: ``bench.py`` (the events that
-time its matmul and bandwidth tables), ``tile_eval/`` (raw buffers shared with Triton,
+``probe.py`` (which runs before this module may be imported), ``graphs.py`` and ``tensor_map.py``
+(through cuda-bindings, ``driver.bindings``, the graph and tensor-map API PyCUDA lacks), and the measuring
+tools that work beside the framework rather than in it: ``timing.py`` (the events that
+time the benchmark's tables and the tuner's candidates), ``tile_eval/`` (raw buffers shared with Triton,
 cuTile and CuPy) and the ``experiments/`` scripts.
 
 Launches and device-to-device copies go to the *current stream*: the legacy
@@ -26,21 +26,21 @@ import ctypes
 import functools
 import os
 import re
-from pathlib import Path
 
 import numpy as np
 
-from .. import profiler, stages
-from ..device import require_cuda
+from .. import kernel_cache, profiler, stages
+from . import timing
 from .kernel_table import KERNEL_DIR, NVCC_OPTIONS, source_define
+from .probe import require_cuda
 
-CACHE_DIR = Path(os.environ.get("MINITORCH_CUDA_CACHE", Path.home() / ".cache" / "minitorch_cuda"))
+CACHE_DIR = kernel_cache.folder()
 # MINITORCH_CUDA_SYNC=1 syncs after every launch at every stage, so that an
 # asynchronous fault is reported against the kernel that caused it.
 DEBUG_SYNC = os.environ.get("MINITORCH_CUDA_SYNC") == "1"
 
 require_cuda()  # importing this module means CUDA is wanted: fail here, clearly
-from .driver import EMULATED, SourceModule, drv  # noqa: E402  (PyCUDA, or the CPU emulator)
+from .driver import EMULATED, KernelError, SourceModule, bindings, check, drv  # noqa: E402  (PyCUDA, or the emulator)
 
 _stream = None  # a pycuda Stream, or None for the legacy default stream
 _capturing = False
@@ -73,10 +73,6 @@ def _refuse_during_capture(what: str) -> None:
             f"{what} while a CUDA graph is being captured: the captured step must stay on the "
             "device (no host copies, no synchronization)"
         )
-
-
-class KernelError(RuntimeError):
-    """A CUDA kernel failed to launch or to run."""
 
 
 class KernelCompileError(KernelError):
@@ -221,9 +217,7 @@ class DriverKernel(Kernel):
     def _load(self) -> None:
         from pycuda.compiler import compile as nvcc
 
-        from .graphs import check, driver
-
-        cu = driver()
+        cu = bindings()
         cubin = nvcc(self._source, **_build_options(self._source, arch_specific=True))
         self._module = check(cu.cuModuleLoadData(cubin), f"loading {self.name}")
         self._handle = check(cu.cuModuleGetFunction(self._module, self._entry.encode()), self.name)
@@ -244,14 +238,12 @@ class DriverKernel(Kernel):
         return packed
 
     def launch_async(self, grid: tuple, block: tuple, stream, *args) -> None:
-        from .graphs import check, driver
-
         if self._handle is None:
             self._load()
         _, pointers = self._pack(args)
         grid, block = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
         handle = stream.handle if stream is not None else 0
-        check(driver().cuLaunchKernel(self._handle, *grid, *block, self.shared_bytes, handle,
+        check(bindings().cuLaunchKernel(self._handle, *grid, *block, self.shared_bytes, handle,
                                       ctypes.addressof(pointers), 0), f"launch of {self.name}")  # fmt: skip
 
 
@@ -267,7 +259,7 @@ def launch(kernel: Kernel, grid: tuple, block: tuple, *args, shapes=()) -> None:
     counters = profiler.counters
     counters.launches += 1
     prof = None if _capturing else profiler.active()  # events on the legacy stream would break a capture
-    token = prof.begin() if prof else None
+    start = record_event() if prof else None
     try:
         kernel.launch_async(grid, block, _stream, *args)
     except drv.Error as exc:
@@ -275,7 +267,7 @@ def launch(kernel: Kernel, grid: tuple, block: tuple, *args, shapes=()) -> None:
             f"launch of {kernel.name} failed (grid={grid}, block={block}, shapes={shapes}): {exc}"
         ) from None
     if prof:
-        prof.end(kernel.name, "kernel", token)
+        prof.add(kernel.name, "kernel", start, record_event())
     if DEBUG_SYNC or stages.sync_after_launch():
         synchronize(f"{kernel.name} (grid={grid}, block={block}, shapes={shapes})")
 
@@ -285,16 +277,15 @@ def time_launch_ms(kernel: Kernel, grid: tuple, block: tuple, *args, repeats: in
     legacy stream, waited for: the kernel alone, its arguments prepared once (the autotuner's
     and the benchmark's measurement: not counted, not profiled, never during a capture)."""
     _refuse_during_capture(f"timing {kernel.name}")
-    start, stop = drv.Event(), drv.Event()
-    start.record()
-    try:
-        for _ in range(repeats):
-            kernel.launch_async(grid, block, None, *args)
-    except drv.Error as exc:
-        raise KernelError(f"launch of {kernel.name} failed (grid={grid}, block={block}): {exc}") from None
-    stop.record()
-    stop.synchronize()
-    return stop.time_since(start) / repeats
+
+    def launches() -> None:
+        try:
+            for _ in range(repeats):
+                kernel.launch_async(grid, block, None, *args)
+        except drv.Error as exc:
+            raise KernelError(f"launch of {kernel.name} failed (grid={grid}, block={block}): {exc}") from None
+
+    return timing.elapsed_ms(launches) / repeats
 
 
 @functools.cache
@@ -319,13 +310,13 @@ def _copy(kind: str, nbytes: int, action) -> None:
     setattr(c, f"{kind}_copies", getattr(c, f"{kind}_copies") + 1)
     setattr(c, f"{kind}_bytes", getattr(c, f"{kind}_bytes") + nbytes)
     prof = profiler.active()
-    token = prof.begin() if prof else None
+    start = record_event() if prof else None
     try:
         action()
     except drv.Error as exc:
         raise KernelError(f"{kind} copy of {nbytes} bytes failed: {exc}") from None
     if prof:
-        prof.end(f"[CUDA memcpy {kind.upper()}]", "memcpy", token)
+        prof.add(f"[CUDA memcpy {kind.upper()}]", "memcpy", start, record_event())
 
 
 def copy_htod(dst_ptr: int, host: np.ndarray) -> None:

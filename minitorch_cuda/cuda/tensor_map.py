@@ -62,9 +62,9 @@ def swizzled_stack(address: int, rows: int, cols: int, matrices: int, matrix_str
 def encode(tiled: TiledMap) -> bytes:
     """The driver's encoding of ``tiled``: float32, 128-byte swizzle, boxes read through L2 in
     256-byte lines, elements outside the tensor filled with zeros."""
-    from .graphs import check, driver
+    from .driver import bindings, check
 
-    cu = driver()
+    cu = bindings()
     rank = len(tiled.dims)
     encoded = check(
         cu.cuTensorMapEncodeTiled(

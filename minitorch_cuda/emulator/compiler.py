@@ -19,52 +19,24 @@ A build has three steps:
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import kernel_cache
-from . import device_process, driver, ptx
+from . import device_process, driver, ptx, toolchain
 from .errors import CompileError, LogicError
+from .toolchain import CHECKS, CXX, CXXFLAGS, HEADER, HERE, INCLUDE, MAIN, PTX_HEADER
 
-HERE = Path(__file__).resolve().parent
-INCLUDE = HERE / "include"
-HEADER = HERE / "cuda_emu.h"
-PTX_HEADER = HERE / "ptx.h"  # force-included after HEADER: what ptx.lower's calls call
-OWN_HEADERS = [HEADER, PTX_HEADER, HERE / "tensor_core.h"]  # what every build opens besides include/
-CXX = os.environ.get("CXX", "g++")
-CXXFLAGS = ["-std=c++17", "-O2", "-fPIC", "-fno-strict-aliasing", "-fno-math-errno", "-ffp-contract=off"]
-
-
-def _host_flags() -> list[str]:
-    """FMA and AVX2 where this CPU has them: fmaf() becomes one instruction, as on a GPU, and
-    the register-tiled matmuls run 1.4x faster. They are part of the cache key."""
-    try:
-        flags = set(re.search(r"^flags\s*:(.*)$", Path("/proc/cpuinfo").read_text(), re.M).group(1).split())
-    except (OSError, AttributeError):
-        return []
-    return ["-mfma", "-mavx2"] if {"fma", "avx2"} <= flags else []
-
-
-CXXFLAGS += _host_flags()
-# The checks a GPU makes in hardware (or compute-sanitizer does): UBSan's handlers for
-# these live in runtime.cpp and turn a violation into a launch error. Stack-clash probes
-# touch every page of a large frame, so locals beyond a fiber's stack hit its guard page.
-CHECKS = ["-fsanitize=bounds,alignment", "-fno-sanitize-recover=all", "-fstack-clash-protection", "-U_FORTIFY_SOURCE"]
 DEFINES = {
     "__global__": "",
     "__shared__": "static thread_local",  # every fiber of a block runs on the block's OS thread
     "__launch_bounds__(...)": "",
     "__cluster_dims__(...)": "",  # read by kernels(): the runtime launches the clusters
 }
-MAIN = "kernel.cu"  # the source's name in messages
-
 # (pattern in the preprocessed source, what is not modelled)
 UNSUPPORTED = [
     # include/cooperative_groups.h models thread block clusters only
@@ -72,8 +44,6 @@ UNSUPPORTED = [
 ]
 
 
-# Where the framework caches compiled kernels (kernel_cache.py), unless a caller names another.
-DEFAULT_CACHE = kernel_cache.folder()
 # Called with every kernel library's path before it is loaded (here, or in the device process where
 # device_process.isolate() was called), to refuse it by raising (grade/native.py's early refusal of
 # host code); None loads every one.
@@ -83,58 +53,6 @@ before_load: Callable[[Path], None] | None = None
 # reads the preprocessed source before it is compiled (what it opened, what it uses), and may refuse it.
 run_compiler: Callable[[list[str], str], subprocess.CompletedProcess] | None = None
 on_preprocessed: Callable[[str], None] | None = None
-
-
-def _cache_dir(cache_dir: str | None) -> Path:
-    path = kernel_cache.emulator_builds(cache_dir or DEFAULT_CACHE)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def _run(args: list[str], cwd: str, label: str) -> str:
-    env = {**os.environ, "LC_ALL": "C"}  # plain quotes in messages, as nvcc writes them
-    if run_compiler is not None:
-        done = run_compiler(args, cwd)
-    else:
-        done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        log = _nvcc_style(done.stderr)
-        raise CompileError(f"{label} failed:\n{log}", " ".join(args), done.stdout, log)
-    return done.stdout
-
-
-def _nvcc_style(log: str) -> str:
-    """g++'s ``kernel.cu:12:5: error:`` as nvcc's ``kernel.cu(12): error:``, which callers parse."""
-    return re.sub(rf"^{re.escape(MAIN)}:(\d+):\d+: ", rf"{MAIN}(\1): ", log, flags=re.M)
-
-
-@functools.cache
-def compiler_version() -> str:
-    return subprocess.run([CXX, "--version"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
-
-
-def _install(built: Path, path: Path) -> None:
-    """Put a built library into the cache atomically: copied beside its final name first, since
-    the cache may lie on another filesystem than the build's temporary folder."""
-    staging = path.with_name(f".{path.name}.{os.getpid()}")
-    shutil.copyfile(built, staging)
-    os.replace(staging, path)
-
-
-@functools.cache
-def runtime_library() -> ctypes.CDLL:
-    """runtime.cpp, built once per machine and loaded for every kernel library to link against
-    (one copy per process: kernels and the driver must share its workers and state)."""
-    source = (HERE / "runtime.cpp").read_text()
-    key = hashlib.sha256((source + HEADER.read_text() + compiler_version()).encode()).hexdigest()[:16]
-    path = _cache_dir(None) / f"runtime-{key}.so"
-    if not path.exists():
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "runtime.so"
-            args = [CXX, *CXXFLAGS, "-U_FORTIFY_SOURCE", "-shared", "-I", str(HERE), str(HERE / "runtime.cpp")]
-            _run([*args, "-o", str(out), "-lpthread"], tmp, "building the emulator's runtime")
-            _install(out, path)
-    return ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
 
 
 def _options(options: list[str] | None, include_dirs: list[str]) -> list[str]:
@@ -349,7 +267,7 @@ def build(
     no_extern_c: bool = False,
     cache_dir: str | None = None,
 ) -> Library:
-    runtime_library()  # kernel libraries resolve the runtime's symbols against it
+    toolchain.runtime_library()  # kernel libraries resolve the runtime's symbols against it
     if not no_extern_c:  # PyCUDA's default, as in pycuda.compiler
         source = 'extern "C" {\n' + source + "\n}\n"
     flags = _options(options, list(include_dirs))
@@ -358,7 +276,7 @@ def build(
         scan = [CXX, "-E", "-x", "c++", "-std=c++17", "-isystem", str(INCLUDE), "-include", str(HEADER),
                 "-include", str(PTX_HEADER), *flags, MAIN]  # fmt: skip
         try:
-            text = _run(scan, tmp, "preprocessing for the CPU emulator")
+            text = toolchain.run(scan, tmp, "preprocessing for the CPU emulator", run_compiler)
         except CompileError as exc:  # an include/ header that refuses itself: say only that
             refused = re.search(r'error: #error "(the CPU emulator does not model[^"]*)"', exc.stderr)
             included = re.search(rf"included from {re.escape(MAIN)}:(\d+)", exc.stderr)
@@ -381,12 +299,17 @@ def build(
             if cluster:
                 unit += f'extern "C" const uint3 __emu_cluster_{name} = emu::cluster_dims({cluster});\n'
         compile_flags = [*CXXFLAGS, *CHECKS, "-g1", "-w", "-shared"]  # -g1: line tables, so a fault names its line
-        key = hashlib.sha256("\0".join([unit, *compile_flags, compiler_version()]).encode()).hexdigest()[:24]
-        path = _cache_dir(cache_dir) / f"kernels-{key}.so"
+        key = hashlib.sha256("\0".join([unit, *compile_flags, toolchain.compiler_version()]).encode()).hexdigest()[:24]
+        path = toolchain.cache_dir(cache_dir) / f"kernels-{key}.so"
         if not path.exists():
             Path(tmp, "unit.cpp").write_text(unit)
-            _run([CXX, *compile_flags, "-x", "c++", "unit.cpp", "-o", "unit.so"], tmp, "g++ (the CPU emulator)")
-            _install(Path(tmp, "unit.so"), path)
+            toolchain.run(
+                [CXX, *compile_flags, "-x", "c++", "unit.cpp", "-o", "unit.so"],
+                tmp,
+                "g++ (the CPU emulator)",
+                run_compiler,
+            )
+            toolchain.install(Path(tmp, "unit.so"), path)
     if before_load is not None:
         before_load(path)
     return Library(path, found, source)

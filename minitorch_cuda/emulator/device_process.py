@@ -45,6 +45,7 @@ import threading
 import weakref
 from pathlib import Path
 
+from . import toolchain
 from .errors import Error, LaunchError, LogicError, MemoryError
 
 SOURCE = Path(__file__).resolve().with_name("device_process.cpp")
@@ -179,17 +180,15 @@ class SharedMapping:
 
 def binary() -> Path:
     """device_process.cpp built once per machine, in the emulator's cache beside the runtime."""
-    from . import compiler
-
     source = SOURCE.read_text()
-    key = hashlib.sha256((source + compiler.compiler_version()).encode()).hexdigest()[:16]
-    path = compiler._cache_dir(None) / f"device-process-{key}"
+    key = hashlib.sha256((source + toolchain.compiler_version()).encode()).hexdigest()[:16]
+    path = toolchain.cache_dir() / f"device-process-{key}"
     if not path.exists():
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "device-process"
-            compiler._run([compiler.CXX, "-std=c++17", "-O2", str(SOURCE), "-o", str(out), "-ldl"], tmp,
+            toolchain.run([toolchain.CXX, "-std=c++17", "-O2", str(SOURCE), "-o", str(out), "-ldl"], tmp,
                           "building the emulator's device process")  # fmt: skip
-            compiler._install(out, path)
+            toolchain.install(out, path)
             path.chmod(0o755)
     return path
 
@@ -197,13 +196,11 @@ def binary() -> Path:
 def _kernel_dependencies() -> list[str]:
     """What kernel libraries link against that the runtime may not: the compiler's own C++ runtime
     (a toolchain outside /usr, as a GPU machine's /opt/gcc, brings a libstdc++ and libgcc_s of its
-    own) and UBSan's runtime (compiler.CHECKS). The device process loads them before its filter, since
+    own) and UBSan's runtime (toolchain.CHECKS). The device process loads them before its filter, since
     it cannot open a file by name after; a later load of the same name finds them loaded."""
-    from . import compiler
-
     found = []
     for name in ("libgcc_s.so.1", "libstdc++.so.6", "libubsan.so"):
-        asked = [compiler.CXX, f"-print-file-name={name}"]
+        asked = [toolchain.CXX, f"-print-file-name={name}"]
         path = os.path.realpath(subprocess.run(asked, capture_output=True, text=True).stdout.strip())
         if os.path.isabs(path) and os.path.isfile(path) and _is_elf(path):  # not a linker script
             found.append(path)
@@ -242,9 +239,7 @@ class DeviceProcess:
             mapping.release_fd()
 
     def _start(self) -> None:
-        from . import compiler
-
-        runtime = compiler.runtime_library()._name
+        runtime = toolchain.runtime_library()._name
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             argv = [str(binary()), str(theirs.fileno()), runtime, *_kernel_dependencies()]
@@ -350,6 +345,7 @@ class DeviceProcess:
 
 
 _process: DeviceProcess | None = None
+allocations = 0  # device allocations so far, counted by driver.DeviceAllocation
 
 
 def isolate() -> None:
@@ -363,9 +359,7 @@ def isolate() -> None:
             "the CPU emulator isolates kernels with a seccomp filter written for x86-64 Linux (Python 3.9 or "
             "later): on this machine it cannot run a kernel it must not trust; grade on x86-64 Linux or on a GPU"
         )
-    from . import driver
-
-    if driver.DeviceAllocation.made:
+    if allocations:
         raise LogicError("isolate() must come before the first device allocation, which the device could not see")
     process = DeviceProcess()
     try:  # now, so that a machine where the filter cannot be installed is told apart from a kernel's fault

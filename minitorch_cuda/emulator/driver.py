@@ -23,11 +23,15 @@ import threading
 import time
 import weakref
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import compiler, device_process
+from . import device_process, toolchain
 from .errors import CompileError, Error, LaunchError, LaunchTimeout, LogicError, MemoryError
+
+if TYPE_CHECKING:  # annotations only: compiler builds what this module runs
+    from .compiler import Library
 
 __all__ = ["CompileError", "Error", "LaunchError", "LaunchTimeout", "LogicError", "MemoryError", "time_limit"]
 
@@ -47,7 +51,7 @@ def _workers() -> int:
 
 
 def _runtime() -> ctypes.CDLL:
-    lib = compiler.runtime_library()
+    lib = toolchain.runtime_library()
     if not hasattr(lib, "_prototyped"):
         lib.emu_register.restype = ctypes.c_size_t
         lib.emu_register.argtypes = [ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t]
@@ -68,7 +72,7 @@ ELEMENT_BYTES = {"char": 1, "bool": 1, "short": 2, "half": 2, "__half": 2, "__nv
                  "int64_t": 8, "uint64_t": 8, "float2": 8, "float4": 16, "int4": 16}  # fmt: skip
 
 
-def fault_line(library: compiler.Library, offset: int) -> str:
+def fault_line(library: Library, offset: int) -> str:
     """``line N: `code``` of the kernel's source for an address in its library, or "" (addr2line
     reads the line table the emulator's build keeps; the innermost frame in the kernel's own file)."""
     tool = shutil.which("addr2line")
@@ -80,14 +84,14 @@ def fault_line(library: compiler.Library, offset: int) -> str:
     for frame in found.stdout.split():
         file, _, line = frame.partition(":")
         number = line.split()[0] if line else ""
-        if Path(file).name == compiler.MAIN and number.isdigit() and library.source:
+        if Path(file).name == toolchain.MAIN and number.isdigit() and library.source:
             lines = library.source.splitlines()
             code = lines[int(number) - 1].strip() if 0 < int(number) <= len(lines) else ""
             return f"line {number}: `{code}`" if code else f"line {number}"
     return ""
 
 
-def _buffer_names(library: compiler.Library, name: str, args) -> dict[int, tuple[str, int]]:
+def _buffer_names(library: Library, name: str, args) -> dict[int, tuple[str, int]]:
     """Device address -> (the kernel's parameter name, its element size) for the pointer arguments."""
     from ..cuda.kernel_table import entry_params
 
@@ -103,7 +107,7 @@ def _buffer_names(library: compiler.Library, name: str, args) -> dict[int, tuple
     return out
 
 
-def explain_fault(message: str, library: compiler.Library, name: str, args) -> str:
+def explain_fault(message: str, library: Library, name: str, args) -> str:
     """The runtime's fault message with the source line for its code address, and, where the
     address lies past a buffer passed as an argument, the parameter and the index for the raw
     addresses: "out-of-bounds read of a[300] (a holds 255 elements) at line 4: `...`"."""
@@ -204,8 +208,8 @@ def _stoppable(launch, name: str) -> int:
 
 
 def init(flags: int = 0) -> None:
-    if shutil.which(compiler.CXX) is None:
-        raise Error(f"the CPU emulator compiles kernels with {compiler.CXX}, which is not on PATH")
+    if shutil.which(toolchain.CXX) is None:
+        raise Error(f"the CPU emulator compiles kernels with {toolchain.CXX}, which is not on PATH")
     _runtime()
 
 
@@ -294,10 +298,8 @@ class DeviceAllocation:
     unmapped by ``free()`` or when the object is gone (never earlier: a reference cycle's other
     finalizers may hand it back to a pool, as they may a PyCUDA allocation)."""
 
-    made = 0  # allocations so far: device_process.isolate() must come before the first
-
     def __init__(self, nbytes: int):
-        DeviceAllocation.made += 1
+        device_process.allocations += 1  # isolate() must come before the first
         self.nbytes = nbytes
         data = -(-max(nbytes, 1) // 16) * 16
         length = -(-data // mmap.PAGESIZE) * mmap.PAGESIZE + 2 * mmap.PAGESIZE
@@ -478,7 +480,7 @@ def _dims(value, limits: tuple[int, int, int], what: str, name: str) -> tuple[in
 class Function:
     """A kernel of a compiled module; PyCUDA's prepared-call interface."""
 
-    def __init__(self, library: compiler.Library, name: str):
+    def __init__(self, library: Library, name: str):
         self._entry = library.entry(name)
         self.library, self.name = library, name
         self.max_threads_per_block = min(MAX_THREADS, library.max_threads[name])

@@ -255,14 +255,14 @@ def phase_times(protocol: train.Protocol, x, y, steps: int, warmup: int = 5) -> 
     ``warmup`` clocked steps (module load, caches); %globaltimer ticks are coarse on some GPUs, so
     means are kept beside the medians."""
     from minitorch_cuda import nn, optim, stages
-    from minitorch_cuda.cuda.persistent_step import PersistentStep
+    from minitorch_cuda.persistent_model import persistent_step
 
     result = {}
     for name, options in PHASE_VARIANTS.items():
         with stages.use_stage(13):
             net = train.make_net(protocol, "cuda")
             opt = optim.RmsProp(net.parameters(), protocol.lr, protocol.decay)
-            step = PersistentStep(net, nn.CrossEntropyWithSoftmax(), opt, protocol.max_norm, protocol.batch_size,
+            step = persistent_step(net, nn.CrossEntropyWithSoftmax(), opt, protocol.max_norm, protocol.batch_size,
                                   **options)  # fmt: skip
             step.phase_times(x.data, y.data, warmup)
             result[name] = step.phase_times(x.data, y.data, steps)

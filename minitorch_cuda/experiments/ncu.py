@@ -3,7 +3,8 @@
     python -m minitorch_cuda.experiments.ncu --out DIR [TOPIC ...]    (default: every topic)
     bash .ci/gpu_run.sh bash .ci/gpu_check.sh ncu                     (records into the archive)
 
-Each topic runs a tiny workload, launched through cuda/launchers.py as the backend launches it
+Each topic runs a tiny workload, launched through the launchers (cuda/launchers.py,
+cuda/matmul_launchers.py) as the backend launches it
 (PyTorch for cuBLAS), in a child process under ``ncu --clock-control none --csv`` restricted by
 ``--kernel-name`` and ``--launch-skip``/``--launch-count`` to the launches after a warm-up, and
 writes ``ncu_<topic>.json`` (results.save: the command, then per run the ncu command line and

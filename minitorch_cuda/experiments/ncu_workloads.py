@@ -1,7 +1,7 @@
 """The workloads that ``experiments/ncu.py`` profiles: each runs in a child process under ncu
 (``python -m minitorch_cuda.experiments.ncu --workload NAME``), launching its kernels through
-cuda/launchers.py as the backend does (PyTorch for cuBLAS): every launch once as a warm-up,
-then again for ncu to keep. Their stdout stays quiet: ncu's CSV goes there.
+the launchers (cuda/launchers.py, cuda/matmul_launchers.py) as the backend does (PyTorch for
+cuBLAS): every launch once as a warm-up, then again for ncu to keep. Their stdout stays quiet: ncu's CSV goes there.
 """
 
 from __future__ import annotations
@@ -67,10 +67,12 @@ def _gemm_operands(ops, DeviceArray, n: int):
 
 def workload_ch11() -> None:
     launchers, ops, runtime, DeviceArray = _device()
+    from minitorch_cuda.cuda import launch_core, matmul_launchers
+
     n = SIZES["matmul"]
     c, a, b = _gemm_operands(ops, DeviceArray, n)
-    g = launchers.Gemm(n, n, n)
-    kernels = (launchers.matmul_naive, launchers.matmul_batched, launchers.matmul_tiled)
+    g = launch_core.Gemm(n, n, n)
+    kernels = (matmul_launchers.matmul_naive, matmul_launchers.matmul_batched, matmul_launchers.matmul_tiled)
     _twice([lambda f=f: f(c, a, b, g) for f in kernels])
     runtime.synchronize()
 
@@ -93,12 +95,14 @@ REGTILED_AT_1024 = ("128x128x8", "64x64x16")  # the largest tile, and the one ma
 
 def workload_ch14_ours() -> None:
     launchers, ops, runtime, DeviceArray = _device()
+    from minitorch_cuda.cuda import launch_core, matmul_launchers
+
     n = SIZES["matmul"]
     c, a, b = _gemm_operands(ops, DeviceArray, n)
-    g = launchers.Gemm(n, n, n)
+    g = launch_core.Gemm(n, n, n)
     _twice([
-        lambda: launchers.matmul_tiled(c, a, b, g),
-        *[lambda t=t: launchers.matmul_regtiled(c, a, b, g, tile=t) for t in REGTILED_AT_1024],
+        lambda: matmul_launchers.matmul_tiled(c, a, b, g),
+        *[lambda t=t: matmul_launchers.matmul_regtiled(c, a, b, g, tile=t) for t in REGTILED_AT_1024],
     ])  # fmt: skip
     runtime.synchronize()
 
@@ -114,13 +118,15 @@ def workload_ch15() -> None:
 
 def workload_ch19_ours() -> None:
     launchers, ops, runtime, DeviceArray = _device()
+    from minitorch_cuda.cuda import launch_core, matmul_launchers
+
     n = SIZES["tf32"]
     c, a, b = _gemm_operands(ops, DeviceArray, n)
-    g, g_t = launchers.Gemm(n, n, n), launchers.Gemm(n, n, n, tb=True)  # b read as B^T: no transpose launch
+    g, g_t = launch_core.Gemm(n, n, n), launch_core.Gemm(n, n, n, tb=True)  # b read as B^T: no transpose launch
     _twice([
-        lambda: launchers.matmul_tf32(c, a, b, g),
-        lambda: launchers.matmul_tf32_async(c, a, b, g),
-        lambda: launchers.matmul_tf32_wgmma(c, a, b, g_t),
+        lambda: matmul_launchers.matmul_tf32(c, a, b, g),
+        lambda: matmul_launchers.matmul_tf32_async(c, a, b, g),
+        lambda: matmul_launchers.matmul_tf32_wgmma(c, a, b, g_t),
     ])  # fmt: skip
     runtime.synchronize()
 
@@ -132,30 +138,35 @@ REGTILED_AT_4096, PIPELINED_AT_4096, SPLITK_AT_1024 = "128x128x8", "128x128x16s3
 
 def workload_ch16_ours() -> None:
     launchers, ops, runtime, DeviceArray = _device()
+    from minitorch_cuda.cuda import kernel_table, launch_core, matmul_launchers
+
     big, small = SIZES["pipelined"], SIZES["splitk"]
-    (c, a, b), g = _gemm_operands(ops, DeviceArray, big), launchers.Gemm(big, big, big)
-    (c1, a1, b1), g1 = _gemm_operands(ops, DeviceArray, small), launchers.Gemm(small, small, small)
+    (c, a, b), g = _gemm_operands(ops, DeviceArray, big), launch_core.Gemm(big, big, big)
+    (c1, a1, b1), g1 = _gemm_operands(ops, DeviceArray, small), launch_core.Gemm(small, small, small)
     tile, splits = SPLITK_AT_1024
-    bm, bn, _, threads = launchers.REGTILED_TILES[REGTILED_AT_4096]
+    bm, bn, _, threads = kernel_table.REGTILED_TILES[REGTILED_AT_4096]
     _twice([
-        lambda: launchers.matmul_regtiled(c, a, b, g, tile=REGTILED_AT_4096),  # its exact twin at 4096^3
+        lambda: matmul_launchers.matmul_regtiled(c, a, b, g, tile=REGTILED_AT_4096),  # its exact twin at 4096^3
         # and the plain kernel on the same product, launched as is: the checks the twin drops
-        lambda: launchers._go(f"matmul_regtiled_{REGTILED_AT_4096}", g.grid(bm, bn), (threads, 1, 1),
-                              (c, a, b, *g.args), 0),
-        lambda: launchers.matmul_pipelined(c, a, b, g, tile=PIPELINED_AT_4096),
-        lambda: launchers.matmul_regtiled(c1, a1, b1, g1, tile=REGTILED_AT_1024[1]),
-        lambda: launchers.matmul_pipelined(c1, a1, b1, g1, tile=tile, splits=splits),  # and matmul_splitk_reduce4
+        lambda: launch_core.dispatch(f"matmul_regtiled_{REGTILED_AT_4096}", g.grid(bm, bn), (threads, 1, 1),
+                                     (c, a, b, *g.args), 0),
+        lambda: matmul_launchers.matmul_pipelined(c, a, b, g, tile=PIPELINED_AT_4096),
+        lambda: matmul_launchers.matmul_regtiled(c1, a1, b1, g1, tile=REGTILED_AT_1024[1]),
+        # and matmul_splitk_reduce4
+        lambda: matmul_launchers.matmul_pipelined(c1, a1, b1, g1, tile=tile, splits=splits),
     ])  # fmt: skip
     runtime.synchronize()
 
 
 def workload_ch16_cluster() -> None:
     launchers, ops, runtime, DeviceArray = _device()
+    from minitorch_cuda.cuda import launch_core, matmul_launchers
+
     n = SIZES["splitk"]
-    (c, a, b), g = _gemm_operands(ops, DeviceArray, n), launchers.Gemm(n, n, n)
+    (c, a, b), g = _gemm_operands(ops, DeviceArray, n), launch_core.Gemm(n, n, n)
     _twice([
-        lambda: launchers.matmul_sgemm(c, a, b, g, variant="128x64x8t128_cluster2"),
-        lambda: launchers.matmul_sgemm(c, a, b, g, variant="128x64x8t128_splitk2"),  # and matmul_splitk_reduce4
+        lambda: matmul_launchers.matmul_sgemm(c, a, b, g, variant="128x64x8t128_cluster2"),
+        lambda: matmul_launchers.matmul_sgemm(c, a, b, g, variant="128x64x8t128_splitk2"),  # and matmul_splitk_reduce4
     ])  # fmt: skip
     runtime.synchronize()
 
@@ -188,13 +199,19 @@ SMALL = ((64, 64, 64), (64, 256, 784))  # M, N, K: the smallest cube and the MNI
 
 def workload_ch14_small_ours() -> None:
     launchers, ops, runtime, DeviceArray = _device()
+    from minitorch_cuda.cuda import launch_core, matmul_launchers
+
     launches = []
     for M, N, K in SMALL:
         c, a, b = DeviceArray.empty((M, N)), _random(ops, M, K), _random(ops, K, N, seed=1)
-        g = launchers.Gemm(M, N, K)
+        g = launch_core.Gemm(M, N, K)
         launches += [
             lambda f=f, c=c, a=a, b=b, g=g: f(c, a, b, g)
-            for f in (launchers.matmul_transposed, launchers.matmul_batched, launchers.matmul_tiled)
+            for f in (
+                matmul_launchers.matmul_transposed,
+                matmul_launchers.matmul_batched,
+                matmul_launchers.matmul_tiled,
+            )
         ]
     _twice(launches)
     runtime.synchronize()

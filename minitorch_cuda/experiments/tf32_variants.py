@@ -19,7 +19,7 @@ import re
 import numpy as np
 
 from minitorch_cuda import torch_reference
-from minitorch_cuda.cuda import backend, launchers, timing
+from minitorch_cuda.cuda import backend, launch_core, matmul_launchers, timing
 from minitorch_cuda.cuda.array import DeviceArray
 from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, SPECS, async_launch, kernel_defines
 from minitorch_cuda.cuda.runtime import Kernel
@@ -63,9 +63,9 @@ def max_error(kernel: Kernel, tile: tuple, rng) -> float:
             a = rng.standard_normal((K, M) if ta else (M, K)).astype(np.float32)
             b = rng.standard_normal((N, K) if tb else (K, N)).astype(np.float32)
             c = DeviceArray.empty((M, N))
-            problem = launchers.Gemm(M, N, K, ta, tb)
+            problem = launch_core.Gemm(M, N, K, ta, tb)
             da, db = backend.from_numpy(a), backend.from_numpy(b)
-            launchers.matmul_tf32_async(c, da, db, problem, kernel=kernel, tile=tile)
+            matmul_launchers.matmul_tf32_async(c, da, db, problem, kernel=kernel, tile=tile)
             a64 = a.astype(np.float64).T if ta else a.astype(np.float64)
             b64 = b.astype(np.float64).T if tb else b.astype(np.float64)
             got = backend.to_numpy(c)
@@ -97,9 +97,9 @@ def main() -> None:
         }
         for n in SIZES:
             a, b = (backend.from_numpy(rng.standard_normal((n, n)).astype(np.float32)) for _ in range(2))
-            problem = launchers.Gemm(n, n, n)
+            problem = launch_core.Gemm(n, n, n)
             call = functools.partial(
-                launchers.matmul_tf32_async, DeviceArray.empty((n, n)), a, b, problem, kernel=kernel, tile=tile
+                matmul_launchers.matmul_tf32_async, DeviceArray.empty((n, n)), a, b, problem, kernel=kernel, tile=tile
             )
             row["gflops"][str(n)] = problem.flops / timing.launcher_seconds(call, 10) / 1e9
         rows[name] = row

@@ -8,11 +8,11 @@ alone, given B^T. mma.sync gets A and B as stored, as stage 12's mma.sync path d
 The "matmul_tf32_wgmma_tma" rows are wgmma_tma.cu, with 128 x 256 and 128 x 128 tiles, given B^T;
 "matmul_tf32_wgmma_tma a @ b" is stage 12's route from 1024^3 multiply-adds up on Hopper
 (ops_matmul.WGMMA_MIN_PRODUCT): the same kernel after the transpose of B, or its N-major build
-reading B as stored, at the tile width and in the way launchers.wgmma_tma_variant times and
+reading B as stored, at the tile width and in the way matmul_choice.wgmma_tma_variant times and
 keeps for the shape; the two rows after it time each way at 256 columns. "transposes" times the
 transpose (transpose_2d, n x n) beside a device-to-device copy of the same bytes, its bandwidth peer.
 Before timing, each result at 264 x 260 x 300 is held to float64 (largest error relative to
-|A| |B|). Every launch goes through cuda/launchers.py, as the backend's does. The record is
+|A| |B|). Every launch goes through cuda/matmul_launchers.py, as the backend's does. The record is
 written after every row: a kernel that faults is recorded with its error, the rows before it kept.
 """
 
@@ -24,7 +24,16 @@ import json
 import numpy as np
 
 from minitorch_cuda import torch_reference
-from minitorch_cuda.cuda import backend, launchers, registry, runtime, timing
+from minitorch_cuda.cuda import (
+    backend,
+    launch_core,
+    launchers,
+    matmul_choice,
+    matmul_launchers,
+    registry,
+    runtime,
+    timing,
+)
 from minitorch_cuda.cuda.array import DeviceArray
 from minitorch_cuda.cuda.kernel_table import SPECS
 from minitorch_cuda.cuda.runtime import KernelError
@@ -32,22 +41,22 @@ from minitorch_cuda.needs_gpu import refuse_emulated
 
 SIZES = (1024, 2048, 4096)
 CASES = {  # row: (launcher, whether B is handed over as B^T, N x K)
-    "matmul_tf32_wgmma": (launchers.matmul_tf32_wgmma, True),
-    "matmul_tf32_async": (launchers.matmul_tf32_async, False),
-    "matmul_wgmma a @ b": (launchers.matmul_tf32_wgmma, False),
+    "matmul_tf32_wgmma": (matmul_launchers.matmul_tf32_wgmma, True),
+    "matmul_tf32_async": (matmul_launchers.matmul_tf32_async, False),
+    "matmul_wgmma a @ b": (matmul_launchers.matmul_tf32_wgmma, False),
     # wgmma_tma.cu (TMA, mbarriers, warp specialization, persistent blocks), given B^T like the first row
-    "matmul_tf32_wgmma_tma": (functools.partial(launchers.matmul_tf32_wgmma_tma, bn=256), True),
-    "matmul_tf32_wgmma_tma a @ b": (launchers.matmul_tf32_wgmma_tma, False),  # stage 12's route
+    "matmul_tf32_wgmma_tma": (functools.partial(matmul_launchers.matmul_tf32_wgmma_tma, bn=256), True),
+    "matmul_tf32_wgmma_tma a @ b": (matmul_choice.matmul_tf32_wgmma_tma, False),  # stage 12's route
     # its two ways at one width, each launch timed alone on the GPU: B transposed first, B as stored
     "matmul_tf32_wgmma_tma a @ b, B transposed": (
-        functools.partial(launchers.matmul_tf32_wgmma_tma, bn=256, as_stored=False),
+        functools.partial(matmul_launchers.matmul_tf32_wgmma_tma, bn=256, as_stored=False),
         False,
     ),
     "matmul_tf32_wgmma_tma a @ b, B as stored": (
-        functools.partial(launchers.matmul_tf32_wgmma_tma, bn=256, as_stored=True),
+        functools.partial(matmul_launchers.matmul_tf32_wgmma_tma, bn=256, as_stored=True),
         False,
     ),
-    "matmul_tf32_wgmma_tma 128x128": (functools.partial(launchers.matmul_tf32_wgmma_tma, bn=128), True),
+    "matmul_tf32_wgmma_tma 128x128": (functools.partial(matmul_launchers.matmul_tf32_wgmma_tma, bn=128), True),
 }
 
 
@@ -56,7 +65,7 @@ def operands(rng, M: int, N: int, K: int, b_transposed: bool):
     a = rng.standard_normal((M, K)).astype(np.float32)
     b = rng.standard_normal((K, N)).astype(np.float32)
     stored_b = np.ascontiguousarray(b.T) if b_transposed else b
-    problem = launchers.Gemm(M, N, K, tb=b_transposed)
+    problem = launch_core.Gemm(M, N, K, tb=b_transposed)
     return a, b, problem, backend.from_numpy(a), backend.from_numpy(stored_b)
 
 

@@ -210,7 +210,7 @@ def _same_bits(runs: dict[str, tuple], what: str) -> None:
 
 def check(ex: Exercise, source: str) -> list[str]:
     from ..cuda.runtime import multiprocessors
-    from .kernel_checks import compiled
+    from .kernel_build import compiled
 
     artifact = compiled(ex, source)  # what the kernel compiled to: comments and dead code are not in it
     if "grid_barrier" not in artifact.calls:

@@ -21,9 +21,10 @@ import tempfile
 from pathlib import Path
 
 from .. import emulator
-from ..cuda.kernel_table import KERNEL_DIR, NVCC_OPTIONS
+from ..cuda.kernel_table import KERNEL_DIR, NVCC_OPTIONS, SPECS
 from . import sandbox
 from .artifact import Artifact, from_preprocessed, from_ptx
+from .exercises import Exercise
 from .verdict import FORBIDDEN, fail
 
 MAIN = "kernel.cu"  # the student's source, as compilers name it in their messages (PyCUDA's name too)
@@ -55,10 +56,10 @@ def headers() -> Path:
 def _system_dirs() -> list[str]:
     """Where the system's and CUDA's own headers lie (what a kernel may open besides ``headers()``), and
     the emulator's stand-ins for CUDA's (its include folder and own headers, not its runtime's source)."""
-    from ..emulator import compiler
+    from ..emulator import toolchain
 
-    dirs = ["/usr/include", "/usr/lib/gcc", "/usr/local/include", "/usr/local/cuda", str(compiler.INCLUDE)]
-    dirs += [str(header) for header in compiler.OWN_HEADERS]
+    dirs = ["/usr/include", "/usr/lib/gcc", "/usr/local/include", "/usr/local/cuda", str(toolchain.INCLUDE)]
+    dirs += [str(header) for header in toolchain.OWN_HEADERS]
     for compiler_path in (sandbox.real_nvcc(), sandbox.real_cxx()):  # a toolchain's own headers (/opt/gcc)
         prefix = compiler_path and os.path.realpath(str(Path(compiler_path).parents[1]))
         if prefix and prefix != "/usr":  # not all of /usr: an installed package's kernels lie there
@@ -224,6 +225,13 @@ def gpu_errors(source: str, arch: str = "sm_90") -> list[str]:
     return [] if built.ptx is not None else student_log(built.log).splitlines()[:3]
 
 
+def compiled(ex: Exercise, source: str) -> Artifact:
+    """What ``source``, the answer to exercise ``ex``, compiled to (built once per process: the
+    checks launch the same module)."""
+    spec = SPECS.get(ex.kernel)
+    return build(source, bool(spec and spec.arch_specific)).artifact
+
+
 @functools.cache
 def build(source: str, arch_specific: bool = False) -> Built:
     """``source`` compiled for this process's device (the GPU, or the CPU emulator), with its artifact;
@@ -242,7 +250,7 @@ def build(source: str, arch_specific: bool = False) -> Built:
 
 
 def _emulated(source: str) -> Built:
-    from ..emulator import compiler
+    from ..emulator import compiler, toolchain
 
     seen: list[tuple[str, frozenset[str]]] = []  # (preprocessed text, course headers opened) of each build
 
@@ -250,7 +258,7 @@ def _emulated(source: str) -> Built:
         seen.append((text, check_opened(text)))
 
     def run(argv: list[str], cwd: str):
-        return sandbox.run_compiler(argv, Path(cwd), [headers(), compiler.HERE])  # (HERE: cuda_emu.h, include/)
+        return sandbox.run_compiler(argv, Path(cwd), [headers(), toolchain.HERE])  # (HERE: cuda_emu.h, include/)
 
     compiler.run_compiler, compiler.on_preprocessed = run, preprocessed
     try:

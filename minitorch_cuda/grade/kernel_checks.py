@@ -3,8 +3,8 @@
 Every check does two things with the student's source:
 
 1. launches the kernel directly through the backend's own launcher
-   (``cuda/launchers.py``: the grid, block and argument order the backend
-   uses), into output buffers that are poisoned and padded with guard zones on
+   (``cuda/launchers.py``, ``cuda/matmul_launchers.py``: the grid, block and argument order
+   the backend uses), into output buffers that are poisoned and padded with guard zones on
    both sides, on fresh random inputs of awkward sizes (not multiples of the
    block or tile): an empty kernel leaves the poison, an off-by-one writes into
    a guard zone or leaves the tail unwritten;
@@ -22,11 +22,12 @@ import math
 import numpy as np
 
 from .. import emulator
-from ..cuda.kernel_table import SPECS
-from . import exercises, grid_phase, hidden, kernel_build
+from ..cuda.kernel_table import matmul_stage
+from . import exercises, grid_phase, hidden
 from .artifact import Artifact
 from .exercises import Exercise, check_entry
 from .harness import GUARD, POISON, Buffer, CountingFunction, Override, student_kernel  # noqa: F401
+from .kernel_build import compiled
 from .verdict import (
     BOUNDARY,
     FORBIDDEN,
@@ -56,12 +57,6 @@ def static_checks(ex: Exercise, source) -> Artifact:
     except TypeError as exc:
         fail(SIGNATURE, str(exc))
     return artifact
-
-
-def compiled(ex: Exercise, source: str) -> Artifact:
-    """What ``source`` compiled to (built once per process: the checks launch the same module)."""
-    spec = SPECS.get(ex.kernel)
-    return kernel_build.build(source, bool(spec and spec.arch_specific)).artifact
 
 
 def _rng() -> np.random.Generator:
@@ -524,20 +519,20 @@ def _matmul_tol(K: int) -> dict:
     return {"atol": 1e-4 * math.sqrt(K), "rtol": 1e-4}
 
 
-# the matmul exercises' kernels and the stage whose matmul launches each
-_MATMUL_STAGE = {"matmul_transposed": 3, "matmul_batched": 5, "matmul_tiled": 6, "matmul_regtiled_32x32x8": 9}
+# the matmul exercises' kernels (kernel_table.matmul_stage: the stage whose matmul launches each)
+_MATMUL_EXERCISES = ("matmul_transposed", "matmul_batched", "matmul_tiled", "matmul_regtiled_32x32x8")
 
 
 def _run_matmul(name: str, a: np.ndarray, b: np.ndarray, ta: bool, tb: bool) -> np.ndarray:
     """op(a) @ op(b) by kernel ``name`` through the backend's launcher, into a guarded buffer."""
-    from ..cuda import launchers
+    from ..cuda import launch_core, matmul_choice, matmul_launchers
 
-    g = launchers.Gemm.of(a, b, ta, tb)
+    g = launch_core.Gemm.of(a, b, ta, tb)
     out, da, db = Buffer(g.batch * g.M * g.N), Buffer(a.size, a), Buffer(b.size, b)
     if name.startswith("matmul_regtiled_"):
-        launchers.matmul_regtiled(out, da, db, g, tile=name.removeprefix("matmul_regtiled_"))
+        matmul_launchers.matmul_regtiled(out, da, db, g, tile=name.removeprefix("matmul_regtiled_"))
     else:
-        launchers.MATMULS[name](out, da, db, g)
+        matmul_choice.MATMULS[name](out, da, db, g)
     return out.read(f"matmul M={g.M} N={g.N} K={g.K} ta={int(ta)} tb={int(tb)}").reshape(g.batch, g.M, g.N)
 
 
@@ -550,7 +545,7 @@ def check_matmul(ex: Exercise, source: str) -> list[str]:
     rng = _rng()
     batched = ex.kernel != "matmul_transposed"
     shared = ex.kernel in ("matmul_tiled", "matmul_regtiled_32x32x8")
-    stage = _MATMUL_STAGE[ex.kernel]
+    stage = matmul_stage(ex.kernel)
     if shared and not compiled(ex, source).uses_shared:
         fail(
             FORBIDDEN, "stage the tiles of A and B in __shared__ memory: your compiled kernel never uses shared memory"
@@ -846,7 +841,7 @@ def small_launch(ex: Exercise, source: str) -> None:
         elif name == "softmax_xent_fused":
             t = np.eye(33, dtype=np.float32)[rng.integers(0, 33, 5)]
             launchers.softmax_xent_fused(Buffer(5 * 33), Buffer(1), floats(5 * 33), Buffer(t.size, t), 5, 33, 0.2)
-        elif name in _MATMUL_STAGE:
+        elif name in _MATMUL_EXERCISES:
             batched = name != "matmul_transposed"
             for ta, tb in ((False, False), (True, True)):
                 a, b = _operands(rng, 33, 17, 65, ta, tb, 2 if batched else None)

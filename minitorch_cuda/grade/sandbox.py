@@ -279,7 +279,7 @@ def seed_emulator_cache(workdir: Path) -> None:
 def build_emulator_runtime() -> None:
     """Build the emulator's runtime and device process once in the grader's cache (trusted code), for
     the sandboxes to copy."""
-    code = "from minitorch_cuda.emulator import compiler as c, device_process as d; c.runtime_library(); d.binary()"
+    code = "from minitorch_cuda.emulator import device_process as d, toolchain as t; t.runtime_library(); d.binary()"
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="") | emulator.switched_on()
     package_first(env)
     with contextlib.suppress(OSError, subprocess.SubprocessError):
@@ -605,7 +605,7 @@ def real_nvcc() -> str | None:
 def real_cxx() -> str | None:
     """The C++ compiler the emulator builds with (``$CXX``, else g++), its links resolved: a GPU
     machine's may be a toolchain of its own (/opt/gcc) that no default bind shows."""
-    from ..emulator.compiler import CXX
+    from ..emulator.toolchain import CXX
 
     found = shutil.which(CXX)
     return os.path.realpath(found) if found else None

@@ -62,7 +62,7 @@ def _stand_in(name: str) -> str:
 
 def problem(ex: Exercise, source: str, rng) -> Problem:
     """The exercise kernel's problem: arrays of N floats, or a MATMUL^3 matmul."""
-    from ..cuda import launchers
+    from ..cuda import launch_core, launchers, matmul_choice, matmul_launchers
     from ..cuda.backend import from_numpy
     from .harness import Buffer
 
@@ -119,14 +119,14 @@ def problem(ex: Exercise, source: str, rng) -> Problem:
         probs, logits = _empty(rows * cols), _floats(rng, rows * cols)
         launch = part(launchers.softmax_xent_fused, probs, _empty(1), logits, target, rows, cols, 1 / rows)
         return _same(f"{rows} x {cols} in one block", "GB/s", 12 * rows * cols, name, launch)
-    if name not in launchers.MATMULS and not name.startswith("matmul_regtiled_"):
+    if name not in matmul_choice.MATMULS and not name.startswith("matmul_regtiled_"):
         raise KeyError(f"no speed problem for kernel {name!r}")
-    g = launchers.Gemm(MATMUL, MATMUL, MATMUL)
+    g = launch_core.Gemm(MATMUL, MATMUL, MATMUL)
     a, b, c = _floats(rng, MATMUL * MATMUL), _floats(rng, MATMUL * MATMUL), _empty(MATMUL * MATMUL)
     if name.startswith("matmul_regtiled_"):
-        launch = part(launchers.matmul_regtiled, c, a, b, g, tile=name.removeprefix("matmul_regtiled_"))
+        launch = part(matmul_launchers.matmul_regtiled, c, a, b, g, tile=name.removeprefix("matmul_regtiled_"))
     else:
-        launch = part(launchers.MATMULS[name], c, a, b, g)
+        launch = part(matmul_choice.MATMULS[name], c, a, b, g)
     return _same(f"{MATMUL}^3", "GFLOP/s", g.flops, name, launch)
 
 

@@ -1,7 +1,7 @@
 // fused.cu: work of several kernels done in one launch (stage 10).
 //   matmul_bias_act_BMxBNxBK   act(op(A) op(B) + bias[col]): the register-tiled matmul
 //                              (matmul_regtiled.cuh) with the bias add and, for act = 1,
-//                              the ReLU in its epilogue; same variants as matmul_regtiled
+//                              the ReLU in its epilogue; every tile of REGTILED_TILES
 //   softmax_xent_fused         probs = softmax(logits) and loss[0] = scale * sum over rows of
 //                              -sum_c t log softmax(x): one block, one warp per row (rows up
 //                              to 1024 columns), the row sum in a fixed order (deterministic)
@@ -30,38 +30,25 @@
 #include "block_reduce.cuh"
 #include "grid_barrier.cuh"
 #include "matmul_regtiled.cuh"
+#include "matmul_tiles.cuh"
 #include "param_run.cuh"
 
-#define BIAS_ACT(NAME, BM, BN, BK, TM, TN, MIN_BLOCKS)                                       \
-extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN), MIN_BLOCKS) NAME(          \
+#define BIAS_ACT(T, BM, BN, BK, TM, TN, MIN_BLOCKS, TWINS)                                  \
+extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN), MIN_BLOCKS) matmul_bias_act_##T( \
     float* c, const float* a, const float* b, const float* bias, int M, int N, int K, int ta,  \
     int tb, int stride_a, int stride_b, int act) {                                           \
     regtiled_body<BM, BN, BK, TM, TN>(c, a, b, bias, M, N, K, ta, tb, stride_a, stride_b, act); \
 }
+REGTILED_TILES(BIAS_ACT)
 
-BIAS_ACT(matmul_bias_act_128x128x8, 128, 128, 8, 8, 8, 2)
-BIAS_ACT(matmul_bias_act_128x64x8, 128, 64, 8, 8, 4, 2)
-BIAS_ACT(matmul_bias_act_64x64x8, 64, 64, 8, 4, 4, 2)
-BIAS_ACT(matmul_bias_act_64x64x16, 64, 64, 16, 4, 4, 2)
-BIAS_ACT(matmul_bias_act_32x32x8, 32, 32, 8, 4, 4, 8)
-BIAS_ACT(matmul_bias_act_128x64x8t128, 128, 64, 8, 8, 8, 2)
-BIAS_ACT(matmul_bias_act_256x128x8, 256, 128, 8, 16, 8, 1)
-
-#define GRAD(NAME, BM, BN, BK, TM, TN, MIN_BLOCKS)                                            \
-extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN), MIN_BLOCKS) NAME(          \
+#define GRAD(T, BM, BN, BK, TM, TN, MIN_BLOCKS, TWINS)                                       \
+extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN), MIN_BLOCKS) matmul_grad_##T( \
     float* c, const float* a, const float* b, const float* mask, float* colsum, int M, int N,  \
     int K, int ta, int tb, int stride_a, int stride_b) {                                     \
     regtiled_body<BM, BN, BK, TM, TN>(c, a, b, nullptr, M, N, K, ta, tb, stride_a, stride_b, 0, \
                                       mask, colsum);                                         \
 }
-
-GRAD(matmul_grad_128x128x8, 128, 128, 8, 8, 8, 2)
-GRAD(matmul_grad_128x64x8, 128, 64, 8, 8, 4, 2)
-GRAD(matmul_grad_64x64x8, 64, 64, 8, 4, 4, 2)
-GRAD(matmul_grad_64x64x16, 64, 64, 16, 4, 4, 2)
-GRAD(matmul_grad_32x32x8, 32, 32, 8, 4, 4, 8)
-GRAD(matmul_grad_128x64x8t128, 128, 64, 8, 8, 8, 2)
-GRAD(matmul_grad_256x128x8, 256, 128, 8, 16, 8, 1)
+REGTILED_TILES(GRAD)
 
 #define XENT_VALUES 32  // per lane: rows up to 1024 columns
 

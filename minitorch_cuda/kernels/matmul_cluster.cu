@@ -1,7 +1,7 @@
 // matmul_cluster.cu: stage 9's split-K in one launch on Hopper (compute capability 9.0),
 // the K-slices summed in distributed shared memory.
 //   matmul_cluster_splitkS_T   C = A B for the products the exact twin T takes
-//                              (launchers.exact_fit), K split S ways; launch: block (NT, 1, 1),
+//                              (matmul_launchers.exact_fit), K split S ways; launch: block (NT, 1, 1),
 //                              grid (N / BN, M / BM, S), clusters of (1, 1, S) blocks
 //
 // A split-K product in two launches writes S slices of C to global scratch and reads them all

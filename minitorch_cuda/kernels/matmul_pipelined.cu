@@ -13,13 +13,9 @@
 //                               counts itself done on its output tile (counters: one per tile,
 //                               zero before, zero again after); the last of the tile's k_splits
 //                               blocks sums the slices in order 0, 1, ... (the same bits every
-//                               run, whichever block comes last). T: 64x64x16, 32x32x16
-//   variant T     BM   BN  BK  warp tile  thread tile  threads  stages  blocks/SM asked
-//   128x128x16   128  128  16   64 x 32     8 x 8        256       2       2
-//   128x128x16s3 128  128  16   64 x 32     8 x 8        256       3       2
-//   128x64x16    128   64  16   64 x 32     8 x 8        128       3       3
-//   64x64x16      64   64  16   32 x 32     4 x 8        128       3       4
-//   32x32x16      32   32  16   32 x 16     4 x 4         64       3       8   (skinny: N = 10)
+//                               run, whichever block comes last). T: the tiles with BIAS_ACT
+// The tiles T are matmul_tiles.cuh's PIPELINED_TILES (block tile, warp tile, thread tile, stages,
+// blocks per SM asked), one line each.
 //
 // Tiles reach shared memory by the CUDA C++ pipeline primitives (cp.async): the copies of
 // slice t + STAGES - 1 are in flight while the block multiplies slice t, without passing
@@ -43,6 +39,7 @@
 // (the src-size argument), so the math needs no bounds checks.
 #include <cuda_pipeline.h>
 
+#include "matmul_tiles.cuh"
 #include "tile_load.cuh"
 
 #ifndef PIPELINED_WAIT_LAG
@@ -187,23 +184,18 @@ __device__ __forceinline__ void pipelined_body(float* c, const float* a, const f
     }
 }
 
-#define PIPELINED(NAME, SPLITK_NAME, BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS)                            \
-extern "C" __global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN), MIN_BLOCKS) NAME(                       \
+#define PIPELINED(T, BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, BIAS_ACT)                            \
+extern "C" __global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN), MIN_BLOCKS) matmul_pipelined_##T(      \
     float* c, const float* a, const float* b, int M, int N, int K, int ta, int tb, int stride_a, int stride_b) { \
     pipelined_body<BM, BN, BK, WM, WN, TM, TN, STAGES>(c, a, b, M, N, K, ta, tb, stride_a, stride_b, 1);      \
 }                                                                                                              \
-extern "C" __global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN), MIN_BLOCKS) SPLITK_NAME(                \
+extern "C" __global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN), MIN_BLOCKS) matmul_pipelined_splitk_##T( \
     float* partial, const float* a, const float* b, int M, int N, int K, int ta, int tb, int stride_a,          \
     int stride_b, int k_splits) {                                                                              \
     pipelined_body<BM, BN, BK, WM, WN, TM, TN, STAGES>(partial, a, b, M, N, K, ta, tb, stride_a, stride_b,    \
                                                        k_splits);                                              \
 }
-
-PIPELINED(matmul_pipelined_128x128x16, matmul_pipelined_splitk_128x128x16, 128, 128, 16, 64, 32, 8, 8, 2, 2)
-PIPELINED(matmul_pipelined_128x128x16s3, matmul_pipelined_splitk_128x128x16s3, 128, 128, 16, 64, 32, 8, 8, 3, 2)
-PIPELINED(matmul_pipelined_128x64x16, matmul_pipelined_splitk_128x64x16, 128, 64, 16, 64, 32, 8, 8, 3, 3)
-PIPELINED(matmul_pipelined_64x64x16, matmul_pipelined_splitk_64x64x16, 64, 64, 16, 32, 32, 4, 8, 3, 4)
-PIPELINED(matmul_pipelined_32x32x16, matmul_pipelined_splitk_32x32x16, 32, 32, 16, 32, 16, 4, 4, 3, 8)
+PIPELINED_TILES(PIPELINED)
 
 // c[z][i] = the sum over s of partial[z * k_splits + s][i], s in order: the same bits every run.
 // One thread per element of the batch * mn outputs.
@@ -263,14 +255,14 @@ __device__ __forceinline__ void splitk_last_block(float* c, const float* partial
     if (threadIdx.x == 0) counters[tile] = 0u;
 }
 
-#define PIPELINED_SPLITK_BIAS_ACT(NAME, BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS)                      \
-extern "C" __global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN), MIN_BLOCKS) NAME(                     \
+#define PIPELINED_SPLITK_BIAS_ACT(T, BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, BIAS_ACT)              \
+TILE_IF(BIAS_ACT,                                                                                              \
+extern "C" __global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN), MIN_BLOCKS)                           \
+matmul_pipelined_splitk_bias_act_##T(                                                                          \
     float* c, float* partial, unsigned int* counters, const float* a, const float* b, const float* bias,       \
     int M, int N, int K, int ta, int tb, int stride_a, int stride_b, int k_splits, int act) {                  \
     pipelined_body<BM, BN, BK, WM, WN, TM, TN, STAGES>(partial, a, b, M, N, K, ta, tb, stride_a, stride_b,    \
                                                        k_splits);                                              \
     splitk_last_block<BM, BN>(c, partial, counters, bias, M, N, k_splits, act);                               \
-}
-
-PIPELINED_SPLITK_BIAS_ACT(matmul_pipelined_splitk_bias_act_64x64x16, 64, 64, 16, 32, 32, 4, 8, 3, 4)
-PIPELINED_SPLITK_BIAS_ACT(matmul_pipelined_splitk_bias_act_32x32x16, 32, 32, 16, 32, 16, 4, 4, 3, 8)
+})
+PIPELINED_TILES(PIPELINED_SPLITK_BIAS_ACT)

@@ -5,24 +5,17 @@
 //                              batch * k_splits; block z computes slice z % k_splits of matrix
 //                              z / k_splits into partial + z * M * N; matmul_splitk_reduce
 //                              (matmul_pipelined.cu) sums the slices in order 0, 1, ...
-//                              T: the tiles whose grids leave SMs idle at 1024^3 (128x128x8:
-//                              64 blocks for 132 SMs), kernel_table.REGTILED_SPLITK_TILES
+//                              T: the tiles with TWINS in matmul_tiles.cuh (their grids leave
+//                              SMs idle at 1024^3: 128x128x8 is 64 blocks for 132 SMs)
 //   matmul_regtiled[_splitk]_exact_T   the same for products the tiles divide exactly, with
-//                              unchecked loads (EXACT in the header; the same bits), for T in
-//                              kernel_table.REGTILED_EXACT_TILES
-// MIN_BLOCKS asks ptxas to leave room for that many resident blocks per SM.
-// The autotuner (cuda/autotune.py) times the variants on the first call of each
-// (M, N, K, flags, batch) and keeps the fastest. Launch: block (NT, 1, 1),
-// grid (ceil(N / BN), ceil(M / BM), batch).
-//   variant          BM   BN  BK  TM  TN  threads
-//   128x128x8       128  128   8   8   8  256
-//   128x64x8        128   64   8   8   4  256
-//   64x64x8          64   64   8   4   4  256
-//   64x64x16         64   64  16   4   4  256
-//   32x32x8          32   32   8   4   4   64   (small and skinny products: more blocks)
-//   128x64x8t128    128   64   8   8   8  128   (cuBLAS's FP32 tiles on the H200, at
-//   256x128x8       256  128   8  16   8  256    1024^3 and 4096^3: ncu_ch14_16.json)
+//                              unchecked loads (EXACT in the header; the same bits), for the
+//                              same T
+// The tiles are matmul_tiles.cuh's REGTILED_TILES, one line each. The autotuner
+// (cuda/matmul_choice.py) times the variants on the first call of each (M, N, K, flags, batch)
+// and keeps the fastest. Launch: block ((BM / TM) (BN / TN), 1, 1), grid (ceil(N / BN),
+// ceil(M / BM), batch).
 #include "matmul_regtiled.cuh"
+#include "matmul_tiles.cuh"
 
 #define REGTILED_AS(NAME, BM, BN, BK, TM, TN, MIN_BLOCKS, EXACT)                               \
 extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN), MIN_BLOCKS) NAME(          \
@@ -30,15 +23,6 @@ extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN), MIN_BLOCKS) 
     int stride_a, int stride_b) {                                                            \
     regtiled_body<BM, BN, BK, TM, TN, EXACT>(c, a, b, nullptr, M, N, K, ta, tb, stride_a, stride_b, 0); \
 }
-#define REGTILED(NAME, BM, BN, BK, TM, TN, MIN_BLOCKS) REGTILED_AS(NAME, BM, BN, BK, TM, TN, MIN_BLOCKS, false)
-
-REGTILED(matmul_regtiled_128x128x8, 128, 128, 8, 8, 8, 2)
-REGTILED(matmul_regtiled_128x64x8, 128, 64, 8, 8, 4, 2)
-REGTILED(matmul_regtiled_64x64x8, 64, 64, 8, 4, 4, 2)
-REGTILED(matmul_regtiled_64x64x16, 64, 64, 16, 4, 4, 2)
-REGTILED(matmul_regtiled_32x32x8, 32, 32, 8, 4, 4, 8)
-REGTILED(matmul_regtiled_128x64x8t128, 128, 64, 8, 8, 8, 2)
-REGTILED(matmul_regtiled_256x128x8, 256, 128, 8, 16, 8, 1)
 
 #define REGTILED_SPLITK_AS(NAME, BM, BN, BK, TM, TN, MIN_BLOCKS, EXACT)                            \
 extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN), MIN_BLOCKS) NAME(              \
@@ -47,18 +31,14 @@ extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN), MIN_BLOCKS) 
     regtiled_body<BM, BN, BK, TM, TN, EXACT>(partial, a, b, nullptr, M, N, K, ta, tb, stride_a, stride_b, 0, \
                                              nullptr, nullptr, k_splits);                        \
 }
-#define REGTILED_SPLITK(NAME, BM, BN, BK, TM, TN, MIN_BLOCKS) \
-    REGTILED_SPLITK_AS(NAME, BM, BN, BK, TM, TN, MIN_BLOCKS, false)
 
-REGTILED_SPLITK(matmul_regtiled_splitk_128x128x8, 128, 128, 8, 8, 8, 2)
-REGTILED_SPLITK(matmul_regtiled_splitk_128x64x8t128, 128, 64, 8, 8, 8, 2)
-REGTILED_SPLITK(matmul_regtiled_splitk_256x128x8, 256, 128, 8, 16, 8, 1)
+// Every tile's kernel; for the tiles with TWINS, the split-K twin and the exact twins (EXACT in
+// matmul_regtiled.cuh) of the tiles stage 9 keeps for the large products: the launcher takes them
+// where exact_fit holds.
+#define REGTILED(T, BM, BN, BK, TM, TN, MIN_BLOCKS, TWINS)                                              \
+    REGTILED_AS(matmul_regtiled_##T, BM, BN, BK, TM, TN, MIN_BLOCKS, false)                             \
+    TILE_IF(TWINS, REGTILED_SPLITK_AS(matmul_regtiled_splitk_##T, BM, BN, BK, TM, TN, MIN_BLOCKS, false) \
+                   REGTILED_AS(matmul_regtiled_exact_##T, BM, BN, BK, TM, TN, MIN_BLOCKS, true)           \
+                   REGTILED_SPLITK_AS(matmul_regtiled_splitk_exact_##T, BM, BN, BK, TM, TN, MIN_BLOCKS, true))
 
-// The exact twins (EXACT in matmul_regtiled.cuh) of the tiles stage 9 keeps for the large
-// products, kernel_table.REGTILED_EXACT_TILES; the launcher takes them where exact_fit holds.
-REGTILED_AS(matmul_regtiled_exact_128x128x8, 128, 128, 8, 8, 8, 2, true)
-REGTILED_AS(matmul_regtiled_exact_128x64x8t128, 128, 64, 8, 8, 8, 2, true)
-REGTILED_AS(matmul_regtiled_exact_256x128x8, 256, 128, 8, 16, 8, 1, true)
-REGTILED_SPLITK_AS(matmul_regtiled_splitk_exact_128x128x8, 128, 128, 8, 8, 8, 2, true)
-REGTILED_SPLITK_AS(matmul_regtiled_splitk_exact_128x64x8t128, 128, 64, 8, 8, 8, 2, true)
-REGTILED_SPLITK_AS(matmul_regtiled_splitk_exact_256x128x8, 256, 128, 8, 16, 8, 1, true)
+REGTILED_TILES(REGTILED)

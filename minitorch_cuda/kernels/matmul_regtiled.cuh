@@ -19,7 +19,7 @@
 // by 4 floats per row, and twice: while the block multiplies one K-slice out of
 // one buffer, the next slice is loaded into registers and then stored into the
 // other buffer, so one barrier per slice suffices.
-// EXACT (the matmul_regtiled_exact_* kernels): the launcher's promise (launchers.exact_fit)
+// EXACT (the matmul_regtiled_exact_* kernels): the launcher's promise (matmul_launchers.exact_fit)
 // of one matrix each (batch 1, so no batch strides), ta = tb = 0, tiles that divide M, N and K
 // exactly, a tile in every K-slice and rows that start a float4. The loads then need no checks,
 // and a thread's addresses move by a constant per K-tile (ExactLoader): at 4096^3 the checks and

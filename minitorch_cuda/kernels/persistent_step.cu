@@ -59,7 +59,8 @@
 #define PS_BK 64            // the slice of k a tile stages in shared memory at once
 #define PS_CHUNK 16         // the first forward's slices of k are whole chunks of PS_CHUNK
 #define PS_ROW_FLOATS 2048  // a row's outputs of every layer (and its deltas) in shared memory
-#define PS_MAX_LAYERS 16    // the layer table is copied into shared memory (104 bytes a layer)
+#define PS_MAX_LAYERS 16    // the layer table is copied into shared memory (PS_LAYER_BYTES a layer)
+#define PS_LAYER_BYTES 104  // sizeof(PersistentLayer): 9 pointers and 8 ints
 
 // One buffer of shared memory, laid out by each phase in turn: a tile's operands, or a row.
 #define PS_TILE_FLOATS (PS_BK * (PS_BM + 1) + PS_BK * PS_BN)
@@ -114,7 +115,8 @@ __device__ __forceinline__ unsigned long long globaltimer_ns() {
 
 enum { ACT_NONE = 0, ACT_RELU = 1, ACT_SIGMOID = 2 };
 
-// One layer as cuda/persistent_step.py packs it (96 bytes, the same field order).
+// One layer of the table that cuda/persistent_step.py packs: it reads the fields below, in their
+// order, for its numpy dtype (pointers and ints only), and checks its size against PS_LAYER_BYTES.
 struct PersistentLayer {
     float* w;       // n_in x n_out
     float* b;       // n_out
@@ -136,6 +138,7 @@ struct PersistentLayer {
                     // rows; 8 consecutive rows' 16-byte chunks fall in distinct banks)
     int pad;        // the struct's 8-byte alignment
 };
+static_assert(sizeof(PersistentLayer) == PS_LAYER_BYTES, "PS_LAYER_BYTES is the layer table's stride");
 
 __device__ __forceinline__ int cdiv(int n, int d) { return (n + d - 1) / d; }
 

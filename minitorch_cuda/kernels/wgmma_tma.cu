@@ -1,6 +1,6 @@
 // wgmma_tma.cu: wgmma.cu's TF32 product (C = A B^T, both operands K-contiguous), fed by the tensor
 // memory accelerator (TMA) and split into roles (sm_90a), chapter 19's fourth kernel: stage 12's
-// route for products from 1024^3 up (launchers.matmul_tf32_wgmma_tma).
+// route for products from 1024^3 up (matmul_launchers.matmul_tf32_wgmma_tma).
 //
 // What changes from wgmma.cu, each a step of the published Hopper GEMM worklogs:
 //   - TMA copies: one thread issues a whole tile's copy (cp.async.bulk.tensor) and the copy engine
@@ -30,7 +30,7 @@
 // Debugging: -DWT_STAGES=1 runs one stage (copy, multiply, release, strictly in turn), the launch
 // may have one block (every tile in order) or compute only the first `tiles` tiles, and a wait that
 // lasts WT_WATCHDOG_NS prints the barrier it waits on and traps instead of hanging the GPU.
-// Launch (launchers.matmul_tf32_wgmma_tma): block (WT_THREADS, 1, 1), grid (blocks, 1, 1), dynamic
+// Launch (matmul_launchers.matmul_tf32_wgmma_tma): block (WT_THREADS, 1, 1), grid (blocks, 1, 1), dynamic
 // shared memory WT_SMEM_BYTES; map_a, map_b are 3-D tensor maps (K, rows, matrices) of A and B^T
 // with box (WT_BK, WT_BM) and (WT_BK, WT_BN), 128-byte swizzle (N-major: map_a has box (WT_BK, WT_BN)
 // and map_b is (N, K, matrices) of B, box (32, WT_BK)); an operand of one matrix is shared
@@ -340,6 +340,6 @@ extern "C" __global__ void __launch_bounds__(WT_THREADS, 1)
         }
     }
 #else
-    __trap();  // built for a GPU without wgmma: launchers.matmul_tf32_wgmma_tma refuses it first
+    __trap();  // built for a GPU without wgmma: matmul_launchers.matmul_tf32_wgmma_tma refuses it first
 #endif
 }

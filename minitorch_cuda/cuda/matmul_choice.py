@@ -1,0 +1,280 @@
+"""The tuner: which matmul variant runs for a problem, and the ``MATMULS`` table.
+
+Launchers (``matmul_launchers``) launch the variant they are given; this module chooses it. A
+choice is made per tuning key (``tuning_key``: the shape, the layout, the batch, the operands'
+alignment) the first time the key is seen, by timing the candidates that fit
+(``autotune.tuner``, which keeps every decision), and looked up afterwards:
+
+- ``regtiled_tile``: the register tile of a product (stage 9, and the tile of stage 10's and the
+  lean step's fused products);
+- ``sgemm_variant``: that tile against the pipelined tiles and the split-K variants
+  (``sgemm_candidates``), each at the longer of its GPU time and its launches' host time (the
+  host-cost model: ``host_launch_ms``, ``sgemm_host_ms``);
+- ``linear_variant``: the lean step's forward, the register tile or a split-K bias+act variant;
+- ``wgmma_tma_variant``: stage 12's tile width and way of reading B on Hopper.
+
+The split-K policy (``splitk_counts``) says which K-splits are worth timing for a tile. On the CPU
+emulator, whose times stand for nothing a GPU would do, the choices are the heuristic ones.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+
+from .. import profiler
+from . import matmul_launchers, runtime
+from .autotune import TIMED_LAUNCHES, fits, tuner
+from .driver import EMULATED
+from .kernel_table import (
+    CLUSTER_SPLITK_TILES,
+    CLUSTER_SPLITS,
+    PIPELINED_TILES,
+    REGTILED_SPLITK_TILES,
+    REGTILED_TILES,
+    SPLITK_BIAS_ACT_TILES,
+)
+from .launch_core import Gemm, aligned16, cdiv
+from .launchers import floor
+from .probe import clusters_fit
+
+
+def tuning_launches() -> int:
+    """Back-to-back launches per sample when the autotuner times a candidate (the ``timed=`` of
+    its launcher): autotune.TIMED_LAUNCHES on a GPU, one on the CPU emulator, whose times stand
+    for nothing the GPU would do."""
+    return 1 if EMULATED else TIMED_LAUNCHES
+
+
+def tuning_key(a, b, g: Gemm) -> tuple:
+    """What makes two problems the same for the autotuner: the shape, the layout, the batch and
+    whether each operand starts a 16-byte vector (the vectorized loads' condition)."""
+    return (g.M, g.N, g.K, int(g.ta), int(g.tb), g.batch, aligned16(a), aligned16(b))
+
+
+def regtiled_tile(c, a, b, g: Gemm) -> str:
+    """The register-tiled variant for this problem: the tiles that fit are timed on first use
+    (autotune.tuner) and the fastest is kept for the shape."""
+    key = tuning_key(a, b, g)
+    choice = tuner.cached("matmul_regtiled", key)
+    if choice is not None:
+        return choice
+    tiles = [t for t, (bm, bn, _, _) in REGTILED_TILES.items() if fits(bm, bn, g.M, g.N)]
+    return tuner.pick(
+        "matmul_regtiled",
+        key,
+        tiles,
+        lambda t: matmul_launchers.matmul_regtiled(c, a, b, g, tile=t, timed=tuning_launches()),
+    )
+
+
+# Split-K: a product of few output tiles leaves SMs idle (1024^3 in 128 x 128 tiles is 64 blocks
+# for the H200's 132 SMs). Splitting K over blockIdx.z multiplies the blocks; a slice keeps at
+# least SPLITK_MIN_TILES K-tiles so that its pipeline fills, and the partial products cost
+# k_splits * M * N floats of scratch written and read once more.
+SPLITK_COUNTS = (2, 4, 8, 16)
+SPLITK_MIN_TILES = 4
+
+
+def block_tile(tile: str) -> tuple[int, int, int]:
+    """(BM, BN, BK) of a pipelined or register-tiled tile (64x64x16, a name in both tables, is
+    the same block tile in both)."""
+    bm, bn, bk, *_ = PIPELINED_TILES[tile] if tile in PIPELINED_TILES else REGTILED_TILES[tile]
+    return bm, bn, bk
+
+
+def splitk_counts(g: Gemm, tile: str) -> list[int]:
+    """The K-splits worth timing for this tile (pipelined or register-tiled): none when its grid
+    already covers every SM, else each count from 2 up to the first whose blocks cover them all."""
+    bm, bn, bk = block_tile(tile)
+    blocks, sms = g.batch * cdiv(g.M, bm) * cdiv(g.N, bn), runtime.multiprocessors()
+    counts = []
+    for splits in SPLITK_COUNTS if blocks < sms else ():
+        if cdiv(g.K, bk) < splits * SPLITK_MIN_TILES:
+            break
+        counts.append(splits)
+        if blocks * splits >= sms:
+            break
+    return counts
+
+
+def matmul_splitk_covering(c, a, b, g: Gemm, *, launcher, tile: str, timed: int = 0):
+    """``launcher`` (matmul_pipelined or matmul_regtiled) at the split count that first covers
+    every SM (splitk_counts' last), for the benchmark's table; a product that needs no split is
+    refused (ValueError)."""
+    counts = splitk_counts(g, tile)
+    if not counts:
+        raise ValueError(f"{tile} tiles of {g} cover every SM or leave too few K-tiles: no split-K")
+    return launcher(c, a, b, g, tile=tile, splits=counts[-1], timed=timed)
+
+
+def sgemm_candidates(g: Gemm) -> list[str]:
+    """Stage 9's variants for this problem beyond the register-tiled winner: every pipelined tile
+    that fits and its split-K counts, then the split-K counts of the register tiles that have a
+    split-K twin (``128x128x8_splitk2``). Tiles for wave quantization at 1024^3 on 132 SMs:
+    128 x 128 gives 64 blocks (48% of the SMs busy), 128 x 64 gives 128 (97%), 64 x 64 gives 256
+    (at most 2 per SM, 97% on average); split-K 2 brings 128 x 128 to 128 blocks. Outputs as
+    narrow as 10 columns fit the 32 x 32 tile only. On Hopper, the same splits of the cluster
+    tiles in one launch (``128x64x8t128_cluster2``, matmul_cluster_splitk) where the shape is exact."""
+    names = []
+    for tile, (bm, bn, *_) in PIPELINED_TILES.items():
+        if fits(bm, bn, g.M, g.N):
+            names += [f"pipelined_{tile}"] + [f"pipelined_{tile}_splitk{s}" for s in splitk_counts(g, tile)]
+    for tile in REGTILED_SPLITK_TILES:
+        bm, bn, *_ = REGTILED_TILES[tile]
+        if fits(bm, bn, g.M, g.N):
+            names += [f"{tile}_splitk{s}" for s in splitk_counts(g, tile)]
+    if clusters_fit(runtime.arch()):
+        for tile in CLUSTER_SPLITK_TILES:
+            splits = [
+                s for s in splitk_counts(g, tile) if s in CLUSTER_SPLITS and matmul_launchers.exact_shape(g, tile, s)
+            ]
+            names += [f"{tile}_cluster{s}" for s in splits]
+    return names
+
+
+HOST_LAUNCH_SAMPLES = 300
+HOST_LAUNCH_EMULATED_MS = 0.010  # nominal: the emulator runs kernels on the host, nothing to measure
+
+
+@functools.cache
+def host_launch_ms() -> float:
+    """Host milliseconds one launch through a launcher costs (the registry, PyCUDA's prepared
+    call, the counters, the stage's checks): the median over HOST_LAUNCH_SAMPLES launches of
+    floor_empty, measured once per process and left out of the counters (measuring is not the
+    program's work). A host-bound training step pays this for every launch it makes."""
+    if EMULATED:
+        return HOST_LAUNCH_EMULATED_MS
+    seconds = []
+    with profiler.uncounted():
+        floor("floor_empty")  # compiled and loaded before the clock starts
+        for _ in range(HOST_LAUNCH_SAMPLES):
+            start = time.perf_counter()
+            floor("floor_empty")
+            seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds) * 1e3
+
+
+def sgemm_host_ms(variant: str) -> float:
+    """The host's milliseconds to launch ``variant``: host_launch_ms per launch (a split-K product
+    has SPLITK_LAUNCHES, a split in one cluster one). The tuner takes the longer of this and the
+    GPU time, so that a split wins where it shortens a product the GPU was slow at (1024^3), not
+    where the GPU would only have waited for the host's second launch (the MNIST step's small
+    products)."""
+    family, _, splits = matmul_launchers.sgemm_parts(variant)
+    return (matmul_launchers.SPLITK_LAUNCHES if splits > 1 and family != "cluster" else 1) * host_launch_ms()
+
+
+def sgemm_variant(c, a, b, g: Gemm) -> str:
+    """Stage 9's kernel for this problem: the register-tiled winner (regtiled_tile) timed against
+    the pipelined and split-K variants (sgemm_candidates), each at the longer of its GPU time
+    and its launches' host time (sgemm_host_ms), the least kept for the shape. On the CPU
+    emulator nothing more is timed: the register-tiled choice stands."""
+    key = tuning_key(a, b, g)
+    choice = tuner.cached("matmul_sgemm", key)
+    if choice is not None:
+        return choice
+    others = [] if EMULATED else sgemm_candidates(g)
+    others = [v for v in others if matmul_launchers.sgemm_parts(v)[0] != "cluster" or aligned16(a, b)]
+    candidates = [regtiled_tile(c, a, b, g), *others]
+    return tuner.pick(
+        "matmul_sgemm", key, candidates,
+        lambda v: matmul_launchers.matmul_sgemm(c, a, b, g, variant=v, timed=tuning_launches()), host_ms=sgemm_host_ms,
+    )  # fmt: skip
+
+
+def linear_variant(c, a, b, bias, counters, g: Gemm, relu: bool) -> str:
+    """The lean step's forward product: matmul_bias_act at its register tile, or a split-K
+    bias+act variant (``pipelined_32x32x16_splitk8``), the fastest on this GPU, kept per shape.
+    On the CPU emulator nothing is timed: the split that first covers the SMs of the smallest
+    tile, if any, else the register tile."""
+    key = tuning_key(a, b, g)
+    choice = tuner.cached("matmul_linear", key)
+    if choice is not None:
+        return choice
+    splits = [
+        f"pipelined_{t}_splitk{s}"
+        for t in SPLITK_BIAS_ACT_TILES
+        if fits(*PIPELINED_TILES[t][:2], g.M, g.N)
+        for s in splitk_counts(g, t)
+    ]
+    plain = regtiled_tile(c, a, b, g)
+    if EMULATED:
+        return (splits or [plain])[-1]
+    return tuner.pick(
+        "matmul_linear", key, [plain, *splits],
+        lambda v: matmul_launchers.matmul_linear(c, a, b, bias, counters, g, relu, variant=v, timed=tuning_launches()),
+    )  # fmt: skip
+
+
+WGMMA_TMA_WIDTHS = (256, 128)  # wgmma_tma.cu's WT_BN: the tile widths stage 12 chooses from
+AS_STORED = " as stored"  # a candidate's suffix: the N-major build, B read without a transpose
+
+
+def wgmma_tma_variant(c, a, b, g: Gemm) -> tuple[int, bool]:
+    """Stage 12's tile width for this problem, and whether to read B as stored: 128 x 256 tiles,
+    or 128 x 128 where the wide ones leave SMs idle (1024^3: 32 wide tiles for 132 SMs, 64 narrow
+    ones); for ``a @ b``, each width with B transposed first and as stored (``"256 as stored"``).
+    Each is timed on first use (autotune.tuner, transposes included), the fastest kept for the
+    shape."""
+    ways = (AS_STORED, "") if matmul_launchers.b_reads_as_stored(a, b, g) else ("",)  # untuned (tuner off): the first
+    variants = {f"{width}{way}": (width, way == AS_STORED) for way in ways for width in WGMMA_TMA_WIDTHS}
+
+    def time_ms(name: str) -> float:
+        bn, as_stored = variants[name]
+        return matmul_launchers.matmul_tf32_wgmma_tma(c, a, b, g, bn=bn, as_stored=as_stored, timed=tuning_launches())
+
+    choice = tuner.pick("matmul_tf32_wgmma_tma", tuning_key(a, b, g), list(variants), time_ms)
+    return variants[choice]
+
+
+# --- the tuned launches: a family at the variant chosen for the problem -----------------------
+
+
+def matmul_regtiled(c, a, b, g: Gemm, *, timed: int = 0):
+    """matmul_launchers.matmul_regtiled at the tile regtiled_tile chose."""
+    return matmul_launchers.matmul_regtiled(c, a, b, g, tile=regtiled_tile(c, a, b, g), timed=timed)
+
+
+def matmul_sgemm(c, a, b, g: Gemm, *, timed: int = 0):
+    """Stage 9's product: matmul_launchers.matmul_sgemm at the variant sgemm_variant chose."""
+    return matmul_launchers.matmul_sgemm(c, a, b, g, variant=sgemm_variant(c, a, b, g), timed=timed)
+
+
+def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, timed: int = 0, **debugging):
+    """Stage 12 on Hopper: matmul_launchers.matmul_tf32_wgmma_tma at the tile width and way of
+    reading B that wgmma_tma_variant chose (``debugging``: the launcher's stages, blocks, tiles, debug)."""
+    bn, as_stored = wgmma_tma_variant(c, a, b, g)
+    return matmul_launchers.matmul_tf32_wgmma_tma(c, a, b, g, bn=bn, as_stored=as_stored, timed=timed, **debugging)
+
+
+# The matmul kernels by name, each launched as (c, a, b, gemm, timed=...): the benchmark's and the
+# grader's table (kernel_table.MATMUL_STAGES says the stage of each). A family that tunes runs at
+# its tuned variant. A launcher that cannot take a problem raises ValueError saying why.
+MATMULS = {
+    "matmul_naive": matmul_launchers.matmul_naive,
+    "matmul_transposed": matmul_launchers.matmul_transposed,
+    "matmul_batched": matmul_launchers.matmul_batched,
+    "matmul_tiled": matmul_launchers.matmul_tiled,
+    "matmul_regtiled": matmul_regtiled,
+    "matmul_sgemm": matmul_sgemm,
+    **{f"matmul_pipelined_{t}": functools.partial(matmul_launchers.matmul_pipelined, tile=t) for t in PIPELINED_TILES},
+    **{
+        f"matmul_pipelined_splitk_{t}": functools.partial(
+            matmul_splitk_covering, launcher=matmul_launchers.matmul_pipelined, tile=t
+        )
+        for t in ("128x128x16", "64x64x16", "32x32x16")
+    },
+    **{
+        f"matmul_regtiled_splitk_{t}": functools.partial(
+            matmul_splitk_covering, launcher=matmul_launchers.matmul_regtiled, tile=t
+        )
+        for t in REGTILED_SPLITK_TILES
+    },
+    "matmul_tf32": matmul_launchers.matmul_tf32,
+    "matmul_bf16": matmul_launchers.matmul_bf16,
+    "matmul_tf32_async": matmul_launchers.matmul_tf32_async,
+    "matmul_tf32_wgmma": matmul_launchers.matmul_tf32_wgmma,
+    "matmul_tf32_wgmma_tma": matmul_tf32_wgmma_tma,
+}

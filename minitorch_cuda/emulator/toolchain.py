@@ -1,0 +1,107 @@
+"""The emulator's toolchain: the C++ compiler and its flags, the on-disk cache of what it builds, and
+the emulator's runtime (runtime.cpp) built once per machine. ``compiler`` builds kernels with it,
+``driver`` and ``device_process`` load what it built.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from .. import kernel_cache
+from .errors import CompileError
+
+HERE = Path(__file__).resolve().parent
+INCLUDE = HERE / "include"
+HEADER = HERE / "cuda_emu.h"
+PTX_HEADER = HERE / "ptx.h"  # force-included after HEADER: what ptx.lower's calls call
+OWN_HEADERS = [HEADER, PTX_HEADER, HERE / "tensor_core.h"]  # what every build opens besides include/
+CXX = os.environ.get("CXX", "g++")
+CXXFLAGS = ["-std=c++17", "-O2", "-fPIC", "-fno-strict-aliasing", "-fno-math-errno", "-ffp-contract=off"]
+
+
+def _host_flags() -> list[str]:
+    """FMA and AVX2 where this CPU has them: fmaf() becomes one instruction, as on a GPU, and
+    the register-tiled matmuls run 1.4x faster. They are part of the cache key."""
+    try:
+        flags = set(re.search(r"^flags\s*:(.*)$", Path("/proc/cpuinfo").read_text(), re.M).group(1).split())
+    except (OSError, AttributeError):
+        return []
+    return ["-mfma", "-mavx2"] if {"fma", "avx2"} <= flags else []
+
+
+CXXFLAGS += _host_flags()
+# The checks a GPU makes in hardware (or compute-sanitizer does): UBSan's handlers for
+# these live in runtime.cpp and turn a violation into a launch error. Stack-clash probes
+# touch every page of a large frame, so locals beyond a fiber's stack hit its guard page.
+CHECKS = ["-fsanitize=bounds,alignment", "-fno-sanitize-recover=all", "-fstack-clash-protection", "-U_FORTIFY_SOURCE"]
+MAIN = "kernel.cu"  # the source's name in messages
+
+
+# Where the framework caches compiled kernels (kernel_cache.py), unless a caller names another.
+DEFAULT_CACHE = kernel_cache.folder()
+
+
+def cache_dir(folder: str | None = None) -> Path:
+    """The emulator's part of the kernel cache (``folder``, else DEFAULT_CACHE)."""
+    path = kernel_cache.emulator_builds(folder or DEFAULT_CACHE)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def run(
+    args: list[str], cwd: str, label: str, runner: Callable[[list[str], str], subprocess.CompletedProcess] | None = None
+) -> str:
+    """Run one g++ command in ``cwd`` (through ``runner`` where given: compiler.run_compiler); its output,
+    or CompileError with its log in nvcc's style."""
+    env = {**os.environ, "LC_ALL": "C"}  # plain quotes in messages, as nvcc writes them
+    if runner is not None:
+        done = runner(args, cwd)
+    else:
+        done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        log = nvcc_style(done.stderr)
+        raise CompileError(f"{label} failed:\n{log}", " ".join(args), done.stdout, log)
+    return done.stdout
+
+
+def nvcc_style(log: str) -> str:
+    """g++'s ``kernel.cu:12:5: error:`` as nvcc's ``kernel.cu(12): error:``, which callers parse."""
+    return re.sub(rf"^{re.escape(MAIN)}:(\d+):\d+: ", rf"{MAIN}(\1): ", log, flags=re.M)
+
+
+@functools.cache
+def compiler_version() -> str:
+    return subprocess.run([CXX, "--version"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
+
+
+def install(built: Path, path: Path) -> None:
+    """Put a built library into the cache atomically: copied beside its final name first, since
+    the cache may lie on another filesystem than the build's temporary folder."""
+    staging = path.with_name(f".{path.name}.{os.getpid()}")
+    shutil.copyfile(built, staging)
+    os.replace(staging, path)
+
+
+@functools.cache
+def runtime_library() -> ctypes.CDLL:
+    """runtime.cpp, built once per machine and loaded for every kernel library to link against
+    (one copy per process: kernels and the driver must share its workers and state)."""
+    source = (HERE / "runtime.cpp").read_text()
+    key = hashlib.sha256((source + HEADER.read_text() + compiler_version()).encode()).hexdigest()[:16]
+    path = cache_dir() / f"runtime-{key}.so"
+    if not path.exists():
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "runtime.so"
+            args = [CXX, *CXXFLAGS, "-U_FORTIFY_SOURCE", "-shared", "-I", str(HERE), str(HERE / "runtime.cpp")]
+            run([*args, "-o", str(out), "-lpthread"], tmp, "building the emulator's runtime")
+            install(out, path)
+    return ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
