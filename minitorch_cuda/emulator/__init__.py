@@ -37,8 +37,15 @@ from __future__ import annotations
 import os
 
 ENV = "MINITORCH_CUDA_EMULATE"
+RACECHECK_ENV = "MINITORCH_CUDA_RACECHECK"  # with ENV: kernels are built and run with race checking
 
 
 def selected() -> bool:
     """Whether this process runs CUDA on the emulator: ``MINITORCH_CUDA_EMULATE=1``, never by default."""
     return os.environ.get(ENV) == "1"
+
+
+def racecheck_selected() -> bool:
+    """Whether emulated kernels are built for race checking (racecheck.cpp): ``MINITORCH_CUDA_RACECHECK=1``
+    (the grader sets it for its emulated checks), never by default."""
+    return os.environ.get(RACECHECK_ENV) == "1"

@@ -29,6 +29,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from .. import emulator
 from . import device_process, driver
 from .errors import CompileError, LogicError
 
@@ -54,6 +55,9 @@ CXXFLAGS += _host_flags()
 # these live in runtime.cpp and turn a violation into a launch error. Stack-clash probes
 # touch every page of a large frame, so locals beyond a fiber's stack hit its guard page.
 CHECKS = ["-fsanitize=bounds,alignment", "-fno-sanitize-recover=all", "-fstack-clash-protection", "-U_FORTIFY_SOURCE"]
+# Race checking (racecheck.cpp): ThreadSanitizer's calls before every memory access, compiled in
+# but never its runtime (the kernel links without -fsanitize=thread): the emulator's runtime answers them.
+RACECHECK = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "--param=tsan-distinguish-volatile=1"]
 DEFINES = {
     "__global__": "",
     "__shared__": "static thread_local",  # every fiber of a block runs on the block's OS thread
@@ -131,13 +135,14 @@ def _install(built: Path, path: Path) -> None:
 def runtime_library() -> ctypes.CDLL:
     """runtime.cpp, built once per machine and loaded for every kernel library to link against
     (one copy per process: kernels and the driver must share its workers and state)."""
-    source = (HERE / "runtime.cpp").read_text()
-    key = hashlib.sha256((source + HEADER.read_text() + compiler_version()).encode()).hexdigest()[:16]
+    sources = [HERE / "runtime.cpp", HERE / "racecheck.cpp"]
+    text = "".join(p.read_text() for p in [*sources, HEADER, HERE / "racecheck.h"])
+    key = hashlib.sha256((text + compiler_version()).encode()).hexdigest()[:16]
     path = _cache_dir(None) / f"runtime-{key}.so"
     if not path.exists():
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "runtime.so"
-            args = [CXX, *CXXFLAGS, "-U_FORTIFY_SOURCE", "-shared", "-I", str(HERE), str(HERE / "runtime.cpp")]
+            args = [CXX, *CXXFLAGS, "-U_FORTIFY_SOURCE", "-shared", "-I", str(HERE), *map(str, sources)]
             _run([*args, "-o", str(out), "-lpthread"], tmp, "building the emulator's runtime")
             _install(out, path)
     return ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
@@ -298,8 +303,11 @@ def _shared(text: str) -> tuple[str, list[str]]:
 class Library:
     """A compiled kernel library: its launch entries and launch bounds, by kernel name."""
 
-    def __init__(self, path: Path, kernels: dict[str, tuple[str | None, str | None]], source: str = ""):
+    def __init__(
+        self, path: Path, kernels: dict[str, tuple[str | None, str | None]], source: str = "", racecheck: bool = False
+    ):
         self.path, self.source = path, source  # for the source line of a fault (driver.fault_line)
+        self.racecheck = racecheck  # built for race checking: its launches say so to the runtime
         self.names = set(kernels)
         process = device_process.current()
         if process is not None:  # loaded by the device process only (its numbers are what it says)
@@ -361,16 +369,29 @@ def build(
                 unit += f'extern "C" const int __emu_bounds_{name} = emu::launch_bound({bounds});\n'
             if cluster:
                 unit += f'extern "C" const uint3 __emu_cluster_{name} = emu::cluster_dims({cluster});\n'
+        racecheck = emulator.racecheck_selected()
         compile_flags = [*CXXFLAGS, *CHECKS, "-g1", "-w", "-shared"]  # -g1: line tables, so a fault names its line
+        compile_flags += RACECHECK if racecheck else []
         key = hashlib.sha256("\0".join([unit, *compile_flags, compiler_version()]).encode()).hexdigest()[:24]
         path = _cache_dir(cache_dir) / f"kernels-{key}.so"
         if not path.exists():
             Path(tmp, "unit.cpp").write_text(unit)
-            _run([CXX, *compile_flags, "-x", "c++", "unit.cpp", "-o", "unit.so"], tmp, "g++ (the CPU emulator)")
+            _compile_unit(compile_flags, racecheck, tmp)
             _install(Path(tmp, "unit.so"), path)
     if before_load is not None:
         before_load(path)
-    return Library(path, found, source)
+    return Library(path, found, source, racecheck)
+
+
+def _compile_unit(flags: list[str], racecheck: bool, tmp: str) -> None:
+    """unit.cpp of ``tmp`` into unit.so; built for race checking, compiled and linked apart, since
+    g++ links ThreadSanitizer's runtime into whatever it links with -fsanitize=thread."""
+    if not racecheck:
+        _run([CXX, *flags, "-x", "c++", "unit.cpp", "-o", "unit.so"], tmp, "g++ (the CPU emulator)")
+        return
+    _run([CXX, *flags, "-c", "-x", "c++", "unit.cpp", "-o", "unit.o"], tmp, "g++ (the CPU emulator)")
+    linking = [f for f in flags if f not in RACECHECK]
+    _run([CXX, *linking, "unit.o", "-o", "unit.so"], tmp, "g++ (the CPU emulator, linking)")
 
 
 class SourceModule:
