@@ -171,6 +171,7 @@ def check_kernel(ex, kernel_source: str, sanitize: bool, sanitize_timeout: float
     compute-sanitizer (the runner allows for ``sanitize_timeout`` more)."""
     import minitorch_cuda as mt
 
+    from .. import emulator
     from ..emulator import device_process
     from . import checks, kernel_build, native, sanitizer, verdict
     from .verdict import CheckResult
@@ -184,6 +185,7 @@ def check_kernel(ex, kernel_source: str, sanitize: bool, sanitize_timeout: float
         if refused:  # the emulator would run, as C++, what nvcc refuses (a call to a host function)
             return CheckResult(ex.id, False, verdict.COMPILE_ERROR, "nvcc refuses the kernel for the GPU", refused)
         native.guard()  # and host code that nvcc accepts but never runs on a GPU (a constructor)
+        os.environ[emulator.RACECHECK_ENV] = "1"  # a race or a missing fence fails the check, right answer or not
         try:
             device_process.isolate()  # the kernel runs in a filtered process of its own, never in this one
         except device_process.Error as exc:  # the machine's lack, not the student's: graded elsewhere
@@ -253,11 +255,13 @@ def execute(notebook: str, result_file: str, cell_timeout: str) -> int:
 
 def launch(exercise_id: str, kernel_file: str) -> int:
     """The small launch the sanitizer (or the emulator) watches; a fault prints ``fault: ...``."""
+    from .. import emulator
     from ..emulator import device_process
     from . import checks, exercises, kernel_checks, native, sanitizer, verdict
 
     if os.environ.get("MINITORCH_CUDA_EMULATE") == "1":
         native.guard()  # a constructor's _exit(0) would report the emulator's launch clean
+        os.environ[emulator.RACECHECK_ENV] = "1"  # with race checking, as the check ran it
         device_process.isolate()  # and the launch runs in a filtered process of its own
     try:
         kernel_checks.small_launch(exercises.get(exercise_id), Path(kernel_file).read_text())
