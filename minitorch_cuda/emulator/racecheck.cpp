@@ -80,9 +80,16 @@ Cell* leaf_of(uintptr_t granule, bool make) {
     return leaf;
 }
 
+struct Recent {  // the leaves used last, by the low bits of their number: most accesses hit one
+    uintptr_t number = ~uintptr_t(0);
+    Cell* leaf = nullptr;
+} g_recent[8];
+
 inline Cell& cell(uintptr_t address) {
-    const uintptr_t granule = address >> 2;
-    return leaf_of(granule, true)[granule & ((size_t(1) << kLeafBits) - 1)];
+    const uintptr_t granule = address >> 2, number = granule >> kLeafBits;
+    Recent& recent = g_recent[number & 7];
+    if (recent.number != number) recent = {number, leaf_of(granule, true)};
+    return recent.leaf[granule & ((size_t(1) << kLeafBits) - 1)];
 }
 
 void forget(uintptr_t address, size_t bytes) {  // the cells of [address, address + bytes) hold nothing
@@ -104,6 +111,7 @@ void forget_everything() {
         free(mid);
         mid = nullptr;
     }
+    for (Recent& recent : g_recent) recent = Recent();
 }
 
 // --- epochs: each block of a launch has one per phase and fence ("serial") -----------------------
@@ -275,6 +283,27 @@ inline bool mine(uintptr_t a, Thread* t) {  // its own stack and state, and its 
     return a - reinterpret_cast<uintptr_t>(t) < kStackBytes || a - reinterpret_cast<uintptr_t>(t->block) < sizeof(Block);
 }
 
+// Whether `r` is ordered before the running thread's access without looking further: nothing there,
+// an earlier launch or phase, or the same block's epoch with a barrier between or the same thread.
+inline bool plainly_ordered(const Record& r, const State& s, unsigned thread) {
+    return r.serial < g_phase_start ||
+           (r.serial == s.serial && (r.interval != s.interval || (r.bits & kThread) == thread));
+}
+
+// Whether the read `r` of another epoch is ordered before the read `me`, which then takes its place.
+__attribute__((noinline)) bool replaces(const Record& r, const Me& me) {
+    const Release* published = nullptr;
+    return order(r, me, &published) == ORDERED;
+}
+
+// `r` is not plainly ordered before the access `me` (to `address`, made at `pc`): report it unless ordered.
+__attribute__((noinline)) void look_closer(const Record& r, bool r_write, const Me& me, bool write, uintptr_t address,
+                                           uintptr_t pc) {
+    const Release* published = nullptr;
+    const Order o = order(r, me, &published);
+    if (o != ORDERED) report(o, r, r_write, me, write, address, pc, published);
+}
+
 void check(Thread* t, State& s, uintptr_t a, size_t size, int kind, uintptr_t pc) {
     Me me;
     me.s = &s;
@@ -286,21 +315,23 @@ void check(Thread* t, State& s, uintptr_t a, size_t size, int kind, uintptr_t pc
     const uint16_t flags = uint16_t(me.thread | (atomic ? kAtomic : 0) | (kind & VOLATILE ? kVolatile : 0));
     me.r = {s.serial, uint32_t(pc), s.interval, flags, s.clocks[me.warp][me.lane][me.lane]};
     for (uintptr_t g = a & ~uintptr_t(3); g < a + size; g += 4) {
-        const unsigned lo = unsigned(std::max(a, g) - g), hi = unsigned(std::min(a + size, g + 4) - g);
-        const unsigned bytes = ((1u << hi) - 1) & ~((1u << lo) - 1);
+        unsigned bytes = 0xf;  // of the cell's 4: all, unless the access starts or ends inside it
+        if ((a | size) & 3) {
+            const unsigned lo = unsigned(std::max(a, g) - g), hi = unsigned(std::min(a + size, g + 4) - g);
+            bytes = ((1u << hi) - 1) & ~((1u << lo) - 1);
+        }
         Cell& c = cell(g);
         me.r.bits = uint16_t(flags | bytes << kBytes);
-        const Release* published = nullptr;
-        for (int i = 0; i < 2; ++i) {
-            const Record& r = i == 0 ? c.write : c.read;
-            if (i == 1 && !write) break;  // reads do not race with reads
-            if (!((r.bits >> kBytes) & bytes) || ((r.bits & kAtomic) && atomic)) continue;
-            const Order o = order(r, me, &published);
-            if (o != ORDERED) report(o, r, i == 0, me, write, std::max(a, g), pc, published);
-        }
+        auto conflicts = [&](const Record& r) {
+            return !plainly_ordered(r, s, me.thread) && ((r.bits >> kBytes) & bytes) && !((r.bits & kAtomic) && atomic);
+        };
+        if (conflicts(c.write)) look_closer(c.write, true, me, write, std::max(a, g), pc);
         if (write) {
+            if (conflicts(c.read)) look_closer(c.read, false, me, write, std::max(a, g), pc);  // reads race with writes only
             c.write = me.r;
-        } else if (c.read.serial == 0 || order(c.read, me, &published) == ORDERED) {
+        } else if (plainly_ordered(c.read, s, me.thread)) {
+            c.read = me.r;
+        } else if (c.read.serial != s.serial && replaces(c.read, me)) {
             c.read = me.r;  // else the first concurrent reader stays: a later write races with it
         }
     }
