@@ -359,3 +359,18 @@ def test_a_kernel_without_race_checking_runs_unchanged(tmp_path, monkeypatch):
     module.get_function("neighbour").prepare("P").prepared_call((8, 1, 1), (32, 1, 1), d)
     driver.memcpy_dtoh(got, d)
     np.testing.assert_array_equal(got[65:72], np.arange(7))
+
+
+def test_the_grader_names_each_class_for_its_reason(emu):
+    """A race and a missing fence reach the grader's verdict as "racecheck" and "missing_fence"."""
+    from minitorch_cuda.grade import checks, verdict
+
+    driver = emu[0]
+    d_out, d_partial, d_arrived = driver.mem_alloc(4), driver.mem_alloc(16), driver.to_device(np.zeros(1, np.uint32))
+    d_x = driver.to_device(np.ones(4 * 64, np.float32))
+    with pytest.raises(LaunchError) as unfenced:
+        run(emu, LAST_BLOCK, "total", "PPPPi", (4, 1, 1), (64, 1, 1), d_out, d_partial, d_arrived, d_x, 0)
+    with pytest.raises(LaunchError) as raced:
+        run(emu, NEIGHBOUR, "neighbour", "P", (8, 1, 1), (32, 1, 1), driver.mem_alloc(512))
+    assert checks.classify_exception(unfenced.value) == verdict.MISSING_FENCE
+    assert checks.classify_exception(raced.value) == verdict.RACECHECK

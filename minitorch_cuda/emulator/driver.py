@@ -144,11 +144,13 @@ def explain_race(message: str, library: compiler.Library, name: str, args) -> st
     buffers = _buffer_names(library, name, args)
 
     def element(m: re.Match) -> str:
-        base, offset = int(m.group(3), 16), int(m.group(1))
-        if base not in buffers:
-            return f"byte {offset} of a {m.group(2)}-byte device buffer"
-        param, size = buffers[base]
-        return f"{param}[{offset // size}]"
+        base, offset, length = int(m.group(3), 16), int(m.group(1)), int(m.group(2))
+        address = base + offset  # in the argument that points nearest below it, in this buffer
+        inside = [p for p in buffers if base <= p <= address < base + length]
+        if not inside:
+            return f"byte {offset} of a {length}-byte device buffer"
+        param, size = buffers[max(inside)]
+        return f"{param}[{(address - max(inside)) // size}]"
 
     def line(m: re.Match) -> str:
         ours = Path(m.group(1)) == Path(library.path) or m.group(1).startswith("/proc/self/fd/")
