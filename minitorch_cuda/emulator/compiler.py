@@ -12,8 +12,9 @@ A build has three steps:
    (as the runtime poisons the dynamic one), so a read before any write finds
    cuda_emu.h's kSharedPoison (NaN as a float), whatever block ran before;
 3. compile that text, plus one launch entry per kernel, into a shared library with
-   g++'s bounds and alignment checks, cached on disk by the hash of what is compiled
-   (so a test run builds each kernel file once, as nvcc's cache does).
+   g++'s bounds and alignment checks (and, for race checking, ThreadSanitizer's calls:
+   ``RACECHECK``), cached on disk by the hash of what is compiled (so a test run builds
+   each kernel file once, as nvcc's cache does).
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@
 // out-of-bounds accesses (guard pages around every allocation, and the array-bounds
 // checks g++ inserts with -fsanitize=bounds), misaligned accesses (-fsanitize=alignment),
 // barrier divergence, warp operations whose mask leaves out a lane that executes them
-// or that can never complete. The failing block is abandoned (siglongjmp back to its
-// worker); no other block starts.
+// or that can never complete; with race checking (racecheck.cpp, told here of every barrier,
+// warp operation and grid barrier), data races and missing fences. The failing block is
+// abandoned (siglongjmp back to its worker); no other block starts.
 //
 // A launch of at most as many blocks as the device has multiprocessors (the driver
 // says how many) is co-resident: every block is started at once on a worker of its
