@@ -283,37 +283,46 @@ inline bool mine(uintptr_t a, Thread* t) {  // its own stack and state, and its 
     return a - reinterpret_cast<uintptr_t>(t) < kStackBytes || a - reinterpret_cast<uintptr_t>(t->block) < sizeof(Block);
 }
 
-// Whether `r` is ordered before the running thread's access without looking further: nothing there,
-// an earlier launch or phase, or the same block's epoch with a barrier between or the same thread.
-inline bool plainly_ordered(const Record& r, const State& s, unsigned thread) {
-    return r.serial < g_phase_start ||
-           (r.serial == s.serial && (r.interval != s.interval || (r.bits & kThread) == thread));
+Me running(State& s, unsigned thread, Record r) {
+    Me me;
+    me.s = &s;
+    me.r = r;
+    me.thread = thread;
+    me.lane = thread & 31;
+    me.warp = thread >> 5;
+    return me;
 }
 
-// Whether the read `r` of another epoch is ordered before the read `me`, which then takes its place.
-__attribute__((noinline)) bool replaces(const Record& r, const Me& me) {
+// Whether the read `r` of another epoch is ordered before the running thread's read `mine`, which
+// then takes its place.
+__attribute__((noinline)) bool replaces(const Record& r, State& s, unsigned thread, Record mine) {
     const Release* published = nullptr;
-    return order(r, me, &published) == ORDERED;
+    return order(r, running(s, thread, mine), &published) == ORDERED;
 }
 
-// `r` is not plainly ordered before the access `me` (to `address`, made at `pc`): report it unless ordered.
-__attribute__((noinline)) void look_closer(const Record& r, bool r_write, const Me& me, bool write, uintptr_t address,
-                                           uintptr_t pc) {
+// `r` is not plainly ordered before the access `mine` (to `address`, made at `pc`): report it unless
+// ordered.
+__attribute__((noinline)) void look_closer(const Record& r, bool r_write, State& s, unsigned thread, Record mine,
+                                           bool write, uintptr_t address, uintptr_t pc) {
     const Release* published = nullptr;
+    const Me me = running(s, thread, mine);
     const Order o = order(r, me, &published);
     if (o != ORDERED) report(o, r, r_write, me, write, address, pc, published);
 }
 
 void check(Thread* t, State& s, uintptr_t a, size_t size, int kind, uintptr_t pc) {
-    Me me;
-    me.s = &s;
     const dim3 d = g_block_dim;
-    me.thread = t->thread_idx.x + d.x * (t->thread_idx.y + d.y * t->thread_idx.z);
-    me.lane = me.thread & 31;
-    me.warp = me.thread >> 5;
+    const unsigned thread = t->thread_idx.x + d.x * (t->thread_idx.y + d.y * t->thread_idx.z);
     const bool write = kind & WRITE, atomic = kind & ATOMIC;
-    const uint16_t flags = uint16_t(me.thread | (atomic ? kAtomic : 0) | (kind & VOLATILE ? kVolatile : 0));
-    me.r = {s.serial, uint32_t(pc), s.interval, flags, s.clocks[me.warp][me.lane][me.lane]};
+    const uint16_t flags = uint16_t(thread | (atomic ? kAtomic : 0) | (kind & VOLATILE ? kVolatile : 0));
+    Record mine = {s.serial, uint32_t(pc), s.interval, flags, s.clocks[thread >> 5][thread & 31][thread & 31]};
+    const uint32_t phase_start = g_phase_start;
+    // `r` is plainly ordered before this access: nothing there, an earlier launch or phase, or this
+    // block's epoch with a barrier between or the same thread (else order() looks closer)
+    auto ordered = [&](const Record& r) {
+        return r.serial < phase_start || (r.serial == mine.serial && (r.interval != mine.interval ||
+                                                                      (r.bits & kThread) == thread));
+    };
     for (uintptr_t g = a & ~uintptr_t(3); g < a + size; g += 4) {
         unsigned bytes = 0xf;  // of the cell's 4: all, unless the access starts or ends inside it
         if ((a | size) & 3) {
@@ -321,18 +330,19 @@ void check(Thread* t, State& s, uintptr_t a, size_t size, int kind, uintptr_t pc
             bytes = ((1u << hi) - 1) & ~((1u << lo) - 1);
         }
         Cell& c = cell(g);
-        me.r.bits = uint16_t(flags | bytes << kBytes);
+        mine.bits = uint16_t(flags | bytes << kBytes);
         auto conflicts = [&](const Record& r) {
-            return !plainly_ordered(r, s, me.thread) && ((r.bits >> kBytes) & bytes) && !((r.bits & kAtomic) && atomic);
+            return !ordered(r) && ((r.bits >> kBytes) & bytes) && !((r.bits & kAtomic) && atomic);
         };
-        if (conflicts(c.write)) look_closer(c.write, true, me, write, std::max(a, g), pc);
+        if (conflicts(c.write)) look_closer(c.write, true, s, thread, mine, write, std::max(a, g), pc);
         if (write) {
-            if (conflicts(c.read)) look_closer(c.read, false, me, write, std::max(a, g), pc);  // reads race with writes only
-            c.write = me.r;
-        } else if (plainly_ordered(c.read, s, me.thread)) {
-            c.read = me.r;
-        } else if (c.read.serial != s.serial && replaces(c.read, me)) {
-            c.read = me.r;  // else the first concurrent reader stays: a later write races with it
+            if (conflicts(c.read)) look_closer(c.read, false, s, thread, mine, write, std::max(a, g), pc);
+            c.write = mine;
+        } else if (ordered(c.read)) {
+            c.read = mine;
+        } else if (c.read.serial != mine.serial && (!s.acquired.empty() || g_block_of[c.read.serial - g_launch_start] == s.block)
+                   && replaces(c.read, s, thread, mine)) {  // another block's read: ordered only if acquired
+            c.read = mine;  // else the first concurrent reader stays: a later write races with it
         }
     }
 }
