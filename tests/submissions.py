@@ -396,6 +396,29 @@ STUDENTS: dict[str, Student] = {
 }
 
 
+# --- issue 39: what only the emulator's race checking finds ------------------------------------------
+# A race that the emulator's one order of threads answers right: the poison never shows and every
+# run agrees, so only the race checking of the grader's emulated runs (emulator/racecheck.cpp) fails
+# it, as "racecheck". On a GPU it is an ordinary race (the repeated runs or compute-sanitizer's
+# racecheck). A missing fence needs a kernel of several blocks that publish to each other, which no
+# exercise asks for (21.1 forbids atomics): tests/test_emulator_racecheck.py checks that class.
+
+SUMSQ_TREE_6 = (  # 6.1's solution, from the store of each thread's sum to the result
+    "    smem[t] = acc;\n    __syncthreads();\n    for (int s = blockDim.x / 2; s > 0; s >>= 1) {\n"
+    "        if (t < s) smem[t] += smem[t + s];\n        __syncthreads();\n    }\n    if (t == 0) out[0] = smem[0];\n"
+)
+LAST_THREAD_SUMS_6 = (  # the last thread adds the slots up, with no barrier after the stores
+    "    smem[t] = acc;\n    if (t == blockDim.x - 1) {\n        float total = 0.0f;\n"
+    "        for (int i = 0; i < blockDim.x; ++i) total += smem[i];\n        out[0] = total;\n    }\n"
+)
+STUDENTS["race_with_right_answer"] = Student(
+    "sums the block's slots in its last thread with no __syncthreads() after the stores: the emulator runs "
+    "the threads in order, so the last one finds every slot written and the sum is right there",
+    chapters("solutions", 6),
+    (Edit("06_opt1_memcopies", SUMSQ_TREE_6, LAST_THREAD_SUMS_6),),
+)
+
+
 # --- the known cheats -------------------------------------------------------------------------
 #
 # Each cheat hands in the shipped solutions of the CPU-graded chapters with one exercise attacked.

@@ -35,7 +35,7 @@ extern "C" __global__ void __cluster_dims__(CX, CY, 1) exchange(float* out, int 
     const unsigned next = (rank + 1) % cluster.num_blocks();
     out[block * blockDim.x + t] = *cluster.map_shared_rank(&mine[t], next) + *cluster.map_shared_rank(&spare[t], next)
                                   + 0.5f * *cluster.map_shared_rank(&mine[t], next);
-    out[gridDim.x * gridDim.y * blockDim.x + block] = cluster.num_blocks() * 100.0f + rank;
+    if (t == 0) out[gridDim.x * gridDim.y * blockDim.x + block] = cluster.num_blocks() * 100.0f + rank;
     if (last_sync) cluster.sync();
 }
 """

@@ -543,11 +543,12 @@ def test_a_subject_cannot_reach_the_checkers_internals() -> None:
 # --- GPU ------------------------------------------------------------------------------------
 
 KERNEL_IDS = [e.id for e in exercises.ordered() if e.gpu]
-# 21.1's known-wrong students. A slot read before the barrier reads the poison on every emulated run
-# (the blocks take turns at the barrier); on a GPU it is a race that the checks' large grids and
-# repeated launches lose with high probability, but not with certainty.
+# 21.1's known-wrong students. A slot read before the barrier is a race between blocks that the
+# emulator's race checking names (its poison would show it too: the blocks take turns at the barrier);
+# on a GPU it is a race that the checks' large grids and repeated launches lose with high probability,
+# but not with certainty.
 GRID_PHASE_MISTAKES = {
-    "partials_before_barrier": {"21.1": {verdict.WRONG_RESULT, verdict.RACE}},
+    "partials_before_barrier": {"21.1": {verdict.WRONG_RESULT, verdict.RACE, verdict.RACECHECK}},
     "no_grid_barrier": {"21.1": {verdict.FORBIDDEN}},
     "atomic_norm": {"21.1": {verdict.FORBIDDEN}},
     "norm_without_tail": {"21.1": {verdict.BOUNDARY}},
@@ -564,10 +565,11 @@ FIRST_EXPECTED = {
     | {i: {verdict.NOT_A_KERNEL} for i in ("1.1", "14.2", "21.1")},
     "off_by_one": {i: {verdict.BOUNDARY, verdict.WRONG_RESULT, verdict.CUDA_ERROR} for i in KERNEL_IDS if i != "12.1"}
     | {i: {verdict.BOUNDARY} for i in ("1.1", "3.1", "3.2", "7.1", "14.2", "15.1", "21.1")},
-    "missing_syncthreads": {
-        i: {verdict.RACE, verdict.WRONG_RESULT, verdict.SANITIZER}
+    "missing_syncthreads": {  # on the emulator its race checking names the race (racecheck)
+        i: {verdict.RACE, verdict.WRONG_RESULT, verdict.SANITIZER, verdict.RACECHECK}
         for i in ("3.3", "6.1", "11.1", "13.1", "16.1", "17.1")
     },
+    "race_with_right_answer": {"6.1": {verdict.RACE, verdict.WRONG_RESULT, verdict.SANITIZER, verdict.RACECHECK}},
     "infinite_loop": {i: {verdict.TIMEOUT} for i in ("3.1", "11.1", "13.1", "12.1", "14.2", "15.1", "16.1", "17.1")},
     "hidden_syncs": {"12.1": {verdict.SYNCS}},
     **{student: {"12.1": {verdict.SYNCS}} for student in ("sync_by_getattr", "extra_item", "numpy_read_back")},
@@ -741,7 +743,7 @@ def test_the_epilogue_kernel_and_a_hidden_sync_on_the_emulator(tmp_path) -> None
 
 # what each of 21.1's students is told (on the emulator; a GPU's race may show differently)
 GRID_PHASE_MESSAGES = {
-    "partials_before_barrier": "was read before it was written",
+    "partials_before_barrier": "data race (racecheck) on partials[",
     "no_grid_barrier": "call grid_barrier(barrier)",
     "atomic_norm": "use no atomics",
     "norm_without_tail": "(n + 255) / 256 chunks",
@@ -1857,3 +1859,29 @@ def test_a_virtual_environment_kept_in_the_checkout_stays_visible(tmp_path, monk
     monkeypatch.setattr(sys, "prefix", str(tmp_path / ".venv"))
     hidden = [p.name for p in sandbox._course_content()]
     assert hidden == ["pyproject.toml", "solutions", "tests"], hidden
+
+
+# --- issue 39: the emulator's race checking in the grader ------------------------------------------
+
+
+@pytest.mark.skipif(
+    not _emulator_usable(), reason="the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing"
+)
+def test_a_race_with_the_right_answer_fails_as_a_race_on_the_emulator(tmp_path) -> None:
+    """6.1's last thread sums every slot with no barrier after the stores: in the emulator's order the
+    sum is right and every run agrees, yet `grade --emulate` fails it as a race, naming both threads
+    and both lines."""
+    names = ("full_solutions", "race_with_right_answer")
+    subs = build(tmp_path / "subs", {s: STUDENTS[s] for s in names})
+    for folder in subs.iterdir():
+        for p in folder.iterdir():
+            if not p.name.startswith("06_"):
+                p.unlink()
+    results = run_grader(subs, tmp_path / "g.csv", ["6.1"], "--emulate", "--timeout", "300")
+    assert results[("full_solutions", "6.1")]["passed"], results[("full_solutions", "6.1")]
+    result = results[("race_with_right_answer", "6.1")]
+    assert result["reason"] == verdict.RACECHECK and result["emulated"], result
+    message = result["message"]
+    assert "thread (1023, 0, 0): data race (racecheck)" in message, message
+    assert "reads it at line" in message and "total += smem[i]" in message, message
+    assert "thread (0, 0, 0) of the same block wrote it at line" in message and "smem[t] = acc;" in message, message

@@ -15,7 +15,10 @@ memory past its size, misaligned vector accesses, barrier divergence (of the
 threads of a block, and of the blocks at a grid barrier), warp
 operations whose mask leaves out a lane that runs them or reads a lane that does
 not take part or has exited, warp operations that can never complete, stack
-overflow. Shared memory, static and dynamic, is poisoned when each block starts (bytes
+overflow; and with ``MINITORCH_CUDA_RACECHECK=1`` (racecheck.cpp; the grader's emulated checks
+always) every data race of the run, in shared or global memory, whatever the result, and a store
+that another block reads with no ``__threadfence()`` before the atomic that published it. Shared
+memory, static and dynamic, is poisoned when each block starts (bytes
 0xff: NaN as a float, -1 as an int), so a slot read before it is written gives the same
 wrong answer every run. Thread block clusters (__cluster_dims__, this_cluster) run cluster by
 cluster, each cluster's blocks at once: reading another block's shared memory before that block
@@ -42,6 +45,7 @@ import os
 ENV = "MINITORCH_CUDA_EMULATE"  # the switch: this variable set to ON
 ON = "1"
 SWITCH = f"{ENV}={ON}"  # as a message tells it to a shell or a notebook's %env
+RACECHECK_ENV = "MINITORCH_CUDA_RACECHECK"  # with ENV: kernels are built and run with race checking
 
 
 def selected() -> bool:
@@ -52,3 +56,9 @@ def selected() -> bool:
 def switched_on() -> dict[str, str]:
     """The environment entry that makes a child process run CUDA on the emulator."""
     return {ENV: ON}
+
+
+def racecheck_selected() -> bool:
+    """Whether emulated kernels are built for race checking (racecheck.cpp): ``MINITORCH_CUDA_RACECHECK=1``
+    (the grader sets it for its emulated checks), never by default."""
+    return os.environ.get(RACECHECK_ENV) == ON

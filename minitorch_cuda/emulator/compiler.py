@@ -12,8 +12,9 @@ A build has three steps:
    (as the runtime poisons the dynamic one), so a read before any write finds
    cuda_emu.h's kSharedPoison (NaN as a float), whatever block ran before;
 3. compile that text, plus one launch entry per kernel, into a shared library with
-   g++'s bounds and alignment checks, cached on disk by the hash of what is compiled
-   (so a test run builds each kernel file once, as nvcc's cache does).
+   g++'s bounds and alignment checks (and, for race checking, ThreadSanitizer's calls:
+   ``RACECHECK``), cached on disk by the hash of what is compiled (so a test run builds
+   each kernel file once, as nvcc's cache does).
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from .. import emulator
 from . import device_process, driver, ptx, toolchain
 from .errors import CompileError, LogicError
-from .toolchain import CHECKS, CXX, CXXFLAGS, HEADER, HERE, INCLUDE, MAIN, PTX_HEADER
+from .toolchain import CHECKS, CXX, CXXFLAGS, HEADER, HERE, INCLUDE, MAIN, PTX_HEADER, RACECHECK
 
 DEFINES = {
     "__global__": "",
@@ -233,8 +235,11 @@ def _shared(text: str) -> tuple[str, list[str]]:
 class Library:
     """A compiled kernel library: its launch entries and launch bounds, by kernel name."""
 
-    def __init__(self, path: Path, kernels: dict[str, tuple[str | None, str | None]], source: str = ""):
+    def __init__(
+        self, path: Path, kernels: dict[str, tuple[str | None, str | None]], source: str = "", racecheck: bool = False
+    ):
         self.path, self.source = path, source  # for the source line of a fault (driver.fault_line)
+        self.racecheck = racecheck  # built for race checking: its launches say so to the runtime
         self.names = set(kernels)
         process = device_process.current()
         if process is not None:  # loaded by the device process only (its numbers are what it says)
@@ -298,21 +303,32 @@ def build(
                 unit += f'extern "C" const int __emu_bounds_{name} = emu::launch_bound({bounds});\n'
             if cluster:
                 unit += f'extern "C" const uint3 __emu_cluster_{name} = emu::cluster_dims({cluster});\n'
+        racecheck = emulator.racecheck_selected()
         compile_flags = [*CXXFLAGS, *CHECKS, "-g1", "-w", "-shared"]  # -g1: line tables, so a fault names its line
+        compile_flags += RACECHECK if racecheck else []
         key = hashlib.sha256("\0".join([unit, *compile_flags, toolchain.compiler_version()]).encode()).hexdigest()[:24]
         path = toolchain.cache_dir(cache_dir) / f"kernels-{key}.so"
         if not path.exists():
             Path(tmp, "unit.cpp").write_text(unit)
-            toolchain.run(
-                [CXX, *compile_flags, "-x", "c++", "unit.cpp", "-o", "unit.so"],
-                tmp,
-                "g++ (the CPU emulator)",
-                run_compiler,
-            )
+            _compile_unit(compile_flags, racecheck, tmp)
             toolchain.install(Path(tmp, "unit.so"), path)
     if before_load is not None:
         before_load(path)
-    return Library(path, found, source)
+    return Library(path, found, source, racecheck)
+
+
+def _compile_unit(flags: list[str], racecheck: bool, tmp: str) -> None:
+    """unit.cpp of ``tmp`` into unit.so; built for race checking, compiled and linked apart, since
+    g++ links ThreadSanitizer's runtime into whatever it links with -fsanitize=thread."""
+    if not racecheck:
+        toolchain.run(
+            [CXX, *flags, "-x", "c++", "unit.cpp", "-o", "unit.so"], tmp, "g++ (the CPU emulator)", run_compiler
+        )
+        return
+    compiling = [CXX, *flags, "-c", "-x", "c++", "unit.cpp", "-o", "unit.o"]
+    toolchain.run(compiling, tmp, "g++ (the CPU emulator)", run_compiler)
+    linking = [f for f in flags if f not in RACECHECK]
+    toolchain.run([CXX, *linking, "unit.o", "-o", "unit.so"], tmp, "g++ (the CPU emulator, linking)", run_compiler)
 
 
 class SourceModule:

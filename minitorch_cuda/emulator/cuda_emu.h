@@ -47,6 +47,7 @@ struct Block {  // one running block; the fields kernels read come first
     dim3 block_dim, grid_dim;
     unsigned char* dynamic_shared;
     unsigned long long serial;  // of the blocks its worker has run, from 1: never the same twice
+    void* racecheck = nullptr;  // racecheck.cpp's record of the block, in a launch with race checking
 };
 
 inline Thread* self() {
@@ -63,12 +64,15 @@ constexpr unsigned char kSharedPoison = 0xff;
 // Poisons the static __shared__ variables it is given at its first call by a thread of the
 // running block (compiler.py puts the call after their declaration); `poisoned` is their own
 // record, one per worker, of the last block that did.
+// Race checking (racecheck.cpp) does not see it, and forgets what earlier blocks did there.
+extern "C" void __emu_racecheck_forget(const void* address, size_t bytes);
 template <class... T>
-inline void poison_shared(unsigned long long& poisoned, T&... variables) {
+__attribute__((no_sanitize_thread)) inline void poison_shared(unsigned long long& poisoned, T&... variables) {
     const unsigned long long block = self()->block->serial;
     if (poisoned == block) return;
     poisoned = block;
     (memset((void*)__builtin_addressof(variables), kSharedPoison, sizeof variables), ...);
+    (__emu_racecheck_forget(__builtin_addressof(variables), sizeof variables), ...);
 }
 
 enum WarpOp { SHFL_IDX, SHFL_UP, SHFL_DOWN, SHFL_XOR, VOTE_BALLOT, VOTE_ANY, VOTE_ALL, SYNC_WARP };
@@ -171,7 +175,9 @@ inline void __syncwarp(unsigned mask = 0xffffffffu, EMU_SITE) {
 }
 inline unsigned __activemask() { return __emu_activemask(); }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
-inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+// the threads of a block share one OS thread: a compiler barrier orders them (and race checking
+// tells it from __threadfence(), which publishes to other blocks)
+inline void __threadfence_block() { std::atomic_signal_fence(std::memory_order_seq_cst); }
 inline void __threadfence_system() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline void __trap(EMU_SITE) { __emu_trap("__trap()", __file, __line); }
 inline long long clock64() { return (long long)__builtin_ia32_rdtsc(); }  // the host's cycle counter

@@ -54,7 +54,7 @@ SOURCE = Path(__file__).resolve().with_name("device_process.cpp")
 MAP, UNMAP, LOAD, LAUNCH = 1, 2, 3, 4
 OK, FAILED, SYSCALL = 0, 1, 2
 REQUEST, REGION, SYMBOL, LAUNCH_HEAD, REPLY = (
-    struct.Struct(f) for f in ("<IIQ", "<QQQ", "<QiIII", "<Q9I4xQii", "<QiiI4x")
+    struct.Struct(f) for f in ("<IIQ", "<QQQ", "<QiIII", "<Q9I4xQiii4x", "<QiiI4x")
 )
 MAX_MESSAGE = 1 << 16
 MAX_FDS = 200  # descriptors per MAP message (the kernel's limit is 253)
@@ -339,8 +339,8 @@ class DeviceProcess:
         return found
 
     def launch(self, entry: int, name: str, grid, block, cluster, shared: int, workers: int, resident: int,
-               slots: bytes) -> None:  # fmt: skip
-        head = LAUNCH_HEAD.pack(entry, *grid, *block, *cluster, shared, workers, resident)
+               racecheck: bool, slots: bytes) -> None:  # fmt: skip
+        head = LAUNCH_HEAD.pack(entry, *grid, *block, *cluster, shared, workers, resident, int(racecheck))
         self._request(LAUNCH, len(slots) // 8, head + slots + name.encode(), f"kernel '{name}'")
 
 

@@ -59,7 +59,7 @@ def _runtime() -> ctypes.CDLL:
         lib.emu_check_range.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
         c = ctypes
         lib.emu_launch.argtypes = [c.c_void_p, c.c_void_p, c.c_char_p, c.c_void_p, c.c_void_p, c.c_void_p,
-                                   c.c_size_t, c.c_int, c.c_int, c.c_char_p, c.c_size_t]  # fmt: skip
+                                   c.c_size_t, c.c_int, c.c_int, c.c_int, c.c_char_p, c.c_size_t]  # fmt: skip
         lib.emu_stop.argtypes = [ctypes.c_char_p]
         lib._prototyped = True
     return lib
@@ -110,7 +110,10 @@ def _buffer_names(library: Library, name: str, args) -> dict[int, tuple[str, int
 def explain_fault(message: str, library: Library, name: str, args) -> str:
     """The runtime's fault message with the source line for its code address, and, where the
     address lies past a buffer passed as an argument, the parameter and the index for the raw
-    addresses: "out-of-bounds read of a[300] (a holds 255 elements) at line 4: `...`"."""
+    addresses: "out-of-bounds read of a[300] (a holds 255 elements) at line 4: `...`"; a race
+    checking report (racecheck.cpp), its lines and its array and index: see ``explain_race``."""
+    if "(racecheck)" in message:
+        return explain_race(message, library, name, args)
     pc = re.search(r" \[pc (\S+)\+0x([0-9a-f]+)\]", message)
     if pc is None:
         return message
@@ -133,6 +136,32 @@ def explain_fault(message: str, library: Library, name: str, args) -> str:
     ours = Path(pc.group(1)) == Path(library.path) or pc.group(1).startswith("/proc/self/fd/")
     line = fault_line(library, int(pc.group(2), 16)) if ours else ""
     return f"{message}, at {line}" if line else message
+
+
+_IN_BUFFER = re.compile(r"0x[0-9a-f]+, (\d+) bytes into a (\d+)-byte device buffer at 0x([0-9a-f]+)")
+_CODE = re.compile(r"\{pc (\S+)\+0x([0-9a-f]+)\}")
+
+
+def explain_race(message: str, library: Library, name: str, args) -> str:
+    """A race checking report in a reader's words: each code address as its source line, each
+    address in a buffer passed as an argument as the parameter and its index ("partial[3]")."""
+    buffers = _buffer_names(library, name, args)
+
+    def element(m: re.Match) -> str:
+        base, offset, length = int(m.group(3), 16), int(m.group(1)), int(m.group(2))
+        address = base + offset  # in the argument that points nearest below it, in this buffer
+        inside = [p for p in buffers if base <= p <= address < base + length]
+        if not inside:
+            return f"byte {offset} of a {length}-byte device buffer"
+        param, size = buffers[max(inside)]
+        return f"{param}[{(address - max(inside)) // size}]"
+
+    def line(m: re.Match) -> str:
+        ours = Path(m.group(1)) == Path(library.path) or m.group(1).startswith("/proc/self/fd/")
+        found = fault_line(library, int(m.group(2), 16)) if ours else ""
+        return found or "a line outside the kernel's file"
+
+    return _CODE.sub(line, _IN_BUFFER.sub(element, message))
 
 
 # --- stopping a launch: a time limit, Kernel > Interrupt -------------------------------------
@@ -550,10 +579,12 @@ class Function:
         base = ctypes.addressof(packed)
         pointers = (ctypes.c_void_p * max(1, self._count))(*(base + 8 * i for i in range(self._count)))
         process = device_process.current()
+        racecheck = self.library.racecheck
+        workers = 1 if racecheck else _workers()  # race checking runs the blocks one at a time (racecheck.cpp)
         if process is not None:
             try:
-                process.launch(self._entry, self.name, grid, block, self.cluster, shared_size, _workers(),
-                               MULTIPROCESSORS, packed.raw[: 8 * self._count])  # fmt: skip
+                process.launch(self._entry, self.name, grid, block, self.cluster, shared_size, workers,
+                               MULTIPROCESSORS, racecheck, packed.raw[: 8 * self._count])  # fmt: skip
             except LaunchError as exc:
                 raise LaunchError(self._fault(str(exc), args)) from None
             return
@@ -561,7 +592,7 @@ class Function:
         dims = ctypes.c_uint * 3
         rc = _stoppable(lambda: _runtime().emu_launch(
             ctypes.cast(self._entry, ctypes.c_void_p), pointers, self.name.encode(), dims(*grid), dims(*block),
-            dims(*self.cluster), shared_size, _workers(), MULTIPROCESSORS, error, len(error),
+            dims(*self.cluster), shared_size, workers, MULTIPROCESSORS, racecheck, error, len(error),
         ), self.name)  # fmt: skip
         if rc != 0:
             raise LaunchError(self._fault(error.value.decode(errors="replace"), args))

@@ -12,8 +12,9 @@
 // out-of-bounds accesses (guard pages around every allocation, and the array-bounds
 // checks g++ inserts with -fsanitize=bounds), misaligned accesses (-fsanitize=alignment),
 // barrier divergence, warp operations whose mask leaves out a lane that executes them
-// or that can never complete. The failing block is abandoned (siglongjmp back to its
-// worker); no other block starts.
+// or that can never complete; with race checking (racecheck.cpp, told here of every barrier,
+// warp operation and grid barrier), data races and missing fences. The failing block is
+// abandoned (siglongjmp back to its worker); no other block starts.
 //
 // A launch of at most as many blocks as the device has multiprocessors (the driver
 // says how many) is co-resident: every block is started at once on a worker of its
@@ -33,6 +34,7 @@
 // memory on that block's worker (an error before that block has called this_cluster() or after it
 // has exited).
 #include "cuda_emu.h"
+#include "racecheck.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -167,6 +169,7 @@ struct Launch {
     const char* barrier = "grid_barrier";  // what the blocks meet at, in messages: its call
     const char* barrier_words = "grid barrier";  // and in words
     std::atomic<long long> next_block{0};
+    bool racecheck = false;  // built for race checking (racecheck.cpp): the runtime tells it of every order
     std::atomic<bool> failed{false};
     std::mutex error_lock;
     std::string error;
@@ -365,6 +368,7 @@ void complete_warp(Worker& w, int warp) {
             }
         }
         b.waiting[warp] &= ~group;
+        if (w.launch->racecheck) racecheck::warp_sync(b, warp, group);
         for (unsigned p = group; p; p &= p - 1) enqueue(b, b.threads[warp * 32 + __builtin_ctz(p)]);
     }
 }
@@ -434,6 +438,7 @@ void grid_wait(Worker& w, void* bar, const char* file, int line) {
         lock.lock();
         l.grid_arrived = 0;
         l.grid_generation++;
+        if (l.racecheck) racecheck::grid_opened();
     }
     // At a cluster.sync() the last block runs on first: one that exits without a later sync then
     // exits before the others read its shared memory, which map_shared_rank reports.
@@ -461,6 +466,7 @@ void open_barrier(Worker& w, void* grid = nullptr) {
         }
     }
     if (grid) grid_wait(w, grid, first->file, first->line);
+    if (w.launch->racecheck) grid ? racecheck::grid_passed(b) : racecheck::barrier(b);
     unsigned long long count = 0;  // for __syncthreads_count/_and/_or
     for (int i = 0; i < b.nthreads; ++i) count += b.threads[i]->value;
     b.at_barrier = 0;
@@ -519,6 +525,7 @@ void run_block(Worker& w, uint3 idx) {
     b.cluster_anchor = nullptr;
     b.serial = ++w.blocks_run;  // its static __shared__ variables are poisoned as its threads declare them
     memset(b.dynamic_shared, kSharedPoison, l.shared_bytes);
+    if (l.racecheck) racecheck::block_begin(b, b.index, b.dynamic_shared, l.shared_bytes);
     b.block_dim = l.block;
     b.grid_dim = l.grid;
     b.nthreads = int(l.block.x * l.block.y * l.block.z);
@@ -944,6 +951,18 @@ static Worker& faulting_worker() {
     return *t_worker;
 }
 
+namespace emu {
+void fail_in_kernel(const std::string& message) { fail(faulting_worker(), "%s", message.c_str()); }
+
+std::string describe_device_address(uintptr_t address) {
+    std::lock_guard<std::mutex> lock(g_alloc_lock);
+    const Allocation* a = allocation_near(address);
+    if (!a || address < a->data || address >= a->data + a->bytes) return "";
+    return printf_string("0x%lx, %lu bytes into a %lu-byte device buffer at 0x%lx", address, address - a->data,
+                         a->bytes, a->data);
+}
+}  // namespace emu
+
 extern "C" void __ubsan_handle_out_of_bounds_abort(OutOfBoundsData* data, uintptr_t index) {
     const bool is_signed = data->index->info & 1;
     fail(faulting_worker(), "out-of-bounds index %lld into an array of type %s at %s:%u", is_signed ? (long long)index : (long long)(unsigned long long)index,
@@ -1003,15 +1022,21 @@ extern "C" int emu_workers(void) { return int(std::max(1u, std::thread::hardware
 
 // Runs a launch to completion on `workers` OS threads, or co-resident (one per block) when it
 // has at most `resident` blocks; a launch with clusters of more than one block (`cluster`, whose
-// extents divide the grid's), cluster by cluster, each co-resident. Returns 0, or -1 with the
-// first error in `error`.
+// extents divide the grid's), cluster by cluster, each co-resident. With `racecheck` (a kernel built
+// for it, run on one worker: racecheck.cpp) a race stops it as a fault does. Returns 0, or -1 with
+// the first error in `error`.
 extern "C" int emu_launch(void (*entry)(void**), void** args, const char* name, const unsigned* grid,
                           const unsigned* block, const unsigned* cluster, size_t shared_bytes, int workers,
-                          int resident, char* error, size_t error_bytes) {
+                          int resident, int racecheck, char* error, size_t error_bytes) {
     std::lock_guard<std::mutex> serial(g_launch_lock);  // one stream: launches run in order
     if (!g_pool) g_pool = new Pool;
     const dim3 g(grid[0], grid[1], grid[2]), c(cluster[0], cluster[1], cluster[2]);
     const long long size = (long long)c.x * c.y * c.z, clusters = (long long)g.x * g.y * g.z / size;
+    if (racecheck) racecheck::launch_begin(g, dim3(block[0], block[1], block[2]));
+    struct End {  // race checking stops with the launch, however it ends
+        bool on;
+        ~End() { if (on) racecheck::launch_end(); }
+    } end{racecheck != 0};
     for (long long k = 0; k < (size > 1 ? clusters : 1); ++k) {
         Launch l;
         l.entry = entry;
@@ -1021,6 +1046,7 @@ extern "C" int emu_launch(void (*entry)(void**), void** args, const char* name, 
         l.block = dim3(block[0], block[1], block[2]);
         l.cluster = c;
         l.shared_bytes = shared_bytes;
+        l.racecheck = racecheck != 0;
         l.total = size > 1 ? size : (long long)g.x * g.y * g.z;
         l.resident = size > 1 ? size : resident;
         l.co_resident = l.total <= l.resident;

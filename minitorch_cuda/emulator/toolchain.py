@@ -43,6 +43,9 @@ CXXFLAGS += _host_flags()
 # these live in runtime.cpp and turn a violation into a launch error. Stack-clash probes
 # touch every page of a large frame, so locals beyond a fiber's stack hit its guard page.
 CHECKS = ["-fsanitize=bounds,alignment", "-fno-sanitize-recover=all", "-fstack-clash-protection", "-U_FORTIFY_SOURCE"]
+# Race checking (racecheck.cpp): ThreadSanitizer's calls before every memory access, compiled in
+# but never its runtime (the kernel links without -fsanitize=thread): the emulator's runtime answers them.
+RACECHECK = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "--param=tsan-distinguish-volatile=1"]
 MAIN = "kernel.cu"  # the source's name in messages
 
 
@@ -95,13 +98,14 @@ def install(built: Path, path: Path) -> None:
 def runtime_library() -> ctypes.CDLL:
     """runtime.cpp, built once per machine and loaded for every kernel library to link against
     (one copy per process: kernels and the driver must share its workers and state)."""
-    source = (HERE / "runtime.cpp").read_text()
-    key = hashlib.sha256((source + HEADER.read_text() + compiler_version()).encode()).hexdigest()[:16]
+    sources = [HERE / "runtime.cpp", HERE / "racecheck.cpp"]
+    text = "".join(p.read_text() for p in [*sources, HEADER, HERE / "racecheck.h"])
+    key = hashlib.sha256((text + compiler_version()).encode()).hexdigest()[:16]
     path = cache_dir() / f"runtime-{key}.so"
     if not path.exists():
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "runtime.so"
-            args = [CXX, *CXXFLAGS, "-U_FORTIFY_SOURCE", "-shared", "-I", str(HERE), str(HERE / "runtime.cpp")]
+            args = [CXX, *CXXFLAGS, "-U_FORTIFY_SOURCE", "-shared", "-I", str(HERE), *map(str, sources)]
             run([*args, "-o", str(out), "-lpthread"], tmp, "building the emulator's runtime")
             install(out, path)
     return ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)

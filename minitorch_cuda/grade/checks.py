@@ -29,8 +29,10 @@ from .verdict import (
     EXCEPTION,
     FORBIDDEN,
     HOST_SIDE,
+    MISSING_FENCE,
     NO_GPU,
     PASSED,
+    RACECHECK,
     TIMEOUT,
     CheckFailed,
     CheckResult,
@@ -125,6 +127,10 @@ def classify_exception(exc: BaseException) -> str:
         return NO_GPU
     if REFUSED_CALL in str(exc):  # the emulator's device process stopped a call into the C library
         return HOST_SIDE
+    if "missing __threadfence() (racecheck)" in text:  # the emulator's race checking (racecheck.cpp)
+        return MISSING_FENCE
+    if "data race (racecheck)" in text:
+        return RACECHECK
     if "ran past the time limit" in text:  # the emulator stopped it (a notebook's check cell: driver.time_limit)
         return TIMEOUT
     if any(

@@ -10,9 +10,9 @@ gets "host code, which a GPU never runs", the same verdict the filter gives, wit
 name. ``guard()`` makes every library the emulator builds in this process
 pass ``refusal`` before it is loaded (the emulator's ``compiler.before_load``): nothing
 that runs on loading or unloading (one entry each in ``.init_array`` and ``.fini_array``,
-those g++ puts in every library; no
+those g++ puts in every library, and ThreadSanitizer's ``__tsan_init`` in a build for race checking; no
 ``.ctors``, ``.dtors``, ``.preinit_array`` or IFUNC resolvers), no system call
-instruction, and calls only into the emulator's runtime, the sanitizer's handlers and
+instruction, and calls only into the emulator's runtime, the sanitizers' handlers and
 the C library's math, ``printf`` and memory functions (what device code may call). The
 binutils that g++ needs read the file; where they are missing the library is refused.
 """
@@ -36,7 +36,7 @@ ALLOWED = {f"{name}{suffix}" for name in _MATH for suffix in ("", "f")} | {
     "__assert_fail", "__stack_chk_fail", "__tls_get_addr", "__cxa_finalize", "__gmon_start__",
     "_ITM_registerTMCloneTable", "_ITM_deregisterTMCloneTable", "_Unwind_Resume", "__gxx_personality_v0",
 }  # fmt: skip
-_ALLOWED_PREFIXES = ("__emu_", "__ubsan_handle_")
+_ALLOWED_PREFIXES = ("__emu_", "__ubsan_handle_", "__tsan_")  # the emulator's runtime answers all three
 _SYSCALL = re.compile(r"\s(syscall|sysenter|int\s+\$0x80|svc\s)")
 
 
@@ -56,13 +56,15 @@ def refusal(path: str | Path) -> str | None:
     for out in (sections, symbols, imports, code):
         if out.startswith("\0"):
             return f"could not be inspected ({out[1:]})"
+    called = sorted({line.split()[-1].split("@")[0] for line in imports.splitlines() if line.strip()})
+    # one pointer: g++'s own; and ThreadSanitizer's call of __tsan_init (a build for race checking)
+    own = {".init_array": 8 + 8 * ("__tsan_init" in called), ".fini_array": 8}
     for name, size in re.findall(r"\]\s+(\.\S+)\s+\S+\s+\S+\s+\S+\s+([0-9a-f]+)", sections):
-        beyond_gcc = name in (".init_array", ".fini_array") and int(size, 16) > 8  # one pointer: g++'s own
+        beyond_gcc = name in own and int(size, 16) > own[name]
         if name in (".ctors", ".dtors", ".preinit_array") or beyond_gcc:
             return f"has code that runs when it is loaded or unloaded ({name}: a constructor or a static object)"
     if re.search(r"\bIFUNC\b|R_\w+_IRELATIVE", symbols):
         return "has an IFUNC resolver (code that runs when it is loaded)"
-    called = sorted({line.split()[-1].split("@")[0] for line in imports.splitlines() if line.strip()})
     outside = [s for s in called if s not in ALLOWED and not s.startswith(_ALLOWED_PREFIXES)]
     if outside:
         return f"calls the host's C library ({', '.join(outside[:5])})"

@@ -40,6 +40,9 @@ SYNCS = "device_syncs"  # the training step synchronizes the device
 NO_GPU = "no_gpu"  # the grading machine has none: not the student's fault, regraded on rerun
 NO_DEPENDENCY = "missing_dependency"  # the grading machine lacks a module the check needs (Triton): as NO_GPU
 SANITIZER = "sanitizer"  # compute-sanitizer (memcheck, racecheck, synccheck) reported an error
+# The emulator's race checking (emulator/racecheck.cpp), whatever the result was:
+RACECHECK = "racecheck"  # two threads touch one address with no barrier between them, one of them writing
+MISSING_FENCE = "missing_fence"  # a block read what another block published with an atomic but never fenced
 
 ENVIRONMENT_REASONS = {NO_GPU, NO_DEPENDENCY}
 

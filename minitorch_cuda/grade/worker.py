@@ -191,6 +191,7 @@ def check_kernel(ex, kernel_source: str, sanitize: bool, sanitize_timeout: float
         if refused:  # the emulator would run, as C++, what nvcc refuses (a call to a host function)
             return CheckResult(ex.id, False, verdict.COMPILE_ERROR, "nvcc refuses the kernel for the GPU", refused)
         native.guard()  # and host code that nvcc accepts but never runs on a GPU (a constructor)
+        os.environ[emulator.RACECHECK_ENV] = "1"  # a race or a missing fence fails the check, right answer or not
         try:
             device_process.isolate()  # the kernel runs in a filtered process of its own, never in this one
         except device_process.Error as exc:  # the machine's lack, not the student's: graded elsewhere
@@ -267,6 +268,7 @@ def launch(exercise_id: str, kernel_file: str) -> int:
 
     if emulator.selected():
         native.guard()  # a constructor's _exit(0) would report the emulator's launch clean
+        os.environ[emulator.RACECHECK_ENV] = "1"  # with race checking, as the check ran it
         device_process.isolate()  # and the launch runs in a filtered process of its own
     try:
         kernel_checks.small_launch(exercises.get(exercise_id), Path(kernel_file).read_text())

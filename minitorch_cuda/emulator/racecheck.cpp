@@ -1,0 +1,523 @@
+// racecheck.cpp: the emulator's race checking (MINITORCH_CUDA_RACECHECK=1; the grader's runs always).
+//
+// A kernel built for race checking (compiler.py's racecheck flavour) is compiled by g++ with
+// ThreadSanitizer's instrumentation but without its runtime: g++ calls __tsan_read4(address),
+// __tsan_write8(address), __tsan_volatile_read4(address), __tsan_atomic32_fetch_add(...) and so on
+// before every memory access, and they are defined here (the atomic ones perform the operation: they
+// replace it). The launch runs its blocks one at a time, in order (the driver gives it one worker),
+// so nothing here takes a lock and every run reports the same race.
+//
+// What it records: per 4 bytes of memory (a shadow cell), the last write and one read, each with the
+// thread, the block's epoch, the barrier interval, the lane's warp clock and the code address.
+// Two accesses to the same bytes, at least one a write, both not atomic, are a race unless ordered:
+// - in one block: by a __syncthreads between them (the block's interval counter), or, for two lanes
+//   of one warp, by a warp operation both took part in after the first (__syncwarp, a shuffle, a
+//   vote: each lane's vector clock over the lanes of its warp);
+// - between blocks (global memory): by a grid barrier (a new phase), the kernel's end (a new launch),
+//   or a release the reading block observed: block A's accesses before a __threadfence() of A are
+//   published by A's next atomic or volatile store to an address X, and a block that then reads X
+//   with an atomic or a volatile load (an atomicAdd that finds the count complete) has them. A fence
+//   gives the block a new epoch ("serial"), so "before the fence" is "an older serial of A". An
+//   atomic alone publishes nothing stored before it (relaxed, as on a GPU): a block that observed A's
+//   atomic and then reads a store A made without a fence before that atomic gets a "missing
+//   __threadfence()" error naming the store and the atomic.
+// One fence publishes what its whole block did before it (the emulator does not follow which
+// thread's stores a fence covers), and only the first concurrent reader of an address is kept: both
+// can hide a race, never invent one. Shared memory forgets its history when a block starts (the
+// runtime's poisoning), so blocks that a worker runs in turn never meet there.
+#include "racecheck.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <unordered_map>
+#include <vector>
+
+namespace emu {
+namespace racecheck {
+namespace {
+
+struct Record {         // one access
+    uint32_t serial;    // the block's epoch when it was made; 0: none
+    uint32_t pc;        // the low 32 bits of the code address that made it
+    uint32_t interval;  // the block's barriers before it
+    uint16_t bits;      // thread (kThread), kAtomic, kVolatile, and which of the cell's 4 bytes (<< kBytes)
+    uint16_t clock;     // its lane's warp clock
+};
+struct Cell {
+    Record write, read;
+};
+constexpr uint16_t kThread = 0x3ff, kAtomic = 1 << 10, kVolatile = 1 << 11;
+constexpr int kBytes = 12;
+enum Kind { READ = 0, WRITE = 1, ATOMIC = 2, VOLATILE = 4, RMW = 8 };
+
+// --- the shadow: a cell per 4 bytes of the address space, in leaves made on first use --------------
+
+constexpr int kLeafBits = 14, kMidBits = 15, kTopBits = 16;  // 2 + 14 + 15 + 16 = 47 bits of address
+constexpr size_t kLeafBytes = sizeof(Cell) << kLeafBits;
+Cell** g_top[size_t(1) << kTopBits];
+
+[[noreturn]] void out_of_memory() {
+    fail_in_kernel("race checking ran out of memory for its records (it keeps 32 bytes per 4 bytes the kernel "
+                   "touches): check a smaller launch, or run without MINITORCH_CUDA_RACECHECK");
+}
+
+Cell* leaf_of(uintptr_t granule, bool make) {
+    Cell**& mid = g_top[(granule >> (kLeafBits + kMidBits)) & ((size_t(1) << kTopBits) - 1)];
+    if (!mid) {
+        if (!make) return nullptr;
+        mid = static_cast<Cell**>(calloc(size_t(1) << kMidBits, sizeof(Cell*)));
+        if (!mid) out_of_memory();
+    }
+    Cell*& leaf = mid[(granule >> kLeafBits) & ((size_t(1) << kMidBits) - 1)];
+    if (!leaf && make) {
+        void* m = mmap(nullptr, kLeafBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED) out_of_memory();
+        leaf = static_cast<Cell*>(m);
+    }
+    return leaf;
+}
+
+struct Recent {  // the leaves used last, by the low bits of their number: most accesses hit one
+    uintptr_t number = ~uintptr_t(0);
+    Cell* leaf = nullptr;
+} g_recent[8];
+
+inline Cell& cell(uintptr_t address) {
+    const uintptr_t granule = address >> 2, number = granule >> kLeafBits;
+    Recent& recent = g_recent[number & 7];
+    if (recent.number != number) recent = {number, leaf_of(granule, true)};
+    return recent.leaf[granule & ((size_t(1) << kLeafBits) - 1)];
+}
+
+void forget(uintptr_t address, size_t bytes) {  // the cells of [address, address + bytes) hold nothing
+    for (uintptr_t g = address >> 2, end = (address + bytes + 3) >> 2; g < end;) {
+        const uintptr_t leaf_end = std::min(end, (g | ((uintptr_t(1) << kLeafBits) - 1)) + 1);
+        if (Cell* leaf = leaf_of(g, false)) {
+            const uintptr_t mask = (uintptr_t(1) << kLeafBits) - 1;
+            memset(leaf + (g & mask), 0, (leaf_end - g) * sizeof(Cell));
+        }
+        g = leaf_end;
+    }
+}
+
+void forget_everything() {
+    for (Cell**& mid : g_top) {
+        if (!mid) continue;
+        for (size_t i = 0; i < (size_t(1) << kMidBits); ++i)
+            if (mid[i]) munmap(mid[i], kLeafBytes);
+        free(mid);
+        mid = nullptr;
+    }
+    for (Recent& recent : g_recent) recent = Recent();
+}
+
+// --- epochs: each block of a launch has one per phase and fence ("serial") -----------------------
+
+uint32_t g_next = 1;          // the next serial
+uint32_t g_launch_start = 1;  // serials before it belong to earlier launches (ordered by their end)
+uint32_t g_phase_start = 1;   // and before it, to before the last grid barrier of this launch
+std::vector<uint32_t> g_block_of;  // the block (linear in the grid) of each serial since g_launch_start
+dim3 g_grid, g_block_dim;
+bool g_active = false;  // a launch with race checking is running
+
+struct Release {  // an atomic or volatile store of `block` that published its accesses before `serial`
+    uint32_t block, serial, pc;
+};
+std::unordered_map<uintptr_t, std::vector<Release>> g_releases;  // by address, this launch
+
+struct State {  // of the block a worker runs (reused for the worker's next block)
+    uint32_t serial, block, interval;
+    uintptr_t dynamic_shared;
+    size_t shared_bytes;
+    std::vector<Release> acquired;  // per block it observed: the newest release
+    bool fenced;                    // since it started or passed a grid barrier
+    unsigned dirty;                 // warps whose clocks moved since the last barrier
+    uint16_t clocks[32][32][32];    // [warp][lane][other lane]: what the lane knows of the other's clock
+};
+
+uint32_t fresh(State& s) {
+    g_block_of.push_back(s.block);
+    return g_next++;
+}
+
+void reset_clocks(State& s, unsigned warps) {
+    for (; warps; warps &= warps - 1) {
+        auto& vc = s.clocks[__builtin_ctz(warps)];
+        memset(vc, 0, sizeof vc);
+        for (int lane = 0; lane < 32; ++lane) vc[lane][lane] = 1;
+    }
+}
+
+// --- checking one access ---------------------------------------------------------------------------
+
+struct Me {  // the access being made
+    State* s;
+    Record r;
+    unsigned thread, lane, warp;
+};
+
+enum Order { ORDERED, RACE, UNPUBLISHED };
+
+// How `r` (made earlier) stands to the access `me`; `published` is set for UNPUBLISHED.
+Order order(const Record& r, const Me& me, const Release** published) {
+    if (r.serial < g_phase_start) return ORDERED;  // none, an earlier launch, or before a grid barrier
+    const State& s = *me.s;
+    const uint32_t block = g_block_of[r.serial - g_launch_start];
+    const unsigned thread = r.bits & kThread;
+    if (block == s.block) {
+        if (thread == me.thread || r.interval != s.interval) return ORDERED;
+        if (thread >> 5 == me.warp && s.clocks[me.warp][me.lane][thread & 31] >= r.clock) return ORDERED;
+        return RACE;
+    }
+    for (const Release& a : s.acquired) {
+        if (a.block != block) continue;
+        if (r.serial < a.serial || (r.serial == a.serial && (r.bits & kAtomic))) return ORDERED;
+        *published = &a;
+        return UNPUBLISHED;
+    }
+    return RACE;
+}
+
+std::string thread_name(unsigned linear) {
+    const dim3 d = g_block_dim;
+    char buf[64];
+    snprintf(buf, sizeof buf, "(%u, %u, %u)", linear % d.x, linear / d.x % d.y, linear / (d.x * d.y));
+    return buf;
+}
+
+std::string block_name(uint32_t linear) {
+    const dim3 g = g_grid;
+    char buf[64];
+    snprintf(buf, sizeof buf, "(%u, %u, %u)", linear % g.x, linear / g.x % g.y, linear / (g.x * g.y));
+    return buf;
+}
+
+// "{pc PATH+0xOFFSET}": driver.py replaces it with the source line (the call's own address: pc - 1).
+std::string code_at(uintptr_t pc) {
+    Dl_info code{};
+    char buf[600];
+    if (!dladdr(reinterpret_cast<void*>(pc - 1), &code) || !code.dli_fname) return "an unknown line";
+    snprintf(buf, sizeof buf, "{pc %s+0x%lx}", code.dli_fname, pc - 1 - reinterpret_cast<uintptr_t>(code.dli_fbase));
+    return buf;
+}
+
+std::string memory_name(uintptr_t address, const State& s) {
+    std::string name = describe_device_address(address);
+    if (!name.empty()) return name;
+    char buf[128];
+    if (address - s.dynamic_shared < s.shared_bytes)
+        snprintf(buf, sizeof buf, "dynamic shared memory, byte %lu", address - s.dynamic_shared);
+    else
+        snprintf(buf, sizeof buf, "shared memory at 0x%lx (a __shared__ variable)", address);
+    return buf;
+}
+
+const char* verb(uint16_t bits, bool write, bool present) {
+    if (bits & kAtomic) return present ? "updates it atomically" : "updated it atomically";
+    if (write) return present ? "writes it" : "wrote it";
+    return present ? "reads it" : "read it";
+}
+
+[[noreturn]] void report(Order what, const Record& r, bool r_write, const Me& me, bool me_write, uintptr_t address,
+                         uintptr_t pc, const Release* published) {
+    const State& s = *me.s;
+    const uintptr_t r_pc = (pc & ~uintptr_t(0xffffffff)) | r.pc;
+    const unsigned thread = r.bits & kThread;
+    const uint32_t block = g_block_of[r.serial - g_launch_start];
+    const std::string memory = memory_name(address, s);
+    std::string m;
+    if (what == UNPUBLISHED) {
+        const uintptr_t at = (pc & ~uintptr_t(0xffffffff)) | published->pc;
+        m = "missing __threadfence() (racecheck): this block " + std::string(me_write ? "writes " : "reads ") + memory +
+            " at " + code_at(pc) + ", which block " + block_name(block) + " wrote at " + code_at(r_pc) +
+            " with no __threadfence() between that store and the atomic or volatile store at " + code_at(at) +
+            " that published it to this block: an atomic is relaxed and publishes nothing stored before it, so on "
+            "a GPU this block may " + (me_write ? "have its store overwritten by the old one" : "read the old value");
+    } else if (block == s.block) {
+        const bool warp = thread >> 5 == me.warp;
+        m = "data race (racecheck) on " + memory + ": this thread " + verb(me.r.bits, me_write, true) + " at " +
+            code_at(pc) + ", and thread " + thread_name(thread) + " of the same block " + verb(r.bits, r_write, false) +
+            " at " + code_at(r_pc) + " with no __syncthreads() between the two" +
+            (warp ? " (nor a __syncwarp() or other warp operation of both lanes: since Volta the lanes of a warp "
+                    "are not in step)"
+                  : "") +
+            "; the emulator's one order of threads may still give the right answer, a GPU's order may not";
+    } else {
+        m = "data race (racecheck) on " + memory + ": this thread " + verb(me.r.bits, me_write, true) + " at " +
+            code_at(pc) + ", and thread " + thread_name(thread) + " of block " + block_name(block) + " " +
+            verb(r.bits, r_write, false) + " at " + code_at(r_pc) +
+            " in the same launch, with nothing ordering the two blocks (blocks are ordered only by a grid barrier, "
+            "the kernel's end, or a __threadfence() followed by an atomic or volatile store that the other block "
+            "observes)";
+    }
+    fail_in_kernel(m);
+}
+
+void acquire(State& s, uintptr_t address) {  // an atomic or volatile load of `address`
+    auto found = g_releases.find(address);
+    if (found == g_releases.end()) return;
+    for (const Release& r : found->second) {
+        if (r.block == s.block) continue;
+        auto a = std::find_if(s.acquired.begin(), s.acquired.end(), [&](const Release& x) { return x.block == r.block; });
+        if (a == s.acquired.end())
+            s.acquired.push_back(r);
+        else if (r.serial > a->serial)
+            *a = r;
+    }
+}
+
+void release(State& s, uintptr_t address, uint32_t pc) {  // an atomic or volatile store to `address`
+    std::vector<Release>& set = g_releases[address];
+    for (Release& r : set)
+        if (r.block == s.block) {
+            r = {s.block, s.serial, pc};
+            return;
+        }
+    set.push_back({s.block, s.serial, pc});
+}
+
+inline bool mine(uintptr_t a, Thread* t) {  // its own stack and state, and its block's built-in variables
+    return a - reinterpret_cast<uintptr_t>(t) < kStackBytes || a - reinterpret_cast<uintptr_t>(t->block) < sizeof(Block);
+}
+
+Me running(State& s, unsigned thread, Record r) {
+    Me me;
+    me.s = &s;
+    me.r = r;
+    me.thread = thread;
+    me.lane = thread & 31;
+    me.warp = thread >> 5;
+    return me;
+}
+
+// Whether the read `r` of another epoch is ordered before the running thread's read `mine`, which
+// then takes its place.
+__attribute__((noinline)) bool replaces(const Record& r, State& s, unsigned thread, Record mine) {
+    const Release* published = nullptr;
+    return order(r, running(s, thread, mine), &published) == ORDERED;
+}
+
+// `r` is not plainly ordered before the access `mine` (to `address`, made at `pc`): report it unless
+// ordered.
+__attribute__((noinline)) void look_closer(const Record& r, bool r_write, State& s, unsigned thread, Record mine,
+                                           bool write, uintptr_t address, uintptr_t pc) {
+    const Release* published = nullptr;
+    const Me me = running(s, thread, mine);
+    const Order o = order(r, me, &published);
+    if (o != ORDERED) report(o, r, r_write, me, write, address, pc, published);
+}
+
+void check(Thread* t, State& s, uintptr_t a, size_t size, int kind, uintptr_t pc) {
+    const dim3 d = g_block_dim;
+    const unsigned thread = t->thread_idx.x + d.x * (t->thread_idx.y + d.y * t->thread_idx.z);
+    const bool write = kind & WRITE, atomic = kind & ATOMIC;
+    const uint16_t flags = uint16_t(thread | (atomic ? kAtomic : 0) | (kind & VOLATILE ? kVolatile : 0));
+    Record mine = {s.serial, uint32_t(pc), s.interval, flags, s.clocks[thread >> 5][thread & 31][thread & 31]};
+    const uint32_t phase_start = g_phase_start;
+    // `r` is plainly ordered before this access: nothing there, an earlier launch or phase, or this
+    // block's epoch with a barrier between or the same thread (else order() looks closer)
+    auto ordered = [&](const Record& r) {
+        return r.serial < phase_start || (r.serial == mine.serial && (r.interval != mine.interval ||
+                                                                      (r.bits & kThread) == thread));
+    };
+    for (uintptr_t g = a & ~uintptr_t(3); g < a + size; g += 4) {
+        unsigned bytes = 0xf;  // of the cell's 4: all, unless the access starts or ends inside it
+        if ((a | size) & 3) {
+            const unsigned lo = unsigned(std::max(a, g) - g), hi = unsigned(std::min(a + size, g + 4) - g);
+            bytes = ((1u << hi) - 1) & ~((1u << lo) - 1);
+        }
+        Cell& c = cell(g);
+        mine.bits = uint16_t(flags | bytes << kBytes);
+        auto conflicts = [&](const Record& r) {
+            return !ordered(r) && ((r.bits >> kBytes) & bytes) && !((r.bits & kAtomic) && atomic);
+        };
+        if (conflicts(c.write)) look_closer(c.write, true, s, thread, mine, write, std::max(a, g), pc);
+        if (write) {
+            if (conflicts(c.read)) look_closer(c.read, false, s, thread, mine, write, std::max(a, g), pc);
+            c.write = mine;
+        } else if (ordered(c.read)) {
+            c.read = mine;
+        } else if (c.read.serial != mine.serial && (!s.acquired.empty() || g_block_of[c.read.serial - g_launch_start] == s.block)
+                   && replaces(c.read, s, thread, mine)) {  // another block's read: ordered only if acquired
+            c.read = mine;  // else the first concurrent reader stays: a later write races with it
+        }
+    }
+}
+
+}  // namespace
+
+// One access of the running thread: `kind` of Kind; RMW for an atomic read-modify-write.
+void access(uintptr_t a, size_t size, int kind, uintptr_t pc) {
+    Thread* t = self();
+    if (mine(a, t)) return;
+    State& s = *static_cast<State*>(t->block->racecheck);
+    const bool marked = kind & (ATOMIC | VOLATILE);
+    if (marked && (!(kind & WRITE) || (kind & RMW)) && !g_releases.empty()) acquire(s, a);
+    check(t, s, a, size, kind, pc);
+    if (marked && (kind & WRITE) && ((kind & ATOMIC) || s.fenced)) release(s, a, uint32_t(pc));
+}
+
+void fence() {  // __threadfence(): what the block did so far is published by its next release
+    State& s = *static_cast<State*>(self()->block->racecheck);
+    s.serial = fresh(s);
+    s.fenced = true;
+}
+
+// --- what the runtime calls --------------------------------------------------------------------------
+
+void launch_begin(dim3 grid, dim3 block) {
+    if (g_next > 0xf0000000u) {  // the serials are running out: forget everything, start again
+        forget_everything();
+        g_next = 1;
+    }
+    g_launch_start = g_phase_start = g_next;
+    g_block_of.clear();
+    g_releases.clear();
+    g_grid = grid;
+    g_block_dim = block;
+    g_active = true;
+}
+
+void launch_end() { g_active = false; }
+
+void block_begin(Block& b, long long, unsigned char* dynamic_shared, size_t shared_bytes) {
+    State* s = static_cast<State*>(b.racecheck);
+    if (!s) {
+        s = new State;
+        s->dirty = ~0u;
+        b.racecheck = s;
+    }
+    s->block = b.block_idx.x + g_grid.x * (b.block_idx.y + g_grid.y * b.block_idx.z);
+    s->serial = fresh(*s);
+    s->interval = 0;
+    s->acquired.clear();
+    s->fenced = false;
+    reset_clocks(*s, s->dirty);
+    s->dirty = 0;
+    s->dynamic_shared = reinterpret_cast<uintptr_t>(dynamic_shared);
+    s->shared_bytes = shared_bytes;
+    forget(s->dynamic_shared, shared_bytes);  // poisoned: what earlier blocks did there is gone
+}
+
+void barrier(Block& b) {
+    State& s = *static_cast<State*>(b.racecheck);
+    s.interval++;
+    reset_clocks(s, s.dirty);
+    s.dirty = 0;
+}
+
+void warp_sync(Block& b, int warp, unsigned lanes) {
+    State& s = *static_cast<State*>(b.racecheck);
+    auto& vc = s.clocks[warp];
+    uint16_t joined[32] = {};
+    for (unsigned p = lanes; p; p &= p - 1)
+        for (int other = 0; other < 32; ++other) joined[other] = std::max(joined[other], vc[__builtin_ctz(p)][other]);
+    bool full = false;
+    for (unsigned p = lanes; p; p &= p - 1) {
+        const int lane = __builtin_ctz(p);
+        memcpy(vc[lane], joined, sizeof joined);
+        full |= ++vc[lane][lane] == 0xffff;
+    }
+    s.dirty |= 1u << warp;
+    if (full) barrier(b);  // a clock would wrap: start afresh, as at a barrier (this can hide a race, not invent one)
+}
+
+void grid_opened() { g_phase_start = g_next; }
+
+void grid_passed(Block& b) {
+    State& s = *static_cast<State*>(b.racecheck);
+    barrier(b);
+    s.serial = fresh(s);
+    s.acquired.clear();  // what it observed before is ordered by the barrier now
+    s.fenced = false;
+}
+
+}  // namespace racecheck
+}  // namespace emu
+
+// --- ThreadSanitizer's entry points, as g++ calls them ----------------------------------------------
+// Each passes its return address: the kernel's code right after the access's call.
+
+using namespace emu::racecheck;
+using emu::racecheck::Kind;
+
+#define EMU_ACCESS(address, size, kind) \
+    if (g_active) access(reinterpret_cast<uintptr_t>(address), size, kind, reinterpret_cast<uintptr_t>(__builtin_return_address(0)))
+
+extern "C" {
+void __tsan_init() {}
+void __tsan_func_entry(void*) {}
+void __tsan_func_exit() {}
+void __tsan_read_range(void* p, unsigned long size) { EMU_ACCESS(p, size, READ); }
+void __tsan_write_range(void* p, unsigned long size) { EMU_ACCESS(p, size, WRITE); }
+
+#define EMU_PLAIN(N)                                                                                      \
+    void __tsan_read##N(void* p) { EMU_ACCESS(p, N, READ); }                                              \
+    void __tsan_write##N(void* p) { EMU_ACCESS(p, N, WRITE); }                                            \
+    void __tsan_unaligned_read##N(void* p) { EMU_ACCESS(p, N, READ); }                                    \
+    void __tsan_unaligned_write##N(void* p) { EMU_ACCESS(p, N, WRITE); }                                  \
+    void __tsan_volatile_read##N(void* p) { EMU_ACCESS(p, N, READ | VOLATILE); }                          \
+    void __tsan_volatile_write##N(void* p) { EMU_ACCESS(p, N, WRITE | VOLATILE); }                        \
+    void __tsan_unaligned_volatile_read##N(void* p) { EMU_ACCESS(p, N, READ | VOLATILE); }                \
+    void __tsan_unaligned_volatile_write##N(void* p) { EMU_ACCESS(p, N, WRITE | VOLATILE); }
+EMU_PLAIN(1)
+EMU_PLAIN(2)
+EMU_PLAIN(4)
+EMU_PLAIN(8)
+EMU_PLAIN(16)
+
+// The atomics: recorded, then performed (sequentially consistent, whatever order g++ passes).
+#define EMU_ATOMICS(N, T)                                                                                       \
+    T __tsan_atomic##N##_load(const volatile T* a, int) {                                                       \
+        EMU_ACCESS(a, sizeof(T), READ | ATOMIC);                                                                \
+        return __atomic_load_n(a, __ATOMIC_SEQ_CST);                                                            \
+    }                                                                                                           \
+    void __tsan_atomic##N##_store(volatile T* a, T v, int) {                                                    \
+        EMU_ACCESS(a, sizeof(T), WRITE | ATOMIC);                                                               \
+        __atomic_store_n(a, v, __ATOMIC_SEQ_CST);                                                               \
+    }                                                                                                           \
+    T __tsan_atomic##N##_exchange(volatile T* a, T v, int) {                                                    \
+        EMU_ACCESS(a, sizeof(T), WRITE | ATOMIC | RMW);                                                         \
+        return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST);                                                     \
+    }                                                                                                           \
+    EMU_RMW(N, T, fetch_add) EMU_RMW(N, T, fetch_sub) EMU_RMW(N, T, fetch_and) EMU_RMW(N, T, fetch_or)          \
+    EMU_RMW(N, T, fetch_xor) EMU_RMW(N, T, fetch_nand)                                                          \
+    int __tsan_atomic##N##_compare_exchange_strong(volatile T* a, T* expected, T v, int, int) {                 \
+        EMU_ACCESS(a, sizeof(T), WRITE | ATOMIC | RMW);                                                         \
+        return __atomic_compare_exchange_n(a, expected, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);          \
+    }                                                                                                           \
+    int __tsan_atomic##N##_compare_exchange_weak(volatile T* a, T* expected, T v, int, int) {                   \
+        EMU_ACCESS(a, sizeof(T), WRITE | ATOMIC | RMW);                                                         \
+        return __atomic_compare_exchange_n(a, expected, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);          \
+    }                                                                                                           \
+    T __tsan_atomic##N##_compare_exchange_val(volatile T* a, T expected, T v, int, int) {                       \
+        EMU_ACCESS(a, sizeof(T), WRITE | ATOMIC | RMW);                                                         \
+        __atomic_compare_exchange_n(a, &expected, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                \
+        return expected;                                                                                        \
+    }
+#define EMU_RMW(N, T, OP)                                                                                       \
+    T __tsan_atomic##N##_##OP(volatile T* a, T v, int) {                                                        \
+        EMU_ACCESS(a, sizeof(T), WRITE | ATOMIC | RMW);                                                         \
+        return __atomic_##OP(a, v, __ATOMIC_SEQ_CST);                                                           \
+    }
+EMU_ATOMICS(8, uint8_t)
+EMU_ATOMICS(16, uint16_t)
+EMU_ATOMICS(32, uint32_t)
+EMU_ATOMICS(64, uint64_t)
+
+// __threadfence() (and _system) is a sequentially consistent fence; __threadfence_block() is a signal
+// fence (cuda_emu.h): the threads of a block share one OS thread, and it publishes nothing to other blocks.
+void __tsan_atomic_thread_fence(int order) {
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (g_active && order == __ATOMIC_SEQ_CST) fence();
+}
+void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
+
+// cuda_emu.h's poison_shared: a block's static __shared__ variables start with no history.
+void __emu_racecheck_forget(const void* address, size_t bytes) {
+    if (g_active) forget(reinterpret_cast<uintptr_t>(address), bytes);
+}
+}
