@@ -274,7 +274,7 @@ rng = np.random.default_rng(0)
 x = rng.random((128, 784)).astype(np.float32)
 y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 128)]
 losses = {}
-for stage in [s for s in range(14) if mt.stages.full_fp32(s)]:  # stage 12's tensor cores need a GPU
+for stage in range(14):  # stage 12's tensor cores too: mma.sync on the emulator
     with mt.use_stage(stage), warnings.catch_warnings():
         warnings.simplefilter("error")  # stage 13 must run its one kernel, not fall back
         trainer = train.Trainer(train.Protocol(), "cuda")
@@ -295,7 +295,7 @@ def test_no_race_in_the_training_step_at_any_stage(tmp_path):
     done = _framework(STAGES, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     losses = json.loads(done.stdout.splitlines()[-1])
-    assert sorted(map(int, losses)) == [s for s in range(14) if s != 12]
+    assert sorted(map(int, losses)) == list(range(14))
     assert all(np.isfinite(v).all() for v in losses.values()), losses
 
 

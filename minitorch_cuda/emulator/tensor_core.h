@@ -20,6 +20,12 @@
 namespace emu {
 namespace tensor_core {
 
+// The exchange is the emulator's, not the kernel's memory: race checking does not watch it. (One lane
+// computes the product after the rendezvous and the others read it, ordered by the fibers' one
+// order, which a race check of the buffer would report.) What the kernel's own memory holds
+// reaches mma.sync through registers, read and written where the kernel's code is checked.
+#define EMU_EXCHANGE __attribute__((no_sanitize_thread))
+
 inline float bits_float(unsigned bits) { return from_bits<float>(bits); }
 
 // The value a TF32 operand register holds for the tensor core: its top 19 bits.
@@ -99,7 +105,7 @@ inline Coords accumulator(int lane, int reg) { return {lane / 4 + 8 * (reg >> 1)
 struct Tf32 {
     static constexpr int K = 8, kBlock = EMU_MMA_TF32_BLOCK;
     static constexpr const char* name = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32";
-    static void decode(const unsigned (&a)[32][4], const unsigned (&b)[32][2], double (&A)[16][16], double (&B)[16][8]) {
+    EMU_EXCHANGE static void decode(const unsigned (&a)[32][4], const unsigned (&b)[32][2], double (&A)[16][16], double (&B)[16][8]) {
         for (int lane = 0; lane < 32; ++lane) {
             for (int reg = 0; reg < 4; ++reg) A[tf32_a(lane, reg).row][tf32_a(lane, reg).col] = tf32_operand(a[lane][reg]);
             for (int reg = 0; reg < 2; ++reg) B[tf32_b(lane, reg).row][tf32_b(lane, reg).col] = tf32_operand(b[lane][reg]);
@@ -109,7 +115,7 @@ struct Tf32 {
 struct Bf16 {
     static constexpr int K = 16, kBlock = EMU_MMA_BF16_BLOCK;
     static constexpr const char* name = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32";
-    static void decode(const unsigned (&a)[32][4], const unsigned (&b)[32][2], double (&A)[16][16], double (&B)[16][8]) {
+    EMU_EXCHANGE static void decode(const unsigned (&a)[32][4], const unsigned (&b)[32][2], double (&A)[16][16], double (&B)[16][8]) {
         for (int lane = 0; lane < 32; ++lane) {
             for (int i = 0; i < 8; ++i) A[bf16_a(lane, i).row][bf16_a(lane, i).col] = bf16_operand(a[lane][i / 2], i % 2);
             for (int i = 0; i < 4; ++i) B[bf16_b(lane, i).row][bf16_b(lane, i).col] = bf16_operand(b[lane][i / 2], i % 2);
@@ -119,7 +125,7 @@ struct Bf16 {
 
 // D = A B + C of the whole warp from every lane's registers.
 template <class Shape>
-inline void product(const unsigned (&a)[32][4], const unsigned (&b)[32][2], const float (&c)[32][4], float (&d)[32][4]) {
+EMU_EXCHANGE inline void product(const unsigned (&a)[32][4], const unsigned (&b)[32][2], const float (&c)[32][4], float (&d)[32][4]) {
     double A[16][16], B[16][8], products[16];
     Shape::decode(a, b, A, B);
     for (int lane = 0; lane < 32; ++lane) {
@@ -149,7 +155,7 @@ static thread_local WarpExchange t_warps[32];  // per worker: it runs one block 
 
 // One mma.sync of the calling lane: its four registers of D.
 template <class Shape>
-inline void warp_mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], const float (&c)[4],
+EMU_EXCHANGE inline void warp_mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], const float (&c)[4],
                      const char* file, int line) {
     const Thread* self_ = self();
     const dim3 dims = self_->block->block_dim;
