@@ -88,6 +88,21 @@ def measured_numbers(text: str) -> list[str]:
     return [flat[max(0, m.start() - 40) : m.end() + 10].strip() for m in _MEASURED.finditer(flat)]
 
 
+def glue_keys(text: str) -> set[str]:
+    """The names the page's prose pastes with glue roles (``{glue:text}`name:.1f``` reads ``name``)."""
+    return {m.group(0).split("`")[1].split(":")[0] for m in _GLUE_ROLE.finditer(prose(text))}
+
+
+def glued_names(notebook) -> set[str]:
+    """The names an executed notebook glued (its outputs' myst-nb metadata)."""
+    return {
+        out.get("metadata", {}).get("scrapbook", {}).get("name")
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for out in cell.get("outputs", [])
+    } - {None}
+
+
 def page_words(path: Path) -> int:
     return prose_words(Path(path).read_text())
 
