@@ -37,8 +37,9 @@ UNITS = ("µs", "us", "ms", "ns", "s", "GB/s", "TB/s", "TFLOP/s", "GFLOP/s", "%"
 _NUMBER = r"(?<![\w.])\d[\d,]*(?:\.\d+)?"
 _MEASURED = re.compile(
     _NUMBER + r"(?:\s?(?:µs|us|ms|ns|GB/s|TB/s|TFLOP/s|GFLOP/s)\b|\s?%|x\b|\s(?:s)\b(?![-']))"
-    r"|" + _NUMBER + r"\s?×(?!\s*\d)"  # a factor, not a dimension (128 × 128)
+    r"|" + _NUMBER + r"\s?×(?!\s*(?:\d|" + "\u27e8v\u27e9" + r"))"  # a factor, not a product (128 × 128)
 )
+_GLUED = " \u27e8v\u27e9 "  # a glued value where the scan reads the prose: a number it may not flag
 
 
 def prose(text: str) -> str:
@@ -84,7 +85,7 @@ def prose_words(text: str) -> int:
 def measured_numbers(text: str) -> list[str]:
     """Every measured-looking number in the page's prose outside glue roles, code and math,
     each with a little of the sentence around it."""
-    flat = " ".join(_reader_text(text, " ").split())
+    flat = " ".join(_reader_text(text, _GLUED).split())
     return [flat[max(0, m.start() - 40) : m.end() + 10].strip() for m in _MEASURED.finditer(flat)]
 
 
@@ -113,6 +114,8 @@ def glue(name: str, value, display: bool = False) -> None:
     import IPython
     from IPython.display import display as show
 
+    if hasattr(value, "item"):  # a numpy scalar: its repr ("np.float64(...)") would not format
+        value = value.item()
     prefix = "" if display else "application/papermill.record/"  # myst-nb's key for hidden values
     bundle, metadata = IPython.core.formatters.format_display_data(value)
     metadata["scrapbook"] = {"name": name, "mime_prefix": prefix}
