@@ -627,3 +627,48 @@ def thread_hierarchy(fig=None, blocks: int = 6, sms: int = 3):
     ax.text(x0 + 1.55, 0.25, "one assignment of many:\nCUDA promises no order", ha="center", va="top", fontsize=6.5)
     _finish(ax, (-0.1, 10.4), (-0.5, 3.9))
     return fig
+
+
+@_at_page_size
+def barrier_ring(ax=None):
+    """The ring of shared-memory stages of wgmma_tma.cu (WT_STAGES of them, read from the kernel
+    file) and the two mbarriers of each: the producer warpgroup waits until stage s is empty,
+    announces the bytes it expects on full[s] and has one thread issue the TMA copies; the copy
+    engine completes full[s] when the bytes have landed; each consumer warpgroup waits on full[s],
+    issues its wgmma products from the stage, and arrives on empty[s] once it has read it. The
+    waits name a phase's parity, so the ring turns lap after lap without a reset."""
+    stages = _kernel_define("wgmma_tma.cu", "WT_STAGES")
+    ax = _axes(ax, (7.6, 4.4))
+    width, gap = 1.5, 0.4
+    total = stages * width + (stages - 1) * gap
+    x0 = 1.0 + (7.0 - total) / 2
+    green, red = "tab:green", "tab:red"
+    ax.add_patch(patches.FancyBboxPatch((1.0, 3.7), 7.0, 0.6, boxstyle="round,pad=0.02", facecolor="#f4d6b0",
+                                        edgecolor="0.4", lw=0.6))  # fmt: skip
+    ax.text(4.5, 4.0, "producer: warpgroup 0 (one thread issues every TMA copy)", ha="center", va="center", fontsize=7.5)
+    ax.add_patch(patches.FancyBboxPatch((1.0, -0.3), 7.0, 0.6, boxstyle="round,pad=0.02", facecolor="#cfe0f0",
+                                        edgecolor="0.4", lw=0.6))  # fmt: skip
+    ax.text(4.5, 0.0, "consumers: warpgroups 1 and 2, each reading every stage",
+            ha="center", va="center", fontsize=7.5)  # fmt: skip
+    for s in range(stages):
+        x = x0 + s * (width + gap)
+        ax.add_patch(patches.Rectangle((x, 1.5), width, 1.0, facecolor="#eeeeee", edgecolor="0.3", lw=0.8))
+        ax.text(x + width / 2, 2.15, f"stage {s}", ha="center", va="center", fontsize=7.5)
+        ax.text(x + width / 2, 1.8, "A and B tiles", ha="center", va="center", fontsize=6.5, color="0.3")
+        # full[s]: the producer's copy lands; the consumers wait for it
+        ax.annotate("", xy=(x + 0.35, 2.52), xytext=(x + 0.35, 3.68), arrowprops={"arrowstyle": "->", "lw": 0.8,
+                                                                                 "color": green})  # fmt: skip
+        ax.text(x + 0.42, 3.1, f"full[{s}]", fontsize=6.5, color=green)
+        ax.annotate("", xy=(x + 0.35, 0.32), xytext=(x + 0.35, 1.48), arrowprops={"arrowstyle": "->", "lw": 0.8,
+                                                                                 "color": green})  # fmt: skip
+        # empty[s]: the consumers have read the stage; the producer waits for it before the next lap
+        ax.annotate("", xy=(x + 1.2, 1.48), xytext=(x + 1.2, 0.32), arrowprops={"arrowstyle": "->", "lw": 0.8,
+                                                                               "color": red, "ls": "--"})  # fmt: skip
+        ax.text(x + 1.26, 0.9, f"empty[{s}]", fontsize=6.5, color=red, ha="left")
+    ax.text(0.9, 3.1, "wait empty[s],\nexpect_tx, copy", fontsize=6.5, ha="right", va="center", color=green)
+    ax.text(0.9, 0.9, "wait full[s], wgmma;\nthen arrive\non empty[s]", fontsize=6.5, ha="right", va="center",
+            color="0.25")  # fmt: skip
+    ax.text(8.1, 2.0, f"stage {stages - 1} is\nfollowed by\nstage 0 again:\nthe next lap's\nwaits name\nthe "
+                      "other parity", fontsize=6.5, va="center", color="0.3")  # fmt: skip
+    _finish(ax, (-0.6, 10.4), (-0.5, 4.5))
+    return ax
