@@ -309,7 +309,7 @@ def _drop_gpu_cells(nb) -> int:
 
 
 @pytest.mark.notebooks
-@pytest.mark.parametrize("chapter", chapter_notebooks(), ids=lambda p: p.stem)
+@pytest.mark.parametrize("chapter", chapter_notebooks(), ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_chapter_executes(chapter: Path, tmp_path: Path, monkeypatch) -> None:
     try:
         import minitorch_cuda as mt

@@ -47,7 +47,6 @@ STILL_TO_CONVERT = {
     "chapters/15_roofline.md",
     "chapters/17_fusion.md",
     "chapters/18_cuda_graphs.md",
-    "chapters/19_tensor_cores.md",
     "chapters/20_tile_programming.md",
 }
 
