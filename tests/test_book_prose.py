@@ -38,7 +38,6 @@ STILL_TO_CONVERT = {
     "chapters/07_opt2_gather.md",
     "chapters/08_opt3_transpose_fusion.md",
     "chapters/10_opt5_batched_matmul.md",
-    "chapters/12_opt7_syncs.md",
     "chapters/13_opt8_warp_shuffle.md",
     "chapters/14_cublas.md",
     "chapters/15_roofline.md",
