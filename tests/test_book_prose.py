@@ -34,7 +34,6 @@ CITED = {
 STILL_TO_CONVERT = {
     "chapters/05_profiling.md",
     "chapters/06_opt1_memcopies.md",
-    "chapters/07_opt2_gather.md",
     "chapters/08_opt3_transpose_fusion.md",
     "chapters/10_opt5_batched_matmul.md",
     "chapters/13_opt8_warp_shuffle.md",
