@@ -35,7 +35,6 @@ STILL_TO_CONVERT = {
     "chapters/05_profiling.md",
     "chapters/06_opt1_memcopies.md",
     "chapters/08_opt3_transpose_fusion.md",
-    "chapters/10_opt5_batched_matmul.md",
     "chapters/13_opt8_warp_shuffle.md",
     "chapters/14_cublas.md",
     "chapters/15_roofline.md",
