@@ -30,12 +30,12 @@ CITED = {
     "an average of 101 us": "the blog's profile of its naive matmul",
     "a median of 51 us": "the blog's profile of its naive matmul",
     "99.4%": "the blog's first profile: the share of its copies",
+    "11.6x": "the blog's own speedup, quoted",
 }
 
 # Pages whose prose still types measured numbers: each is to be converted to glue. The test
 # fails when a page listed here is clean (take it off the list) or one not listed is not.
 STILL_TO_CONVERT = {
-    "chapters/06_opt1_memcopies.md",
     "chapters/08_opt3_transpose_fusion.md",
     "chapters/13_opt8_warp_shuffle.md",
     "chapters/14_cublas.md",
