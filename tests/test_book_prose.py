@@ -33,12 +33,13 @@ CITED = {
     "11.6x": "the blog's own speedup, quoted",
     "0.3325 s": "the blog's shuffle-loop experiment, its own timing",
     "0.3318 s": "the blog's shuffle-loop experiment, its own timing",
+    "5,373 GFLOP/s": "the blog's cuBLAS at 1024³",
+    "| 12% |": "the blog's tiled kernel as a share of its cuBLAS",
 }
 
 # Pages whose prose still types measured numbers: each is to be converted to glue. The test
 # fails when a page listed here is clean (take it off the list) or one not listed is not.
 STILL_TO_CONVERT = {
-    "chapters/14_cublas.md",
     "chapters/15_roofline.md",
     "chapters/17_fusion.md",
     "chapters/18_cuda_graphs.md",
