@@ -610,9 +610,16 @@ def thread_hierarchy(fig=None, blocks: int = 6, sms: int = 3):
             ax.add_patch(patches.Rectangle((x0 + 0.9 + t * 0.17, y + 0.1), 0.12, 0.25, facecolor="0.55",
                                            edgecolor="none"))  # fmt: skip
         ax.text(x0 + 2.9, y + 0.22, "32 threads", va="center", ha="right", fontsize=6, color="0.3")
-    ax.annotate("", xy=(x0 - 0.02, 2.55), xytext=(3.1, 2.55), arrowprops={"arrowstyle": "->", "lw": 0.7, "color": "0.4"})
-    ax.text(x0 + 1.55, 0.25, "threadIdx.x = 0 ... 127; a warp issues\none instruction for its 32 threads",
-            ha="center", va="top", fontsize=6.5)
+    ax.annotate("", xy=(x0 - 0.02, 2.55), xytext=(3.1, 2.55),
+                arrowprops={"arrowstyle": "->", "lw": 0.7, "color": "0.4"})  # fmt: skip
+    ax.text(
+        x0 + 1.55,
+        0.25,
+        "threadIdx.x = 0 ... 127; a warp issues\none instruction for its 32 threads",
+        ha="center",
+        va="top",
+        fontsize=6.5,
+    )
     x0 = panels["gpu"]
     ax.add_patch(patches.Rectangle((x0, 0.4), 3.1, 2.7, facecolor="#f7f7f7", edgecolor="0.3", lw=0.8))
     ax.text(x0 + 1.55, 3.25, "the GPU: whole blocks\ngo to SMs with room", ha="center", fontsize=7.5)
@@ -645,7 +652,8 @@ def barrier_ring(ax=None):
     green, red = "tab:green", "tab:red"
     ax.add_patch(patches.FancyBboxPatch((1.0, 3.7), 7.0, 0.6, boxstyle="round,pad=0.02", facecolor="#f4d6b0",
                                         edgecolor="0.4", lw=0.6))  # fmt: skip
-    ax.text(4.5, 4.0, "producer: warpgroup 0 (one thread issues every TMA copy)", ha="center", va="center", fontsize=7.5)
+    producer = "producer: warpgroup 0 (one thread issues every TMA copy)"
+    ax.text(4.5, 4.0, producer, ha="center", va="center", fontsize=7.5)
     ax.add_patch(patches.FancyBboxPatch((1.0, -0.3), 7.0, 0.6, boxstyle="round,pad=0.02", facecolor="#cfe0f0",
                                         edgecolor="0.4", lw=0.6))  # fmt: skip
     ax.text(4.5, 0.0, "consumers: warpgroups 1 and 2, each reading every stage",
