@@ -154,3 +154,4 @@ def test_records_name_their_gpu_and_its_datasheet() -> None:
         devices.device_name({"command": "x"})
     with pytest.raises(KeyError, match="devices.py"):
         devices.datasheet("NVIDIA B200")
+    assert devices.short_name({"device": {"name": "NVIDIA B200"}}) == "B200"  # a reader's own GPU still has a name

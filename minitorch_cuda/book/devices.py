@@ -62,5 +62,10 @@ def datasheet(record_or_name: dict | str) -> dict:
 
 
 def short_name(record: dict) -> str:
-    """The GPU as prose names it: "H100", "H200"."""
-    return datasheet(record)["short"]
+    """The GPU as prose names it: "H100", "H200"; a GPU without datasheet figures here (a
+    reader's own, whose gpu cells re-made the record) by the driver's name."""
+    name = device_name(record)
+    try:
+        return datasheet(name)["short"]
+    except KeyError:
+        return name.removeprefix("NVIDIA ").strip()
