@@ -453,8 +453,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m minitorch_cuda.be
             {k: result[k] for k in ("device", "protocol", "stages", "torch", "torch_graph", "notes")},
             command,
         )
-        results.save("matmul", result["matmul"], command)
-        results.save(profiles_name, {"stages": result["profiles"]}, command)
+        # every record names the GPU that made it (the book names its GPU from the records)
+        results.save("matmul", {"device": result["device"], **result["matmul"]}, command)
+        results.save(profiles_name, {"device": result["device"], "stages": result["profiles"]}, command)
     return 0
 
 
@@ -479,7 +480,7 @@ def kernels_main(args, command: str, device_properties) -> int:
     if args.record:  # the matmul table alone, without re-running the ladder
         from . import results
 
-        results.save("matmul", result["matmul"], command)
+        results.save("matmul", {"device": result["device"], **result["matmul"]}, command)
     return 0
 
 

@@ -61,8 +61,8 @@ def toc_files() -> list[str]:
 
 
 def chapter_notebooks() -> list[Path]:
-    """Every chapter notebook on disk, listed in the toc or not yet."""
-    return sorted((ROOT / "chapters").glob("[0-9][0-9]_*.md"))
+    """Every chapter notebook and lab note on disk, listed in the toc or not yet."""
+    return sorted((ROOT / "chapters").glob("[0-9][0-9]_*.md")) + sorted((ROOT / "book" / "lab_notes").glob("*.md"))
 
 
 # ---------------------------------------------------------------------------
@@ -309,7 +309,7 @@ def _drop_gpu_cells(nb) -> int:
 
 
 @pytest.mark.notebooks
-@pytest.mark.parametrize("chapter", chapter_notebooks(), ids=lambda p: p.stem)
+@pytest.mark.parametrize("chapter", chapter_notebooks(), ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_chapter_executes(chapter: Path, tmp_path: Path, monkeypatch) -> None:
     try:
         import minitorch_cuda as mt
@@ -359,6 +359,12 @@ def test_chapter_executes(chapter: Path, tmp_path: Path, monkeypatch) -> None:
         executed = tmp_path / f"{chapter.stem}.ipynb"
         nbformat.write(nb, executed)
         pytest.fail(f"{chapter.name} failed (executed notebook: {executed}):\n{err}")
+    # every value the prose pastes was glued from the recorded results (a typo or a missing
+    # record would otherwise fail only in the full build)
+    from minitorch_cuda.book import prose
+
+    unglued = prose.glue_keys(chapter.read_text()) - prose.glued_names(nb)
+    assert not unglued, f"{chapter.name}: the prose pastes values no cell glued: {sorted(unglued)}"
     audit = json.loads("".join(out.get("text", "") for out in nb.cells[-1].outputs))
     shown = sum(1 for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
                 if {"image/svg+xml", "image/png"} & set(out.get("data", {})))  # fmt: skip

@@ -103,6 +103,13 @@ def test_matmul_figures_label_each_shape_once_and_do_not_collide() -> None:
     assert not _overlapping(_label_boxes(ax))
 
 
+def test_the_ladder_draws_each_pytorch_peer_the_record_holds() -> None:
+    bench = recorded("bench_beyond")
+    legend = [t.get_text() for t in figures.ladder(bench, blog={}, peers=("torch", "torch_graph")).get_legend().texts]
+    assert bench["torch"]["name"] in legend and bench["torch_graph"]["name"] in legend
+    assert bench["torch_graph"]["name"] not in [t.get_text() for t in figures.ladder(bench).get_legend().texts]
+
+
 def test_launch_and_ratio_figures_render() -> None:
     bench = recorded("bench_beyond")
     ax = figures.launches_vs_step({"ladder": [results.stage_row(bench, s) for s in (8, 9, 10, 11)]})
@@ -125,6 +132,9 @@ def test_launch_and_ratio_figures_render() -> None:
         diagrams.swizzle_128b,
         diagrams.async_pipeline,
         diagrams.cluster_splitk,
+        diagrams.thread_hierarchy,
+        diagrams.barrier_ring,
+        diagrams.row_dependencies,
     ],
     ids=lambda f: f.__name__,
 )
@@ -140,6 +150,9 @@ def test_diagram_draws(draw) -> None:
 
 
 def test_diagrams_read_the_kernels_parameters() -> None:
+    stages = diagrams._kernel_define("wgmma_tma.cu", "WT_STAGES")
+    ring = [t.get_text() for t in diagrams.barrier_ring().texts]
+    assert f"stage {stages - 1}" in ring and f"stage {stages}" not in ring  # the ring has the kernel's stages
     ax = diagrams.shuffle_tree()
     assert "offset 16: lane i += lane i+16" in [t.get_text() for t in ax.texts]
     assert diagrams._kernel_define("mma_async.cu", "ASYNC_STAGES") >= 2

@@ -51,7 +51,7 @@ def test_notes_hide_the_build_machine_in_the_book(monkeypatch, capsys):
     notes.gpu_status(False)
     assert capsys.readouterr().out == ""
     note = notes.no_gpu()
-    assert "recorded on an NVIDIA H200" in repr(note) and "PyCUDA" not in repr(note)
+    assert "the recorded results, on the GPU each record names" in repr(note) and "PyCUDA" not in repr(note)
     assert "class='mt-note'" in note._repr_html_()
     monkeypatch.setenv(notes.BOOK_ENV, "")
     notes.gpu_status(True)

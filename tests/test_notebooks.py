@@ -44,7 +44,7 @@ def notebooks(folder: str) -> list:
     return [pytest.param(p, marks=needs_triton) if "import triton" in p.read_text() else p for p in paths]
 
 
-CHAPTERS = notebooks("chapters")
+CHAPTERS = notebooks("chapters") + notebooks("book/lab_notes")
 SOLUTIONS = notebooks("solutions")
 
 

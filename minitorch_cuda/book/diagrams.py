@@ -525,3 +525,158 @@ def cluster_splitk(fig=None):
     for ax in (left, right):
         _finish(ax, (-0.1, 6.1), (-0.3, 4.6))
     return fig
+
+
+@_at_page_size
+def row_dependencies(ax=None, rows: int = 3):
+    """What each phase of stage 13's persistent step reads (persistent_step.cu's header): the first
+    layer's products mix every row and are split over blocks by tiles and slices of k; from their
+    sum to D_1 a row needs only itself, so one block carries it through every later layer, its
+    forward, its loss and its deltas, with no grid barrier; the gradients sum over the rows again,
+    and the update needs the norm of all of them. Grid barriers (dashed) stand only where a block
+    reads what other blocks wrote."""
+    ax = _axes(ax, (7.6, 4.2))
+    steps = ["sum,\n+b, act", "A2", "A3", "loss", "D3", "D2", "D1"]
+    step_w, gap = 0.78, 0.22
+    x_rows = 2.1
+    xs = [x_rows + 0.1 + step_w / 2 + i * (step_w + gap) for i in range(len(steps))]
+    rows_end = xs[-1] + step_w / 2 + 0.15
+    phases = [("forward 1\ntiles x k-slices", 0.0, 1.7), ("rows: one block per row", x_rows, rows_end),
+              ("gradients\nsums over rows", rows_end + 0.2, rows_end + 1.6),
+              ("update", rows_end + 1.8, rows_end + 3.0)]  # fmt: skip
+    top = rows - 0.3
+    for name, x0, x1 in phases:
+        ax.add_patch(patches.Rectangle((x0, -0.6), x1 - x0, top + 0.6, facecolor="#f4f4f4", edgecolor="none"))
+        ax.text((x0 + x1) / 2, top + 0.1, name, ha="center", va="bottom", fontsize=7.5)
+    barriers = (1.9, rows_end + 0.1, rows_end + 1.7)
+    for x in barriers:
+        ax.plot([x, x], [-0.6, top + 0.6], "--", color="tab:red", lw=1)
+    ax.text(barriers[0], -0.75, "grid\nbarrier", color="tab:red", fontsize=7, ha="center", va="top")
+    ax.text(barriers[1], -0.75, "the loss leaves\nfor the host", color="0.3", fontsize=7, ha="center", va="top")
+    ax.add_patch(patches.FancyBboxPatch((0.15, -0.45), 1.4, rows - 0.1, boxstyle="round,pad=0.02",
+                                        facecolor="#cfe0f0", edgecolor="0.4", lw=0.5))  # fmt: skip
+    ax.text(0.85, (rows - 1) / 2 - 0.05, "X W1\npartial sums,\nevery row", ha="center", va="center", fontsize=6.5)
+    middle = (rows - 1) / 2
+    for r in range(rows):
+        y = rows - 1 - r
+        ax.text(x_rows + 0.05, y + 0.33, f"row {r}" if r < rows - 1 else "row 63", fontsize=6, color="0.35")
+        for i, (x, label) in enumerate(zip(xs, steps)):
+            ax.add_patch(patches.FancyBboxPatch((x - step_w / 2, y - 0.25), step_w, 0.5, boxstyle="round,pad=0.02",
+                                                facecolor="#d8ecd0", edgecolor="0.4", lw=0.5))  # fmt: skip
+            ax.text(x, y, label, ha="center", va="center", fontsize=6.5)
+            if i:
+                ax.annotate("", xy=(x - step_w / 2, y), xytext=(xs[i - 1] + step_w / 2, y),
+                            arrowprops={"arrowstyle": "->", "lw": 0.7, "color": "0.3"})  # fmt: skip
+        ax.annotate("", xy=(xs[0] - step_w / 2, y), xytext=(1.57, y),
+                    arrowprops={"arrowstyle": "->", "lw": 0.7, "color": "0.3"})  # fmt: skip
+        ax.annotate("", xy=(rows_end + 0.35, middle), xytext=(xs[-1] + step_w / 2, y),
+                    arrowprops={"arrowstyle": "->", "lw": 0.6, "color": "tab:orange"})  # fmt: skip
+    ax.add_patch(patches.FancyBboxPatch((rows_end + 0.35, middle - 0.5), 1.1, 1.0, boxstyle="round,pad=0.02",
+                                        facecolor="#f4d6b0", edgecolor="0.4", lw=0.5))  # fmt: skip
+    ax.text(rows_end + 0.9, middle, "gW, gb,\nsums of\nsquares", ha="center", va="center", fontsize=6.5)
+    ax.annotate("", xy=(rows_end + 1.95, middle), xytext=(rows_end + 1.47, middle),
+                arrowprops={"arrowstyle": "->", "lw": 0.7, "color": "tab:orange"})  # fmt: skip
+    ax.add_patch(patches.FancyBboxPatch((rows_end + 1.95, middle - 0.5), 0.9, 1.0, boxstyle="round,pad=0.02",
+                                        facecolor="#eadcf0", edgecolor="0.4", lw=0.5))  # fmt: skip
+    ax.text(rows_end + 2.4, middle, "norm,\nclip,\nRmsProp", ha="center", va="center", fontsize=6.5)
+    _finish(ax, (-0.1, rows_end + 3.1), (-1.4, top + 0.7))
+    return ax
+
+
+@_at_page_size
+def thread_hierarchy(fig=None, blocks: int = 6, sms: int = 3):
+    """A grid of blocks, a block of warps, a warp of 32 threads; the GPU hands whole blocks to
+    streaming multiprocessors (SMs) as they have room, in no promised order, and a block stays on
+    its SM until all its threads finish."""
+    fig = fig or plt.figure(figsize=(7.6, 4.0))
+    ax = fig.subplots()
+    colors = plt.get_cmap("tab10").colors
+    panels = {"grid": 0.0, "block": 3.6, "gpu": 7.2}
+    # the grid: blocks numbered as blockIdx.x
+    ax.add_patch(patches.Rectangle((0, 0.4), 3.1, 2.7, facecolor="#f4f4f4", edgecolor="0.3", lw=0.8))
+    ax.text(1.55, 3.25, f"a grid of {blocks} blocks\n(gridDim.x = {blocks})", ha="center", fontsize=7.5)
+    for b in range(blocks):
+        x, y = 0.15 + (b % 3) * 1.0, 2.2 - (b // 3) * 1.0
+        ax.add_patch(patches.Rectangle((x, y), 0.8, 0.7, facecolor=colors[b % 10], alpha=0.35, edgecolor="0.3"))
+        ax.text(x + 0.4, y + 0.35, f"block {b}", ha="center", va="center", fontsize=6.5)
+    x0 = panels["block"]
+    ax.add_patch(patches.Rectangle((x0, 0.4), 3.1, 2.7, facecolor="white", edgecolor="0.3", lw=0.8))
+    ax.text(x0 + 1.55, 3.25, "block 0: 128 threads\n(blockDim.x = 128)", ha="center", fontsize=7.5)
+    for w in range(4):
+        y = 2.45 - w * 0.6
+        ax.add_patch(patches.Rectangle((x0 + 0.15, y), 2.8, 0.45, facecolor=colors[0], alpha=0.2, edgecolor="0.4"))
+        ax.text(x0 + 0.22, y + 0.22, f"warp {w}", va="center", fontsize=6.5)
+        for t in range(6):
+            ax.add_patch(patches.Rectangle((x0 + 0.9 + t * 0.17, y + 0.1), 0.12, 0.25, facecolor="0.55",
+                                           edgecolor="none"))  # fmt: skip
+        ax.text(x0 + 2.9, y + 0.22, "32 threads", va="center", ha="right", fontsize=6, color="0.3")
+    ax.annotate("", xy=(x0 - 0.02, 2.55), xytext=(3.1, 2.55),
+                arrowprops={"arrowstyle": "->", "lw": 0.7, "color": "0.4"})  # fmt: skip
+    ax.text(
+        x0 + 1.55,
+        0.25,
+        "threadIdx.x = 0 ... 127; a warp issues\none instruction for its 32 threads",
+        ha="center",
+        va="top",
+        fontsize=6.5,
+    )
+    x0 = panels["gpu"]
+    ax.add_patch(patches.Rectangle((x0, 0.4), 3.1, 2.7, facecolor="#f7f7f7", edgecolor="0.3", lw=0.8))
+    ax.text(x0 + 1.55, 3.25, "the GPU: whole blocks\ngo to SMs with room", ha="center", fontsize=7.5)
+    for s in range(sms):
+        y = 2.3 - s * 0.9
+        ax.add_patch(patches.Rectangle((x0 + 0.1, y), 2.9, 0.7, facecolor="white", edgecolor="0.4"))
+        ax.text(x0 + 0.17, y + 0.35, f"SM {s}", va="center", fontsize=6.5)
+        for slot, b in enumerate(range(s, blocks, sms)):
+            ax.add_patch(patches.Rectangle((x0 + 0.75 + slot * 1.1, y + 0.1), 1.0, 0.5, facecolor=colors[b % 10],
+                                           alpha=0.35, edgecolor="0.3"))  # fmt: skip
+            ax.text(x0 + 1.25 + slot * 1.1, y + 0.35, f"block {b}", ha="center", va="center", fontsize=6)
+    ax.text(x0 + 1.55, 0.25, "one assignment of many:\nCUDA promises no order", ha="center", va="top", fontsize=6.5)
+    _finish(ax, (-0.1, 10.4), (-0.5, 3.9))
+    return fig
+
+
+@_at_page_size
+def barrier_ring(ax=None):
+    """The ring of shared-memory stages of wgmma_tma.cu (WT_STAGES of them, read from the kernel
+    file) and the two mbarriers of each: the producer warpgroup waits until stage s is empty,
+    announces the bytes it expects on full[s] and has one thread issue the TMA copies; the copy
+    engine completes full[s] when the bytes have landed; each consumer warpgroup waits on full[s],
+    issues its wgmma products from the stage, and arrives on empty[s] once it has read it. The
+    waits name a phase's parity, so the ring turns lap after lap without a reset."""
+    stages = _kernel_define("wgmma_tma.cu", "WT_STAGES")
+    ax = _axes(ax, (7.6, 4.4))
+    width, gap = 1.5, 0.4
+    total = stages * width + (stages - 1) * gap
+    x0 = 1.0 + (7.0 - total) / 2
+    green, red = "tab:green", "tab:red"
+    ax.add_patch(patches.FancyBboxPatch((1.0, 3.7), 7.0, 0.6, boxstyle="round,pad=0.02", facecolor="#f4d6b0",
+                                        edgecolor="0.4", lw=0.6))  # fmt: skip
+    producer = "producer: warpgroup 0 (one thread issues every TMA copy)"
+    ax.text(4.5, 4.0, producer, ha="center", va="center", fontsize=7.5)
+    ax.add_patch(patches.FancyBboxPatch((1.0, -0.3), 7.0, 0.6, boxstyle="round,pad=0.02", facecolor="#cfe0f0",
+                                        edgecolor="0.4", lw=0.6))  # fmt: skip
+    ax.text(4.5, 0.0, "consumers: warpgroups 1 and 2, each reading every stage",
+            ha="center", va="center", fontsize=7.5)  # fmt: skip
+    for s in range(stages):
+        x = x0 + s * (width + gap)
+        ax.add_patch(patches.Rectangle((x, 1.5), width, 1.0, facecolor="#eeeeee", edgecolor="0.3", lw=0.8))
+        ax.text(x + width / 2, 2.15, f"stage {s}", ha="center", va="center", fontsize=7.5)
+        ax.text(x + width / 2, 1.8, "A and B tiles", ha="center", va="center", fontsize=6.5, color="0.3")
+        # full[s]: the producer's copy lands; the consumers wait for it
+        ax.annotate("", xy=(x + 0.35, 2.52), xytext=(x + 0.35, 3.68), arrowprops={"arrowstyle": "->", "lw": 0.8,
+                                                                                 "color": green})  # fmt: skip
+        ax.text(x + 0.42, 3.1, f"full[{s}]", fontsize=6.5, color=green)
+        ax.annotate("", xy=(x + 0.35, 0.32), xytext=(x + 0.35, 1.48), arrowprops={"arrowstyle": "->", "lw": 0.8,
+                                                                                 "color": green})  # fmt: skip
+        # empty[s]: the consumers have read the stage; the producer waits for it before the next lap
+        ax.annotate("", xy=(x + 1.2, 1.48), xytext=(x + 1.2, 0.32), arrowprops={"arrowstyle": "->", "lw": 0.8,
+                                                                               "color": red, "ls": "--"})  # fmt: skip
+        ax.text(x + 1.26, 0.9, f"empty[{s}]", fontsize=6.5, color=red, ha="left")
+    ax.text(0.9, 3.1, "wait empty[s],\nexpect_tx, copy", fontsize=6.5, ha="right", va="center", color=green)
+    ax.text(0.9, 0.9, "wait full[s], wgmma;\nthen arrive\non empty[s]", fontsize=6.5, ha="right", va="center",
+            color="0.25")  # fmt: skip
+    ax.text(8.1, 2.0, f"stage {stages - 1} is\nfollowed by\nstage 0 again:\nthe next lap's\nwaits name\nthe "
+                      "other parity", fontsize=6.5, va="center", color="0.3")  # fmt: skip
+    _finish(ax, (-0.6, 10.4), (-0.5, 4.5))
+    return ax

@@ -105,9 +105,10 @@ def place_labels(ax, xs, ys, labels, fontsize: float = 6.5, avoid=()) -> None:
 # --- the ladder and the profiles ------------------------------------------------------
 
 
-def ladder(bench: dict, ax=None, blog: dict | None = None):
+def ladder(bench: dict, ax=None, blog: dict | None = None, peers: tuple[str, ...] = ("torch",)):
     """Seconds per training step for every stage (log scale), the blog's steps
-    where it gives them, and PyTorch eager as a horizontal line."""
+    where it gives them, and each PyTorch peer the record holds (``torch``: eager;
+    ``torch_graph``: its whole step in one CUDA graph) as a horizontal line."""
     ax = _axes(ax, (8, 4))
     blog = BLOG_SECONDS if blog is None else blog
     rows = bench["stages"]
@@ -130,8 +131,11 @@ def ladder(bench: dict, ax=None, blog: dict | None = None):
                 ax.plot([s, s], [y, dict(blog_points)[s]], ":", color="tab:orange", lw=1)
             ax.plot(*zip(*other), "s", mfc="none", color="tab:orange", label="the blog, read as full epochs")
             blog_points += other
-    if bench.get("torch"):
-        ax.axhline(bench["torch"]["s_per_step"], color="tab:green", ls=":", label=bench["torch"]["name"])
+    peer_style = {"torch": ("tab:green", ":"), "torch_graph": ("tab:red", "--")}
+    shown = [bench[p] for p in peers if bench.get(p)]
+    for peer, row in zip(peers, shown):
+        color, line = peer_style.get(peer, ("0.4", "-."))
+        ax.axhline(row["s_per_step"], color=color, ls=line, label=row["name"])
     ax.set_yscale("log")
     ax.set_xticks(xs)
     ax.set_xlim(min(xs) - 0.5, max(xs) + 0.7)
@@ -140,8 +144,8 @@ def ladder(bench: dict, ax=None, blog: dict | None = None):
     avoid = list(blog_points)
     for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
         avoid += [(x0 + f * (x1 - x0), y0 * (y1 / y0) ** f) for f in (0.25, 0.5, 0.75)]
-    if bench.get("torch"):
-        avoid += [(min(xs) + i / 4, bench["torch"]["s_per_step"]) for i in range(4 * (max(xs) - min(xs)) + 1)]
+    for row in shown:
+        avoid += [(min(xs) + i / 4, row["s_per_step"]) for i in range(4 * (max(xs) - min(xs)) + 1)]
     place_labels(ax, xs, ys, labels, fontsize=7, avoid=avoid)  # * marks the partial epochs
     ax.set_xlabel("stage (each keeps the optimizations below it)")
     ax.set_ylabel("seconds per training step")

@@ -14,7 +14,6 @@ import html
 import os
 
 BOOK_ENV = "MINITORCH_CUDA_BOOK"
-RECORDED_ON = "an NVIDIA H200"
 
 
 def in_book_build() -> bool:
@@ -53,7 +52,7 @@ def why_not_measured() -> str:
     return cuda_unavailable_reason()
 
 
-def no_gpu(what: str = "the next cell shows the results recorded on " + RECORDED_ON) -> Note:
+def no_gpu(what: str = "the next cell shows the recorded results, on the GPU each record names") -> Note:
     """What a `gpu` cell shows where it cannot measure: in the book, that the
     numbers come from the recorded run; in a notebook, the reason as well."""
     if in_book_build():
