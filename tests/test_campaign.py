@@ -109,3 +109,9 @@ def test_the_command_lists_the_plan_and_refuses_unknown_groups(capsys) -> None:
     with pytest.raises(SystemExit):
         campaign.main(["nonsense"])
     assert "unknown group(s) nonsense" in capsys.readouterr().err
+
+
+def test_parallel_groups_each_need_a_gpu_of_their_own(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(campaign, "_gpu_count", lambda: 1)
+    assert campaign.main(["--parallel", "ladder", "tile"]) == 2
+    assert "--parallel needs a GPU per group: 2 groups, 1 GPU(s) here" in capsys.readouterr().err
