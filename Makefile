@@ -29,7 +29,7 @@ book: ## regenerate the .ipynb copies, then build the HTML book, warnings as err
 	$(PYTHON) -m minitorch_cuda.book.notebooks
 	.ci/build_book.sh
 
-book-results: ## on a GPU machine: re-measure everything the book shows into book/results/
+book-results: ## on a GPU machine: re-make every record the book reads into book/results/ (book/results/README.md)
 	bash .ci/refresh_results.sh
 
 tile-eval: ## on a GPU machine: chapter 20's tile evaluation (several minutes) into book/results/tile_eval.json

@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
-# Re-measure everything the book shows, on a GPU machine, into book/results/:
-# the stage ladders with PyTorch, matmul GFLOP/s, per-stage profiles, then every
-# chapter's live `gpu` cells. With $OUT set (the lent GPU machine), the results
-# come back as one archive, $OUT/results.tar.gz.
+# Re-make every record the book reads, on a GPU machine, into book/results/ (or the folder
+# $MINITORCH_CUDA_RESULTS_DIR names): the campaign's groups one after another, without the lent
+# machine's call limit (minitorch_cuda/book/campaign.py has the commands; on the lent machine,
+# .ci/record_book.sh runs them a group a call). With $OUT set, the records also come back as one
+# archive, $OUT/results.tar.gz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-python3 -m minitorch_cuda.bench --record                # the blog's ladder, stages 0-8
-python3 -m minitorch_cuda.bench --record --stages 0-13   # the whole ladder (bench_beyond.json)
-python3 -m minitorch_cuda.experiments.step_split                               # chapter 16: MNIST steps split into host and GPU time
-python3 -m minitorch_cuda.experiments.torch_profile                             # chapter 5: PyTorch's own profile of the step
-python3 .ci/execute_chapters.py
+into=$(realpath "${MINITORCH_CUDA_RESULTS_DIR:-book/results}")
+python3 -m minitorch_cuda.book.campaign --limit 0 --out "${OUT:-_build/records}" --into "$into" \
+    ladder chapters matmul tile
 status=$?
 if [ -n "${OUT:-}" ]; then
-    tar -czf "$OUT/results.tar.gz" -C book results
+    tar -czf "$OUT/results.tar.gz" -C "$(dirname "$into")" "$(basename "$into")"
 fi
 exit $status

@@ -40,11 +40,17 @@ class TorchTrainer:
             if i < len(sizes) - 2:
                 layers.append(torch.nn.ReLU() if protocol.activation == "relu" else torch.nn.Sigmoid())
         self.net = torch.nn.Sequential(*layers).cuda()
-        self.optim = torch.optim.RMSprop(self.net.parameters(), lr=protocol.lr, alpha=protocol.decay, eps=1e-8)
+        self.optim = self.rmsprop()
         self.x = torch.from_numpy(data.x_train.numpy()).cuda()
         self.y = torch.from_numpy(data.y_train.numpy()).cuda()
         self.x_test = torch.from_numpy(data.x_test.numpy()).cuda()
         self.labels_test = data.labels_test
+
+    def rmsprop(self, capturable: bool = False):
+        """The protocol's RmsProp over the network's parameters. ``capturable``: its step count
+        stays on the device, so that a CUDA graph can hold the update (no read-back to the host)."""
+        p = self.protocol
+        return self.torch.optim.RMSprop(self.net.parameters(), lr=p.lr, alpha=p.decay, eps=1e-8, capturable=capturable)
 
     def epoch(self, max_batches: int | None = None) -> float:
         torch, p = self.torch, self.protocol
@@ -82,10 +88,7 @@ class TorchGraphTrainer(TorchTrainer):
     def __init__(self, protocol: Protocol, data, seed: int = 0):
         super().__init__(protocol, data, seed)
         torch, batch = self.torch, protocol.batch_size
-        # capturable: RmsProp's step count stays on the device, so the update is capturable
-        self.optim = torch.optim.RMSprop(
-            self.net.parameters(), lr=protocol.lr, alpha=protocol.decay, eps=1e-8, capturable=True
-        )
+        self.optim = self.rmsprop(capturable=True)  # the update inside the graph
         self.static_x = self.x[:batch].clone()
         self.static_y = self.y[:batch].clone()
         self.static_w = torch.full((batch,), 1.0 / batch, device="cuda")

@@ -38,6 +38,63 @@ def test_the_command_refuses_the_emulator(tmp_path) -> None:
     assert run.stdout == "" and not any(results.iterdir())
 
 
+class _Recorder:
+    """A stand-in for torch, its network and its optimizer: each call appends its name to ``calls``
+    (torch is not installed where these tests run; the GPU run is the lead's)."""
+
+    def __init__(self, calls, name=""):
+        self._calls, self._name = calls, name
+
+    def __getattr__(self, attr):
+        return _Recorder(self._calls, f"{self._name}.{attr}".lstrip("."))
+
+    def __call__(self, *args, **kwargs):
+        self._calls.append((self._name, args, kwargs))
+        return _Recorder(self._calls, f"{self._name}()")
+
+
+def test_torch_compile_gets_the_whole_step_with_nothing_that_waits_for_the_host() -> None:
+    calls = []
+    torch, net, optim = _Recorder(calls, "torch"), _Recorder(calls, "net"), _Recorder(calls, "optim")
+    step = latency_floor.whole_step(torch, net, optim, max_norm=5.0)
+    step("xb", "yb")
+    names = [name for name, _, _ in calls]
+    assert names == [
+        "net", "torch.nn.functional.cross_entropy", "torch.nn.functional.cross_entropy().backward",
+        "net.parameters", "torch.nn.utils.clip_grad_norm_", "optim.step", "optim.zero_grad",
+        "torch.nn.functional.cross_entropy().detach",
+    ]  # fmt: skip
+    assert not any(n.endswith((".item", ".cpu", ".tolist", "synchronize")) for n in names), "no read-back inside"
+    assert calls[4][2] == {"foreach": True} and calls[4][1][1] == 5.0
+
+
+def test_the_compiled_peer_compiles_that_step_with_a_capturable_optimizer(monkeypatch) -> None:
+    """CompiledTrainer on the stand-in: RmsProp capturable, the step compiled with
+    mode="reduce-overhead" for fixed shapes, and a step is a new cudagraph iteration, the compiled
+    call and one read-back of its loss."""
+    from minitorch_cuda import train
+    from minitorch_cuda.torch_reference import TorchTrainer
+
+    calls = []
+
+    def fake_init(self, protocol, data, seed=0):
+        self.torch, self.protocol, self.net = _Recorder(calls, "torch"), protocol, _Recorder(calls, "net")
+
+    monkeypatch.setattr(TorchTrainer, "__init__", fake_init)
+    trainer = latency_floor.CompiledTrainer(train.Protocol(), data=None)
+    (optimizer,) = [c for c in calls if c[0] == "torch.optim.RMSprop"]
+    assert optimizer[2]["capturable"] is True
+    (compiled,) = [c for c in calls if c[0] == "torch.compile"]
+    assert compiled[2] == {"mode": "reduce-overhead", "dynamic": False}
+    assert compiled[1][0].__qualname__ == "whole_step.<locals>.step"
+    del calls[:]
+    trainer.step("xb", "yb")
+    assert [name for name, _, _ in calls] == [
+        "torch.compiler.cudagraph_mark_step_begin", "torch.compile()", "torch.compile()().item"
+    ]  # fmt: skip
+    assert calls[1][1] == ("xb", "yb")
+
+
 def test_one_step_is_the_events_between_two_read_backs() -> None:
     read = "[CUDA memcpy DTOH]"
     timeline = [

@@ -485,3 +485,59 @@ def test_chapter_renders_a_recorded_result(tmp_path) -> None:
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "Fake H200" in text and "not recorded yet" not in text
+
+
+def test_the_chapters_numbers_from_a_synthetic_result() -> None:
+    from minitorch_cuda.tile_eval import findings
+
+    def row(case, dtype, model, log2, ratio, fraction=0.9):
+        return {"case": case, "dtype": dtype, "model": model, "log2": log2, "ratio_to_cuda_c": ratio,
+                "fraction_of_copy": fraction}  # fmt: skip
+
+    ratios = {("copy", "int8"): 0.5, ("triad", "fp32"): 0.95, ("add", "fp64"): 1.08, ("scale", "fp16"): 1.2}
+    throughput = [
+        row(c, d, "triton", log2, r * (1 if log2 == 28 else 0.5)) for (c, d), r in ratios.items() for log2 in (24, 28)
+    ]
+    throughput += [row(c, d, "cupy", 28, 0.7) for c, d in ratios] + [
+        row("copy", dt, "cupy", 28, 0.3) for dt in ("fp64", "fp32", "fp16")
+    ]
+    throughput += [row("add", "fp64", "cuda_c", 28, 1.0, fraction=1.2)]
+    found = findings.streams({"sizes_log2": [24, 28], "throughput": throughput})
+    # within the band: 0.95 and 1.08 (not 1.2, not 0.5); the exceptions from lowest to highest
+    assert (found["streams_close"], found["streams_total"]) == (2, 4)
+    assert (found["streams_lo_case"], found["streams_hi_case"]) == ("fp32 triad", "fp64 add")
+    assert found["stream_exceptions"] == "int8 copy 0.50x and fp16 scale 1.20x"
+    assert found["multi_array_copy_max"] == 1.2 and found["triton_median_24"] == pytest.approx(0.5 * (0.95 + 1.08) / 2)
+    assert (
+        findings._level(1.05) == "ties" and findings._level(0.5) == "is slower" and findings._level(1.5) == "is faster"
+    )
+
+
+def test_the_chapters_numbers_from_the_recorded_run() -> None:
+    """Chapter 20 pastes these; each checked against the record read independently."""
+    from minitorch_cuda import results
+    from minitorch_cuda.tile_eval import findings
+
+    data = results.load("tile_eval")
+    found = findings.numbers(data)
+    triton = {(r["case"], r["dtype"], r["log2"]): r for r in data["throughput"] if r["model"] == "triton"}
+    assert found["heavy64_ratio"] == triton[("heavy64", "uint32", 28)]["ratio_to_cuda_c"]
+    assert found["launch_triton_us"] == data["launch_overhead"]["triton"]["enqueue_us"]
+    assert (
+        found["triton_equal"] <= found["triton_cases"] == sum(1 for r in data["throughput"] if r["model"] == "triton")
+    )
+    # the SEL counts in the order of HEAVY_NS, as the prose lists them
+    assert found["heavy_sel"].replace(",", "").replace(" and", "").split() == [
+        str(data["compile"]["triton"][f"heavy_{n}"]["sass"]["SEL"]) for n in cases.HEAVY_NS
+    ]
+
+
+def test_the_chapters_numbers_skip_what_a_partial_run_lacks() -> None:
+    """A run whose sections failed (fake_result: a failed row and launch, Triton compiles missing or
+    failed) gives the numbers it has and no error, so that the chapter still runs on it."""
+    from minitorch_cuda.tile_eval import findings
+
+    found = findings.numbers(fake_result())
+    assert found["streams_total"] > 0 and found["launch_cuda_c_us"] == 3.0  # what the run has
+    assert "launch_triton_us" not in found  # its launch failed
+    assert "heavy_sel" not in found and "cuda_c_module_s" not in found  # sections it lacks

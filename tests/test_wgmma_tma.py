@@ -36,7 +36,9 @@ CAP_AT_ENTRY = 168  # 65536 registers / 384 threads, rounded down to a multiple 
 @pytest.mark.parametrize(
     "defines",
     [(), ("-DWT_BN=128",), ("-DWT_STAGES=1",), ("-DWT_BN=128", "-DWT_STAGES=6"), ("-DWT_DEBUG",),
-     ("-DWT_B_N_MAJOR=1",), ("-DWT_B_N_MAJOR=1", "-DWT_BN=128"), ("-DWT_B_N_MAJOR=1", "-DWT_STAGES=1")],
+     ("-DWT_B_N_MAJOR=1",), ("-DWT_B_N_MAJOR=1", "-DWT_BN=128"), ("-DWT_B_N_MAJOR=1", "-DWT_STAGES=1"),
+     # the ablation's builds (experiments/tma_ablation.py): copies by threads, one consumer, both
+     ("-DWT_TMA=0",), ("-DWT_CONSUMERS=1",), ("-DWT_TMA=0", "-DWT_CONSUMERS=1"), ("-DWT_TMA=0", "-DWT_BN=128")],
     ids=str,
 )  # fmt: skip
 def test_builds_for_sm_90a_without_spills(defines, tmp_path):
@@ -73,7 +75,11 @@ def test_builds_for_sm_90a_without_spills(defines, tmp_path):
     assert waits == ({"0x0"} if in_step else {"0x0", "0x1"}), waits
     assert len(re.findall(rf"HGMMA\.64x{bn}x8\.F32\.TF32", sass)) == wgmmas, "one wgmma per 8 columns of a slice"
     copies = 1 + 4 if n_major else 2  # A's tile, and B's: one box, or four of 32 columns
-    assert len(re.findall(r"UTMALDG\.3D", sass)) == copies, "TMA copies of A and of B"
+    if "-DWT_TMA=0" in defines:  # the producer's threads copy, in a loop, and arrive as their copies land
+        assert not re.search(r"UTMALDG", sass) and len(re.findall(r"\bLDGSTS\b", sass)) == 2, "one cp.async a loop"
+        assert re.search(r"ARRIVES\.LDGSTSBAR", sass), "cp.async.mbarrier.arrive"
+    else:
+        assert len(re.findall(r"UTMALDG\.3D", sass)) == copies, "TMA copies of A and of B"
     assert "USETMAXREG.DEALLOC" in sass and "USETMAXREG.TRY_ALLOC" in sass
     if "-DWT_DEBUG" not in defines:  # the debug build's printf takes its arguments from the stack
         assert not re.search(r"\b(LDL|STL)\b", sass), "nothing in local memory"
@@ -253,6 +259,46 @@ def test_launcher_builds_the_maps_and_the_launch_the_kernel_expects():
     assert "needs a Hopper GPU (sm_90: TMA, wgmma, setmaxnreg); stand-in device is sm_80" in not_hopper
 
 
+ABLATION_SIDE = (
+    HOST_SIDE.split("M, N, K = 300, 600, 1028")[0]
+    + """
+M, N, K = 300, 600, 1028
+a, b, c = DeviceArray.empty((3, M, K)), DeviceArray.empty((N, K)), DeviceArray.empty((3, M, N))
+g = launch_core.Gemm(M, N, K, tb=True, stride_a=M * K, stride_b=0, batch=3)
+matmul_launchers.matmul_tf32_wgmma_tma(c, a, b, g, bn=256, consumers=1, tma=False, blocks=10**6)
+try:
+    matmul_launchers.matmul_tf32_wgmma_tma(c, a, DeviceArray.empty((K, N)), launch_core.Gemm(M, N, K), bn=256,
+                                           as_stored=True, tma=False)
+except ValueError as exc:
+    refused.append(str(exc))
+print(json.dumps({"encoded": encoded, "launched": launched, "built": built, "refused": refused,
+                  "pointers": [a.ptr, b.ptr, c.ptr]}))
+"""
+)
+
+
+def test_the_ablations_switches_reach_the_build_and_the_launch():
+    """On the stand-in driver: one consumer makes 64-row tiles (maps, grid, 256 threads, shared
+    memory), copies by threads pass A's and B^T's pointers and batch strides after the kernel's own
+    arguments (B^T shared: stride 0), a grid of as many blocks as tiles gives one tile a block, and
+    the N-major build refuses the switches."""
+    done = subprocess.run([sys.executable, "-c", ABLATION_SIDE], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = json.loads(done.stdout.splitlines()[-1])
+    pa, pb, pc = run["pointers"]
+    M, N, K = 300, 600, 1028
+    assert [m[5] for m in run["encoded"]] == [[32, 64, 1], [32, 256, 1]]  # A's box: 64 rows
+    tiles = 3 * 5 * 3  # three matrices of ceil(300 / 64) x ceil(600 / 256) tiles
+    smem = 4 * (64 + 256) * 32 * 4 + 1024
+    assert run["launched"] == [
+        ["matmul_tf32_wgmma_tma", smem, [tiles, 1, 1], [256, 1, 1], [1, 2, pc, M, N, K, 3, 1, tiles, pa, pb, M * K, 0]]
+    ]
+    built = [b for b in run["built"] if b[0][0].startswith("#define WT_")]
+    assert built == [[["#define WT_BN 256", "#define WT_STAGES 4", "#define WT_B_N_MAJOR 0", "#define WT_CONSUMERS 1"],
+                      "sm_90a"]]  # fmt: skip
+    assert len(run["refused"]) == 1 and "K-major only" in run["refused"][0]
+
+
 DRIVER_LAUNCH = f"""
 import ctypes, json, struct, sys, types
 sys.path.insert(0, {str(TESTS)!r})
@@ -374,6 +420,7 @@ def _launch(a, b, tb=True, **switches):
     from minitorch_cuda.cuda.runtime import synchronize
 
     _hopper()
+    switches.setdefault("bn", 256)  # the launcher takes the width it is given (matmul_choice tunes it)
     g = launch_core.Gemm.of(a, b, tb=tb)
     out = backend.from_numpy(np.full(((g.batch,) if g.batch > 1 else ()) + (g.M, g.N), np.nan, np.float32))
     matmul_launchers.matmul_tf32_wgmma_tma(out, backend.from_numpy(a), backend.from_numpy(b), g, **switches)
@@ -476,6 +523,26 @@ def test_debug_switches_compute_the_same_product(switches):
     """Many tiles per block and many slices per stage, so that every ring wraps several times."""
     a, b = matmul_inputs(520, 1030, 420, False, True, seed=35)
     _check_tf32(_launch(a, b, **switches), a, b, f"{switches}: ")
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("first_launch_apart")
+@pytest.mark.parametrize(
+    "switches",
+    [{"tma": False}, {"consumers": 1}, {"tma": False, "consumers": 1, "bn": 128}, {"blocks": 10**6},
+     {"tma": False, "stages": 1}],
+    ids=str,
+)  # fmt: skip
+def test_the_ablations_builds_compute_the_same_product(switches):
+    """experiments/tma_ablation.py's variants, on partial tiles, K not a multiple of 32 and a batch
+    with a shared B^T (the copies by threads zero-fill and offset as TMA does)."""
+    a, b = matmul_inputs(520, 1030, 420, False, True, seed=36)
+    _check_tf32(_launch(a, b, **switches), a, b, f"{switches}: ")
+    batch = np.random.default_rng(37).standard_normal((3, 130, 68)).astype(np.float32)
+    shared = np.random.default_rng(38).standard_normal((260, 68)).astype(np.float32)
+    out = _launch(batch, shared, **switches)
+    for z in range(3):
+        _check_tf32(out[z], batch[z], shared, f"{switches}, matrix {z}: ")
 
 
 @pytest.mark.gpu

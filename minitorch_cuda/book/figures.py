@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
+from ..experiments.tma_ablation import fractions
 from ..profiler import draw_timeline
 from . import style
 from .tables import MATMUL_LABELS
@@ -481,5 +482,29 @@ def ratio_bars(data: dict, cases: list[str], log2: int, ax=None):
     ax.set_xlim(0, max(1.2, max(b[4] for b in bars) + 0.15))
     ax.set_xlabel(f"throughput relative to CUDA C at 2^{log2} elements (1 = as fast)")
     ax.legend(fontsize=7, ncol=len(colors), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    ax.grid(True, axis="x", alpha=0.3)
+    return ax
+
+
+def ablation_bars(record: dict, ax=None):
+    """The TMA kernel's ablation (experiments/tma_ablation.py): each variant's GFLOP/s as a fraction
+    of cuBLAS TF32 in the same run, one bar per size, the whole kernel first."""
+    shares = fractions(record)
+    sizes = list(record["cublas_tf32_gflops"])
+    ax = _axes(ax, (7, 0.45 * len(shares) * len(sizes) + 1.0))
+    height = 0.8 / len(sizes)
+    for i, n in enumerate(sizes):
+        ys = [j + (i - (len(sizes) - 1) / 2) * height for j in range(len(shares))]
+        values = [per.get(n, float("nan")) for per in shares.values()]
+        ax.barh(ys, values, height, label=f"{n}³")
+        for y, v in zip(ys, values):
+            ax.text(v + 0.01, y, f"{v:.0%}", va="center", fontsize=7)
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_yticks(range(len(shares)), list(shares), fontsize=7)
+    ax.invert_yaxis()  # the whole kernel on top
+    top = max((v for per in shares.values() for v in per.values()), default=1.0)
+    ax.set_xlim(0, max(1.1, top + 0.12))
+    ax.set_xlabel("GFLOP/s as a fraction of cuBLAS TF32 in the same run (1 = as fast)")
+    ax.legend(fontsize=7, ncol=len(sizes), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     ax.grid(True, axis="x", alpha=0.3)
     return ax

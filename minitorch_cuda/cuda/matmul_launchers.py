@@ -311,7 +311,7 @@ def matmul_tf32_wgmma(c, a, b, g: Gemm, *, timed: int = 0):
 
 def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, bn: int, as_stored: bool | None = None,
                           stages: int | None = None, blocks: int | None = None, tiles: int | None = None,
-                          debug: bool = False, timed: int = 0):  # fmt: skip
+                          debug: bool = False, consumers: int = 2, tma: bool = True, timed: int = 0):  # fmt: skip
     """Stage 12 from WGMMA_MIN_PRODUCT up: C = op(A) op(B) on Hopper by wgmma_tma.cu, TMA copies
     into a ring of mbarrier-synchronized stages, a producer and two consumer warpgroups, persistent
     blocks over grouped tiles 128 rows by ``bn`` columns. Its operands are read K-contiguous
@@ -320,7 +320,10 @@ def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, bn: int, as_stored: bool | None =
     wherever it can be (matmul_choice.wgmma_tma_variant times both ways). Its two tensor maps are
     passed by value (128 bytes each, ``128s`` in its signature).
     Debugging: ``stages=1`` builds a single stage, ``blocks=1`` has one block walk every tile,
-    ``tiles=n`` computes only the first n tiles of the raster, ``debug`` names a stuck barrier."""
+    ``tiles=n`` computes only the first n tiles of the raster, ``debug`` names a stuck barrier.
+    The ablation (experiments/tma_ablation.py; B^T given, as_stored False): ``consumers=1``, one
+    consumer warpgroup on 64-row tiles; ``tma=False``, the producer's threads copy the slices;
+    ``blocks`` as many as the tiles, one tile a block (no persistence)."""
     if runtime.arch() != "sm_90":
         raise ValueError(
             f"matmul_tf32_wgmma_tma needs a Hopper GPU (sm_90: TMA, wgmma, setmaxnreg); "
@@ -332,13 +335,14 @@ def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, bn: int, as_stored: bool | None =
         as_stored = b_reads_as_stored(a, b, g)
     elif as_stored and not b_reads_as_stored(a, b, g):
         raise ValueError(f"B is read as stored only for a @ b with aligned operands and N % 4 == 0, not {g}")
-    kernel, shape = wgmma_tma.kernel(bn, stages, debug, as_stored)
+    kernel, shape = wgmma_tma.kernel(bn, stages, debug, as_stored, consumers=consumers, tma=tma)
     if as_stored:
         pa, pb, k, times = as_arg(a), as_arg(b), g, []
     else:
         pa, pb, k, times, _scratch = k_major_operands(a, b, g, timed)
-    maps, grid, rest = wgmma_tma.plan(pa, pb, k, bn, stages, blocks, tiles, as_stored)
-    times.append(dispatch(kernel, grid, (shape["THREADS"], 1, 1), (*maps, c, *rest), timed, (g,)))
+    maps, grid, rest = wgmma_tma.plan(pa, pb, k, bn, stages, blocks, tiles, as_stored, consumers)
+    copied = () if tma else (pa, pb, k.stride_a, k.stride_b)  # the operands the producer's threads read
+    times.append(dispatch(kernel, grid, (shape["THREADS"], 1, 1), (*maps, c, *rest, *copied), timed, (g,)))
     return total_ms(times)
 
 

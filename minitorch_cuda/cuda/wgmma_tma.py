@@ -18,12 +18,17 @@ NAME = "matmul_tf32_wgmma_tma"
 
 
 @functools.cache
-def shape(bn: int, stages: int | None) -> dict[str, int]:
-    """wgmma_tma.cu's WT_ defines (BM, BN, BK, STAGES, THREADS, ...) with WT_BN=bn and WT_STAGES=stages
-    (None: the file's own), checked against what a Hopper block can hold."""
+def shape(bn: int, stages: int | None, consumers: int = 2) -> dict[str, int]:
+    """wgmma_tma.cu's WT_ defines (BM, BN, BK, STAGES, THREADS, ...) with WT_BN=bn, WT_STAGES=stages
+    (None: the file's own) and WT_CONSUMERS=consumers, checked against what a Hopper block can hold."""
     found = {**kernel_defines("wgmma_tma.cu", "WT"), "BN": bn, **({} if stages is None else {"STAGES": stages})}
-    if bn not in (128, 256) or found["STAGES"] < 1:
-        raise ValueError(f"wgmma_tma.cu takes WT_BN 128 or 256 and at least one stage, not {bn} and {stages}")
+    # a consumer warpgroup computes 64 rows of the tile; the producer warpgroup is the block's first
+    found |= {"CONSUMERS": consumers, "BM": 64 * consumers, "THREADS": 128 * (1 + consumers)}
+    if bn not in (128, 256) or found["STAGES"] < 1 or consumers not in (1, 2):
+        raise ValueError(
+            f"wgmma_tma.cu takes WT_BN 128 or 256, at least one stage and 1 or 2 consumer warpgroups, "
+            f"not {bn}, {stages} and {consumers}"
+        )
     if shared_bytes(found) + 16 * found["STAGES"] > HOPPER_SHARED_BYTES:  # + the static mbarriers
         raise ValueError(
             f"{found['STAGES']} stages of {found['BM']} x {bn} tiles need {shared_bytes(found)} bytes of shared memory"
@@ -37,26 +42,40 @@ def shared_bytes(shape: dict[str, int]) -> int:
     return shape["STAGES"] * (shape["BM"] + shape["BN"]) * shape["BK"] * ITEMSIZE + 1024
 
 
-def kernel(bn: int, stages: int | None, debug: bool, n_major: bool = False) -> tuple[Kernel, dict[str, int]]:
+# What a build without TMA also takes: the operands its producer's threads read (wgmma_tma.cu's WT_COPY_PARAMS).
+COPY_PARAMS = "const float *a, const float *b, int stride_a, int stride_b"
+
+
+def kernel(bn: int, stages: int | None, debug: bool, n_major: bool = False, *, consumers: int = 2,
+           tma: bool = True) -> tuple[Kernel, dict[str, int]]:  # fmt: skip
     """wgmma_tma.cu built for this Hopper GPU with WT_BN=bn and WT_STAGES=stages (None: the file's
     own), once per process, and its shape. ``debug`` makes a stuck wait print which barrier it was;
     ``n_major`` builds the kernel that reads B as stored for ``a @ b`` (WT_B_N_MAJOR: C^T = B^T A^T,
-    B^T the register operand)."""
-    s = shape(bn, stages)
+    B^T the register operand). The ablation's switches (K-major only): ``consumers=1``, one consumer
+    warpgroup and 64-row tiles; ``tma=False``, the producer's threads copy (the kernel then takes
+    COPY_PARAMS after its own)."""
+    if n_major and (consumers != 2 or not tma):
+        raise ValueError("the N-major build has two consumers and TMA copies: the ablation's switches are K-major only")
+    s = shape(bn, stages, consumers)
     defines = {"WT_BN": bn, "WT_STAGES": s["STAGES"], "WT_B_N_MAJOR": int(n_major)}
+    if consumers != 2:
+        defines["WT_CONSUMERS"] = consumers
+    if not tma:
+        defines["WT_TMA"] = 0
     if debug:
         defines["WT_DEBUG"] = None
-    return registry.variant(NAME, defines, shared_bytes=shared_bytes(s)), s
+    extra = "" if tma else COPY_PARAMS
+    return registry.variant(NAME, defines, extra_params=extra, shared_bytes=shared_bytes(s)), s
 
 
 @functools.lru_cache(maxsize=64)  # the same operands, the same launch: a map only describes memory
 def plan(pa: int, pb: int, k: Gemm, bn: int, stages: int | None, blocks: int | None, tiles: int | None,
-         n_major: bool = False) -> tuple[tuple[bytes, bytes], tuple, tuple]:  # fmt: skip
+         n_major: bool = False, consumers: int = 2) -> tuple[tuple[bytes, bytes], tuple, tuple]:  # fmt: skip
     """wgmma_tma.cu's launch of C = A B^T (``k``, operands K-contiguous at ``pa`` and ``pb``), or
     with ``n_major`` of C = A B (B N-contiguous, read in boxes of 32 x 32): its two encoded tensor
     maps, its grid, and its arguments after C. Worked out once per problem and operands: at
     2048^3 the product takes tens of microseconds, as long as working this out took."""
-    s = shape(bn, stages)
+    s = shape(bn, stages, consumers)
     bm, bk = s["BM"], s["BK"]
     # each operand as row-major rows x inner matrices, and its box: (rows, inner, stride, box rows, box inner)
     if n_major:  # A's rows take B^T's place; B is K rows of N

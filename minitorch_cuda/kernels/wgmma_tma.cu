@@ -27,6 +27,14 @@
 // A consumer holds two register operands and alternates: the next slice's loads into one while the
 // group of this slice, which reads the other, runs.
 //
+// The ablation (experiments/tma_ablation.py), each switch taking one feature away: -DWT_TMA=0 has
+// the producer warpgroup's 128 threads stage each slice by cp.async into the same swizzled layout,
+// as wgmma.cu's threads do (the kernel then also takes A's and B^T's pointers and batch strides;
+// each producer thread arrives on the full barrier when its copies land, and a consumer fences
+// the generic proxy's writes before its wgmma reads them); -DWT_CONSUMERS=1 has one consumer
+// warpgroup and 64-row tiles (two consumers' 256 accumulators would not fit one thread); the
+// launch's `blocks` equal to its tiles gives one tile a block (no persistence). K-major only.
+//
 // Debugging: -DWT_STAGES=1 runs one stage (copy, multiply, release, strictly in turn), the launch
 // may have one block (every tile in order) or compute only the first `tiles` tiles, and a wait that
 // lasts WT_WATCHDOG_NS prints the barrier it waits on and traps instead of hanging the GPU.
@@ -35,9 +43,19 @@
 // with box (WT_BK, WT_BM) and (WT_BK, WT_BN), 128-byte swizzle (N-major: map_a has box (WT_BK, WT_BN)
 // and map_b is (N, K, matrices) of B, box (32, WT_BK)); an operand of one matrix is shared
 // by the batch (batches_x = 1). Needs K % 4 == 0 and 16-byte aligned operands (TMA's rules).
+#include "cp_async.cuh"
 #include "wgmma_tf32.cuh"
 
-#define WT_BM 128
+#ifndef WT_TMA  // 1: the copy engine stages the tiles; 0: the producer's threads (the ablation)
+#define WT_TMA 1
+#endif
+#ifndef WT_CONSUMERS  // consumer warpgroups, 64 rows of the tile each: 2, or 1 (the ablation)
+#define WT_CONSUMERS 2
+#endif
+#if WT_CONSUMERS != 1 && WT_CONSUMERS != 2
+#error "WT_CONSUMERS is 1 or 2"
+#endif
+#define WT_BM (64 * WT_CONSUMERS)
 #ifndef WT_BN  // 256, or 128 (half the accumulators; -DWT_BN=128)
 #define WT_BN 256
 #endif
@@ -53,6 +71,9 @@
 #ifndef WT_B_N_MAJOR
 #define WT_B_N_MAJOR 0
 #endif
+#if WT_B_N_MAJOR && (!WT_TMA || WT_CONSUMERS != 2)
+#error "the N-major build has two consumers and TMA copies (the ablation's switches are K-major only)"
+#endif
 #if WT_B_N_MAJOR  // the rows and columns of C one tile covers
 #define WT_TILE_M WT_BN
 #define WT_TILE_N WT_BM
@@ -62,7 +83,8 @@
 #endif
 #define WT_BK 32
 #define WT_BOX_BYTES (WT_BK * 128)  // N-major: one TMA box of B, WT_BK rows of K by 32 columns of N (128-byte rows)
-#define WT_THREADS 384  // a producer warpgroup and two consumer warpgroups
+#define WT_THREADS (128 + 128 * WT_CONSUMERS)  // a producer warpgroup and the consumer warpgroups
+#define WT_MAX_THREADS 384  // the launch bounds of every build: one register cap at entry for setmaxnreg
 #define WT_PRODUCER_REGS 40
 #define WT_CONSUMER_REGS 232  // 128 x 40 + 256 x 232 <= 65536 registers
 #define WT_A_BYTES (WT_BM * WT_BK * 4)
@@ -70,6 +92,11 @@
 #define WT_SMEM_BYTES (WT_STAGES * WT_STAGE_BYTES + 1024)  // + room to align to 1024 bytes
 #define WT_IN_FLIGHT (WT_STAGES > 1)  // wgmma groups left running while the next stage is waited for
 #define WT_WATCHDOG_NS 4000000000ull  // 4 s: no wait is legitimately that long
+#if WT_TMA
+#define WT_COPY_PARAMS
+#else  // the operands the producer's threads read: A (M x K) and B^T (N x K), and their batch strides
+#define WT_COPY_PARAMS , const float *a, const float *b, int stride_a, int stride_b
+#endif
 
 // A CUtensorMap as cuTensorMapEncodeTiled wrote it: 128 opaque bytes, 64-byte aligned.
 struct __align__(64) TensorMap {
@@ -139,6 +166,28 @@ __device__ __forceinline__ void tma_load(void* tile, const TensorMap* map, unsig
         "l"(map), "r"(k), "r"(row), "r"(matrix), "r"(shared_address(bar))
         : "memory");
 }
+
+#if !WT_TMA
+// Stage the R x 32 slice at (r0, k0) of a K-contiguous `rows` x K operand by the producer
+// warpgroup's 128 threads, swizzled as TMA's 128-byte swizzle leaves it (wgmma.cu's layout): thread
+// t copies quad t % 8 of rows t / 8, t / 8 + 16, ..., whose swizzled place is the same in each.
+template <int R>
+__device__ __forceinline__ void copy_rows(unsigned char* tile, const float* g, int rows, int K, int r0, int k0) {
+    const int r = threadIdx.x / 8, j = threadIdx.x % 8, k = k0 + 4 * j;
+    unsigned char* const dst = tile + r * 128 + ((j ^ (r % 8)) << 4);
+    const float* const src = g + (long long)(r0 + r) * K + k;
+#pragma unroll 1  // a loop, not R / 16 copies unrolled: the producer keeps 40 registers
+    for (int i = 0; i < R / 16; ++i) {
+        const bool inside = r0 + r + 16 * i < rows && k < K;
+        cp_async16(dst + i * 16 * 128, inside ? src + (long long)16 * i * K : g, inside ? 16 : 0);
+    }
+}
+
+// One arrival on `bar` once this thread's copies so far have landed (the count of `bar` includes it).
+__device__ __forceinline__ void copies_arrive(unsigned long long* bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_address(bar)) : "memory");
+}
+#endif
 
 // --- the schedule ------------------------------------------------------------------------------
 
@@ -223,9 +272,9 @@ __device__ __forceinline__ void load_operand(unsigned (&a)[16], const unsigned c
 
 #endif
 
-extern "C" __global__ void __launch_bounds__(WT_THREADS, 1)
+extern "C" __global__ void __launch_bounds__(WT_MAX_THREADS, 1)
     matmul_tf32_wgmma_tma(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b, float* c,
-                          int M, int N, int K, int batches_a, int batches_b, int tiles) {
+                          int M, int N, int K, int batches_a, int batches_b, int tiles WT_COPY_PARAMS) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(16) unsigned char wt_smem[];
     __shared__ __align__(8) unsigned long long full[WT_STAGES], empty[WT_STAGES];
@@ -237,27 +286,38 @@ extern "C" __global__ void __launch_bounds__(WT_THREADS, 1)
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < WT_STAGES; ++s) {
-            barrier_init(&full[s], 1);   // the producer's arrival, plus the copy's bytes
-            barrier_init(&empty[s], 2);  // one arrival per consumer warpgroup
+            barrier_init(&full[s], WT_TMA ? 1 : 128);  // the producer's arrival and the copy's bytes; or each copier's
+            barrier_init(&empty[s], WT_CONSUMERS);     // one arrival per consumer warpgroup
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
     }
     __syncthreads();
 
-    if (threadIdx.x < 128) {  // the producer warpgroup; one thread issues every copy
+    if (threadIdx.x < 128) {  // the producer warpgroup; one thread issues every copy (TMA), or all copy
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WT_PRODUCER_REGS));
-        if (threadIdx.x == 0) {
+        if (!WT_TMA || threadIdx.x == 0) {
+#if WT_TMA
             asm volatile("prefetch.tensormap [%0];\n" ::"l"(&map_a) : "memory");
             asm volatile("prefetch.tensormap [%0];\n" ::"l"(&map_b) : "memory");
+#endif
             int stage = 0;
             unsigned phase = 0;
             for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
                 const Tile tile = tile_at(t, tiles_m, tiles_n);
                 for (int slice = 0; slice < slices; ++slice) {
                     barrier_wait(&empty[stage], phase ^ 1, "empty", stage);
-                    barrier_expect_bytes(&full[stage], WT_STAGE_BYTES);  // whole boxes, zero-filled ones too
                     const int matrix_a = min(tile.matrix, batches_a - 1), matrix_b = min(tile.matrix, batches_b - 1);
-#if WT_B_N_MAJOR  // A's rows where B^T's were; B's 32-column boxes where A's rows were
+#if !WT_TMA
+                    copy_rows<WT_BM>(tile_a(stage), a + (long long)matrix_a * stride_a, M, K, tile.m * WT_BM,
+                                     slice * WT_BK);
+                    copy_rows<WT_BN>(tile_b(stage), b + (long long)matrix_b * stride_b, N, K, tile.n * WT_BN,
+                                     slice * WT_BK);
+                    copies_arrive(&full[stage]);
+#else
+                    barrier_expect_bytes(&full[stage], WT_STAGE_BYTES);  // whole boxes, zero-filled ones too
+#endif
+#if !WT_TMA
+#elif WT_B_N_MAJOR  // A's rows where B^T's were; B's 32-column boxes where A's rows were
                     tma_load(tile_b(stage), &map_a, &full[stage], slice * WT_BK, tile.m * WT_TILE_M, matrix_a);
 #pragma unroll
                     for (int box = 0; box < WT_BM / 32; ++box)
@@ -318,6 +378,9 @@ extern "C" __global__ void __launch_bounds__(WT_THREADS, 1)
             int previous = 0;  // the stage whose wgmma may still run
             for (int slice = 0; slice < slices; ++slice) {
                 barrier_wait(&full[stage], phase, "full", stage);
+#if !WT_TMA  // the producer's threads wrote the slice through the generic proxy; wgmma reads through the async one
+                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
                 wgmma_slice(d, tile_a(stage) + consumer * 64 * 128, tile_b(stage));  // this warpgroup's 64 rows of A
                 wgmma_wait<WT_IN_FLIGHT>(d);
                 if (!WT_IN_FLIGHT) {
