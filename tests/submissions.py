@@ -419,6 +419,21 @@ STUDENTS["race_with_right_answer"] = Student(
 )
 
 
+STUDENTS["race_hidden_from_the_check"] = Student(
+    "the race above, in a kernel marked no_sanitize_thread so that g++ leaves out the calls race checking "
+    "is made of: the emulator's order gives the right sum, and no check would see the race",
+    chapters("solutions", 6),
+    (
+        Edit("06_opt1_memcopies", SUMSQ_TREE_6, LAST_THREAD_SUMS_6),
+        Edit(
+            "06_opt1_memcopies",
+            'extern "C" __global__ void sumsq_volatile(',
+            'extern "C" __global__ __attribute__((no_sanitize_thread)) void sumsq_volatile(',
+        ),
+    ),
+)
+
+
 # --- the known cheats -------------------------------------------------------------------------
 #
 # Each cheat hands in the shipped solutions of the CPU-graded chapters with one exercise attacked.

@@ -570,6 +570,10 @@ FIRST_EXPECTED = {
         for i in ("3.3", "6.1", "11.1", "13.1", "16.1", "17.1")
     },
     "race_with_right_answer": {"6.1": {verdict.RACE, verdict.WRONG_RESULT, verdict.SANITIZER, verdict.RACECHECK}},
+    # on a GPU the race fails as above; on the emulator the attribute itself is refused
+    "race_hidden_from_the_check": {
+        "6.1": {verdict.RACE, verdict.WRONG_RESULT, verdict.SANITIZER, verdict.RACECHECK, verdict.FORBIDDEN}
+    },
     "infinite_loop": {i: {verdict.TIMEOUT} for i in ("3.1", "11.1", "13.1", "12.1", "14.2", "15.1", "16.1", "17.1")},
     "hidden_syncs": {"12.1": {verdict.SYNCS}},
     **{student: {"12.1": {verdict.SYNCS}} for student in ("sync_by_getattr", "extra_item", "numpy_read_back")},
@@ -1871,7 +1875,7 @@ def test_a_race_with_the_right_answer_fails_as_a_race_on_the_emulator(tmp_path) 
     """6.1's last thread sums every slot with no barrier after the stores: in the emulator's order the
     sum is right and every run agrees, yet `grade --emulate` fails it as a race, naming both threads
     and both lines."""
-    names = ("full_solutions", "race_with_right_answer")
+    names = ("full_solutions", "race_with_right_answer", "race_hidden_from_the_check")
     subs = build(tmp_path / "subs", {s: STUDENTS[s] for s in names})
     for folder in subs.iterdir():
         for p in folder.iterdir():
@@ -1885,3 +1889,5 @@ def test_a_race_with_the_right_answer_fails_as_a_race_on_the_emulator(tmp_path) 
     assert "thread (1023, 0, 0): data race (racecheck)" in message, message
     assert "reads it at line" in message and "total += smem[i]" in message, message
     assert "thread (0, 0, 0) of the same block wrote it at line" in message and "smem[t] = acc;" in message, message
+    hidden = results[("race_hidden_from_the_check", "6.1")]  # the attribute that would hide it is refused
+    assert hidden["reason"] == verdict.FORBIDDEN and "no_sanitize_thread" in hidden["message"], hidden

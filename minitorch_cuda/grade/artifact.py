@@ -147,6 +147,8 @@ _SHUFFLE = re.compile(r"\b__shfl\w*")
 _ATOMIC = re.compile(r"\b(atomic[A-Z]\w*|__atomic_\w+|__sync_\w+|__nv_atomic\w*|(?:std|cuda)::atomic\w*)\b")
 _CALLED = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^;{}()]*>)?\s*\(")
 _FLOAT4 = re.compile(r"\bfloat4\b")
+# GCC's attributes that leave a function without the sanitizer calls the emulator's checks are made of
+_UNCHECKED = re.compile(r"\b_*(?:no_sanitize\w*|no_address_safety_analysis)_*\b")
 
 
 def _code(text: str) -> str:
@@ -158,6 +160,20 @@ def _code(text: str) -> str:
     return _LITERAL.sub(blank, _MARKER.sub("", text))
 
 
+def added(pattern: re.Pattern, code: str, base: str) -> list[str]:
+    """The matches of ``pattern`` in preprocessed ``code`` beyond those of ``base`` (both through
+    ``_code``): what the student's code adds to a baseline that only includes its headers."""
+    extra = collections.Counter(pattern.findall(code))
+    extra.subtract(collections.Counter(pattern.findall(base)))
+    return sorted(name for name, n in extra.items() if n > 0)
+
+
+def unchecked(text: str, baseline: str) -> list[str]:
+    """The attributes in the emulator's preprocessed ``text``, beyond ``baseline``'s, that switch off
+    the checks g++ compiles into a kernel for the emulator (race checking's calls, the bounds checks)."""
+    return added(_UNCHECKED, _code(text), _code(baseline))
+
+
 def from_preprocessed(text: str, baseline: str, opened: frozenset[str]) -> Artifact:
     """The artifact of the emulator's preprocessed ``text``. ``baseline`` is the same preprocessing of a
     source that only includes ``opened`` (the course headers the student's opened): what the text holds
@@ -165,10 +181,7 @@ def from_preprocessed(text: str, baseline: str, opened: frozenset[str]) -> Artif
     code, base = _code(text), _code(baseline)
 
     def more(pattern: re.Pattern) -> list[str]:
-        """The matches of ``pattern`` that the student's code adds to the baseline's."""
-        extra = collections.Counter(pattern.findall(code))
-        extra.subtract(collections.Counter(pattern.findall(base)))
-        return sorted(name for name, n in extra.items() if n > 0)
+        return added(pattern, code, base)
 
     from ..emulator.compiler import kernels
 

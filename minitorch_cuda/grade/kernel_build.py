@@ -23,7 +23,7 @@ from pathlib import Path
 from .. import emulator
 from ..cuda.kernel_table import KERNEL_DIR, NVCC_OPTIONS, SPECS
 from . import sandbox
-from .artifact import Artifact, from_preprocessed, from_ptx
+from .artifact import Artifact, from_preprocessed, from_ptx, unchecked
 from .exercises import Exercise
 from .verdict import FORBIDDEN, fail
 
@@ -269,6 +269,12 @@ def _emulated(source: str) -> Built:
     finally:
         compiler.run_compiler = compiler.on_preprocessed = None
     check_headers_unchanged(text, baseline)
+    if switched_off := unchecked(text, baseline):
+        fail(
+            FORBIDDEN,
+            f"your kernel switches off the emulator's race and bounds checks ({', '.join(switched_off)}): "
+            "remove the attribute; the grader checks every access of your kernel",
+        )
     return Built(module, from_preprocessed(text, baseline, opened))
 
 
