@@ -187,6 +187,50 @@ VEC4 = 'extern "C" __global__ void k(float* out, const float* a) {\n'
 VEC4 += "    reinterpret_cast<float4*>(out)[threadIdx.x] = reinterpret_cast<const float4*>(a)[threadIdx.x];\n}\n"
 
 
+# What a kernel could do on the emulator to silence its checks: leave g++'s sanitizer calls out of a
+# function, or reach the emulator's own state (the block's race-checking record, its runtime's calls)
+SILENCED = {
+    "no_sanitize_thread": 'extern "C" __global__ __attribute__((no_sanitize_thread)) void k(float* out) {\n'
+    "    out[threadIdx.x] = 1.0f;\n}\n",
+    "no_sanitize_by_macro": '#define QUIET __attribute__((__no_sanitize__("thread", "bounds")))\n'
+    'extern "C" __global__ QUIET void k(float* out) {\n    out[threadIdx.x] = 1.0f;\n}\n',
+    "the_block_record": 'extern "C" __global__ void k(float* out) {\n'
+    "    emu::self()->block->racecheck = nullptr;\n    out[threadIdx.x] = 1.0f;\n}\n",
+    "the_namespace_opened": "namespace emu { void forget(); }\nusing namespace emu;\n"
+    'extern "C" __global__ void k(float* out) {\n    out[threadIdx.x] = 1.0f;\n}\n',
+    "the_runtime_call": 'extern "C" void __emu_racecheck_forget(const void*, unsigned long);\n'
+    'extern "C" __global__ void k(float* out) {\n    __emu_racecheck_forget(out, 4);\n}\n',
+    "a_pasted_name": "#define HIDE(a, b) a##b\n"
+    'extern "C" void HIDE(__emu_, racecheck_forget)(const void*, unsigned long);\n'
+    'extern "C" __global__ void k(float* out) {\n    HIDE(__emu_, racecheck_forget)(out, 4);\n}\n',
+    "a_forged_marker": '# 1 "' + "EMULATOR_INCLUDE/cooperative_groups.h" + '" 1 3 4\n'
+    "namespace emu { void forget(); }\n"
+    '# 3 "kernel.cu" 2\nextern "C" __global__ void k(float* out) {\n    out[threadIdx.x] = 1.0f;\n}\n',
+}
+
+
+@needs_gxx
+@pytest.mark.parametrize("form", list(SILENCED))
+def test_a_kernel_cannot_silence_the_emulators_checks(form) -> None:
+    from minitorch_cuda.emulator import toolchain
+
+    with pytest.raises(verdict.CheckFailed) as refused:
+        emulated_artifact(SILENCED[form].replace("EMULATOR_INCLUDE", str(toolchain.INCLUDE)))
+    assert refused.value.reason == verdict.FORBIDDEN, refused.value.message
+
+
+@needs_gxx
+def test_cudas_names_and_the_emulators_headers_are_no_reach_into_it() -> None:
+    """threadIdx and the other index variables expand into the emulator's namespace, and its
+    stand-ins for CUDA's headers are its code: neither counts as the kernel's reach."""
+    source = (
+        "#include <cooperative_groups.h>\nnamespace cg = cooperative_groups;\n"
+        'extern "C" __global__ void k(float* out) {\n'
+        "    out[blockIdx.x * blockDim.x + threadIdx.x] = gridDim.x;\n    __syncthreads();\n}\n"
+    )
+    assert emulated_artifact(source).entries["k"] == ("P",)
+
+
 @pytest.mark.parametrize("reader", READERS)
 def test_16_byte_moves_are_read_from_the_compiled_code(reader) -> None:
     assert reader(VEC4).moves_16_bytes

@@ -23,6 +23,7 @@ import re
 from pathlib import Path
 
 from ..cuda.kernel_table import entry_params, prepare_signature
+from ..emulator import toolchain
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +148,16 @@ _SHUFFLE = re.compile(r"\b__shfl\w*")
 _ATOMIC = re.compile(r"\b(atomic[A-Z]\w*|__atomic_\w+|__sync_\w+|__nv_atomic\w*|(?:std|cuda)::atomic\w*)\b")
 _CALLED = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^;{}()]*>)?\s*\(")
 _FLOAT4 = re.compile(r"\bfloat4\b")
+# The emulator's own code: what a kernel could reach through it is the checks' state (emulator/cuda_emu.h)
+_INTERNAL = re.compile(r"\bemu\b|\b__(?:emu|tsan|ubsan|asan|sanitizer)_\w*")
+# How cuda_emu.h's index variables read once preprocessed: the exact text of their #defines
+_INDEX_EXPANSIONS = dict(
+    re.findall(
+        r"^#define (threadIdx|blockIdx|blockDim|gridDim) (.*?)\s*$",
+        toolchain.HEADER.read_text(),
+        re.M,
+    )
+)
 # GCC's attributes that leave a function without the sanitizer calls the emulator's checks are made of
 _UNCHECKED = re.compile(r"\b_*(?:no_sanitize\w*|no_address_safety_analysis)_*\b")
 
@@ -172,6 +183,19 @@ def unchecked(text: str, baseline: str) -> list[str]:
     """The attributes in the emulator's preprocessed ``text``, beyond ``baseline``'s, that switch off
     the checks g++ compiles into a kernel for the emulator (race checking's calls, the bounds checks)."""
     return added(_UNCHECKED, _code(text), _code(baseline))
+
+
+def emulator_internals(text: str, baseline: str) -> list[str]:
+    """The names of the emulator's own code (its ``emu`` namespace, its runtime's and the sanitizers'
+    entry points) in the emulator's preprocessed ``text`` beyond ``baseline``'s, once the index
+    variables are put back as the names a kernel writes (``threadIdx`` expands into the namespace)."""
+
+    def written(code: str) -> str:
+        for name, expansion in _INDEX_EXPANSIONS.items():
+            code = code.replace(expansion, name)
+        return code
+
+    return added(_INTERNAL, written(_code(text)), written(_code(baseline)))
 
 
 def from_preprocessed(text: str, baseline: str, opened: frozenset[str]) -> Artifact:

@@ -23,7 +23,7 @@ from pathlib import Path
 from .. import emulator
 from ..cuda.kernel_table import KERNEL_DIR, NVCC_OPTIONS, SPECS
 from . import sandbox
-from .artifact import Artifact, from_preprocessed, from_ptx, unchecked
+from .artifact import Artifact, emulator_internals, from_preprocessed, from_ptx, unchecked
 from .exercises import Exercise
 from .verdict import FORBIDDEN, fail
 
@@ -101,13 +101,16 @@ def check_opened(preprocessed: str) -> frozenset[str]:
 
 
 def _header_lines(preprocessed: str) -> dict[str, list[str]]:
-    """Each course header's own lines in preprocessed text (after its markers, before the next one)."""
-    folder, out, name = headers(), {}, None
+    """Each course header's own lines in preprocessed text (after its markers, before the next one),
+    and each of the emulator's stand-ins for CUDA's headers (``<cooperative_groups.h>``, by that name)."""
+    folder, stand_ins, out, name = headers(), _stand_ins(), {}, None
     for line in preprocessed.splitlines():
         marker = _MARKER.match(line)
         if marker:
             path = Path(os.path.normpath(marker.group(1)))
             name = path.name if path.parent == folder else None
+            if stand_ins in path.parents:
+                name = f"<{path.relative_to(stand_ins)}>"
             out.setdefault(name, [])
         elif name is not None and line.strip():
             out[name].append(line)
@@ -124,14 +127,29 @@ def check_headers_unchanged(preprocessed: str, baseline: str) -> None:
         if lines != theirs.get(name):
             fail(
                 FORBIDDEN,
-                f"your kernel changes what the course's `{name}` compiles to (a macro of yours is used inside it): "
-                "define no macro that a course header uses before including it",
+                f"your kernel changes what the course's `{name}` compiles to (a macro of yours is used inside it, "
+                "or a line marker of yours claims a header's name): define no macro that a header uses before "
+                "including it",
             )
 
 
-def baseline_source(opened: frozenset[str]) -> str:
-    """A source that only includes the course headers ``opened``."""
-    return "".join(f'#include "{name}"\n' for name in sorted(opened))
+def baseline_source(opened: frozenset[str], stand_ins: frozenset[str] = frozenset()) -> str:
+    """A source that only includes the course headers ``opened`` (and the emulator's ``stand_ins``,
+    ``<cooperative_groups.h>``, ...)."""
+    return "".join(f"#include {name}\n" for name in sorted(stand_ins)) + "".join(
+        f'#include "{name}"\n' for name in sorted(opened)
+    )
+
+
+def _stand_ins() -> Path:
+    from ..emulator import toolchain
+
+    return toolchain.INCLUDE
+
+
+def stand_ins_opened(preprocessed: str) -> frozenset[str]:
+    """The emulator's stand-ins for CUDA's headers that the preprocessor opened, as ``<name>``."""
+    return frozenset(name for name in _header_lines(preprocessed) if name.startswith("<"))
 
 
 _MISSING = re.compile(r"^kernel\.cu[(:]\d+\)?(?::\d+)?:? (?:fatal )?error:? (?:#include file )?\"?([^\"\n]+?)\"?(?::)? "
@@ -264,7 +282,7 @@ def _emulated(source: str) -> Built:
     try:
         module = _emulator_module(source)
         text, opened = seen[-1]
-        _emulator_module(baseline_source(opened))
+        _emulator_module(baseline_source(opened, stand_ins_opened(text)))
         baseline = seen[-1][0]
     finally:
         compiler.run_compiler = compiler.on_preprocessed = None
@@ -274,6 +292,12 @@ def _emulated(source: str) -> Built:
             FORBIDDEN,
             f"your kernel switches off the emulator's race and bounds checks ({', '.join(switched_off)}): "
             "remove the attribute; the grader checks every access of your kernel",
+        )
+    if reached := emulator_internals(text, baseline):
+        fail(
+            FORBIDDEN,
+            f"your kernel reaches into the CPU emulator's own code ({', '.join(reached)}): use CUDA's names "
+            "only (threadIdx, __syncthreads(), ...); the emulator's internals are not part of CUDA",
         )
     return Built(module, from_preprocessed(text, baseline, opened))
 
