@@ -48,6 +48,15 @@ SWITCH = f"{ENV}={ON}"  # as a message tells it to a shell or a notebook's %env
 RACECHECK_ENV = "MINITORCH_CUDA_RACECHECK"  # with ENV: kernels are built and run with race checking
 
 
+def __getattr__(name: str):
+    """``access_report`` and ``tracing`` (access.py), imported when first asked for."""
+    if name in ("access_report", "tracing"):
+        from . import access
+
+        return getattr(access, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def selected() -> bool:
     """Whether this process runs CUDA on the emulator: ``MINITORCH_CUDA_EMULATE=1``, never by default."""
     return os.environ.get(ENV) == ON

@@ -13,7 +13,7 @@ A build has three steps:
    cuda_emu.h's kSharedPoison (NaN as a float), whatever block ran before;
 3. compile that text, plus one launch entry per kernel, into a shared library with
    g++'s bounds and alignment checks (and, for race checking, ThreadSanitizer's calls:
-   ``RACECHECK``), cached on disk by the hash of what is compiled (so a test run builds
+   ``RACECHECK``; for access tracing, the same calls: ``TRACE``), cached on disk by the hash of what is compiled (so a test run builds
    each kernel file once, as nvcc's cache does).
 """
 
@@ -31,7 +31,7 @@ from pathlib import Path
 from .. import emulator
 from . import device_process, driver, ptx, toolchain
 from .errors import CompileError, LogicError
-from .toolchain import CHECKS, CXX, CXXFLAGS, HEADER, HERE, INCLUDE, MAIN, PTX_HEADER, RACECHECK
+from .toolchain import CHECKS, CXX, CXXFLAGS, HEADER, HERE, INCLUDE, MAIN, PTX_HEADER, RACECHECK, TRACE
 
 DEFINES = {
     "__global__": "",
@@ -236,10 +236,16 @@ class Library:
     """A compiled kernel library: its launch entries and launch bounds, by kernel name."""
 
     def __init__(
-        self, path: Path, kernels: dict[str, tuple[str | None, str | None]], source: str = "", racecheck: bool = False
+        self,
+        path: Path,
+        kernels: dict[str, tuple[str | None, str | None]],
+        source: str = "",
+        racecheck: bool = False,
+        trace: bool = False,
     ):
         self.path, self.source = path, source  # for the source line of a fault (driver.fault_line)
         self.racecheck = racecheck  # built for race checking: its launches say so to the runtime
+        self.trace = trace  # built for access tracing (trace.cpp): its launches count every access
         self.names = set(kernels)
         process = device_process.current()
         if process is not None:  # loaded by the device process only (its numbers are what it says)
@@ -271,7 +277,10 @@ def build(
     include_dirs: list[str] = (),
     no_extern_c: bool = False,
     cache_dir: str | None = None,
+    trace: bool = False,
 ) -> Library:
+    """The kernel library of ``source``; with ``trace``, built for access tracing (access.py) instead of
+    what MINITORCH_CUDA_RACECHECK selects."""
     toolchain.runtime_library()  # kernel libraries resolve the runtime's symbols against it
     if not no_extern_c:  # PyCUDA's default, as in pycuda.compiler
         source = 'extern "C" {\n' + source + "\n}\n"
@@ -303,24 +312,27 @@ def build(
                 unit += f'extern "C" const int __emu_bounds_{name} = emu::launch_bound({bounds});\n'
             if cluster:
                 unit += f'extern "C" const uint3 __emu_cluster_{name} = emu::cluster_dims({cluster});\n'
-        racecheck = emulator.racecheck_selected()
+        racecheck = emulator.racecheck_selected() and not trace
         compile_flags = [*CXXFLAGS, *CHECKS, "-g1", "-w", "-shared"]  # -g1: line tables, so a fault names its line
-        compile_flags += RACECHECK if racecheck else []
+        compile_flags += TRACE if trace else RACECHECK if racecheck else []
         key = hashlib.sha256("\0".join([unit, *compile_flags, toolchain.compiler_version()]).encode()).hexdigest()[:24]
         path = toolchain.cache_dir(cache_dir) / f"kernels-{key}.so"
         if not path.exists():
             Path(tmp, "unit.cpp").write_text(unit)
-            _compile_unit(compile_flags, racecheck, tmp)
+            _compile_unit(compile_flags, racecheck or trace, tmp)
             toolchain.install(Path(tmp, "unit.so"), path)
     if before_load is not None:
         before_load(path)
-    return Library(path, found, source, racecheck)
+    library = Library(path, found, source, racecheck, trace)
+    library.options = flags  # what a build for tracing of the same source needs (driver._traced_twin)
+    return library
 
 
-def _compile_unit(flags: list[str], racecheck: bool, tmp: str) -> None:
-    """unit.cpp of ``tmp`` into unit.so; built for race checking, compiled and linked apart, since
-    g++ links ThreadSanitizer's runtime into whatever it links with -fsanitize=thread."""
-    if not racecheck:
+def _compile_unit(flags: list[str], instrumented: bool, tmp: str) -> None:
+    """unit.cpp of ``tmp`` into unit.so; built with ThreadSanitizer's calls (race checking, tracing),
+    compiled and linked apart, since g++ links ThreadSanitizer's runtime into whatever it links with
+    -fsanitize=thread."""
+    if not instrumented:
         toolchain.run(
             [CXX, *flags, "-x", "c++", "unit.cpp", "-o", "unit.so"], tmp, "g++ (the CPU emulator)", run_compiler
         )

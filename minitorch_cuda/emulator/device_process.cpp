@@ -65,7 +65,7 @@ struct Launch {
     uint64_t entry;
     uint32_t grid[3], block[3], cluster[3];
     uint64_t shared_bytes;
-    int32_t workers, resident, racecheck;
+    int32_t workers, resident, instrument;
     uint32_t reserved;
     // then `count` 8-byte argument slots, then the kernel's name
 };
@@ -251,7 +251,7 @@ void launch(const char* body, size_t size, uint32_t count) {
     const std::string name(body + sizeof l + 8 * size_t(count), size - sizeof l - 8 * size_t(count));
     char error[4096] = "";
     const int rc = g_launch(reinterpret_cast<void (*)(void**)>(l.entry), args.data(), name.c_str(), l.grid, l.block,
-                            l.cluster, l.shared_bytes, l.workers, l.resident, l.racecheck, error, sizeof error);
+                            l.cluster, l.shared_bytes, l.workers, l.resident, l.instrument, error, sizeof error);
     rc == 0 ? reply(OK) : reply(FAILED, error);
 }
 

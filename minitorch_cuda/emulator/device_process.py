@@ -339,8 +339,8 @@ class DeviceProcess:
         return found
 
     def launch(self, entry: int, name: str, grid, block, cluster, shared: int, workers: int, resident: int,
-               racecheck: bool, slots: bytes) -> None:  # fmt: skip
-        head = LAUNCH_HEAD.pack(entry, *grid, *block, *cluster, shared, workers, resident, int(racecheck))
+               instrument: int, slots: bytes) -> None:  # fmt: skip
+        head = LAUNCH_HEAD.pack(entry, *grid, *block, *cluster, shared, workers, resident, instrument)
         self._request(LAUNCH, len(slots) // 8, head + slots + name.encode(), f"kernel '{name}'")
 
 
