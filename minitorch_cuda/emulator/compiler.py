@@ -13,8 +13,8 @@ A build has three steps:
    cuda_emu.h's kSharedPoison (NaN as a float), whatever block ran before;
 3. compile that text, plus one launch entry per kernel, into a shared library with
    g++'s bounds and alignment checks (and, for race checking, ThreadSanitizer's calls:
-   ``RACECHECK``; for access tracing, the same calls: ``TRACE``), cached on disk by the hash of what is compiled (so a test run builds
-   each kernel file once, as nvcc's cache does).
+   ``RACECHECK``; for access tracing, the same calls: ``TRACE``), cached on disk by the hash of
+   what is compiled (so a test run builds each kernel file once, as nvcc's cache does).
 """
 
 from __future__ import annotations
