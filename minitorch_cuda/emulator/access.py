@@ -25,12 +25,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 
 from .. import emulator
 from . import driver
 from .errors import LogicError
+from .toolchain import MAIN
 
 KINDS, SPACES = ("load", "store", "atomic"), ("global", "shared")
 SECTOR_BYTES, BANKS, BANK_BYTES = 32, 32, 4  # as trace.cpp counts them
@@ -52,7 +54,8 @@ class Sample:
 class Access:
     """One source line's loads or stores (or atomics) in one memory space, summed over the launch."""
 
-    line: int
+    file: str  # the kernel's source (toolchain.MAIN), or a header it includes
+    line: int  # 0: unknown
     code: str
     kind: str  # load, store, atomic
     space: str  # global, shared
@@ -106,11 +109,12 @@ class AccessReport:
         return dict(sorted(out.items()))
 
     def find(self, line: int | str, kind: str | None = None, space: str | None = None) -> Access:
-        """The access of ``line`` (its number, or text its code contains) of that kind and space."""
+        """The access of ``line`` (its number in the kernel's source, or text its code contains) of that
+        kind and space."""
         found = [
             a
             for a in self.accesses
-            if (a.line == line if isinstance(line, int) else line in a.code)
+            if (a.line == line and a.file == MAIN if isinstance(line, int) else line in a.code)
             and kind in (None, a.kind)
             and space in (None, a.space)
         ]
@@ -120,14 +124,18 @@ class AccessReport:
         return found[0]
 
     def table(self) -> str:
-        head = f"{'line':>5}  {'kind':6} {'space':6} {'bytes':>5} {'requests':>10}  {'per request':<26} code"
+        where = {a: str(a.line) if a.file == MAIN else f"{Path(a.file).name}:{a.line}" for a in self.accesses}
+        width = max([4, *map(len, where.values())])
+        head = f"{'line':>{width}}  {'kind':6} {'space':6} {'bytes':>5} {'requests':>10}  {'per request':<26} code"
         rows = [f"{self.kernel}: grid {self.grid}, block {self.block}", head]
         for a in self.accesses:
             if a.space == "global":
                 per = f"{a.sectors_per_request:.2f} sectors"
             else:
                 per = f"{a.conflict_degree:.2f}-way ({a.conflicts} conflicts)"
-            rows.append(f"{a.line:>5}  {a.kind:6} {a.space:6} {a.bytes:>5} {a.requests:>10}  {per:<26} {a.code}")
+            rows.append(
+                f"{where[a]:>{width}}  {a.kind:6} {a.space:6} {a.bytes:>5} {a.requests:>10}  {per:<26} {a.code}"
+            )
         return "\n".join(rows)
 
     __str__ = table
@@ -162,7 +170,9 @@ class AccessReport:
             title = f"{a.conflict_degree:.2f} wavefronts per ideal one ({a.conflicts} bank conflicts in all)"
         ax.set_xlim(-1, 32)
         ax.set_xlabel(f"lane of warp {s.warp}, block {s.block}")
-        ax.set_title(f"line {a.line}: {a.code}\n{a.kind} of {s.bytes} bytes, {a.space}: {title}", fontsize=9)
+        ax.set_title(
+            f"{Path(a.file).name} line {a.line}: {a.code}\n{a.kind} of {s.bytes} bytes, {a.space}: {title}", fontsize=9
+        )
         return ax.figure
 
 
@@ -200,25 +210,37 @@ def _report(function: driver.Function, grid, block, args, rows: list[driver.Trac
     """The rows of a traced launch by source line (every code address of a line summed)."""
     library = function.library
     lines = driver.source_lines(library, {row.pc for row in rows})
-    source = library.source.splitlines()
     buffers = {start: name for start, (name, _) in driver._buffer_names(library, function.name, args).items()}
-    merged: dict[tuple[int, str, str], dict] = {}
-    for row in sorted(rows, key=lambda r: (lines.get(r.pc, 0), r.pc)):
-        line = lines.get(row.pc, 0)
-        key = (line, KINDS[row.kind], SPACES[row.space])
+    merged: dict[tuple[str, int, str, str], dict] = {}
+    for row in sorted(rows, key=lambda r: (lines.get(r.pc, ("~", 0)), r.pc)):  # the kernel's own lines first
+        file, line = lines.get(row.pc, ("", 0))
+        key = (file, line, KINDS[row.kind], SPACES[row.space])
         if key not in merged:
             shared = row.space == 1
             offsets = tuple(int(row.sample[i]) if row.sample_lanes >> i & 1 else None for i in range(32))
             name = "shared memory" if shared else buffers.get(row.sample_region, "a device buffer")
             sample = Sample(int(row.sample_block), int(row.sample_warp), int(row.bytes), offsets, name)
-            code = source[line - 1].strip() if 0 < line <= len(source) else "(a line outside the kernel's source)"
-            merged[key] = dict(line=line, code=code, kind=key[1], space=key[2], bytes=int(row.bytes), requests=0,
-                               sectors=0, wavefronts=0, ideal=0, sample=sample)  # fmt: skip
+            merged[key] = dict(file=file or MAIN, line=line, code=_code(library, file, line), kind=key[2],
+                               space=key[3], bytes=int(row.bytes), requests=0, sectors=0, wavefronts=0, ideal=0,
+                               sample=sample)  # fmt: skip
         m = merged[key]
         for field in ("requests", "sectors", "wavefronts", "ideal"):
             m[field] += int(getattr(row, field))
     accesses = [Access(**m) for m in merged.values()]
-    return AccessReport(function.name, tuple(grid), tuple(block), sorted(accesses, key=lambda a: (a.line, a.kind)))
+    return AccessReport(function.name, tuple(grid), tuple(block), accesses)
+
+
+def _code(library, file: str, line: int) -> str:
+    """The text of ``line`` of the kernel's source (``file`` MAIN) or of a header on this machine."""
+    if file == MAIN:
+        text = library.source
+    else:
+        try:
+            text = Path(file).read_text()
+        except OSError:
+            text = ""
+    lines = text.splitlines()
+    return lines[line - 1].strip() if 0 < line <= len(lines) else "(no source line known)"
 
 
 # --- one launch of a kernel's source ------------------------------------------------------------------

@@ -78,33 +78,40 @@ ELEMENT_BYTES = {"char": 1, "bool": 1, "short": 2, "half": 2, "__half": 2, "__nv
 def fault_line(library: Library, offset: int) -> str:
     """``line N: `code``` of the kernel's source for an address in its library, or "" (addr2line
     reads the line table the emulator's build keeps; the innermost frame in the kernel's own file)."""
-    number = source_lines(library, [offset]).get(offset)
-    if number is None:
+    file, number = source_lines(library, [offset]).get(offset, ("", 0))
+    if file != toolchain.MAIN:
         return ""
     lines = library.source.splitlines()
     code = lines[number - 1].strip() if 0 < number <= len(lines) else ""
     return f"line {number}: `{code}`" if code else f"line {number}"
 
 
-def source_lines(library: Library, offsets) -> dict[int, int]:
-    """{offset: line} of the kernel's source for addresses in its library, where the line table knows
-    one (the innermost frame in the kernel's own file, not a header's): one addr2line for them all."""
+def source_lines(library: Library, offsets) -> dict[int, tuple[str, int]]:
+    """{offset: (file, line)} for addresses in a kernel library, where its line table knows them: the
+    innermost frame in the kernel's own source (file toolchain.MAIN), else the innermost one (a header's
+    path). One addr2line for them all."""
     tool, offsets = shutil.which("addr2line"), list(offsets)
-    if tool is None or not offsets or not library.source:
+    if tool is None or not offsets:
         return {}
     import subprocess
 
     found = subprocess.run([tool, "-a", "-i", "-e", str(library.path), *map(hex, offsets)],
                            capture_output=True, text=True)  # fmt: skip
-    lines, at = {}, None
-    for frame in found.stdout.split():
-        if frame.startswith("0x"):  # -a: each address before its frames
+    lines: dict[int, tuple[str, int]] = {}
+    at = None
+    for frame in found.stdout.splitlines():
+        if frame.startswith("0x"):  # -a: each address before its frames, innermost first
             at = int(frame, 16)
             continue
         file, _, line = frame.partition(":")
         number = line.split()[0] if line else ""
-        if at is not None and at not in lines and Path(file).name == toolchain.MAIN and number.isdigit():
-            lines[at] = int(number)
+        if at is None or not number.isdigit() or number == "0":
+            continue
+        ours = Path(file).name == toolchain.MAIN
+        if ours and library.source and lines.get(at, ("", 0))[0] != toolchain.MAIN:
+            lines[at] = (toolchain.MAIN, int(number))
+        elif not ours and at not in lines:
+            lines[at] = (file, int(number))
     return lines
 
 
