@@ -46,7 +46,7 @@ namespace {
 
 // --- the protocol (device_process.py holds the same layout) ----------------------------------
 
-enum Kind : uint32_t { MAP = 1, UNMAP = 2, LOAD = 3, LAUNCH = 4 };
+enum Kind : uint32_t { MAP = 1, UNMAP = 2, LOAD = 3, LAUNCH = 4, TRACE_ROWS = 5 };
 enum Status : int32_t { OK = 0, FAILED = 1, SYSCALL = 2 };
 
 struct Request {
@@ -180,9 +180,11 @@ using LaunchFn = int (*)(void (*)(void**), void**, const char*, const unsigned*,
                          size_t, int, int, int, char*, size_t);
 using RegisterFn = uintptr_t (*)(uintptr_t, size_t, size_t);
 using UnregisterFn = void (*)(uintptr_t);
+using TraceRowsFn = size_t (*)(void*, size_t);
 LaunchFn g_launch;
 RegisterFn g_register;
 UnregisterFn g_unregister;
+TraceRowsFn g_trace_rows;
 
 void map_regions(const char* body, size_t size, uint32_t count, const int* fds, int nfds) {
     std::string problem;
@@ -255,6 +257,16 @@ void launch(const char* body, size_t size, uint32_t count) {
     rc == 0 ? reply(OK) : reply(FAILED, error);
 }
 
+// TRACE_ROWS: the last traced launch's rows (trace.h's Row, `count` bytes each), in one message.
+void trace_rows(uint32_t row_bytes) {
+    const size_t count = g_trace_rows(nullptr, 0);
+    if (row_bytes == 0 || count * row_bytes > kMaxMessage - sizeof(Reply))
+        return reply(FAILED, "the access trace has " + std::to_string(count) + " rows, more than one message holds");
+    std::string rows(count * row_bytes, '\0');
+    g_trace_rows(&rows[0], count);
+    reply(OK, rows);
+}
+
 }  // namespace
 
 // device_process SOCKET_FD RUNTIME_LIBRARY [LIBRARY...]: the libraries are loaded before the filter
@@ -281,11 +293,12 @@ int main(int argc, char** argv) {
     g_launch = reinterpret_cast<LaunchFn>(dlsym(runtime, "emu_launch"));
     g_register = reinterpret_cast<RegisterFn>(dlsym(runtime, "emu_register"));
     g_unregister = reinterpret_cast<UnregisterFn>(dlsym(runtime, "emu_unregister"));
+    g_trace_rows = reinterpret_cast<TraceRowsFn>(dlsym(runtime, "emu_trace_rows"));
     struct sigaction action {};
     action.sa_sigaction = on_sigsys;
     action.sa_flags = SA_SIGINFO | SA_NODEFER;
     sigemptyset(&action.sa_mask);
-    if (!g_launch || !g_register || !g_unregister || sigaction(SIGSYS, &action, nullptr) != 0 || !install_filter()) {
+    if (!g_launch || !g_register || !g_unregister || !g_trace_rows || sigaction(SIGSYS, &action, nullptr) != 0 || !install_filter()) {
         reply(FAILED, std::string("the system call filter could not be installed: ") + strerror(errno));
         return 1;
     }
@@ -320,6 +333,7 @@ int main(int argc, char** argv) {
             case UNMAP: unmap_regions(body, size, request.count); break;
             case LOAD: load(body, size, request.count, fds, nfds); break;
             case LAUNCH: launch(body, size, request.count); break;
+            case TRACE_ROWS: trace_rows(request.count); break;
             default: reply(FAILED, "an unknown request");
         }
     }

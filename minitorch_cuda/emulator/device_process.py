@@ -51,7 +51,7 @@ from .errors import Error, LaunchError, LogicError, MemoryError
 SOURCE = Path(__file__).resolve().with_name("device_process.cpp")
 
 # The protocol of device_process.cpp: requests, and the structs they carry
-MAP, UNMAP, LOAD, LAUNCH = 1, 2, 3, 4
+MAP, UNMAP, LOAD, LAUNCH, TRACE_ROWS = 1, 2, 3, 4, 5
 OK, FAILED, SYSCALL = 0, 1, 2
 REQUEST, REGION, SYMBOL, LAUNCH_HEAD, REPLY = (
     struct.Struct(f) for f in ("<IIQ", "<QQQ", "<QiIII", "<Q9I4xQiii4x", "<QiiI4x")
@@ -342,6 +342,13 @@ class DeviceProcess:
                instrument: int, slots: bytes) -> None:  # fmt: skip
         head = LAUNCH_HEAD.pack(entry, *grid, *block, *cluster, shared, workers, resident, instrument)
         self._request(LAUNCH, len(slots) // 8, head + slots + name.encode(), f"kernel '{name}'")
+
+    def trace_rows(self, row_bytes: int) -> bytes:
+        """The rows of the last traced launch (trace.h's Row, ``row_bytes`` each), whole rows only."""
+        text = self._request(TRACE_ROWS, row_bytes, b"", "reading the access trace")
+        if len(text) % row_bytes:
+            raise self._fail("reading the access trace: the device process answered with a malformed reply")
+        return text
 
 
 _process: DeviceProcess | None = None
