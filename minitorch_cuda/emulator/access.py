@@ -191,7 +191,7 @@ def _require_emulator() -> None:
 @contextlib.contextmanager
 def tracing() -> Iterator[list[AccessReport]]:
     """Every emulated launch inside the block is traced (built for tracing where it was not, by
-    driver._traced_twin); the list it gives fills with their reports, in launch order."""
+    driver.traced_twin); the list it gives fills with their reports, in launch order."""
     _require_emulator()
     reports: list[AccessReport] = []
     outer = driver.tracer

@@ -324,7 +324,7 @@ def build(
     if before_load is not None:
         before_load(path)
     library = Library(path, found, source, racecheck, trace)
-    library.options = flags  # what a build for tracing of the same source needs (driver._traced_twin)
+    library.options = flags  # what a build for tracing of the same source needs (driver.traced_twin)
     return library
 
 

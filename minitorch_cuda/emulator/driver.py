@@ -549,8 +549,9 @@ def _trace_rows() -> list[TraceRow]:
 
 
 @functools.cache
-def _traced_twin(library: Library) -> Library:
-    """``library`` built again for tracing, from the source and options it was built with."""
+def traced_twin(library: Library) -> Library:
+    """``library`` built again for tracing, from the source and options it was built with (the grader
+    builds a student's in its sandbox first: grade/kernel_build.build_traced)."""
     from .compiler import build
 
     return build(library.source, library.options, no_extern_c=True, trace=True)
@@ -610,7 +611,7 @@ class Function:
 
     def _launch(self, grid, block, args, shared_size: int) -> None:
         if tracer is not None and not self.library.trace:  # run its twin built for tracing instead
-            twin = Function(_traced_twin(self.library), self.name)
+            twin = Function(traced_twin(self.library), self.name)
             twin._format, twin._count, twin.max_dynamic_shared = self._format, self._count, self.max_dynamic_shared
             twin._launch(grid, block, args, shared_size)
             return

@@ -19,6 +19,7 @@
 #include "trace.h"
 
 #include <dlfcn.h>
+#include <string.h>
 
 #include <algorithm>
 #include <map>
@@ -40,7 +41,8 @@ constexpr unsigned kBanks = 32, kBankBytes = 4;  // shared memory: 32 banks of 4
 // instruction: "when an SM executes a global/local/shared memory instruction for a warp, a single
 // request is sent to L1TEX", Nsight Compute's kernel profiling guide and forum).
 unsigned sectors(const uint64_t* at, unsigned lanes, unsigned bytes) {
-    std::vector<uint64_t> touched;
+    static thread_local std::vector<uint64_t> touched;  // kept: one allocation per worker
+    touched.clear();
     for (unsigned p = lanes; p; p &= p - 1) {
         const uint64_t a = at[__builtin_ctz(p)];
         for (uint64_t s = a / kSectorBytes; s <= (a + bytes - 1) / kSectorBytes; ++s) touched.push_back(s);
@@ -77,7 +79,8 @@ Wavefronts wavefronts(const uint64_t* at, unsigned lanes, unsigned bytes, bool l
     for (unsigned first = 0; first < 32; first += phase_lanes) {
         const unsigned phase = lanes & unsigned((uint64_t(1) << (first + phase_lanes)) - (uint64_t(1) << first));
         if (!phase) continue;
-        std::vector<uint64_t> words;  // distinct words, each read or written once
+        static thread_local std::vector<uint64_t> words;  // distinct words, each read or written once
+        words.clear();
         for (unsigned p = phase; p; p &= p - 1) {
             const uint64_t a = at[__builtin_ctz(p)];
             for (uint64_t word = a / kBankBytes; word <= (a + bytes - 1) / kBankBytes; ++word) words.push_back(word);
@@ -111,9 +114,18 @@ struct Span {
     uintptr_t start, end;
 };
 struct BlockState {
-    std::unordered_map<uint64_t, Site> sites;  // by pc * 32 + warp
+    std::unordered_map<uint64_t, Site> sites;  // by pc * 32 + warp; kept from block to block (see reset)
     Span dynamic_shared;
 };
+
+// Empties a block's sites for the next block, keeping their memory: the next block makes the same
+// requests, and the device process may not give memory back (device_process.cpp's M_TRIM_THRESHOLD).
+void reset(BlockState& s) {
+    for (auto& [key, site] : s.sites) {
+        memset(site.executed, 0, sizeof site.executed);
+        site.groups.clear();
+    }
+}
 
 std::vector<uintptr_t> g_regions;                   // region index -> its start
 std::unordered_map<uintptr_t, uint64_t> g_region_of;  // and back
@@ -198,19 +210,20 @@ void launch_begin() {
 void block_begin(Block& b, unsigned char* dynamic_shared, size_t shared_bytes) {
     BlockState* s = static_cast<BlockState*>(b.trace);
     if (!s) b.trace = s = new BlockState;
-    s->sites.clear();  // a block abandoned by a fault leaves its requests behind
+    reset(*s);  // a block abandoned by a fault leaves its requests behind
     s->dynamic_shared = {reinterpret_cast<uintptr_t>(dynamic_shared), reinterpret_cast<uintptr_t>(dynamic_shared) + shared_bytes};
 }
 
 void block_end(Block& b) {
     BlockState& s = *static_cast<BlockState*>(b.trace);
     std::vector<std::pair<uint64_t, Site*>> sites;  // by code address, then warp: the sample is the lowest warp's
-    for (auto& [key, site] : s.sites) sites.push_back({key, &site});
+    for (auto& [key, site] : s.sites)
+        if (!site.groups.empty()) sites.push_back({key, &site});
     std::sort(sites.begin(), sites.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
     const uint64_t block = b.block_idx.x + uint64_t(b.grid_dim.x) * (b.block_idx.y + uint64_t(b.grid_dim.y) * b.block_idx.z);
     for (auto& [key, site] : sites)
         for (const Group& g : site->groups) count(key / 32, *site, g, block, unsigned(key % 32));
-    s.sites.clear();
+    reset(s);
 }
 
 void access(uintptr_t a, size_t size, int kind, uintptr_t pc) {

@@ -12,6 +12,7 @@ student's own file. ``build`` returns the loaded module and its ``Artifact`` (gr
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import functools
 import os
@@ -249,10 +250,11 @@ def build(source: str, arch_specific: bool = False) -> Built:
     return Built(drv.module_from_buffer(cubin), artifact)
 
 
-def _emulated(source: str) -> Built:
+@contextlib.contextmanager
+def _sandboxed(seen: list[tuple[str, frozenset[str]]]):
+    """The emulator's builds inside run g++ in the sandbox, and what each opened is checked and kept
+    in ``seen`` (its preprocessed text, the course headers it opened)."""
     from ..emulator import compiler, toolchain
-
-    seen: list[tuple[str, frozenset[str]]] = []  # (preprocessed text, course headers opened) of each build
 
     def preprocessed(text: str) -> None:  # before g++ compiles it: a refused file never reaches a log
         seen.append((text, check_opened(text)))
@@ -262,14 +264,29 @@ def _emulated(source: str) -> Built:
 
     compiler.run_compiler, compiler.on_preprocessed = run, preprocessed
     try:
+        yield
+    finally:
+        compiler.run_compiler = compiler.on_preprocessed = None
+
+
+def _emulated(source: str) -> Built:
+    seen: list[tuple[str, frozenset[str]]] = []
+    with _sandboxed(seen):
         module = _emulator_module(source)
         text, opened = seen[-1]
         _emulator_module(baseline_source(opened))
         baseline = seen[-1][0]
-    finally:
-        compiler.run_compiler = compiler.on_preprocessed = None
     check_headers_unchanged(text, baseline)
     return Built(module, from_preprocessed(text, baseline, opened))
+
+
+def build_traced(library) -> None:
+    """The emulator's build for access tracing (emulator/access.py) of a student's kernel ``library``
+    (built by ``build``), in the sandbox: its traced launches (``tracing()``) find it built."""
+    from ..emulator import driver
+
+    with _sandboxed([]):
+        driver.traced_twin(library)
 
 
 def _emulator_module(source: str):
