@@ -183,7 +183,7 @@ def test_the_figure_draws_one_warp_of_a_line(report):
     assert list(banks) == [0] * 32  # warp 0 reads column 0: every lane in bank 0
     sample = r.find("tile[tx][ty]").sample
     assert (sample.block, sample.warp, sample.offsets) == (0, 0, tuple(4 * 32 * lane for lane in range(32)))
-    assert "32.00 wavefronts per ideal one" in figure.axes[0].get_title()
+    assert "32.00 wavefronts a request (992 bank conflicts in all)" in figure.axes[0].get_title()
     assert "transpose_tile: grid (1, 1, 1), block (32, 32, 1)" in str(r)
 
 

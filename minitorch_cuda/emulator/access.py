@@ -157,8 +157,8 @@ class AccessReport:
             sectors = [s.offsets[lane] // SECTOR_BYTES for lane in lanes]
             base = min(sectors)
             ax.scatter(lanes, [x - base for x in sectors], s=24, color="tab:blue")
-            ax.set_ylabel(f"32-byte sector of {s.buffer}\n(from sector {base})")
-            title = f"{len(set(sectors))} sectors for this request, {a.sectors_per_request:.2f} a request in all"
+            ax.set_ylabel(f"32-byte sector of {s.buffer}\n(from its sector {base})")
+            summary = f"{len(set(sectors))} sectors here; {a.sectors_per_request:.2f} a request in all"
         else:
             words = {lane: s.offsets[lane] // BANK_BYTES for lane in lanes}
             banks = {lane: w % BANKS for lane, w in words.items()}
@@ -166,13 +166,13 @@ class AccessReport:
             colors = ["tab:red" if per_bank[banks[lane]] > 1 else "tab:blue" for lane in lanes]
             ax.scatter(lanes, [banks[lane] for lane in lanes], s=24, color=colors)
             ax.set_ylim(-1, BANKS)
-            ax.set_ylabel("bank")
-            title = f"{a.conflict_degree:.2f} wavefronts per ideal one ({a.conflicts} bank conflicts in all)"
+            ax.set_ylabel("bank (red: shared with another word)")
+            summary = f"{a.conflict_degree:.2f} wavefronts a request ({a.conflicts} bank conflicts in all)"
+        ax.yaxis.get_major_locator().set_params(integer=True)
         ax.set_xlim(-1, 32)
         ax.set_xlabel(f"lane of warp {s.warp}, block {s.block}")
-        ax.set_title(
-            f"{Path(a.file).name} line {a.line}: {a.code}\n{a.kind} of {s.bytes} bytes, {a.space}: {title}", fontsize=9
-        )
+        where = f"line {a.line}" if a.file == MAIN else f"{Path(a.file).name} line {a.line}"
+        ax.set_title(f"{where}: {a.space} {a.kind} of {s.bytes} bytes\n{summary}", fontsize=9)
         return ax.figure
 
 
