@@ -273,3 +273,35 @@ def test_the_matmuls_of_chapter_11_count_as_ncu_did_per_request():
         pairs = same_counters(traced[kernel], gpu[kernel], scale=(1024 // 128) ** 3)
         pairs = {m: p for m, p in pairs.items() if m not in NVCC_MERGES}
         assert len(pairs) == count and all(a == b for a, b in pairs.values()), (kernel, pairs)
+
+
+REGTILED = textwrap.dedent("""
+    import json
+    from minitorch_cuda.cuda import kernel_table, launch_core
+    from minitorch_cuda.emulator import tracing
+    from minitorch_cuda.experiments import ncu_workloads as w
+    launchers, ops, runtime, DeviceArray = w._device()
+    n = 256
+    c, a, b = w._gemm_operands(ops, DeviceArray, n)
+    g = launch_core.Gemm(n, n, n)
+    out = {}
+    for tile in ("128x128x8", "64x64x16"):
+        bm, bn, _, threads = kernel_table.REGTILED_TILES[tile]
+        with tracing() as reports:  # the plain kernel, as the record's workload launches it
+            launch_core.dispatch(f"matmul_regtiled_{tile}", g.grid(bm, bn), (threads, 1, 1), (c, a, b, *g.args), 0)
+        out[reports[0].kernel] = reports[0].metrics()
+    print(json.dumps(out))
+""")
+
+
+def test_the_register_tiled_matmuls_of_chapter_16_count_as_ncu_did_per_request():
+    """Their float4 reads of shared memory, one 16-byte request each (quarter-warp phases), at 256^3
+    against the record's 1024^3: times 64."""
+    env = {**os.environ, "MINITORCH_CUDA_EMULATE": "1"}
+    done = subprocess.run([sys.executable, "-c", REGTILED], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    traced = json.loads(done.stdout.splitlines()[-1])
+    gpu = recorded("ncu_ch14_16")
+    for kernel in ("matmul_regtiled_128x128x8", "matmul_regtiled_64x64x16"):
+        pairs = same_counters(traced[kernel], gpu[kernel], scale=(1024 // 256) ** 3)
+        assert len(pairs) == 4 and all(a == b for a, b in pairs.values()), (kernel, pairs)

@@ -46,9 +46,10 @@ CHECKS = ["-fsanitize=bounds,alignment", "-fno-sanitize-recover=all", "-fstack-c
 # Race checking (racecheck.cpp): ThreadSanitizer's calls before every memory access, compiled in
 # but never its runtime (the kernel links without -fsanitize=thread): the emulator's runtime answers them.
 RACECHECK = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "--param=tsan-distinguish-volatile=1"]
-# Access tracing (trace.cpp) answers the same calls; without vectorization, so that each access of
-# the source is one call, as it is one instruction on a GPU.
-TRACE = [*RACECHECK, "-fno-tree-vectorize"]
+# Access tracing (trace.cpp) answers the same calls, with each access of the source one call, as it is
+# one instruction on a GPU: no vectorization (which joins a thread's neighbouring accesses) and no
+# scalar replacement of aggregates (which splits a float4 read into four, where nvcc makes one LDS.128).
+TRACE = [*RACECHECK, "-fno-tree-vectorize", "-fno-tree-sra", "-fno-ipa-sra"]
 MAIN = "kernel.cu"  # the source's name in messages
 
 
