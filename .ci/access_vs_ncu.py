@@ -187,6 +187,10 @@ def compare(name: str) -> dict:
     return {**record, "launches": launches}
 
 
+def row(kernel: str, metric: str, counts: dict) -> dict:
+    return {"kernel": kernel, "metric": metric, "emulator": counts["emulator"], "ncu": counts["ncu"]}
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--workload"]:
         child(argv[1], "--emulate" in argv)
@@ -216,14 +220,8 @@ def main(argv: list[str]) -> int:
         "equal": sum(c["equal"] for _, _, c in expected),
         "share_equal": round(sum(c["equal"] for _, _, c in expected) / max(1, len(expected)), 4),
         "by_counter": {m: {"equal": e, "compared": n} for m, (e, n) in sorted(by_counter.items())},
-        "different": [
-            {"kernel": k, "metric": m, "emulator": c["emulator"], "ncu": c["ncu"]}
-            for k, m, c in expected
-            if not c["equal"]
-        ],
-        "known_differences": [
-            {"kernel": k, "metric": m, "emulator": c["emulator"], "ncu": c["ncu"]} for k, m, c in compared if c["known"]
-        ],
+        "different": [row(k, m, c) for k, m, c in expected if not c["equal"]],
+        "known_differences": [row(k, m, c) for k, m, c in compared if c["known"]],
         "errors": [r["error"] for r in results if "error" in r],
         "seconds": round(time.monotonic() - started, 1),
         "workloads": results,
