@@ -1,6 +1,6 @@
 """The CPU emulator's access counts against Nsight Compute's, on the GPU machine (2-3 minutes).
 
-    bash .ci/gpu_run.sh python .ci/access_vs_ncu.py        ($OUT: where the JSON goes)
+    bash .ci/gpu_run.sh python .ci/access_vs_ncu.py [WORKLOAD ...]   ($OUT: where the JSON goes)
 
 Each workload below runs twice in a child process: once under ncu on the GPU (every launch profiled,
 with the counters emulator/access.py names), once on the CPU emulator with every launch traced
@@ -179,12 +179,21 @@ def compare(name: str) -> dict:
             continue
         counters = {}
         for metric in METRICS:
-            if metric in g:
-                want, got = float(g[metric]), float(e.get(metric, 0))
+            want, got = float(g.get(metric) or 0), float(e.get(metric, 0))
+            if metric in g and (want or got):  # a counter neither side counts anything on is not compared
                 counters[metric] = {"emulator": got, "ncu": want, "equal": got == want,
                                     "known": (key[0], metric) in KNOWN}  # fmt: skip
         launches.append({"kernel": key[0], "launch": key[1], "counters": counters})
     return {**record, "launches": launches}
+
+
+def device() -> str:
+    """The GPU's name and driver, as nvidia-smi gives them."""
+    try:
+        query = ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]
+        return subprocess.run(query, capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unknown ({exc})"
 
 
 def row(kernel: str, metric: str, counts: dict) -> dict:
@@ -197,7 +206,7 @@ def main(argv: list[str]) -> int:
         return 0
     OUT.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    results = [compare(name) for name in WORKLOADS]
+    results = [compare(name) for name in argv or WORKLOADS]
     compared = [
         (launch["kernel"], metric, c)
         for r in results
@@ -212,9 +221,7 @@ def main(argv: list[str]) -> int:
         by_counter[metric][1] += 1
     summary = {
         "command": "python .ci/access_vs_ncu.py",
-        "device": subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True, text=True
-        ).stdout.strip(),  # fmt: skip
+        "device": device(),
         "sizes": SIZES,
         "compared": len(expected),
         "equal": sum(c["equal"] for _, _, c in expected),
