@@ -198,6 +198,8 @@ def test_without_the_emulator_it_says_what_to_set(monkeypatch):
 def test_a_bad_argument_is_named(report):
     with pytest.raises(TypeError, match="argument 2 of copy is a str"):
         report(COPY, "copy", (1,), (32,), [np.zeros(32, np.float32), np.zeros(32, np.float32), "32", 1])
+    with pytest.raises(TypeError, match="the kernel's CUDA C source or a module the emulator compiled, not a dict"):
+        report({}, "copy", (1,), (32,), [])
 
 
 # --- the course's kernels, through the framework, against the chapters' Nsight Compute records ----------

@@ -288,6 +288,11 @@ def access_report(
     _require_emulator()
     from .compiler import SourceModule
 
+    if not isinstance(kernel, str) and not hasattr(kernel, "library"):
+        raise TypeError(
+            f"access_report takes the kernel's CUDA C source or a module the emulator compiled, not a "
+            f"{type(kernel).__name__} (a GPU's module runs on the GPU: Nsight Compute counts its accesses)"
+        )
     module = kernel if hasattr(kernel, "library") else SourceModule(kernel, options=list(options), no_extern_c=True)
     function = module.get_function(name)
     keep: list = []
