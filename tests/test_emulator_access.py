@@ -187,6 +187,16 @@ def test_the_figure_draws_one_warp_of_a_line(report):
     assert "transpose_tile: grid (1, 1, 1), block (32, 32, 1)" in str(r)
 
 
+def test_a_compiled_module_is_traced_through_its_twin_built_for_tracing(report):
+    from minitorch_cuda.emulator.compiler import SourceModule
+
+    module = SourceModule(SHARED, options=["-DWIDTH=33"], no_extern_c=True)  # built without tracing
+    x, out = np.arange(1024, dtype=np.float32), np.zeros(1024, np.float32)
+    r = report(module, "transpose_tile", (1,), (32, 32), [out, x])
+    assert r.find("tile[tx][ty]", "load", "shared").conflict_degree == 1  # its -DWIDTH=33 kept
+    assert np.array_equal(out, x.reshape(32, 32).T.ravel())
+
+
 def test_without_the_emulator_it_says_what_to_set(monkeypatch):
     from minitorch_cuda.emulator import access_report
 
