@@ -135,7 +135,7 @@ def child(name: str, emulate: bool) -> None:
     if not emulate:
         run()
         return
-    from minitorch_cuda.emulator import tracing
+    from minitorch_cuda.emulator.access import tracing
 
     with tracing() as reports:
         run()

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulato
 def report(monkeypatch):
     """access_report on the emulator, in this process."""
     monkeypatch.setenv("MINITORCH_CUDA_EMULATE", "1")
-    from minitorch_cuda.emulator import access_report
+    from minitorch_cuda.emulator.access import access_report
 
     return access_report
 
@@ -198,7 +198,7 @@ def test_a_compiled_module_is_traced_through_its_twin_built_for_tracing(report):
 
 
 def test_without_the_emulator_it_says_what_to_set(monkeypatch):
-    from minitorch_cuda.emulator import access_report
+    from minitorch_cuda.emulator.access import access_report
 
     monkeypatch.delenv("MINITORCH_CUDA_EMULATE", raising=False)
     with pytest.raises(LogicError, match="MINITORCH_CUDA_EMULATE=1"):
@@ -218,7 +218,7 @@ def test_a_bad_argument_is_named(report):
 # emulator, at sizes given on the command line, and prints each kept launch's metrics as JSON.
 WORKLOADS = textwrap.dedent("""
     import json, sys
-    from minitorch_cuda.emulator import tracing
+    from minitorch_cuda.emulator.access import tracing
     from minitorch_cuda.experiments import ncu_workloads as w
     w.SIZES.update(json.loads(sys.argv[1]))
     out = {}
@@ -290,7 +290,7 @@ def test_the_matmuls_of_chapter_11_count_as_ncu_did_per_request():
 REGTILED = textwrap.dedent("""
     import json
     from minitorch_cuda.cuda import kernel_table, launch_core
-    from minitorch_cuda.emulator import tracing
+    from minitorch_cuda.emulator.access import tracing
     from minitorch_cuda.experiments import ncu_workloads as w
     launchers, ops, runtime, DeviceArray = w._device()
     n = 256

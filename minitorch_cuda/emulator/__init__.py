@@ -37,7 +37,7 @@ that pass only at grid_barrier and at a block's exit), and
 ``__activemask()`` beyond "the lanes that have not exited". x86-64 Linux only
 (its fiber switch is written for it).
 
-What it measures: ``access_report`` and ``tracing`` (access.py, trace.cpp) count a launch's memory
+What it measures: ``access.access_report`` and ``access.tracing`` (trace.cpp) count a launch's memory
 accesses per source line as Nsight Compute does on a GPU: requests, 32-byte sectors of global memory,
 shared-memory wavefronts and bank conflicts; never their time, nor the caches.
 """
@@ -50,15 +50,6 @@ ENV = "MINITORCH_CUDA_EMULATE"  # the switch: this variable set to ON
 ON = "1"
 SWITCH = f"{ENV}={ON}"  # as a message tells it to a shell or a notebook's %env
 RACECHECK_ENV = "MINITORCH_CUDA_RACECHECK"  # with ENV: kernels are built and run with race checking
-
-
-def __getattr__(name: str):
-    """``access_report`` and ``tracing`` (access.py), imported when first asked for."""
-    if name in ("access_report", "tracing"):
-        from . import access
-
-        return getattr(access, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def selected() -> bool:

@@ -7,6 +7,8 @@ under the names of ncu's metrics. The counting rules are trace.cpp's, written on
 each comes from; a kernel is built for it with ThreadSanitizer's calls (compiler.py's trace flavour),
 so only a traced launch pays.
 
+    from minitorch_cuda.emulator.access import access_report, tracing
+
     report = access_report(source, "copy", grid=(8,), block=(256,), args=[out, x, np.int32(n)])
     print(report)                  # the table
     report.figure(5)               # one warp's accesses of line 5: lanes to sectors or banks
@@ -191,7 +193,7 @@ def _require_emulator() -> None:
 @contextlib.contextmanager
 def tracing() -> Iterator[list[AccessReport]]:
     """Every emulated launch inside the block is traced (built for tracing where it was not, by
-    driver.traced_twin); the list it gives fills with their reports, in launch order."""
+    Library.traced); the list it gives fills with their reports, in launch order."""
     _require_emulator()
     reports: list[AccessReport] = []
     outer = driver.tracer

@@ -242,10 +242,13 @@ class Library:
         source: str = "",
         racecheck: bool = False,
         trace: bool = False,
+        options: list[str] = (),
     ):
         self.path, self.source = path, source  # for the source line of a fault (driver.fault_line)
         self.racecheck = racecheck  # built for race checking: its launches say so to the runtime
         self.trace = trace  # built for access tracing (trace.cpp): its launches count every access
+        self.options = list(options)  # what it was built with, for its build for tracing
+        self._traced: Library | None = None
         self.names = set(kernels)
         process = device_process.current()
         if process is not None:  # loaded by the device process only (its numbers are what it says)
@@ -263,6 +266,16 @@ class Library:
             name: tuple((ctypes.c_uint * 3).in_dll(self.cdll, f"__emu_cluster_{name}")) if cluster else (1, 1, 1)
             for name, (_, cluster) in kernels.items()
         }
+
+    def traced(self) -> Library:
+        """This library built again for access tracing (itself if it was), from the source and options
+        it was built with, once (the grader builds a student's in its sandbox first:
+        grade/kernel_build.build_traced)."""
+        if self.trace:
+            return self
+        if self._traced is None:
+            self._traced = build(self.source, self.options, no_extern_c=True, trace=True)
+        return self._traced
 
     def entry(self, name: str):
         """The kernel's launch entry: a function of this process, or its address in the device process."""
@@ -323,9 +336,7 @@ def build(
             toolchain.install(Path(tmp, "unit.so"), path)
     if before_load is not None:
         before_load(path)
-    library = Library(path, found, source, racecheck, trace)
-    library.options = flags  # what a build for tracing of the same source needs (driver.traced_twin)
-    return library
+    return Library(path, found, source, racecheck, trace, flags)
 
 
 def _compile_unit(flags: list[str], instrumented: bool, tmp: str) -> None:

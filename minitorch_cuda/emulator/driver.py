@@ -520,8 +520,8 @@ class Event:
 
 # --- access tracing (trace.cpp; access.py reads what it counts) -----------------------------------------
 
-# Set by access.tracing(): every launch runs built for tracing (a twin of its library where it was built
-# without) and is handed over with its rows: tracer(function, grid, block, args, rows).
+# Set by access.tracing(): every launch runs built for tracing (its library's twin, Library.traced, where it
+# was built without) and is handed over with its rows: tracer(function, grid, block, args, rows).
 tracer = None
 
 
@@ -546,15 +546,6 @@ def _trace_rows() -> list[TraceRow]:
     rows = (TraceRow * count)()
     runtime.emu_trace_rows(rows, count)
     return list(rows)
-
-
-@functools.cache
-def traced_twin(library: Library) -> Library:
-    """``library`` built again for tracing, from the source and options it was built with (the grader
-    builds a student's in its sandbox first: grade/kernel_build.build_traced)."""
-    from .compiler import build
-
-    return build(library.source, library.options, no_extern_c=True, trace=True)
 
 
 # --- kernels ---------------------------------------------------------------------------------------
@@ -611,7 +602,7 @@ class Function:
 
     def _launch(self, grid, block, args, shared_size: int) -> None:
         if tracer is not None and not self.library.trace:  # run its twin built for tracing instead
-            twin = Function(traced_twin(self.library), self.name)
+            twin = Function(self.library.traced(), self.name)
             twin._format, twin._count, twin.max_dynamic_shared = self._format, self._count, self.max_dynamic_shared
             twin._launch(grid, block, args, shared_size)
             return

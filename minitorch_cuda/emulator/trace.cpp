@@ -1,4 +1,4 @@
-// trace.cpp: the emulator's access tracing (mt.emulator.access_report, emulator/access.py).
+// trace.cpp: the emulator's access tracing (emulator/access.py's access_report).
 //
 // A kernel built for tracing (compiler.py's trace flavour) carries the same calls as one built for
 // race checking: g++'s ThreadSanitizer instrumentation, a call with the address and size before every

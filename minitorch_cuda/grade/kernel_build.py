@@ -283,10 +283,8 @@ def _emulated(source: str) -> Built:
 def build_traced(library) -> None:
     """The emulator's build for access tracing (emulator/access.py) of a student's kernel ``library``
     (built by ``build``), in the sandbox: its traced launches (``tracing()``) find it built."""
-    from ..emulator import driver
-
     with _sandboxed([]):
-        driver.traced_twin(library)
+        library.traced()
 
 
 def _emulator_module(source: str):
