@@ -259,14 +259,20 @@ void launch(const char* body, size_t size, uint32_t count) {
     rc == 0 ? reply(OK) : reply(FAILED, error);
 }
 
-// TRACE_ROWS: the last traced launch's rows (trace.h's Row, `count` bytes each), in one message.
-void trace_rows(uint32_t row_bytes) {
-    const size_t count = g_trace_rows(nullptr, 0);
-    if (row_bytes == 0 || count * row_bytes > kMaxMessage - sizeof(Reply))
-        return reply(FAILED, "the access trace has " + std::to_string(count) + " rows, more than one message holds");
-    std::string rows(count * row_bytes, '\0');
-    g_trace_rows(&rows[0], count);
-    reply(OK, rows);
+// TRACE_ROWS: the last traced launch's rows (trace.h's Row, `count` bytes each) from the index the body
+// holds (8 bytes): their total (8 bytes), then as many as one message holds.
+void trace_rows(const char* body, size_t size, uint32_t row_bytes) {
+    uint64_t start = 0;
+    if (size < sizeof start || row_bytes == 0) return reply(FAILED, "a TRACE_ROWS request cut short");
+    memcpy(&start, body, sizeof start);
+    const uint64_t total = g_trace_rows(nullptr, 0);
+    std::vector<char> all(total * row_bytes);
+    g_trace_rows(all.data(), total);
+    const uint64_t fit = (kMaxMessage - sizeof(Reply) - sizeof total) / row_bytes;
+    const uint64_t first = std::min(start, total), count = std::min(total - first, fit);
+    std::string out(reinterpret_cast<const char*>(&total), sizeof total);
+    out.append(all.data() + first * row_bytes, count * row_bytes);
+    reply(OK, out);
 }
 
 }  // namespace
@@ -338,7 +344,7 @@ int main(int argc, char** argv) {
             case UNMAP: unmap_regions(body, size, request.count); break;
             case LOAD: load(body, size, request.count, fds, nfds); break;
             case LAUNCH: launch(body, size, request.count); break;
-            case TRACE_ROWS: trace_rows(request.count); break;
+            case TRACE_ROWS: trace_rows(body, size, request.count); break;
             default: reply(FAILED, "an unknown request");
         }
     }

@@ -344,11 +344,15 @@ class DeviceProcess:
         self._request(LAUNCH, len(slots) // 8, head + slots + name.encode(), f"kernel '{name}'")
 
     def trace_rows(self, row_bytes: int) -> bytes:
-        """The rows of the last traced launch (trace.h's Row, ``row_bytes`` each), whole rows only."""
-        text = self._request(TRACE_ROWS, row_bytes, b"", "reading the access trace")
-        if len(text) % row_bytes:
-            raise self._fail("reading the access trace: the device process answered with a malformed reply")
-        return text
+        """The rows of the last traced launch (trace.h's Row, ``row_bytes`` each), a message's worth at a time."""
+        rows, total = b"", None
+        while total is None or len(rows) < total * row_bytes:
+            text = self._request(TRACE_ROWS, row_bytes, struct.pack("<Q", len(rows) // row_bytes), "reading the trace")
+            if len(text) < 8 or (len(text) - 8) % row_bytes or (total is not None and len(text) == 8):
+                raise self._fail("reading the access trace: the device process answered with a malformed reply")
+            total = min(struct.unpack_from("<Q", text)[0], 1 << 20)
+            rows += text[8:]
+        return rows[: total * row_bytes]
 
 
 _process: DeviceProcess | None = None
