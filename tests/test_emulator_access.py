@@ -197,6 +197,33 @@ def test_a_compiled_module_is_traced_through_its_twin_built_for_tracing(report):
     assert np.array_equal(out, x.reshape(32, 32).T.ravel())
 
 
+MANY = r"""
+extern "C" __global__ void many(float* out, const float* x) {
+    float s = 0.0f;
+#pragma GCC unroll 400
+    for (int k = 0; k < 400; ++k) s += x[k * 32 + threadIdx.x];  // 400 loads, each its own code address
+    out[threadIdx.x] = s;
+}
+"""
+ISOLATED = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from minitorch_cuda.emulator import device_process, driver
+    from minitorch_cuda.emulator.access import access_report
+    device_process.isolate()  # the grader's choice: the kernel runs in the device process
+    out = np.zeros(32, np.float32)
+    r = access_report(sys.argv[1], "many", (1,), (32,), [out, np.ones(400 * 32, np.float32)])
+    print(len(driver._trace_rows()), r.find("s +=").requests, r.find("s +=").sectors, out[0])
+""")
+
+
+def test_a_trace_of_many_code_addresses_comes_back_whole_from_the_device_process():
+    env = {**os.environ, "MINITORCH_CUDA_EMULATE": "1"}
+    done = subprocess.run([sys.executable, "-c", ISOLATED, MANY], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["401", "400", "1600", "400.0"]  # more rows than one message holds
+
+
 def test_without_the_emulator_it_says_what_to_set(monkeypatch):
     from minitorch_cuda.emulator.access import access_report
 
