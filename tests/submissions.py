@@ -434,6 +434,21 @@ STUDENTS["race_hidden_from_the_check"] = Student(
 )
 
 
+# A bank conflict that gives the right answer: 11.1's A tile stored transposed (a warp's 32 lanes write
+# one column of an unpadded 32 x 32 tile, all in one bank) and read back transposed (a broadcast). Only
+# the access analysis of the grader's emulated runs (emulator/trace.cpp) fails it, as "bank_conflict";
+# on a GPU the checks do not run Nsight Compute, and it passes there (slower).
+STUDENTS["conflicted_tile"] = Student(
+    "stores the A tile of the tiled matmul transposed, tile_a[tx][ty], in a 32 x 32 tile without padding: "
+    "the product is right, and every store is a 32-way bank conflict",
+    chapters("solutions", 11),
+    (
+        Edit("11_opt6_tiled_matmul", "tile_a[ty][tx] = x;", "tile_a[tx][ty] = x;"),
+        Edit("11_opt6_tiled_matmul", "acc += tile_a[ty][k] * tile_b[k][tx];", "acc += tile_a[k][ty] * tile_b[k][tx];"),
+    ),
+)
+
+
 # --- the known cheats -------------------------------------------------------------------------
 #
 # Each cheat hands in the shipped solutions of the CPU-graded chapters with one exercise attacked.

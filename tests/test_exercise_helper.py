@@ -138,7 +138,7 @@ def test_emulated_helper_shows_registers_then_checks_on_the_cpu() -> None:
     )
     assert found and 0 < int(found.group(1)) <= 255, helper
     assert "Exercise 3.1 (ReLU kernel): PASSED" in relu, relu
-    emulated_note = "(checked on the CPU emulator: correctness only, no speed measured)"
+    emulated_note = "(checked on the CPU emulator: correctness and memory accesses, no speed measured)"
     assert relu.rstrip().endswith(emulated_note) and "GB/s" not in relu, relu
     assert "Exercise 1.2 (launch configuration): FAILED" in python and emulated_note not in python, python
 

@@ -1898,3 +1898,25 @@ def test_a_race_with_the_right_answer_fails_as_a_race_on_the_emulator(tmp_path) 
     assert "thread (0, 0, 0) of the same block wrote it at line" in message and "smem[t] = acc;" in message, message
     hidden = results[("race_hidden_from_the_check", "6.1")]  # the attribute that would hide it is refused
     assert hidden["reason"] == verdict.FORBIDDEN and "no_sanitize_thread" in hidden["message"], hidden
+
+
+@pytest.mark.skipif(
+    not _emulator_usable(), reason="the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing"
+)
+def test_a_bank_conflict_with_the_right_answer_fails_on_the_emulator(tmp_path) -> None:
+    """11.1 with its A tile stored transposed in an unpadded tile: the product is right, and `grade
+    --emulate` fails it as a bank conflict, naming the line and the degree; the solution passes with
+    its own numbers in the feedback."""
+    names = ("full_solutions", "conflicted_tile")
+    subs = build(tmp_path / "subs", {s: STUDENTS[s] for s in names})
+    for folder in subs.iterdir():
+        for p in folder.iterdir():
+            if not p.name.startswith("11_"):
+                p.unlink()
+    results = run_grader(subs, tmp_path / "g.csv", ["11.1"], "--emulate", "--timeout", "300")
+    solution = results[("full_solutions", "11.1")]
+    assert solution["passed"], solution
+    assert any("1.00 wavefronts a request (0 bank conflicts)" in d for d in solution["details"]), solution
+    result = results[("conflicted_tile", "11.1")]
+    assert result["reason"] == verdict.BANK_CONFLICT and result["emulated"], result
+    assert "`tile_a[tx][ty] = x;` is a 32-way bank conflict" in result["message"], result

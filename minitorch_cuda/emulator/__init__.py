@@ -36,6 +36,10 @@ block (the fibers switch only at barriers and warp operations) or on another blo
 that pass only at grid_barrier and at a block's exit), and
 ``__activemask()`` beyond "the lanes that have not exited". x86-64 Linux only
 (its fiber switch is written for it).
+
+What it measures: ``access.access_report`` and ``access.tracing`` (trace.cpp) count a launch's memory
+accesses per source line as Nsight Compute does on a GPU: requests, 32-byte sectors of global memory,
+shared-memory wavefronts and bank conflicts; never their time, nor the caches.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ A build has three steps:
    cuda_emu.h's kSharedPoison (NaN as a float), whatever block ran before;
 3. compile that text, plus one launch entry per kernel, into a shared library with
    g++'s bounds and alignment checks (and, for race checking, ThreadSanitizer's calls:
-   ``RACECHECK``), cached on disk by the hash of what is compiled (so a test run builds
-   each kernel file once, as nvcc's cache does).
+   ``RACECHECK``; for access tracing, the same calls: ``TRACE``), cached on disk by the hash of
+   what is compiled (so a test run builds each kernel file once, as nvcc's cache does).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 from .. import emulator
 from . import device_process, driver, ptx, toolchain
 from .errors import CompileError, LogicError
-from .toolchain import CHECKS, CXX, CXXFLAGS, HEADER, HERE, INCLUDE, MAIN, PTX_HEADER, RACECHECK
+from .toolchain import CHECKS, CXX, CXXFLAGS, HEADER, HERE, INCLUDE, MAIN, PTX_HEADER, RACECHECK, TRACE
 
 DEFINES = {
     "__global__": "",
@@ -236,10 +236,19 @@ class Library:
     """A compiled kernel library: its launch entries and launch bounds, by kernel name."""
 
     def __init__(
-        self, path: Path, kernels: dict[str, tuple[str | None, str | None]], source: str = "", racecheck: bool = False
+        self,
+        path: Path,
+        kernels: dict[str, tuple[str | None, str | None]],
+        source: str = "",
+        racecheck: bool = False,
+        trace: bool = False,
+        options: list[str] = (),
     ):
         self.path, self.source = path, source  # for the source line of a fault (driver.fault_line)
         self.racecheck = racecheck  # built for race checking: its launches say so to the runtime
+        self.trace = trace  # built for access tracing (trace.cpp): its launches count every access
+        self.options = list(options)  # what it was built with, for its build for tracing
+        self._traced: Library | None = None
         self.names = set(kernels)
         process = device_process.current()
         if process is not None:  # loaded by the device process only (its numbers are what it says)
@@ -258,6 +267,16 @@ class Library:
             for name, (_, cluster) in kernels.items()
         }
 
+    def traced(self) -> Library:
+        """This library built again for access tracing (itself if it was), from the source and options
+        it was built with, once (the grader builds a student's in its sandbox first:
+        grade/kernel_build.build_traced)."""
+        if self.trace:
+            return self
+        if self._traced is None:
+            self._traced = build(self.source, self.options, no_extern_c=True, trace=True)
+        return self._traced
+
     def entry(self, name: str):
         """The kernel's launch entry: a function of this process, or its address in the device process."""
         if not hasattr(self, "cdll"):
@@ -271,7 +290,10 @@ def build(
     include_dirs: list[str] = (),
     no_extern_c: bool = False,
     cache_dir: str | None = None,
+    trace: bool = False,
 ) -> Library:
+    """The kernel library of ``source``; with ``trace``, built for access tracing (access.py) instead of
+    what MINITORCH_CUDA_RACECHECK selects."""
     toolchain.runtime_library()  # kernel libraries resolve the runtime's symbols against it
     if not no_extern_c:  # PyCUDA's default, as in pycuda.compiler
         source = 'extern "C" {\n' + source + "\n}\n"
@@ -303,24 +325,25 @@ def build(
                 unit += f'extern "C" const int __emu_bounds_{name} = emu::launch_bound({bounds});\n'
             if cluster:
                 unit += f'extern "C" const uint3 __emu_cluster_{name} = emu::cluster_dims({cluster});\n'
-        racecheck = emulator.racecheck_selected()
+        racecheck = emulator.racecheck_selected() and not trace
         compile_flags = [*CXXFLAGS, *CHECKS, "-g1", "-w", "-shared"]  # -g1: line tables, so a fault names its line
-        compile_flags += RACECHECK if racecheck else []
+        compile_flags += TRACE if trace else RACECHECK if racecheck else []
         key = hashlib.sha256("\0".join([unit, *compile_flags, toolchain.compiler_version()]).encode()).hexdigest()[:24]
         path = toolchain.cache_dir(cache_dir) / f"kernels-{key}.so"
         if not path.exists():
             Path(tmp, "unit.cpp").write_text(unit)
-            _compile_unit(compile_flags, racecheck, tmp)
+            _compile_unit(compile_flags, racecheck or trace, tmp)
             toolchain.install(Path(tmp, "unit.so"), path)
     if before_load is not None:
         before_load(path)
-    return Library(path, found, source, racecheck)
+    return Library(path, found, source, racecheck, trace, flags)
 
 
-def _compile_unit(flags: list[str], racecheck: bool, tmp: str) -> None:
-    """unit.cpp of ``tmp`` into unit.so; built for race checking, compiled and linked apart, since
-    g++ links ThreadSanitizer's runtime into whatever it links with -fsanitize=thread."""
-    if not racecheck:
+def _compile_unit(flags: list[str], instrumented: bool, tmp: str) -> None:
+    """unit.cpp of ``tmp`` into unit.so; built with ThreadSanitizer's calls (race checking, tracing),
+    compiled and linked apart, since g++ links ThreadSanitizer's runtime into whatever it links with
+    -fsanitize=thread."""
+    if not instrumented:
         toolchain.run(
             [CXX, *flags, "-x", "c++", "unit.cpp", "-o", "unit.so"], tmp, "g++ (the CPU emulator)", run_compiler
         )

@@ -48,6 +48,7 @@ struct Block {  // one running block; the fields kernels read come first
     unsigned char* dynamic_shared;
     unsigned long long serial;  // of the blocks its worker has run, from 1: never the same twice
     void* racecheck = nullptr;  // racecheck.cpp's record of the block, in a launch with race checking
+    void* trace = nullptr;      // trace.cpp's, in a traced launch
 };
 
 inline Thread* self() {
@@ -64,15 +65,16 @@ constexpr unsigned char kSharedPoison = 0xff;
 // Poisons the static __shared__ variables it is given at its first call by a thread of the
 // running block (compiler.py puts the call after their declaration); `poisoned` is their own
 // record, one per worker, of the last block that did.
-// Race checking (racecheck.cpp) does not see it, and forgets what earlier blocks did there.
-extern "C" void __emu_racecheck_forget(const void* address, size_t bytes);
+// Race checking (racecheck.cpp) does not see it, and forgets what earlier blocks did there; access
+// tracing (trace.cpp) learns where the variable lies.
+extern "C" void __emu_shared_declared(const void* address, size_t bytes);
 template <class... T>
 __attribute__((no_sanitize_thread)) inline void poison_shared(unsigned long long& poisoned, T&... variables) {
     const unsigned long long block = self()->block->serial;
     if (poisoned == block) return;
     poisoned = block;
     (memset((void*)__builtin_addressof(variables), kSharedPoison, sizeof variables), ...);
-    (__emu_racecheck_forget(__builtin_addressof(variables), sizeof variables), ...);
+    (__emu_shared_declared(__builtin_addressof(variables), sizeof variables), ...);
 }
 
 enum WarpOp { SHFL_IDX, SHFL_UP, SHFL_DOWN, SHFL_XOR, VOTE_BALLOT, VOTE_ANY, VOTE_ALL, SYNC_WARP };

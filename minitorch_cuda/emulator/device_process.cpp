@@ -15,7 +15,9 @@
 // reply as untrusted.
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <signal.h>
@@ -46,7 +48,7 @@ namespace {
 
 // --- the protocol (device_process.py holds the same layout) ----------------------------------
 
-enum Kind : uint32_t { MAP = 1, UNMAP = 2, LOAD = 3, LAUNCH = 4 };
+enum Kind : uint32_t { MAP = 1, UNMAP = 2, LOAD = 3, LAUNCH = 4, TRACE_ROWS = 5 };
 enum Status : int32_t { OK = 0, FAILED = 1, SYSCALL = 2 };
 
 struct Request {
@@ -65,7 +67,7 @@ struct Launch {
     uint64_t entry;
     uint32_t grid[3], block[3], cluster[3];
     uint64_t shared_bytes;
-    int32_t workers, resident, racecheck;
+    int32_t workers, resident, instrument;
     uint32_t reserved;
     // then `count` 8-byte argument slots, then the kernel's name
 };
@@ -180,9 +182,11 @@ using LaunchFn = int (*)(void (*)(void**), void**, const char*, const unsigned*,
                          size_t, int, int, int, char*, size_t);
 using RegisterFn = uintptr_t (*)(uintptr_t, size_t, size_t);
 using UnregisterFn = void (*)(uintptr_t);
+using TraceRowsFn = size_t (*)(void*, size_t);
 LaunchFn g_launch;
 RegisterFn g_register;
 UnregisterFn g_unregister;
+TraceRowsFn g_trace_rows;
 
 void map_regions(const char* body, size_t size, uint32_t count, const int* fds, int nfds) {
     std::string problem;
@@ -251,8 +255,24 @@ void launch(const char* body, size_t size, uint32_t count) {
     const std::string name(body + sizeof l + 8 * size_t(count), size - sizeof l - 8 * size_t(count));
     char error[4096] = "";
     const int rc = g_launch(reinterpret_cast<void (*)(void**)>(l.entry), args.data(), name.c_str(), l.grid, l.block,
-                            l.cluster, l.shared_bytes, l.workers, l.resident, l.racecheck, error, sizeof error);
+                            l.cluster, l.shared_bytes, l.workers, l.resident, l.instrument, error, sizeof error);
     rc == 0 ? reply(OK) : reply(FAILED, error);
+}
+
+// TRACE_ROWS: the last traced launch's rows (trace.h's Row, `count` bytes each) from the index the body
+// holds (8 bytes): their total (8 bytes), then as many as one message holds.
+void trace_rows(const char* body, size_t size, uint32_t row_bytes) {
+    uint64_t start = 0;
+    if (size < sizeof start || row_bytes == 0) return reply(FAILED, "a TRACE_ROWS request cut short");
+    memcpy(&start, body, sizeof start);
+    const uint64_t total = g_trace_rows(nullptr, 0);
+    std::vector<char> all(total * row_bytes);
+    g_trace_rows(all.data(), total);
+    const uint64_t fit = (kMaxMessage - sizeof(Reply) - sizeof total) / row_bytes;
+    const uint64_t first = std::min(start, total), count = std::min(total - first, fit);
+    std::string out(reinterpret_cast<const char*>(&total), sizeof total);
+    out.append(all.data() + first * row_bytes, count * row_bytes);
+    reply(OK, out);
 }
 
 }  // namespace
@@ -266,6 +286,9 @@ int main(int argc, char** argv) {
     }
     g_socket = atoi(argv[1]);
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the caller
+    // glibc trims a worker thread's heap after large frees, and reads /proc/sys/vm/overcommit_memory
+    // the first time it does: a file the filter refuses. Memory a launch frees stays the process's.
+    mallopt(M_TRIM_THRESHOLD, INT_MAX);
     signal(SIGXFSZ, SIG_IGN);          // a printf past the file-size limit fails, as in the caller
     void* runtime = dlopen(argv[2], RTLD_NOW | RTLD_GLOBAL);
     if (!runtime) {
@@ -281,11 +304,12 @@ int main(int argc, char** argv) {
     g_launch = reinterpret_cast<LaunchFn>(dlsym(runtime, "emu_launch"));
     g_register = reinterpret_cast<RegisterFn>(dlsym(runtime, "emu_register"));
     g_unregister = reinterpret_cast<UnregisterFn>(dlsym(runtime, "emu_unregister"));
+    g_trace_rows = reinterpret_cast<TraceRowsFn>(dlsym(runtime, "emu_trace_rows"));
     struct sigaction action {};
     action.sa_sigaction = on_sigsys;
     action.sa_flags = SA_SIGINFO | SA_NODEFER;
     sigemptyset(&action.sa_mask);
-    if (!g_launch || !g_register || !g_unregister || sigaction(SIGSYS, &action, nullptr) != 0 || !install_filter()) {
+    if (!g_launch || !g_register || !g_unregister || !g_trace_rows || sigaction(SIGSYS, &action, nullptr) != 0 || !install_filter()) {
         reply(FAILED, std::string("the system call filter could not be installed: ") + strerror(errno));
         return 1;
     }
@@ -320,6 +344,7 @@ int main(int argc, char** argv) {
             case UNMAP: unmap_regions(body, size, request.count); break;
             case LOAD: load(body, size, request.count, fds, nfds); break;
             case LAUNCH: launch(body, size, request.count); break;
+            case TRACE_ROWS: trace_rows(body, size, request.count); break;
             default: reply(FAILED, "an unknown request");
         }
     }

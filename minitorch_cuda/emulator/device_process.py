@@ -51,7 +51,7 @@ from .errors import Error, LaunchError, LogicError, MemoryError
 SOURCE = Path(__file__).resolve().with_name("device_process.cpp")
 
 # The protocol of device_process.cpp: requests, and the structs they carry
-MAP, UNMAP, LOAD, LAUNCH = 1, 2, 3, 4
+MAP, UNMAP, LOAD, LAUNCH, TRACE_ROWS = 1, 2, 3, 4, 5
 OK, FAILED, SYSCALL = 0, 1, 2
 REQUEST, REGION, SYMBOL, LAUNCH_HEAD, REPLY = (
     struct.Struct(f) for f in ("<IIQ", "<QQQ", "<QiIII", "<Q9I4xQiii4x", "<QiiI4x")
@@ -339,9 +339,20 @@ class DeviceProcess:
         return found
 
     def launch(self, entry: int, name: str, grid, block, cluster, shared: int, workers: int, resident: int,
-               racecheck: bool, slots: bytes) -> None:  # fmt: skip
-        head = LAUNCH_HEAD.pack(entry, *grid, *block, *cluster, shared, workers, resident, int(racecheck))
+               instrument: int, slots: bytes) -> None:  # fmt: skip
+        head = LAUNCH_HEAD.pack(entry, *grid, *block, *cluster, shared, workers, resident, instrument)
         self._request(LAUNCH, len(slots) // 8, head + slots + name.encode(), f"kernel '{name}'")
+
+    def trace_rows(self, row_bytes: int) -> bytes:
+        """The rows of the last traced launch (trace.h's Row, ``row_bytes`` each), a message's worth at a time."""
+        rows, total = b"", None
+        while total is None or len(rows) < total * row_bytes:
+            text = self._request(TRACE_ROWS, row_bytes, struct.pack("<Q", len(rows) // row_bytes), "reading the trace")
+            if len(text) < 8 or (len(text) - 8) % row_bytes or (total is not None and len(text) == 8):
+                raise self._fail("reading the access trace: the device process answered with a malformed reply")
+            total = min(struct.unpack_from("<Q", text)[0], 1 << 20)
+            rows += text[8:]
+        return rows[: total * row_bytes]
 
 
 _process: DeviceProcess | None = None

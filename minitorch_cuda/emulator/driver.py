@@ -43,6 +43,7 @@ MAX_BLOCK, MAX_GRID = (1024, 1024, 64), (2**31 - 1, 65535, 65535)
 # same on every machine, so that a kernel sized one block per SM gets the same small grid everywhere.
 MULTIPROCESSORS = 4
 MAX_CLUSTER = 8  # blocks in a thread block cluster: the portable limit (__cluster_dims__)
+RACECHECK, TRACE = 1, 2  # how a launch is instrumented (runtime.cpp's emu_launch)
 
 
 def _workers() -> int:
@@ -61,6 +62,8 @@ def _runtime() -> ctypes.CDLL:
         lib.emu_launch.argtypes = [c.c_void_p, c.c_void_p, c.c_char_p, c.c_void_p, c.c_void_p, c.c_void_p,
                                    c.c_size_t, c.c_int, c.c_int, c.c_int, c.c_char_p, c.c_size_t]  # fmt: skip
         lib.emu_stop.argtypes = [ctypes.c_char_p]
+        lib.emu_trace_rows.restype = ctypes.c_size_t
+        lib.emu_trace_rows.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         lib._prototyped = True
     return lib
 
@@ -75,20 +78,41 @@ ELEMENT_BYTES = {"char": 1, "bool": 1, "short": 2, "half": 2, "__half": 2, "__nv
 def fault_line(library: Library, offset: int) -> str:
     """``line N: `code``` of the kernel's source for an address in its library, or "" (addr2line
     reads the line table the emulator's build keeps; the innermost frame in the kernel's own file)."""
-    tool = shutil.which("addr2line")
-    if tool is None:
+    file, number = source_lines(library, [offset]).get(offset, ("", 0))
+    if file != toolchain.MAIN:
         return ""
+    lines = library.source.splitlines()
+    code = lines[number - 1].strip() if 0 < number <= len(lines) else ""
+    return f"line {number}: `{code}`" if code else f"line {number}"
+
+
+def source_lines(library: Library, offsets) -> dict[int, tuple[str, int]]:
+    """{offset: (file, line)} for addresses in a kernel library, where its line table knows them: the
+    innermost frame in the kernel's own source (file toolchain.MAIN), else the innermost one (a header's
+    path). One addr2line for them all."""
+    tool, offsets = shutil.which("addr2line"), list(offsets)
+    if tool is None or not offsets:
+        return {}
     import subprocess
 
-    found = subprocess.run([tool, "-i", "-e", str(library.path), hex(offset)], capture_output=True, text=True)
-    for frame in found.stdout.split():
+    found = subprocess.run([tool, "-a", "-i", "-e", str(library.path), *map(hex, offsets)],
+                           capture_output=True, text=True)  # fmt: skip
+    lines: dict[int, tuple[str, int]] = {}
+    at = None
+    for frame in found.stdout.splitlines():
+        if frame.startswith("0x"):  # -a: each address before its frames, innermost first
+            at = int(frame, 16)
+            continue
         file, _, line = frame.partition(":")
         number = line.split()[0] if line else ""
-        if Path(file).name == toolchain.MAIN and number.isdigit() and library.source:
-            lines = library.source.splitlines()
-            code = lines[int(number) - 1].strip() if 0 < int(number) <= len(lines) else ""
-            return f"line {number}: `{code}`" if code else f"line {number}"
-    return ""
+        if at is None or not number.isdigit() or number == "0":
+            continue
+        ours = Path(file).name == toolchain.MAIN
+        if ours and library.source and lines.get(at, ("", 0))[0] != toolchain.MAIN:
+            lines[at] = (toolchain.MAIN, int(number))
+        elif not ours and at not in lines:
+            lines[at] = (file, int(number))
+    return lines
 
 
 def _buffer_names(library: Library, name: str, args) -> dict[int, tuple[str, int]]:
@@ -494,6 +518,36 @@ class Event:
         return end.time_since(self)
 
 
+# --- access tracing (trace.cpp; access.py reads what it counts) -----------------------------------------
+
+# Set by access.tracing(): every launch runs built for tracing (its library's twin, Library.traced, where it
+# was built without) and is handed over with its rows: tracer(function, grid, block, args, rows).
+tracer = None
+
+
+class TraceRow(ctypes.Structure):
+    """trace.h's Row: one code address and memory space of a traced launch."""
+
+    _fields_ = [("pc", ctypes.c_uint64), ("kind", ctypes.c_uint32), ("space", ctypes.c_uint32),
+                ("bytes", ctypes.c_uint32), ("sample_lanes", ctypes.c_uint32), ("requests", ctypes.c_uint64),
+                ("sectors", ctypes.c_uint64), ("wavefronts", ctypes.c_uint64), ("ideal", ctypes.c_uint64),
+                ("lanes", ctypes.c_uint64), ("sample_region", ctypes.c_uint64), ("sample_block", ctypes.c_uint64),
+                ("sample_warp", ctypes.c_uint64), ("sample", ctypes.c_uint64 * 32)]  # fmt: skip
+
+
+def _trace_rows() -> list[TraceRow]:
+    """The rows of the last traced launch (trace.cpp's emu_trace_rows), here or in the device process."""
+    process = device_process.current()
+    if process is not None:
+        raw = process.trace_rows(ctypes.sizeof(TraceRow))
+        return [TraceRow.from_buffer_copy(raw, i) for i in range(0, len(raw), ctypes.sizeof(TraceRow))]
+    runtime = _runtime()
+    count = runtime.emu_trace_rows(None, 0)
+    rows = (TraceRow * count)()
+    runtime.emu_trace_rows(rows, count)
+    return list(rows)
+
+
 # --- kernels ---------------------------------------------------------------------------------------
 
 _SLOTS = {"P": "Q", "i": "i4x", "I": "I4x", "f": "f4x"}  # each argument in an 8-byte slot
@@ -547,6 +601,11 @@ class Function:
         _issue(stream, functools.partial(self._launch, grid, block, args, shared_size))
 
     def _launch(self, grid, block, args, shared_size: int) -> None:
+        if tracer is not None and not self.library.trace:  # run its twin built for tracing instead
+            twin = Function(self.library.traced(), self.name)
+            twin._format, twin._count, twin.max_dynamic_shared = self._format, self._count, self.max_dynamic_shared
+            twin._launch(grid, block, args, shared_size)
+            return
         if self._format is None:
             raise LogicError(f"kernel '{self.name}' was launched before prepare()")
         if len(args) != self._count:
@@ -579,20 +638,27 @@ class Function:
         base = ctypes.addressof(packed)
         pointers = (ctypes.c_void_p * max(1, self._count))(*(base + 8 * i for i in range(self._count)))
         process = device_process.current()
-        racecheck = self.library.racecheck
-        workers = 1 if racecheck else _workers()  # race checking runs the blocks one at a time (racecheck.cpp)
+        # the runtime's `instrument`: race checking and tracing run the blocks one at a time
+        instrument = RACECHECK if self.library.racecheck else TRACE if self.library.trace else 0
+        workers = 1 if instrument else _workers()
         if process is not None:
             try:
                 process.launch(self._entry, self.name, grid, block, self.cluster, shared_size, workers,
-                               MULTIPROCESSORS, racecheck, packed.raw[: 8 * self._count])  # fmt: skip
+                               MULTIPROCESSORS, instrument, packed.raw[: 8 * self._count])  # fmt: skip
             except LaunchError as exc:
                 raise LaunchError(self._fault(str(exc), args)) from None
-            return
+        else:
+            self._run(grid, block, args, shared_size, pointers, workers, instrument)
+        if instrument == TRACE and tracer is not None:
+            tracer(self, grid, block, args, _trace_rows())
+
+    def _run(self, grid, block, args, shared_size: int, pointers, workers: int, instrument: int) -> None:
+        """The launch, in this process."""
         error = ctypes.create_string_buffer(4096)
         dims = ctypes.c_uint * 3
         rc = _stoppable(lambda: _runtime().emu_launch(
             ctypes.cast(self._entry, ctypes.c_void_p), pointers, self.name.encode(), dims(*grid), dims(*block),
-            dims(*self.cluster), shared_size, workers, MULTIPROCESSORS, racecheck, error, len(error),
+            dims(*self.cluster), shared_size, workers, MULTIPROCESSORS, instrument, error, len(error),
         ), self.name)  # fmt: skip
         if rc != 0:
             raise LaunchError(self._fault(error.value.decode(errors="replace"), args))

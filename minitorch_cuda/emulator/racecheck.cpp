@@ -27,6 +27,8 @@
 // runtime's poisoning), so blocks that a worker runs in turn never meet there.
 #include "racecheck.h"
 
+#include "trace.h"
+
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -444,8 +446,12 @@ void grid_passed(Block& b) {
 using namespace emu::racecheck;
 using emu::racecheck::Kind;
 
-#define EMU_ACCESS(address, size, kind) \
-    if (g_active) access(reinterpret_cast<uintptr_t>(address), size, kind, reinterpret_cast<uintptr_t>(__builtin_return_address(0)))
+// A kernel built for tracing makes the same calls: in a traced launch they go to trace.cpp.
+#define EMU_ACCESS(address, size, kind)                                                                     \
+    if (g_active)                                                                                           \
+        access(reinterpret_cast<uintptr_t>(address), size, kind, reinterpret_cast<uintptr_t>(__builtin_return_address(0))); \
+    else if (emu::trace::g_on)                                                                              \
+        emu::trace::access(reinterpret_cast<uintptr_t>(address), size, kind, reinterpret_cast<uintptr_t>(__builtin_return_address(0)))
 
 extern "C" {
 void __tsan_init() {}
@@ -516,8 +522,10 @@ void __tsan_atomic_thread_fence(int order) {
 }
 void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
 
-// cuda_emu.h's poison_shared: a block's static __shared__ variables start with no history.
-void __emu_racecheck_forget(const void* address, size_t bytes) {
+// cuda_emu.h's poison_shared: a block's static __shared__ variables start with no history (and a
+// traced launch learns where they lie).
+void __emu_shared_declared(const void* address, size_t bytes) {
     if (g_active) forget(reinterpret_cast<uintptr_t>(address), bytes);
+    if (emu::trace::g_on) emu::trace::shared_variable(reinterpret_cast<uintptr_t>(address), bytes);
 }
 }

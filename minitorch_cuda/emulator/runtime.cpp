@@ -35,6 +35,7 @@
 // has exited).
 #include "cuda_emu.h"
 #include "racecheck.h"
+#include "trace.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -170,6 +171,7 @@ struct Launch {
     const char* barrier_words = "grid barrier";  // and in words
     std::atomic<long long> next_block{0};
     bool racecheck = false;  // built for race checking (racecheck.cpp): the runtime tells it of every order
+    bool trace = false;      // traced (trace.cpp): told of every block's start and end
     std::atomic<bool> failed{false};
     std::mutex error_lock;
     std::string error;
@@ -526,6 +528,7 @@ void run_block(Worker& w, uint3 idx) {
     b.serial = ++w.blocks_run;  // its static __shared__ variables are poisoned as its threads declare them
     memset(b.dynamic_shared, kSharedPoison, l.shared_bytes);
     if (l.racecheck) racecheck::block_begin(b, b.index, b.dynamic_shared, l.shared_bytes);
+    if (l.trace) trace::block_begin(b, b.dynamic_shared, l.shared_bytes);
     b.block_dim = l.block;
     b.grid_dim = l.grid;
     b.nthreads = int(l.block.x * l.block.y * l.block.z);
@@ -552,6 +555,7 @@ void run_block(Worker& w, uint3 idx) {
         w.current = nullptr;
         if (f->state == EXITED) finish_thread(w, f);
     }
+    if (l.trace) trace::block_end(b);
 }
 
 // A block of a co-resident launch has finished: an error if others wait at a grid barrier.
@@ -954,6 +958,15 @@ static Worker& faulting_worker() {
 namespace emu {
 void fail_in_kernel(const std::string& message) { fail(faulting_worker(), "%s", message.c_str()); }
 
+bool device_buffer(uintptr_t address, uintptr_t* start, uintptr_t* end) {
+    std::lock_guard<std::mutex> lock(g_alloc_lock);
+    const Allocation* a = allocation_near(address);
+    if (!a || address < a->data || address >= a->data + a->bytes) return false;
+    *start = a->data;
+    *end = a->data + a->bytes;
+    return true;
+}
+
 std::string describe_device_address(uintptr_t address) {
     std::lock_guard<std::mutex> lock(g_alloc_lock);
     const Allocation* a = allocation_near(address);
@@ -1022,21 +1035,28 @@ extern "C" int emu_workers(void) { return int(std::max(1u, std::thread::hardware
 
 // Runs a launch to completion on `workers` OS threads, or co-resident (one per block) when it
 // has at most `resident` blocks; a launch with clusters of more than one block (`cluster`, whose
-// extents divide the grid's), cluster by cluster, each co-resident. With `racecheck` (a kernel built
-// for it, run on one worker: racecheck.cpp) a race stops it as a fault does. Returns 0, or -1 with
+// extents divide the grid's), cluster by cluster, each co-resident. `instrument`: 0, or for a kernel
+// built with ThreadSanitizer's calls and run on one worker, RACECHECK (racecheck.cpp: a race stops it
+// as a fault does) or TRACE (trace.cpp: its accesses are counted, emu_trace_rows). Returns 0, or -1 with
 // the first error in `error`.
 extern "C" int emu_launch(void (*entry)(void**), void** args, const char* name, const unsigned* grid,
                           const unsigned* block, const unsigned* cluster, size_t shared_bytes, int workers,
-                          int resident, int racecheck, char* error, size_t error_bytes) {
+                          int resident, int instrument, char* error, size_t error_bytes) {
+    enum { RACECHECK = 1, TRACE = 2 };
+    const bool racecheck = instrument == RACECHECK, traced = instrument == TRACE;
     std::lock_guard<std::mutex> serial(g_launch_lock);  // one stream: launches run in order
     if (!g_pool) g_pool = new Pool;
     const dim3 g(grid[0], grid[1], grid[2]), c(cluster[0], cluster[1], cluster[2]);
     const long long size = (long long)c.x * c.y * c.z, clusters = (long long)g.x * g.y * g.z / size;
     if (racecheck) racecheck::launch_begin(g, dim3(block[0], block[1], block[2]));
-    struct End {  // race checking stops with the launch, however it ends
-        bool on;
-        ~End() { if (on) racecheck::launch_end(); }
-    } end{racecheck != 0};
+    if (traced) trace::launch_begin();
+    struct End {  // race checking and tracing stop with the launch, however it ends
+        bool racecheck, traced;
+        ~End() {
+            if (racecheck) racecheck::launch_end();
+            if (traced) trace::launch_end();
+        }
+    } end{racecheck, traced};
     for (long long k = 0; k < (size > 1 ? clusters : 1); ++k) {
         Launch l;
         l.entry = entry;
@@ -1046,7 +1066,8 @@ extern "C" int emu_launch(void (*entry)(void**), void** args, const char* name, 
         l.block = dim3(block[0], block[1], block[2]);
         l.cluster = c;
         l.shared_bytes = shared_bytes;
-        l.racecheck = racecheck != 0;
+        l.racecheck = racecheck;
+        l.trace = traced;
         l.total = size > 1 ? size : (long long)g.x * g.y * g.z;
         l.resident = size > 1 ? size : resident;
         l.co_resident = l.total <= l.resident;

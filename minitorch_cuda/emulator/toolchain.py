@@ -46,6 +46,10 @@ CHECKS = ["-fsanitize=bounds,alignment", "-fno-sanitize-recover=all", "-fstack-c
 # Race checking (racecheck.cpp): ThreadSanitizer's calls before every memory access, compiled in
 # but never its runtime (the kernel links without -fsanitize=thread): the emulator's runtime answers them.
 RACECHECK = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "--param=tsan-distinguish-volatile=1"]
+# Access tracing (trace.cpp) answers the same calls, with each access of the source one call, as it is
+# one instruction on a GPU: no vectorization (which joins a thread's neighbouring accesses) and no
+# scalar replacement of aggregates (which splits a float4 read into four, where nvcc makes one LDS.128).
+TRACE = [*RACECHECK, "-fno-tree-vectorize", "-fno-tree-sra", "-fno-ipa-sra"]
 MAIN = "kernel.cu"  # the source's name in messages
 
 
@@ -98,8 +102,8 @@ def install(built: Path, path: Path) -> None:
 def runtime_library() -> ctypes.CDLL:
     """runtime.cpp, built once per machine and loaded for every kernel library to link against
     (one copy per process: kernels and the driver must share its workers and state)."""
-    sources = [HERE / "runtime.cpp", HERE / "racecheck.cpp"]
-    text = "".join(p.read_text() for p in [*sources, HEADER, HERE / "racecheck.h"])
+    sources = [HERE / "runtime.cpp", HERE / "racecheck.cpp", HERE / "trace.cpp"]
+    text = "".join(p.read_text() for p in [*sources, HEADER, HERE / "racecheck.h", HERE / "trace.h"])
     key = hashlib.sha256((text + compiler_version()).encode()).hexdigest()[:16]
     path = cache_dir() / f"runtime-{key}.so"
     if not path.exists():

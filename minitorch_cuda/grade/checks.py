@@ -167,5 +167,5 @@ def report(exercise_id: str, artifact) -> CheckResult:
         result.message, result.details = EMULATOR_ADVICE, [result.message, *result.details]
     print(result)
     if exercises.get(exercise_id).kind == "cuda" and emulator.selected():
-        print("  (checked on the CPU emulator: correctness only, no speed measured)")
+        print("  (checked on the CPU emulator: correctness and memory accesses, no speed measured)")
     return result

@@ -12,6 +12,7 @@ student's own file. ``build`` returns the loaded module and its ``Artifact`` (gr
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import functools
 import os
@@ -267,10 +268,11 @@ def build(source: str, arch_specific: bool = False) -> Built:
     return Built(drv.module_from_buffer(cubin), artifact)
 
 
-def _emulated(source: str) -> Built:
+@contextlib.contextmanager
+def _sandboxed(seen: list[tuple[str, frozenset[str]]]):
+    """The emulator's builds inside run g++ in the sandbox, and what each opened is checked and kept
+    in ``seen`` (its preprocessed text, the course headers it opened)."""
     from ..emulator import compiler, toolchain
-
-    seen: list[tuple[str, frozenset[str]]] = []  # (preprocessed text, course headers opened) of each build
 
     def preprocessed(text: str) -> None:  # before g++ compiles it: a refused file never reaches a log
         seen.append((text, check_opened(text)))
@@ -280,12 +282,18 @@ def _emulated(source: str) -> Built:
 
     compiler.run_compiler, compiler.on_preprocessed = run, preprocessed
     try:
+        yield
+    finally:
+        compiler.run_compiler = compiler.on_preprocessed = None
+
+
+def _emulated(source: str) -> Built:
+    seen: list[tuple[str, frozenset[str]]] = []
+    with _sandboxed(seen):
         module = _emulator_module(source)
         text, opened = seen[-1]
         _emulator_module(baseline_source(opened, stand_ins_opened(text)))
         baseline = seen[-1][0]
-    finally:
-        compiler.run_compiler = compiler.on_preprocessed = None
     check_headers_unchanged(text, baseline)
     if switched_off := unchecked(text, baseline):
         fail(
@@ -300,6 +308,13 @@ def _emulated(source: str) -> Built:
             "only (threadIdx, __syncthreads(), ...); the emulator's internals are not part of CUDA",
         )
     return Built(module, from_preprocessed(text, baseline, opened))
+
+
+def build_traced(library) -> None:
+    """The emulator's build for access tracing (emulator/access.py) of a student's kernel ``library``
+    (built by ``build``), in the sandbox: its traced launches (``tracing()``) find it built."""
+    with _sandboxed([]):
+        library.traced()
 
 
 def _emulator_module(source: str):

@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import emulator
 from ..cuda.kernel_table import matmul_stage
-from . import exercises, grid_phase, hidden
+from . import access_checks, exercises, grid_phase, hidden
 from .artifact import Artifact
 from .exercises import Exercise, check_entry
 from .harness import GUARD, POISON, Buffer, CountingFunction, Override, student_kernel  # noqa: F401
@@ -325,10 +325,13 @@ def check_sumsq(ex: Exercise, source: str) -> list[str]:
                 fail(RACE, f"sumsq n={n}: three runs on one input gave {[float(r[0]) for r in results]}")
             compare(results[0], want, f"sumsq n={n}", atol=1e-3, rtol=1e-4, poison=POISON)
         _check_clip_gradients(rng, ov, [(784, 256), (256,), (256, 10), (10,)], "your sumsq", rtol=1e-3)
+        x = Buffer(784 * 256, rng.standard_normal(784 * 256).astype(np.float32))
+        accesses = access_checks.traced(ov, lambda: launchers.sumsq(ex.kernel, Buffer(1), x, 784 * 256))
     return [
         f"sum of squares for n in {sizes} and {len(hidden_sizes)} hidden sizes with one block of 1024 threads, "
         "three runs each",
         "clip_gradients at stage 7 runs your kernel and clips to norm 1",
+        *access_checks.numbers(accesses, "n = 784 x 256 on the CPU emulator"),
     ]
 
 
@@ -363,9 +366,12 @@ def check_sum_rows(ex: Exercise, source: str) -> list[str]:
             y = mt.tensor(x.copy(), device="cuda").mean(axis=1).numpy()
         ov.expect_launched("x.mean(axis=1) at stage 8")
         compare(y, want, "x.mean(axis=1)", atol=1e-5, rtol=1e-4)
+        x = Buffer(256 * 64, rng.standard_normal(256 * 64).astype(np.float32))
+        accesses = access_checks.traced(ov, lambda: launchers.sum_rows(ex.kernel, Buffer(256), x, 256, 64, 1.0))
     return [
         f"scaled row sums for shapes {_SHAPES_ROWS} and 3 hidden ones",
         "x.mean(axis=1) at stage 8 runs your kernel",
+        *access_checks.numbers(accesses, "256 rows of 64 on the CPU emulator"),
     ]
 
 
@@ -493,9 +499,15 @@ def check_gather(ex: Exercise, source: str) -> list[str]:
             y = mt.tensor(x.copy(), device="cuda")[order.copy()].numpy()
         ov.expect_launched("x[order] at stage 7")
         compare(y, want, "x[order]", atol=0, rtol=0)
+        src, idx = rng.standard_normal((1000, 784)).astype(np.float32), rng.integers(0, 1000, 64).astype(np.int32)
+        out, inp, d_idx = Buffer(64 * 784), Buffer(src.size, src), Buffer(64, idx, np.int32)
+        accesses = access_checks.traced(
+            ov, lambda: launchers.elementwise(ex.kernel, 64 * 784, out, inp, d_idx, 64, 784)
+        )
     return [
         f"gathers (rows, row_len, source rows) {shapes} and a hidden one with repeated indices",
         "x[order] runs your kernel",
+        *access_checks.numbers(accesses, "64 rows of 784 on the CPU emulator"),
     ]
 
 
@@ -587,6 +599,10 @@ def check_matmul(ex: Exercise, source: str) -> list[str]:
             y = mt.tensor(a.copy(), device="cuda").matmul(mt.tensor(b.copy(), device="cuda"), transpose_b=True).numpy()
         ov.expect_launched(f"a.matmul(b, transpose_b=True) at stage {stage}")
         compare(y, want, "a.matmul(b, transpose_b=True)", **_matmul_tol(70))
+        a, b = _operands(rng, 64, 64, 64, False, False)
+        accesses = access_checks.traced(ov, lambda: _run_matmul(ex.kernel, a, b, False, False))
+        if ex.kernel == "matmul_tiled":  # chapter 11's lesson: a tile read and written without bank conflicts
+            access_checks.conflict_free(accesses, "a 64x64x64 product")
     done = [
         f"all four transpose flags on shapes (M, N, K) {_MATMUL_SHAPES} and a hidden one"
         + (", batch 3, B broadcast with stride 0" if batched else "")
@@ -596,7 +612,7 @@ def check_matmul(ex: Exercise, source: str) -> list[str]:
     elif shared:
         done.append("256x256x2048 three times: identical, correct (no race)")
     done.append(f"tensor matmul at stage {stage} runs your kernel")
-    return done
+    return done + access_checks.numbers(accesses, "64x64x64 on the CPU emulator")
 
 
 # --- on-device init ----------------------------------------------------------------------------

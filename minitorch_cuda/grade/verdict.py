@@ -43,6 +43,8 @@ SANITIZER = "sanitizer"  # compute-sanitizer (memcheck, racecheck, synccheck) re
 # The emulator's race checking (emulator/racecheck.cpp), whatever the result was:
 RACECHECK = "racecheck"  # two threads touch one address with no barrier between them, one of them writing
 MISSING_FENCE = "missing_fence"  # a block read what another block published with an atomic but never fenced
+# The emulator's access analysis (emulator/trace.cpp), where the exercise's lesson is conflict-free shared memory:
+BANK_CONFLICT = "bank_conflict"  # lanes of a warp reach different words of one shared-memory bank
 
 ENVIRONMENT_REASONS = {NO_GPU, NO_DEPENDENCY}
 
