@@ -198,11 +198,11 @@ SILENCED = {
     "    emu::self()->block->racecheck = nullptr;\n    out[threadIdx.x] = 1.0f;\n}\n",
     "the_namespace_opened": "namespace emu { void forget(); }\nusing namespace emu;\n"
     'extern "C" __global__ void k(float* out) {\n    out[threadIdx.x] = 1.0f;\n}\n',
-    "the_runtime_call": 'extern "C" void __emu_racecheck_forget(const void*, unsigned long);\n'
-    'extern "C" __global__ void k(float* out) {\n    __emu_racecheck_forget(out, 4);\n}\n',
+    "the_runtime_call": 'extern "C" void __emu_shared_declared(const void*, unsigned long);\n'
+    'extern "C" __global__ void k(float* out) {\n    __emu_shared_declared(out, 4);\n}\n',
     "a_pasted_name": "#define HIDE(a, b) a##b\n"
-    'extern "C" void HIDE(__emu_, racecheck_forget)(const void*, unsigned long);\n'
-    'extern "C" __global__ void k(float* out) {\n    HIDE(__emu_, racecheck_forget)(out, 4);\n}\n',
+    'extern "C" void HIDE(__emu_, shared_declared)(const void*, unsigned long);\n'
+    'extern "C" __global__ void k(float* out) {\n    HIDE(__emu_, shared_declared)(out, 4);\n}\n',
     "a_forged_marker": '# 1 "' + "EMULATOR_INCLUDE/cooperative_groups.h" + '" 1 3 4\n'
     "namespace emu { void forget(); }\n"
     '# 3 "kernel.cu" 2\nextern "C" __global__ void k(float* out) {\n    out[threadIdx.x] = 1.0f;\n}\n',
