@@ -11,7 +11,8 @@ alignment) the first time the key is seen, by timing the candidates that fit
   (``sgemm_candidates``), each at the longer of its GPU time and its launches' host time (the
   host-cost model: ``host_launch_ms``, ``sgemm_host_ms``);
 - ``linear_variant``: the lean step's forward, the register tile or a split-K bias+act variant;
-- ``wgmma_tma_variant``: stage 12's tile width and way of reading B on Hopper.
+- ``wgmma_tma_variant``: stage 12's tile width and way of reading B on Hopper;
+- ``hopper_tf32_variant``: stage 12's kernel on Hopper for mid-sized products, wgmma or mma.sync.
 
 The split-K policy (``splitk_counts``) says which K-splits are worth timing for a tile. On the CPU
 emulator, whose times stand for nothing a GPU would do, the choices are the heuristic ones.
@@ -227,6 +228,24 @@ def wgmma_tma_variant(c, a, b, g: Gemm) -> tuple[int, bool]:
 
     choice = tuner.pick("matmul_tf32_wgmma_tma", tuning_key(a, b, g), list(variants), time_ms)
     return variants[choice]
+
+
+WGMMA_TMA, MMA_SYNC = "wgmma_tma", "mma.sync"  # hopper_tf32_variant's candidates
+
+
+def hopper_tf32_variant(c, a, b, g: Gemm) -> str:
+    """Stage 12 on Hopper for a product below ops_matmul.WGMMA_MIN_PRODUCT: WGMMA_TMA (the TMA-fed
+    wgmma kernel at the variant wgmma_tma_variant keeps) or MMA_SYNC (matmul_tf32_async), each
+    timed on first use, the faster kept for the shape; untimed, and where cp.async cannot copy
+    the operands, the first that fits (mma.sync, then wgmma)."""
+    candidates = [MMA_SYNC, WGMMA_TMA] if matmul_launchers.tf32_async_fits(a, b, g) else [WGMMA_TMA]
+
+    def time_ms(name: str) -> float:
+        if name == MMA_SYNC:
+            return matmul_launchers.matmul_tf32_async(c, a, b, g, timed=tuning_launches())
+        return matmul_tf32_wgmma_tma(c, a, b, g, timed=tuning_launches())
+
+    return tuner.pick("matmul_tf32_hopper", tuning_key(a, b, g), candidates, time_ms)
 
 
 # --- the tuned launches: a family at the variant chosen for the problem -----------------------

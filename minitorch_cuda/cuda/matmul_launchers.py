@@ -26,7 +26,7 @@ from .kernel_table import (
     SPLITK_BIAS_ACT_TILES,
     WGMMA_TILE,
 )
-from .launch_core import Gemm, aligned16, as_arg, cdiv, dispatch, total_ms
+from .launch_core import Gemm, Launch, aligned16, as_arg, cdiv, dispatch, queue, total_ms
 from .launchers import elementwise, transpose
 from .memory import DeviceBuffer
 from .runtime import Kernel
@@ -71,14 +71,20 @@ def matmul_regtiled(c, a, b, g: Gemm, *, tile: str, splits: int = 1, timed: int 
     per block, each thread a TM x TN register tile. ``splits`` > 1: its split-K twin
     ``matmul_regtiled_splitk_{tile}`` (REGTILED_SPLITK_TILES), reduced by split_k. Where
     exact_fit holds, the kernel's exact twin (``_exact_`` before the tile) runs instead."""
+    if splits == 1:
+        return regtiled_launch(a, b, g, tile).dispatch(c, a, b, timed)
     bm, bn, _, threads = REGTILED_TILES[tile]
     exact = "exact_" if exact_fit(a, b, g, tile, splits) else ""
-    if splits == 1:
-        grid = g.grid(bm, bn)
-        return dispatch(f"matmul_regtiled_{exact}{tile}", grid, (threads, 1, 1), (c, a, b, *g.args), timed, (g,))
     if tile not in REGTILED_SPLITK_TILES:
         raise ValueError(f"no split-K twin of register tile {tile}: the tiles are {', '.join(REGTILED_SPLITK_TILES)}")
     return split_k(f"matmul_regtiled_splitk_{exact}{tile}", c, a, b, g, (bm, bn, threads), splits, timed)
+
+
+def regtiled_launch(a, b, g: Gemm, tile: str) -> Launch:
+    """matmul_regtiled's one launch at ``tile`` (its exact twin where exact_fit holds)."""
+    bm, bn, _, threads = REGTILED_TILES[tile]
+    exact = "exact_" if exact_fit(a, b, g, tile) else ""
+    return Launch(f"matmul_regtiled_{exact}{tile}", g.grid(bm, bn), (threads, 1, 1), g.args, (g,))
 
 
 def exact_fit(a, b, g: Gemm, tile: str, splits: int = 1) -> bool:
@@ -108,11 +114,16 @@ def matmul_pipelined(c, a, b, g: Gemm, *, tile: str, splits: int = 1, kernel: Ke
     the register tiles. ``splits`` > 1: ``matmul_pipelined_splitk_{tile}`` computes that many
     K-slices into scratch and matmul_splitk_reduce sums them in order (deterministic).
     ``kernel``: that kernel compiled with other defines (the tests' late wait)."""
-    bm, bn, _, threads, _ = PIPELINED_TILES[tile]
     if splits == 1:
-        kernel = kernel or f"matmul_pipelined_{tile}"
-        return dispatch(kernel, g.grid(bm, bn), (threads, 1, 1), (c, a, b, *g.args), timed, (g,))
+        return pipelined_launch(g, tile, kernel).dispatch(c, a, b, timed)
+    bm, bn, _, threads, _ = PIPELINED_TILES[tile]
     return split_k(kernel or f"matmul_pipelined_splitk_{tile}", c, a, b, g, (bm, bn, threads), splits, timed)
+
+
+def pipelined_launch(g: Gemm, tile: str, kernel: Kernel | None = None) -> Launch:
+    """matmul_pipelined's one launch at ``tile``, unsplit (``kernel``: built with other defines)."""
+    bm, bn, _, threads, _ = PIPELINED_TILES[tile]
+    return Launch(kernel or f"matmul_pipelined_{tile}", g.grid(bm, bn), (threads, 1, 1), g.args, (g,))
 
 
 SPLITK_LAUNCHES = 2  # split_k's: the sliced product, then the reduction
@@ -142,6 +153,11 @@ def matmul_cluster_splitk(c, a, b, g: Gemm, *, tile: str, splits: int, timed: in
     output tile form a cluster and sum their K-slices in distributed shared memory, in the
     reduction's order (the same bits as matmul_regtiled at these splits), with no scratch. For
     the products the exact twin of ``tile`` takes (exact_fit)."""
+    return cluster_launch(a, b, g, tile, splits).dispatch(c, a, b, timed)
+
+
+def cluster_launch(a, b, g: Gemm, tile: str, splits: int) -> Launch:
+    """matmul_cluster_splitk's one launch, or ValueError saying why this problem cannot have it."""
     if not probe.clusters_fit(runtime.arch()):
         raise ValueError(f"matmul_cluster_splitk needs thread block clusters (compute capability 9.0 or newer); "
                          f"{runtime.device_name()} is {runtime.arch()}")  # fmt: skip
@@ -153,7 +169,7 @@ def matmul_cluster_splitk(c, a, b, g: Gemm, *, tile: str, splits: int, timed: in
                          f"(matmul_launchers.exact_fit), not {g}")  # fmt: skip
     bm, bn, _, threads = REGTILED_TILES[tile]
     grid = (*g.grid(bm, bn)[:2], splits)
-    return dispatch(f"matmul_cluster_splitk{splits}_{tile}", grid, (threads, 1, 1), (c, a, b, *g.args), timed, (g,))
+    return Launch(f"matmul_cluster_splitk{splits}_{tile}", grid, (threads, 1, 1), g.args, (g,))
 
 
 def sgemm_parts(variant: str) -> tuple[str, str, int]:
@@ -172,6 +188,17 @@ def matmul_sgemm(c, a, b, g: Gemm, *, variant: str, timed: int = 0):
     family, tile, splits = sgemm_parts(variant)
     launcher = {"pipelined": matmul_pipelined, "regtiled": matmul_regtiled, "cluster": matmul_cluster_splitk}[family]
     return launcher(c, a, b, g, tile=tile, splits=splits, timed=timed)
+
+
+def sgemm_launch(a, b, g: Gemm, variant: str) -> Launch | None:
+    """matmul_sgemm's launch at ``variant`` where it is one launch (None for a split-K variant in
+    SPLITK_LAUNCHES launches, which needs scratch of its own every time)."""
+    family, tile, splits = sgemm_parts(variant)
+    if family == "cluster":
+        return cluster_launch(a, b, g, tile, splits)
+    if splits > 1:
+        return None
+    return regtiled_launch(a, b, g, tile) if family == "regtiled" else pipelined_launch(g, tile)
 
 
 def matmul_bias_act(c, a, b, bias, g: Gemm, relu: bool, *, tile: str, timed: int = 0):
@@ -236,9 +263,14 @@ def require_tensor_cores(what: str) -> None:
 
 def matmul_tf32(c, a, b, g: Gemm, *, timed: int = 0):
     """Stage 12's fallback: WMMA fragments of TF32, 128 x 128 tiles of C."""
+    return tf32_launch(g).dispatch(c, a, b, timed)
+
+
+def tf32_launch(g: Gemm) -> Launch:
+    """matmul_tf32's launch."""
     require_tensor_cores("matmul_tf32")
     bm, bn, threads = MMA_TILE
-    return dispatch("matmul_tf32", g.grid(bm, bn), (threads, 1, 1), (c, a, b, *g.args), timed, (g,))
+    return Launch("matmul_tf32", g.grid(bm, bn), (threads, 1, 1), g.args, (g,))
 
 
 def matmul_bf16(c, a, b, g: Gemm, *, timed: int = 0):
@@ -257,11 +289,17 @@ def matmul_tf32_async(c, a, b, g: Gemm, *, kernel: str | Kernel = "matmul_tf32_a
                       tile: tuple[int, int, int] = ASYNC_TILE, timed: int = 0):  # fmt: skip
     """Stage 12: mma.sync on TF32 fed by a cp.async pipeline. ``kernel`` and ``tile`` (BM, BN,
     threads) name a variant compiled with other ASYNC_ shapes (experiments.tf32_variants)."""
+    return tf32_async_launch(a, b, g, kernel, tile).dispatch(c, a, b, timed)
+
+
+def tf32_async_launch(a, b, g: Gemm, kernel: str | Kernel = "matmul_tf32_async",
+                      tile: tuple[int, int, int] = ASYNC_TILE) -> Launch:  # fmt: skip
+    """matmul_tf32_async's launch, or ValueError where the operands are not whole aligned quads."""
     require_tensor_cores("matmul_tf32_async")
     if not tf32_async_fits(a, b, g):
         raise ValueError(f"matmul_tf32_async copies whole aligned quads: {g} or its operands' alignment does not fit")
     bm, bn, threads = tile
-    return dispatch(kernel, g.grid(bm, bn), (threads, 1, 1), (c, a, b, *g.args), timed, (g,))
+    return Launch(kernel, g.grid(bm, bn), (threads, 1, 1), g.args, (g,))
 
 
 def k_major_operands(a, b, g: Gemm, timed: int = 0):
@@ -321,6 +359,8 @@ def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, bn: int, as_stored: bool | None =
     passed by value (128 bytes each, ``128s`` in its signature).
     Debugging: ``stages=1`` builds a single stage, ``blocks=1`` has one block walk every tile,
     ``tiles=n`` computes only the first n tiles of the raster, ``debug`` names a stuck barrier."""
+    if stages is blocks is tiles is None and not debug:
+        return wgmma_tma_launch(a, b, g, bn, as_stored).dispatch(c, a, b, timed)
     if runtime.arch() != "sm_90":
         raise ValueError(
             f"matmul_tf32_wgmma_tma needs a Hopper GPU (sm_90: TMA, wgmma, setmaxnreg); "
@@ -340,6 +380,55 @@ def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, bn: int, as_stored: bool | None =
     maps, grid, rest = wgmma_tma.plan(pa, pb, k, bn, stages, blocks, tiles, as_stored)
     times.append(dispatch(kernel, grid, (shape["THREADS"], 1, 1), (*maps, c, *rest), timed, (g,)))
     return total_ms(times)
+
+
+def wgmma_tma_launch(a, b, g: Gemm, bn: int, as_stored: bool | None = None) -> WgmmaTmaLaunch:
+    """matmul_tf32_wgmma_tma's launch at tile width ``bn`` without its debugging switches, for
+    every product of ``g``'s shape and of operands aligned like ``a`` and ``b``; ValueError where
+    the problem or this GPU cannot have it."""
+    if runtime.arch() != "sm_90":
+        raise ValueError(
+            f"matmul_tf32_wgmma_tma needs a Hopper GPU (sm_90: TMA, wgmma, setmaxnreg); "
+            f"{runtime.device_name()} is {runtime.arch()}"
+        )
+    if g.K % 4:
+        raise ValueError(f"TMA strides are whole 16 bytes: K={g.K} is not a multiple of 4")
+    if as_stored is None:
+        as_stored = b_reads_as_stored(a, b, g)
+    elif as_stored and not b_reads_as_stored(a, b, g):
+        raise ValueError(f"B is read as stored only for a @ b with aligned operands and N % 4 == 0, not {g}")
+    return WgmmaTmaLaunch(g, bn, as_stored)
+
+
+@dataclasses.dataclass(frozen=True)
+class WgmmaTmaLaunch:
+    """wgmma_tma_launch's: all but the tensor maps, which hold the operands' addresses
+    (wgmma_tma.plan keeps them per pair of operands). Read as stored, a product is one launch;
+    else the operands' transposes come first (k_major_operands)."""
+
+    g: Gemm
+    bn: int
+    as_stored: bool
+
+    def dispatch(self, c, a, b, timed: int = 0) -> float | None:
+        g, bn, as_stored = self.g, self.bn, self.as_stored
+        kernel, shape = wgmma_tma.kernel(bn, None, False, as_stored)
+        if as_stored:
+            pa, pb, k, times = as_arg(a), as_arg(b), g, []
+        else:
+            pa, pb, k, times, _scratch = k_major_operands(a, b, g, timed)
+        maps, grid, rest = wgmma_tma.plan(pa, pb, k, bn, None, None, None, as_stored)
+        times.append(dispatch(kernel, grid, (shape["THREADS"], 1, 1), (*maps, c, *rest), timed, (g,)))
+        return total_ms(times)
+
+    def queue(self, c, a, b) -> None:
+        """The launches on the current stream for C, A and B (DeviceArrays)."""
+        if not self.as_stored:
+            self.dispatch(c, a, b)
+            return
+        kernel, shape = wgmma_tma.kernel(self.bn, None, False, True)
+        maps, grid, rest = wgmma_tma.plan(a.ptr, b.ptr, self.g, self.bn, None, None, None, True)
+        queue(kernel, grid, (shape["THREADS"], 1, 1), *maps, c.ptr, *rest, shapes=(self.g,))
 
 
 def b_reads_as_stored(a, b, g: Gemm) -> bool:

@@ -42,6 +42,11 @@ def kernel(bn: int, stages: int | None, debug: bool, n_major: bool = False) -> t
     own), once per process, and its shape. ``debug`` makes a stuck wait print which barrier it was;
     ``n_major`` builds the kernel that reads B as stored for ``a @ b`` (WT_B_N_MAJOR: C^T = B^T A^T,
     B^T the register operand)."""
+    return _kernel(bn, stages, debug, n_major, registry.current_override(NAME))
+
+
+@functools.cache  # per override of NAME (or none): looked up at every launch of stage 12's route
+def _kernel(bn: int, stages: int | None, debug: bool, n_major: bool, _override) -> tuple[Kernel, dict[str, int]]:
     s = shape(bn, stages)
     defines = {"WT_BN": bn, "WT_STAGES": s["STAGES"], "WT_B_N_MAJOR": int(n_major)}
     if debug:
