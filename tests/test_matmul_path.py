@@ -56,7 +56,8 @@ for stage, M, K, N, flip in json.loads(sys.argv[1]):
         with profiler.count() as counts:
             for _ in range(3):
                 c = a @ b
-    cases[f"{{stage}} {{M}}x{{K}}x{{N}} {{flip}}"] = {{"kernels": launched[:], "asked": len(asked), **counts.snapshot()}}
+    case = {{"kernels": launched[:], "asked": len(asked), **counts.snapshot()}}
+    cases[f"{{stage}} {{M}}x{{K}}x{{N}} {{flip}}"] = case
 print(json.dumps(cases))
 """
 
