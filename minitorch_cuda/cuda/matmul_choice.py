@@ -12,7 +12,8 @@ alignment) the first time the key is seen, by timing the candidates that fit
   host-cost model: ``host_launch_ms``, ``sgemm_host_ms``);
 - ``linear_variant``: the lean step's forward, the register tile or a split-K bias+act variant;
 - ``wgmma_tma_variant``: stage 12's tile width and way of reading B on Hopper;
-- ``hopper_tf32_variant``: stage 12's kernel on Hopper for mid-sized products, wgmma or mma.sync.
+- ``tf32_variant``: stage 12's kernel below the products that go to wgmma_tma: mma.sync, WMMA,
+  or on Hopper the TMA-fed wgmma.
 
 The split-K policy (``splitk_counts``) says which K-splits are worth timing for a tile. On the CPU
 emulator, whose times stand for nothing a GPU would do, the choices are the heuristic ones.
@@ -230,22 +231,29 @@ def wgmma_tma_variant(c, a, b, g: Gemm) -> tuple[int, bool]:
     return variants[choice]
 
 
-WGMMA_TMA, MMA_SYNC = "wgmma_tma", "mma.sync"  # hopper_tf32_variant's candidates
+WGMMA_TMA, MMA_SYNC, WMMA = "wgmma_tma", "mma.sync", "wmma"  # stage 12's kernels, as tf32_variant names them
 
 
-def hopper_tf32_variant(c, a, b, g: Gemm) -> str:
-    """Stage 12 on Hopper for a product below ops_matmul.WGMMA_MIN_PRODUCT: WGMMA_TMA (the TMA-fed
-    wgmma kernel at the variant wgmma_tma_variant keeps) or MMA_SYNC (matmul_tf32_async), each
-    timed on first use, the faster kept for the shape; untimed, and where cp.async cannot copy
-    the operands, the first that fits (mma.sync, then wgmma)."""
-    candidates = [MMA_SYNC, WGMMA_TMA] if matmul_launchers.tf32_async_fits(a, b, g) else [WGMMA_TMA]
+def tf32_variant(c, a, b, g: Gemm, *, wgmma: bool = False) -> str:
+    """Stage 12's kernel for this problem among MMA_SYNC (matmul_tf32_async), WMMA (matmul_tf32)
+    and, where ``wgmma`` (Hopper, products below ops_matmul.WGMMA_MIN_PRODUCT), WGMMA_TMA (the
+    TMA-fed kernel at the variant wgmma_tma_variant keeps). Operands in whole aligned quads, which
+    mma.sync copies 16 bytes at a time (36% of cuBLAS TF32 at 4096^3 on the H200, WMMA 15%), skip
+    WMMA; others it copies a float at a time, which was not measured against WMMA, so both are
+    timed. Each candidate is timed on first use and the fastest kept for the shape; untimed (the
+    CPU emulator, the tuner off), mma.sync."""
+    candidates = [MMA_SYNC] + ([WGMMA_TMA] if wgmma else [])
+    if not matmul_launchers.tf32_async_quads(a, b, g):
+        candidates.append(WMMA)
+    if EMULATED or len(candidates) == 1:  # the emulator's times stand for nothing a GPU would do
+        return MMA_SYNC
 
     def time_ms(name: str) -> float:
-        if name == MMA_SYNC:
-            return matmul_launchers.matmul_tf32_async(c, a, b, g, timed=tuning_launches())
-        return matmul_tf32_wgmma_tma(c, a, b, g, timed=tuning_launches())
+        launcher = {MMA_SYNC: matmul_launchers.matmul_tf32_async, WMMA: matmul_launchers.matmul_tf32,
+                    WGMMA_TMA: matmul_tf32_wgmma_tma}[name]  # fmt: skip
+        return launcher(c, a, b, g, timed=tuning_launches())
 
-    return tuner.pick("matmul_tf32_hopper", tuning_key(a, b, g), candidates, time_ms)
+    return tuner.pick("matmul_tf32", tuning_key(a, b, g), candidates, time_ms)
 
 
 # --- the tuned launches: a family at the variant chosen for the problem -----------------------

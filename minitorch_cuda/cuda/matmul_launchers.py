@@ -280,24 +280,24 @@ def matmul_bf16(c, a, b, g: Gemm, *, timed: int = 0):
     return dispatch("matmul_bf16", g.grid(bm, bn), (threads, 1, 1), (c, a, b, *g.args), timed, (g,))
 
 
-def tf32_async_fits(a, b, g: Gemm) -> bool:
-    """cp.async copies whole aligned quads: rows and strides in quads, operands 16-byte aligned."""
+def tf32_async_quads(a, b, g: Gemm) -> bool:
+    """Whether matmul_tf32_async copies both operands 16 bytes at a time: rows and strides in
+    quads, operands 16-byte aligned (others it copies a float at a time)."""
     return g.quads() and aligned16(a, b)
 
 
 def matmul_tf32_async(c, a, b, g: Gemm, *, kernel: str | Kernel = "matmul_tf32_async",
                       tile: tuple[int, int, int] = ASYNC_TILE, timed: int = 0):  # fmt: skip
-    """Stage 12: mma.sync on TF32 fed by a cp.async pipeline. ``kernel`` and ``tile`` (BM, BN,
-    threads) name a variant compiled with other ASYNC_ shapes (experiments.tf32_variants)."""
-    return tf32_async_launch(a, b, g, kernel, tile).dispatch(c, a, b, timed)
+    """Stage 12: mma.sync on TF32 fed by a cp.async pipeline, any shape, layout and alignment
+    (tf32_async_quads says which copies it makes). ``kernel`` and ``tile`` (BM, BN, threads) name a
+    variant compiled with other ASYNC_ shapes (experiments.tf32_variants)."""
+    return tf32_async_launch(g, kernel, tile).dispatch(c, a, b, timed)
 
 
-def tf32_async_launch(a, b, g: Gemm, kernel: str | Kernel = "matmul_tf32_async",
+def tf32_async_launch(g: Gemm, kernel: str | Kernel = "matmul_tf32_async",
                       tile: tuple[int, int, int] = ASYNC_TILE) -> Launch:  # fmt: skip
-    """matmul_tf32_async's launch, or ValueError where the operands are not whole aligned quads."""
+    """matmul_tf32_async's launch."""
     require_tensor_cores("matmul_tf32_async")
-    if not tf32_async_fits(a, b, g):
-        raise ValueError(f"matmul_tf32_async copies whole aligned quads: {g} or its operands' alignment does not fit")
     bm, bn, threads = tile
     return Launch(kernel, g.grid(bm, bn), (threads, 1, 1), g.args, (g,))
 

@@ -97,25 +97,29 @@ def choose(out: DeviceArray, a: DeviceArray, b: DeviceArray, g: Gemm) -> Queue:
 
 # From 1024^3 up the TMA-fed wgmma kernel is 0.85-1.01x cuBLAS's TF32 on the H200, against
 # 0.60-0.70x for wgmma.cu (book/results/tf32_wgmma.json). From WGMMA_TIMED_PRODUCT up to there
-# (1000^3 is just below) it is timed against mma.sync (matmul_choice.hopper_tf32_variant): few
-# tiles of either leave SMs idle, and which loses less was not measured.
+# (1000^3 is just below) it is timed against mma.sync (matmul_choice.tf32_variant): few tiles of
+# either leave SMs idle, and which loses less was not measured.
 WGMMA_MIN_PRODUCT = 1024**3
 WGMMA_TIMED_PRODUCT = 256**3
 
 
 def tensor_core_matmul(out: DeviceArray, a: DeviceArray, b: DeviceArray, g: Gemm) -> Queue:
-    """Stage 12's TF32 route: warpgroup MMA fed by TMA for large products on Hopper (timed
-    against mma.sync below WGMMA_MIN_PRODUCT), mma.sync fed by cp.async where the operands are
-    whole aligned quads, else WMMA. A GPU without TF32 tensor cores (a T4) is refused here, with
-    what to do, before anything compiles."""
+    """Stage 12's TF32 route: warpgroup MMA fed by TMA for large products on Hopper; below them
+    mma.sync fed by cp.async, timed against WMMA where cp.async copies a float at a time and
+    against wgmma on Hopper from WGMMA_TIMED_PRODUCT up (matmul_choice.tf32_variant). A GPU
+    without TF32 tensor cores (a T4) is refused here, with what to do, before anything compiles."""
     matmul_launchers.require_tensor_cores("stage 12 (TF32 tensor-core matmul)")
     product = g.batch * g.M * g.N * g.K
-    if product >= WGMMA_TIMED_PRODUCT and wgmma_fits(g.K, arch()):
-        if product >= WGMMA_MIN_PRODUCT or choice.hopper_tf32_variant(out, a, b, g) == choice.WGMMA_TMA:
-            bn, as_stored = choice.wgmma_tma_variant(out, a, b, g)
-            return matmul_launchers.wgmma_tma_launch(a, b, g, bn, as_stored).queue
-    if matmul_launchers.tf32_async_fits(a, b, g):
-        return matmul_launchers.tf32_async_launch(a, b, g).queue
+    wgmma = product >= WGMMA_TIMED_PRODUCT and wgmma_fits(g.K, arch())
+    if wgmma and product >= WGMMA_MIN_PRODUCT:
+        kernel = choice.WGMMA_TMA
+    else:
+        kernel = choice.tf32_variant(out, a, b, g, wgmma=wgmma)
+    if kernel == choice.WGMMA_TMA:
+        bn, as_stored = choice.wgmma_tma_variant(out, a, b, g)
+        return matmul_launchers.wgmma_tma_launch(a, b, g, bn, as_stored).queue
+    if kernel == choice.MMA_SYNC:
+        return matmul_launchers.tf32_async_launch(g).queue
     return matmul_launchers.tf32_launch(g).queue
 
 
