@@ -195,6 +195,25 @@ print(first is again, cleared is not first, other_stage is not cleared, len(tune
     assert done.stdout.split() == ["True"] * 4, done.stdout
 
 
+def test_a_transpose_first_costs_stage_12_a_launch_more_on_the_host():
+    """wgmma_tma_variant weighs each way of reading B by the longer of its GPU and host times: the
+    K-major build after B's transpose (a @ b) is two launches, B read as stored one, a.T @ b.T one."""
+    script = f"""
+import sys
+sys.path.insert(0, {str(TESTS)!r})
+import standin_pycuda  # noqa: F401
+from minitorch_cuda.cuda import launch_core, matmul_choice as choice
+
+one = choice.host_launch_ms()
+g = launch_core.Gemm(1024, 1024, 1024)
+print(choice.wgmma_tma_host_ms(g, True) / one, choice.wgmma_tma_host_ms(g, False) / one,
+      choice.wgmma_tma_host_ms(launch_core.Gemm(1024, 1024, 1024, True, True), False) / one)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [float(x) for x in done.stdout.split()] == [1.0, 2.0, 2.0]
+
+
 RAGGED = """
 import json, sys
 import numpy as np

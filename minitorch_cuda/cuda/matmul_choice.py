@@ -218,8 +218,10 @@ def wgmma_tma_variant(c, a, b, g: Gemm) -> tuple[int, bool]:
     """Stage 12's tile width for this problem, and whether to read B as stored: 128 x 256 tiles,
     or 128 x 128 where the wide ones leave SMs idle (1024^3: 32 wide tiles for 132 SMs, 64 narrow
     ones); for ``a @ b``, each width with B transposed first and as stored (``"256 as stored"``).
-    Each is timed on first use (autotune.tuner, transposes included), the fastest kept for the
-    shape."""
+    Each is timed on first use (autotune.tuner, transposes included), at the longer of its GPU time
+    and its launches' host time (wgmma_tma_host_ms: a transpose first is a launch more, and at
+    1024^3 the product takes the GPU about as long as a launch takes the host), the least kept
+    for the shape."""
     ways = (AS_STORED, "") if matmul_launchers.b_reads_as_stored(a, b, g) else ("",)  # untuned (tuner off): the first
     variants = {f"{width}{way}": (width, way == AS_STORED) for way in ways for width in WGMMA_TMA_WIDTHS}
 
@@ -227,8 +229,18 @@ def wgmma_tma_variant(c, a, b, g: Gemm) -> tuple[int, bool]:
         bn, as_stored = variants[name]
         return matmul_launchers.matmul_tf32_wgmma_tma(c, a, b, g, bn=bn, as_stored=as_stored, timed=tuning_launches())
 
-    choice = tuner.pick("matmul_tf32_wgmma_tma", tuning_key(a, b, g), list(variants), time_ms)
+    def host_ms(name: str) -> float:
+        return wgmma_tma_host_ms(g, variants[name][1])
+
+    choice = tuner.pick("matmul_tf32_wgmma_tma", tuning_key(a, b, g), list(variants), time_ms, host_ms=host_ms)
     return variants[choice]
+
+
+def wgmma_tma_host_ms(g: Gemm, as_stored: bool) -> float:
+    """The host's milliseconds to launch matmul_tf32_wgmma_tma: host_launch_ms for its launch and
+    for each operand k_major_operands transposes first (none where B is read as stored)."""
+    transposes = 0 if as_stored else int(g.ta) + int(not g.tb)
+    return (1 + transposes) * host_launch_ms()
 
 
 WGMMA_TMA, MMA_SYNC, WMMA = "wgmma_tma", "mma.sync", "wmma"  # stage 12's kernels, as tf32_variant names them
@@ -240,8 +252,8 @@ def tf32_variant(c, a, b, g: Gemm, *, wgmma: bool = False) -> str:
     TMA-fed kernel at the variant wgmma_tma_variant keeps). Operands in whole aligned quads, which
     mma.sync copies 16 bytes at a time (36% of cuBLAS TF32 at 4096^3 on the H200, WMMA 15%), skip
     WMMA; others it copies a float at a time, which was not measured against WMMA, so both are
-    timed. Each candidate is timed on first use and the fastest kept for the shape; untimed (the
-    CPU emulator, the tuner off), mma.sync."""
+    timed. Each candidate is timed on first use, at the longer of its GPU time and its launches'
+    host time, the least kept for the shape; untimed (the CPU emulator, the tuner off), mma.sync."""
     candidates = [MMA_SYNC] + ([WGMMA_TMA] if wgmma else [])
     if not matmul_launchers.tf32_async_quads(a, b, g):
         candidates.append(WMMA)
@@ -253,7 +265,10 @@ def tf32_variant(c, a, b, g: Gemm, *, wgmma: bool = False) -> str:
                     WGMMA_TMA: matmul_tf32_wgmma_tma}[name]  # fmt: skip
         return launcher(c, a, b, g, timed=tuning_launches())
 
-    return tuner.pick("matmul_tf32", tuning_key(a, b, g), candidates, time_ms)
+    def host_ms(name: str) -> float:  # wgmma's variant is chosen by the time this is asked (time_ms)
+        return wgmma_tma_host_ms(g, wgmma_tma_variant(c, a, b, g)[1]) if name == WGMMA_TMA else host_launch_ms()
+
+    return tuner.pick("matmul_tf32", tuning_key(a, b, g), candidates, time_ms, host_ms=host_ms)
 
 
 # --- the tuned launches: a family at the variant chosen for the problem -----------------------
