@@ -33,6 +33,7 @@ from .kernel_table import (
     CLUSTER_SPLITK_TILES,
     CLUSTER_SPLITS,
     PIPELINED_TILES,
+    REGTILED_EDGE_TILES,
     REGTILED_SPLITK_TILES,
     REGTILED_TILES,
     SPLITK_BIAS_ACT_TILES,
@@ -118,7 +119,9 @@ def sgemm_candidates(g: Gemm) -> list[str]:
     128 x 128 gives 64 blocks (48% of the SMs busy), 128 x 64 gives 128 (97%), 64 x 64 gives 256
     (at most 2 per SM, 97% on average); split-K 2 brings 128 x 128 to 128 blocks. Outputs as
     narrow as 10 columns fit the 32 x 32 tile only. On Hopper, the same splits of the cluster
-    tiles in one launch (``128x64x8t128_cluster2``, matmul_cluster_splitk) where the shape is exact."""
+    tiles in one launch (``128x64x8t128_cluster2``, matmul_cluster_splitk) where the shape is exact.
+    Where only M or N is ragged (3000^3), the edge twins (``128x128x8_edge``, matmul_regtiled_edge):
+    the exact twin's speed inside, the plain kernel's on the edges (the caller checks alignment)."""
     names = []
     for tile, (bm, bn, *_) in PIPELINED_TILES.items():
         if fits(bm, bn, g.M, g.N):
@@ -133,6 +136,7 @@ def sgemm_candidates(g: Gemm) -> list[str]:
                 s for s in splitk_counts(g, tile) if s in CLUSTER_SPLITS and matmul_launchers.exact_shape(g, tile, s)
             ]
             names += [f"{tile}_cluster{s}" for s in splits]
+    names += [f"{tile}_edge" for tile in REGTILED_EDGE_TILES if matmul_launchers.edge_shape(g, tile)]
     return names
 
 
@@ -178,7 +182,7 @@ def sgemm_variant(c, a, b, g: Gemm) -> str:
     if choice is not None:
         return choice
     others = [] if EMULATED else sgemm_candidates(g)
-    others = [v for v in others if matmul_launchers.sgemm_parts(v)[0] != "cluster" or aligned16(a, b)]
+    others = [v for v in others if matmul_launchers.sgemm_parts(v)[0] not in ("cluster", "edge") or aligned16(a, b)]
     candidates = [regtiled_tile(c, a, b, g), *others]
     return tuner.pick(
         "matmul_sgemm", key, candidates,
