@@ -131,13 +131,14 @@ def test_the_launcher_takes_the_exact_twin_where_it_fits(monkeypatch):
 
 @needs_nvcc
 def test_exact_twins_build_for_sm_90_like_their_plain_kernels(tmp_path):
-    """ptxas's report: each exact twin with its plain kernel's launch bounds, without stack or
-    spills, and with no more registers than those bounds leave it."""
+    """ptxas's report: each exact twin (and edge twin) with its plain kernel's launch bounds,
+    without stack or spills, and with no more registers than those bounds leave it."""
     bounds = launch_bounds("matmul_regtiled.cu")  # (threads, blocks per SM) as matmul_tiles.cuh's line gives them
     report = sm90_build(KERNEL_DIR / "matmul_regtiled.cu", tmp_path)
     for tile in REGTILED_EXACT_TILES:
         plain = bounds[f"matmul_regtiled_{tile}"]
-        for name in (f"matmul_regtiled_exact_{tile}", f"matmul_regtiled_splitk_exact_{tile}"):
+        edge = (f"matmul_regtiled_edge_{tile}",) if tile in REGTILED_EDGE_TILES else ()
+        for name in (f"matmul_regtiled_exact_{tile}", f"matmul_regtiled_splitk_exact_{tile}", *edge):
             assert bounds[name] == plain, (name, bounds[name], plain)
             kernel, blocks = report[name], plain[1]
             assert kernel.stack_bytes == kernel.spill_stores == kernel.spill_loads == 0, kernel
