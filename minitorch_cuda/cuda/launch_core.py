@@ -57,10 +57,9 @@ def queue(kernel: str | Kernel, grid: tuple, block: tuple, *args, shapes=()) -> 
 class Launch:
     """One launch of a matmul kernel worked out for a problem, all but its pointers: ``kernel`` (a
     name, looked up in the registry at every launch so that an override still counts, or a
-    compiled Kernel), ``grid``,
-    ``block`` and the arguments after C, A and B. A launcher builds one and dispatches it; the
-    backend keeps it per shape and queues it again for every product of that shape (``queue``),
-    without working anything out twice."""
+    compiled Kernel), ``grid``, ``block`` and the arguments after C, A and B. A launcher builds
+    one and dispatches it; the backend keeps it per shape and queues it again for every product
+    of that shape (``queue``), without working anything out twice."""
 
     kernel: str | Kernel
     grid: tuple
