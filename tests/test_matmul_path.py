@@ -257,3 +257,22 @@ def test_ragged_products_keep_the_fast_family_and_equal_float64():
         assert len(case["kernels"]) == 1 and case["kernels"][0].startswith(FAST[stage]), (stage, M, K, N, case)
         assert case["worst"] <= STAGE_TOLERANCE[stage], (stage, M, K, N, case)
     assert np.isfinite([c["worst"] for c in got.values()]).all()
+
+
+@needs_gxx
+def test_the_ci_script_runs_the_user_table_on_the_emulator(tmp_path):
+    """.ci/user_matmul.py's dry run (tiny shapes, one round): the record the GPU run writes, with
+    each stage's kernels per call and its error against float64 (no PyTorch here: no ratios)."""
+    env = {**os.environ, "MINITORCH_CUDA_EMULATE": "1", "OUT": str(tmp_path)}
+    script = TESTS.parent / ".ci" / "user_matmul.py"
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads((tmp_path / "user_matmul.json").read_text())
+    rows = record["user_path"]["rows"]
+    assert [r["kind"] for r in rows] == ["square", "skinny", "mnist"]
+    for r in rows:
+        assert set(r["kernels_per_call"]) == {"stage 9", "stage 12"}, r
+        assert all(len(kernels) == 1 for kernels in r["kernels_per_call"].values()), r
+        assert r["relative_error"]["stage 9"] < 1e-6 and r["relative_error"]["stage 12"] < 2e-3, r
+        assert r["wall_s"]["stage 9"] > 0 and not r["ratios"], r
+    assert "stage 9 / cuBLAS FP32" in done.stdout and "no PyTorch here" in done.stdout
