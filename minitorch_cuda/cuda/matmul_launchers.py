@@ -401,33 +401,16 @@ def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, bn: int, as_stored: bool | None =
     passed by value (128 bytes each, ``128s`` in its signature).
     Debugging: ``stages=1`` builds a single stage, ``blocks=1`` has one block walk every tile,
     ``tiles=n`` computes only the first n tiles of the raster, ``debug`` names a stuck barrier."""
-    if stages is blocks is tiles is None and not debug:
-        return wgmma_tma_launch(a, b, g, bn, as_stored).dispatch(c, a, b, timed)
-    if runtime.arch() != "sm_90":
-        raise ValueError(
-            f"matmul_tf32_wgmma_tma needs a Hopper GPU (sm_90: TMA, wgmma, setmaxnreg); "
-            f"{runtime.device_name()} is {runtime.arch()}"
-        )
-    if g.K % 4:
-        raise ValueError(f"TMA strides are whole 16 bytes: K={g.K} is not a multiple of 4")
-    if as_stored is None:
-        as_stored = b_reads_as_stored(a, b, g)
-    elif as_stored and not b_reads_as_stored(a, b, g):
-        raise ValueError(f"B is read as stored only for a @ b with aligned operands and N % 4 == 0, not {g}")
-    kernel, shape = wgmma_tma.kernel(bn, stages, debug, as_stored)
-    if as_stored:
-        pa, pb, k, times = as_arg(a), as_arg(b), g, []
-    else:
-        pa, pb, k, times, _scratch = k_major_operands(a, b, g, timed)
-    maps, grid, rest = wgmma_tma.plan(pa, pb, k, bn, stages, blocks, tiles, as_stored)
-    times.append(dispatch(kernel, grid, (shape["THREADS"], 1, 1), (*maps, c, *rest), timed, (g,)))
-    return total_ms(times)
+    launch = wgmma_tma_launch(a, b, g, bn, as_stored)
+    if (stages, blocks, tiles, debug) != (None, None, None, False):
+        launch = dataclasses.replace(launch, stages=stages, blocks=blocks, tiles=tiles, debug=debug)
+    return launch.dispatch(c, a, b, timed)
 
 
 def wgmma_tma_launch(a, b, g: Gemm, bn: int, as_stored: bool | None = None) -> WgmmaTmaLaunch:
-    """matmul_tf32_wgmma_tma's launch at tile width ``bn`` without its debugging switches, for
-    every product of ``g``'s shape and of operands aligned like ``a`` and ``b``; ValueError where
-    the problem or this GPU cannot have it."""
+    """matmul_tf32_wgmma_tma's launch at tile width ``bn``, for every product of ``g``'s shape and
+    of operands aligned like ``a`` and ``b``; ValueError where the problem or this GPU cannot
+    have it."""
     if runtime.arch() != "sm_90":
         raise ValueError(
             f"matmul_tf32_wgmma_tma needs a Hopper GPU (sm_90: TMA, wgmma, setmaxnreg); "
@@ -445,29 +428,35 @@ def wgmma_tma_launch(a, b, g: Gemm, bn: int, as_stored: bool | None = None) -> W
 @dataclasses.dataclass(frozen=True)
 class WgmmaTmaLaunch:
     """wgmma_tma_launch's: all but the tensor maps, which hold the operands' addresses
-    (wgmma_tma.plan keeps them per pair of operands). Read as stored, a product is one launch;
-    else the operands' transposes come first (k_major_operands)."""
+    (wgmma_tma.plan keeps them per pair of operands), and matmul_tf32_wgmma_tma's debugging
+    switches. Read as stored, a product is one launch; else the operands' transposes come first
+    (k_major_operands)."""
 
     g: Gemm
     bn: int
     as_stored: bool
+    stages: int | None = None
+    blocks: int | None = None
+    tiles: int | None = None
+    debug: bool = False
     # the last operands' (pointers, maps, grid, arguments after C): a user's loop multiplies the same ones
     _last: list = dataclasses.field(default_factory=lambda: [None], compare=False, repr=False)
 
     def dispatch(self, c, a, b, timed: int = 0) -> float | None:
         g, bn, as_stored = self.g, self.bn, self.as_stored
-        kernel, shape = wgmma_tma.kernel(bn, None, False, as_stored)
+        kernel, shape = wgmma_tma.kernel(bn, self.stages, self.debug, as_stored)
         if as_stored:
             pa, pb, k, times = as_arg(a), as_arg(b), g, []
         else:
             pa, pb, k, times, _scratch = k_major_operands(a, b, g, timed)
-        maps, grid, rest = wgmma_tma.plan(pa, pb, k, bn, None, None, None, as_stored)
+        maps, grid, rest = wgmma_tma.plan(pa, pb, k, bn, self.stages, self.blocks, self.tiles, as_stored)
         times.append(dispatch(kernel, grid, (shape["THREADS"], 1, 1), (*maps, c, *rest), timed, (g,)))
         return total_ms(times)
 
     def queue(self, c, a, b) -> None:
-        """The launches on the current stream for C, A and B (DeviceArrays)."""
-        if not self.as_stored:
+        """The launches on the current stream for C, A and B (DeviceArrays); read as stored, with
+        the last operands' maps where these are the same."""
+        if not self.as_stored or (self.stages, self.blocks, self.tiles, self.debug) != (None, None, None, False):
             self.dispatch(c, a, b)
             return
         kernel, shape = wgmma_tma.kernel(self.bn, None, False, True)
