@@ -5,6 +5,7 @@
     python -m minitorch_cuda.bench --record             # refresh book/results/ (stages 0-8)
     python -m minitorch_cuda.bench --record --stages 0-13   # the whole ladder: *_beyond.json
     python -m minitorch_cuda.bench --only-kernels --json k.json   # matmul + bandwidth tables only
+    python -m minitorch_cuda.bench --user-matmul --json u.json    # a user's a @ b against cuBLAS only
 
 The blog's protocol (chapter 5, "How to benchmark"; the model and optimizer are
 ``train.Protocol``): one warm-up call of 10 batches, then 5 timed epochs, the median
@@ -224,8 +225,9 @@ def profile_stage(stage: int, data, steps: int = 20, keep: int = 400) -> dict:
 
 def matmul_gflops(repeats: int = 20) -> dict:
     """GFLOP/s of each matmul kernel (matmul_choice.MATMULS, as the backend launches it) and of
-    cuBLAS (through PyTorch, FP32 and TF32) on the same shapes, in one run."""
-    from . import torch_reference
+    cuBLAS (through PyTorch, FP32 and TF32) on the same shapes, in one run; and under
+    ``user_path`` what a user's ``a @ b`` gets at stages 9 and 12 against cuBLAS (user_matmul)."""
+    from . import torch_reference, user_matmul
     from .cuda import launch_core, matmul_choice, timing
     from .cuda.array import DeviceArray
     from .cuda.autotune import tuner
@@ -254,7 +256,8 @@ def matmul_gflops(repeats: int = 20) -> dict:
             if seconds:
                 row["gflops"][key] = g.flops / 1e9 / seconds
         rows.append(row)
-    return {"rows": rows, "repeats": repeats, "autotune": tuner.choices()}
+    user_path = user_matmul.table()
+    return {"rows": rows, "repeats": repeats, "user_path": user_path, "autotune": tuner.choices()}
 
 
 def bandwidth_table(repeats: int = 10) -> dict:
@@ -385,6 +388,12 @@ def main(argv: list[str] | None = None, prog: str = "python -m minitorch_cuda.be
         "--no-torch", action="store_true", help="skip the PyTorch peers (eager, CUDA graph) even where PyTorch imports"
     )
     parser.add_argument("--matmul", action="store_true", help="also time each matmul kernel against cuBLAS")
+    parser.add_argument(
+        "--user-matmul",
+        action="store_true",
+        help="only a user's a @ b at stages 9 and 12 against torch.matmul (cuBLAS FP32, TF32), shape by shape "
+        "(--matmul records it beside the kernels)",
+    )
     parser.add_argument("--profiles", action="store_true", help="also profile 20 steps of every stage")
     parser.add_argument("--json", help="write every result to this JSON file")
     parser.add_argument(
@@ -412,6 +421,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m minitorch_cuda.be
     from .cuda.runtime import device_properties
 
     command = "python -m minitorch_cuda.bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    if args.user_matmul:
+        return user_matmul_main(args, command, device_properties)
     if args.only_kernels:
         return kernels_main(args, command, device_properties)
     data = train.load_to("cuda")
@@ -484,6 +495,19 @@ def kernels_main(args, command: str, device_properties) -> int:
     return 0
 
 
+def user_matmul_main(args, command: str, device_properties) -> int:
+    """``--user-matmul``: user_matmul's table alone, printed shape by shape as it is measured."""
+    from . import user_matmul
+
+    result = {"device": device_properties(), "command": command}
+    result["user_path"] = user_matmul.table(progress=lambda row: print(f"measured {row['label']}", file=sys.stderr))
+    print(user_matmul.format_table(result["user_path"]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1, default=str)
+    return 0
+
+
 def format_matmul(table: dict) -> str:
     names = list(dict.fromkeys(n for row in table["rows"] for n in row["gflops"]))
     lines = [f"{'GFLOP/s':>12}  " + "  ".join(f"{n:>17}" for n in names)]
@@ -501,6 +525,10 @@ def format_matmul(table: dict) -> str:
         f"1024^3: tiled / batched = {big['matmul_tiled'] / big['matmul_batched']:.2f}x"
         + (f", tiled / cuBLAS = {big['matmul_tiled'] / big['cublas']:.1%}" if "cublas" in big else "")
     )
+    if "user_path" in table:
+        from . import user_matmul
+
+        lines += ["", "a user's a @ b, our speed / cuBLAS's:", user_matmul.format_table(table["user_path"])]
     return "\n".join(lines)
 
 

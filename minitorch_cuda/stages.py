@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 
 
@@ -81,6 +81,12 @@ _current = _Setting(DEFAULT_STAGE, frozenset())  # one object: the grader's tamp
 
 def get_stage() -> int:
     return _current.stage
+
+
+def setting() -> Hashable:
+    """The stage and the steps switched off, as one value: what a choice made per setting is
+    kept under (the matmul routes)."""
+    return _current
 
 
 def switched_off() -> frozenset[str]:

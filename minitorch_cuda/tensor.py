@@ -222,14 +222,15 @@ class Tensor:
         """``op(self) @ op(other)``; op transposes the last two axes where its flag is set."""
         if not isinstance(other, Tensor):
             raise TypeError(f"matmul: expected a Tensor, got {type(other).__name__}")
-        if self.ndim < 2 or other.ndim < 2:
-            raise ValueError(f"matmul needs at least 2-D operands, got {self.shape} and {other.shape}")
-        m, k = self.shape[-2:][::-1] if transpose_a else self.shape[-2:]
-        k2, n = other.shape[-2:][::-1] if transpose_b else other.shape[-2:]
-        batch_a, batch_b = self.shape[:-2], other.shape[:-2]
+        shape_a, shape_b = tuple(self.data.shape), tuple(other.data.shape)  # once: a user's loop pays every line
+        if len(shape_a) < 2 or len(shape_b) < 2:
+            raise ValueError(f"matmul needs at least 2-D operands, got {shape_a} and {shape_b}")
+        k = shape_a[-2] if transpose_a else shape_a[-1]
+        k2 = shape_b[-1] if transpose_b else shape_b[-2]
+        batch_a, batch_b = shape_a[:-2], shape_b[:-2]
         if k != k2 or (batch_a and batch_b and batch_a != batch_b):
             raise ValueError(
-                f"matmul: shapes {self.shape} and {other.shape} (transpose flags {transpose_a}, {transpose_b}) "
+                f"matmul: shapes {shape_a} and {shape_b} (transpose flags {transpose_a}, {transpose_b}) "
                 f"do not match: inner sizes {k} and {k2}, batch {batch_a} and {batch_b}"
             )
         return F.MatMul.apply(self, other, ta=bool(transpose_a), tb=bool(transpose_b))

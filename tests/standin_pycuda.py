@@ -3,7 +3,8 @@
 ``import standin_pycuda`` (before anything imports pycuda) puts fake
 ``pycuda``, ``pycuda.driver``, ``pycuda.compiler`` and ``pycuda.autoprimaryctx``
 modules into ``sys.modules``, and a ``cuda.bindings.driver`` with the few graph
-calls stage 11 makes. Every driver call succeeds and does nothing:
+calls stage 11 makes, the tensor-map encoding and the launch of a kernel taking
+structures by value (stage 12's TMA route). Every driver call succeeds and does nothing:
 allocations hand out distinct fake addresses, kernels compile to functions
 whose launches are no-ops, device-to-host copies fill the host array with 0.5.
 Nothing is computed, so results mean nothing; what the framework's Python does
@@ -123,6 +124,7 @@ driver.Stream = lambda *args, **kwargs: types.SimpleNamespace(handle=1, synchron
 
 compiler = types.ModuleType("pycuda.compiler")
 compiler.SourceModule = _SourceModule
+compiler.compile = lambda source, **kwargs: b"stand-in cubin"  # what runtime.DriverKernel loads
 
 # cuda-bindings, as graphs.py uses it: calls return (CUresult, *values).
 bindings = types.ModuleType("cuda.bindings.driver")
@@ -135,6 +137,12 @@ bindings.cuGraphInstantiate = lambda graph, flags: (0, "executable graph")
 bindings.cuGraphLaunch = lambda graph, stream: (0,)
 bindings.cuGraphExecDestroy = bindings.cuGraphDestroy = lambda handle: (0,)
 bindings.cuGetErrorName = lambda err: (0, b"CUDA_ERROR_STANDIN")
+# ... as runtime.DriverKernel loads and launches a kernel that takes a structure by value.
+bindings.CUfunction_attribute = _Attributes()
+bindings.cuModuleLoadData = lambda image: (0, "module")
+bindings.cuModuleGetFunction = lambda module, name: (0, "function")
+bindings.cuFuncSetAttribute = lambda function, attribute, value: (0,)
+bindings.cuLaunchKernel = lambda *args: (0,)
 # ... and as tensor_map.py encodes a TMA descriptor: 128 bytes of zeros.
 bindings.cuuint64_t = bindings.cuuint32_t = int
 for _enum, _name in [("CUtensorMapDataType", "DATA_TYPE_FLOAT32"), ("CUtensorMapInterleave", "INTERLEAVE_NONE"),

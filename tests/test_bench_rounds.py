@@ -135,3 +135,41 @@ def test_a_ladder_run_writes_the_records_its_chapters_read() -> None:
     assert record_names([0, 1, 8]) == ("bench_stages", "profiles")
     assert record_names(list(range(14))) == ("bench_beyond", "profiles_beyond")
     assert record_names([9]) == ("bench_beyond", "profiles_beyond")
+
+
+class FakeSampler:
+    def __init__(self, name: str, log: list):
+        self.name, self.log = name, log
+
+    def warm_up(self) -> None:
+        self.log.append(("warm", self.name))
+
+    def sample(self) -> None:
+        self.log.append(("sample", self.name))
+
+
+def test_user_matmul_systems_warm_up_first_then_take_turns() -> None:
+    from minitorch_cuda import user_matmul
+
+    log: list = []
+    a, b, c = "stage 9", "cuBLAS FP32", "stage 12"
+    user_matmul.interleave({n: FakeSampler(n, log) for n in (a, b, c)}, 3)
+    assert log[:3] == [("warm", a), ("warm", b), ("warm", c)]
+    assert [name for _, name in log[3:]] == [a, b, c, b, c, a, c, a, b]
+
+
+def test_user_matmul_table_marks_each_ratio_below_its_target() -> None:
+    from minitorch_cuda import user_matmul
+
+    def row(label, kind, ratios):
+        targets = {n: user_matmul.TARGETS[o, kind] for o in user_matmul.OURS if (o, kind) in user_matmul.TARGETS
+                   for n in [user_matmul.ratio_name(o)]}  # fmt: skip
+        wall = dict.fromkeys(user_matmul.SYSTEMS, 1e-5)
+        return {"label": label, "M": 1000, "N": 1000, "K": 1000, "kind": kind, "ratios": ratios, "targets": targets,
+                "wall_s": wall}  # fmt: skip
+
+    table = {"rows": [row("1000^3", "square", {"stage 9 / cuBLAS FP32": 0.80, "stage 12 / cuBLAS TF32": 0.90}),
+                      row("MNIST fwd 1", "mnist", {"stage 9 / cuBLAS FP32": 0.5})]}  # fmt: skip
+    lines = user_matmul.format_table(table).splitlines()
+    assert "0.800 (>= 0.95, below)" in lines[2] and "0.900 (>= 0.85)" in lines[2]
+    assert "0.500" in lines[3] and ">=" not in lines[3]  # the MNIST shapes have no target

@@ -17,7 +17,7 @@ import pytest
 from conftest import needs_gxx, needs_nvcc
 from helpers import launch_bounds, matmul_inputs, matmul_wrong, run_emulated, sm90_build
 
-from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, REGTILED_EXACT_TILES, REGTILED_TILES
+from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, REGTILED_EDGE_TILES, REGTILED_EXACT_TILES, REGTILED_TILES
 
 # Per tile: (M, N, K, batch of A, batch of B) the tile divides, small for the emulator.
 # K in 3, 5 or 6 tiles of 8: each of SPLITS leaves no slice empty (exact_fit's rule).
@@ -114,7 +114,7 @@ def test_the_launcher_takes_the_exact_twin_where_it_fits(monkeypatch):
     from minitorch_cuda.cuda import launch_core, matmul_launchers
 
     launched = []
-    monkeypatch.setattr(matmul_launchers, "dispatch", lambda kernel, *rest: launched.append(kernel))
+    monkeypatch.setattr(launch_core, "dispatch", lambda kernel, *rest: launched.append(kernel))  # Launch.dispatch's
     monkeypatch.setattr(matmul_launchers, "split_k", lambda kernel, *rest: launched.append(kernel))
     g = launch_core.Gemm
     matmul_launchers.matmul_regtiled(A, A, B, g(4096, 4096, 4096), tile="256x128x8")
@@ -131,14 +131,87 @@ def test_the_launcher_takes_the_exact_twin_where_it_fits(monkeypatch):
 
 @needs_nvcc
 def test_exact_twins_build_for_sm_90_like_their_plain_kernels(tmp_path):
-    """ptxas's report: each exact twin with its plain kernel's launch bounds, without stack or
-    spills, and with no more registers than those bounds leave it."""
+    """ptxas's report: each exact twin (and edge twin) with its plain kernel's launch bounds,
+    without stack or spills, and with no more registers than those bounds leave it."""
     bounds = launch_bounds("matmul_regtiled.cu")  # (threads, blocks per SM) as matmul_tiles.cuh's line gives them
     report = sm90_build(KERNEL_DIR / "matmul_regtiled.cu", tmp_path)
     for tile in REGTILED_EXACT_TILES:
         plain = bounds[f"matmul_regtiled_{tile}"]
-        for name in (f"matmul_regtiled_exact_{tile}", f"matmul_regtiled_splitk_exact_{tile}"):
+        edge = (f"matmul_regtiled_edge_{tile}",) if tile in REGTILED_EDGE_TILES else ()
+        for name in (f"matmul_regtiled_exact_{tile}", f"matmul_regtiled_splitk_exact_{tile}", *edge):
             assert bounds[name] == plain, (name, bounds[name], plain)
             kernel, blocks = report[name], plain[1]
             assert kernel.stack_bytes == kernel.spill_stores == kernel.spill_loads == 0, kernel
             assert kernel.registers * REGTILED_TILES[tile][3] * blocks <= 65536, kernel
+
+
+# --- the edge twins: the exact body inside C, the plain one on its edges ---------------------------
+
+# Per edge tile: (M, N, K) with M or N left over and K in whole tiles, small for the emulator.
+EDGE_CASES = {
+    "128x128x8": [(200, 136, 40), (256, 300, 24), (130, 128, 16)],
+    "128x64x8t128": [(300, 100, 48), (128, 68, 32)],
+}
+
+EDGE_RUN = """
+import json, sys
+import numpy as np
+from minitorch_cuda.cuda import backend, registry, runtime
+from minitorch_cuda.cuda.kernel_table import REGTILED_TILES
+from minitorch_cuda.cuda.launch_core import Gemm
+from minitorch_cuda.cuda.matmul_launchers import edge_fit
+
+tile, folder, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+bm, bn, _, threads = REGTILED_TILES[tile]
+inputs = np.load(f"{folder}/inputs.npz")
+outputs = {}
+for i in range(count):
+    a, b = inputs[f"a{i}"], inputs[f"b{i}"]
+    da, db = backend.from_numpy(a), backend.from_numpy(b)
+    g = Gemm.of(a, b)
+    assert edge_fit(da, db, g, tile), (tile, g)
+    for kind in ("", "edge_"):
+        out = backend.from_numpy(np.full((g.M, g.N), np.nan, np.float32))
+        runtime.launch(registry.get(f"matmul_regtiled_{kind}{tile}"), g.grid(bm, bn), (threads, 1, 1),
+                       out.ptr, da.ptr, db.ptr, *g.args)
+        outputs[f"{kind}{i}"] = backend.to_numpy(out)
+np.savez(f"{folder}/outputs.npz", **outputs)
+"""
+
+
+@needs_gxx
+@pytest.mark.parametrize("tile", REGTILED_EDGE_TILES)
+def test_edge_twins_compute_the_plain_kernels_bits_on_the_emulator(tile, tmp_path):
+    cases = EDGE_CASES[tile]
+    pairs = [matmul_inputs(M, N, K, 0, 0, seed=len(tile) + i) for i, (M, N, K) in enumerate(cases)]
+    np.savez(tmp_path / "inputs.npz", **{f"{x}{i}": v for i, p in enumerate(pairs) for x, v in zip("ab", p)})
+    run_emulated(EDGE_RUN, tile, str(tmp_path), str(len(cases)))
+    outputs = np.load(tmp_path / "outputs.npz")
+    for i, (a, b) in enumerate(pairs):
+        plain, edge = outputs[f"{i}"], outputs[f"edge_{i}"]
+        assert np.array_equal(plain, edge), f"{tile}, case {i}: the edge twin's bits differ"
+        assert matmul_wrong(edge, a, b, False, False) == 0, f"{tile}, case {i} against float64"
+
+
+@pytest.mark.gpu
+@pytest.mark.emulated
+def test_edge_fit_takes_the_exact_twins_products_but_for_m_and_n():
+    from minitorch_cuda.cuda import launch_core, matmul_choice, matmul_launchers
+
+    g = launch_core.Gemm
+    fit = matmul_launchers.edge_fit
+    assert fit(A, B, g(3000, 3000, 3000), "128x128x8") and fit(A, B, g(1000, 1000, 1000), "128x64x8t128")
+    refused = {
+        "the exact twin's product": (g(1024, 1024, 1024), "128x128x8"),
+        "a tile without an edge twin": (g(3000, 3000, 3000), "256x128x8"),
+        "K not a multiple of BK": (g(3000, 3000, 3004), "128x128x8"),
+        "N not whole float4s": (g(3000, 3002, 3000), "128x128x8"),
+        "B transposed": (g(3000, 3000, 3000, tb=True), "128x128x8"),
+        "a batch": (g(200, 136, 40, stride_a=200 * 40, batch=2), "128x128x8"),
+    }
+    for why, (problem, tile) in refused.items():
+        assert not fit(A, B, problem, tile), why
+    assert not fit(_Aligned(260), B, g(3000, 3000, 3000), "128x128x8"), "A off a 16-byte start"
+    edges = [v for v in matmul_choice.sgemm_candidates(g(3000, 3000, 3000)) if v.endswith("_edge")]
+    assert edges == [f"{t}_edge" for t in REGTILED_EDGE_TILES]  # the tuner times them against the rest
+    assert not [v for v in matmul_choice.sgemm_candidates(g(1024, 1024, 1024)) if v.endswith("_edge")]

@@ -42,6 +42,7 @@ class Autotuner:
         self.repeats = repeats
         self._decisions: dict[tuple[str, Hashable], Decision] = {}
         self.frozen = False  # while True (e.g. during graph capture) nothing may be timed
+        self.generation = 0  # counts clear()s: what is kept from the decisions is kept per generation
 
     def pick(
         self,
@@ -92,6 +93,7 @@ class Autotuner:
 
     def clear(self) -> None:
         self._decisions.clear()
+        self.generation += 1
 
 
 def _record(decision: Decision) -> dict:

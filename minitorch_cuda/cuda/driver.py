@@ -10,6 +10,8 @@ framework uses (see ``minitorch_cuda/emulator``), and its device calls itself
 
 from __future__ import annotations
 
+import functools
+
 from ..emulator import selected
 
 EMULATED = selected()
@@ -34,6 +36,7 @@ def attach() -> None:
         import pycuda.autoprimaryctx  # noqa: F401
 
 
+@functools.cache  # every launch of a kernel taking a structure asks for it
 def bindings():
     """``cuda.bindings.driver`` (on the CPU emulator, its stand-in), imported on first use."""
     if EMULATED:

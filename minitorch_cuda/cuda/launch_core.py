@@ -47,6 +47,34 @@ def dispatch(kernel: str | Kernel, grid: tuple, block: tuple, args: tuple, timed
     return None
 
 
+def queue(kernel: str | Kernel, grid: tuple, block: tuple, *args, shapes=()) -> None:
+    """dispatch's queued launch for arguments that are already pointers and scalars: a prepared
+    route's launch (Launch.queue), with nothing worked out again."""
+    launch(resolve(kernel), grid, block, *args, shapes=shapes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """One launch of a matmul kernel worked out for a problem, all but its pointers: ``kernel`` (a
+    name, looked up in the registry at every launch so that an override still counts, or a
+    compiled Kernel), ``grid``, ``block`` and the arguments after C, A and B. A launcher builds
+    one and dispatches it; the backend keeps it per shape and queues it again for every product
+    of that shape (``queue``), without working anything out twice."""
+
+    kernel: str | Kernel
+    grid: tuple
+    block: tuple
+    rest: tuple
+    what: tuple = ()  # the problem, for a failed launch's message
+
+    def dispatch(self, c, a, b, timed: int = 0) -> float | None:
+        return dispatch(self.kernel, self.grid, self.block, (c, a, b, *self.rest), timed, self.what)
+
+    def queue(self, c, a, b) -> None:
+        """The launch on the current stream for C, A and B (DeviceArrays)."""
+        queue(self.kernel, self.grid, self.block, c.ptr, a.ptr, b.ptr, *self.rest, shapes=self.what)
+
+
 def total_ms(times: list) -> float | None:
     """The sum of a launcher's timed launches (None where they were queued, not timed)."""
     return None if times[0] is None else float(sum(times))

@@ -11,7 +11,9 @@ alignment) the first time the key is seen, by timing the candidates that fit
   (``sgemm_candidates``), each at the longer of its GPU time and its launches' host time (the
   host-cost model: ``host_launch_ms``, ``sgemm_host_ms``);
 - ``linear_variant``: the lean step's forward, the register tile or a split-K bias+act variant;
-- ``wgmma_tma_variant``: stage 12's tile width and way of reading B on Hopper.
+- ``wgmma_tma_variant``: stage 12's tile width and way of reading B on Hopper;
+- ``tf32_variant``: stage 12's kernel below the products that go to wgmma_tma: mma.sync, WMMA,
+  or on Hopper the TMA-fed wgmma.
 
 The split-K policy (``splitk_counts``) says which K-splits are worth timing for a tile. On the CPU
 emulator, whose times stand for nothing a GPU would do, the choices are the heuristic ones.
@@ -31,6 +33,7 @@ from .kernel_table import (
     CLUSTER_SPLITK_TILES,
     CLUSTER_SPLITS,
     PIPELINED_TILES,
+    REGTILED_EDGE_TILES,
     REGTILED_SPLITK_TILES,
     REGTILED_TILES,
     SPLITK_BIAS_ACT_TILES,
@@ -116,7 +119,9 @@ def sgemm_candidates(g: Gemm) -> list[str]:
     128 x 128 gives 64 blocks (48% of the SMs busy), 128 x 64 gives 128 (97%), 64 x 64 gives 256
     (at most 2 per SM, 97% on average); split-K 2 brings 128 x 128 to 128 blocks. Outputs as
     narrow as 10 columns fit the 32 x 32 tile only. On Hopper, the same splits of the cluster
-    tiles in one launch (``128x64x8t128_cluster2``, matmul_cluster_splitk) where the shape is exact."""
+    tiles in one launch (``128x64x8t128_cluster2``, matmul_cluster_splitk) where the shape is exact.
+    Where only M or N is ragged (3000^3), the edge twins (``128x128x8_edge``, matmul_regtiled_edge):
+    the exact twin's speed inside, the plain kernel's on the edges (the caller checks alignment)."""
     names = []
     for tile, (bm, bn, *_) in PIPELINED_TILES.items():
         if fits(bm, bn, g.M, g.N):
@@ -131,6 +136,7 @@ def sgemm_candidates(g: Gemm) -> list[str]:
                 s for s in splitk_counts(g, tile) if s in CLUSTER_SPLITS and matmul_launchers.exact_shape(g, tile, s)
             ]
             names += [f"{tile}_cluster{s}" for s in splits]
+    names += [f"{tile}_edge" for tile in REGTILED_EDGE_TILES if matmul_launchers.edge_shape(g, tile)]
     return names
 
 
@@ -176,7 +182,7 @@ def sgemm_variant(c, a, b, g: Gemm) -> str:
     if choice is not None:
         return choice
     others = [] if EMULATED else sgemm_candidates(g)
-    others = [v for v in others if matmul_launchers.sgemm_parts(v)[0] != "cluster" or aligned16(a, b)]
+    others = [v for v in others if matmul_launchers.sgemm_parts(v)[0] not in ("cluster", "edge") or aligned16(a, b)]
     candidates = [regtiled_tile(c, a, b, g), *others]
     return tuner.pick(
         "matmul_sgemm", key, candidates,
@@ -216,8 +222,10 @@ def wgmma_tma_variant(c, a, b, g: Gemm) -> tuple[int, bool]:
     """Stage 12's tile width for this problem, and whether to read B as stored: 128 x 256 tiles,
     or 128 x 128 where the wide ones leave SMs idle (1024^3: 32 wide tiles for 132 SMs, 64 narrow
     ones); for ``a @ b``, each width with B transposed first and as stored (``"256 as stored"``).
-    Each is timed on first use (autotune.tuner, transposes included), the fastest kept for the
-    shape."""
+    Each is timed on first use (autotune.tuner, transposes included), at the longer of its GPU time
+    and its launches' host time (wgmma_tma_host_ms: a transpose first is a launch more, and at
+    1024^3 the product takes the GPU about as long as a launch takes the host), the least kept
+    for the shape."""
     ways = (AS_STORED, "") if matmul_launchers.b_reads_as_stored(a, b, g) else ("",)  # untuned (tuner off): the first
     variants = {f"{width}{way}": (width, way == AS_STORED) for way in ways for width in WGMMA_TMA_WIDTHS}
 
@@ -225,8 +233,46 @@ def wgmma_tma_variant(c, a, b, g: Gemm) -> tuple[int, bool]:
         bn, as_stored = variants[name]
         return matmul_launchers.matmul_tf32_wgmma_tma(c, a, b, g, bn=bn, as_stored=as_stored, timed=tuning_launches())
 
-    choice = tuner.pick("matmul_tf32_wgmma_tma", tuning_key(a, b, g), list(variants), time_ms)
+    def host_ms(name: str) -> float:
+        return wgmma_tma_host_ms(g, variants[name][1])
+
+    choice = tuner.pick("matmul_tf32_wgmma_tma", tuning_key(a, b, g), list(variants), time_ms, host_ms=host_ms)
     return variants[choice]
+
+
+def wgmma_tma_host_ms(g: Gemm, as_stored: bool) -> float:
+    """The host's milliseconds to launch matmul_tf32_wgmma_tma: host_launch_ms for its launch and
+    for each operand k_major_operands transposes first (none where B is read as stored)."""
+    transposes = 0 if as_stored else int(g.ta) + int(not g.tb)
+    return (1 + transposes) * host_launch_ms()
+
+
+WGMMA_TMA, MMA_SYNC, WMMA = "wgmma_tma", "mma.sync", "wmma"  # stage 12's kernels, as tf32_variant names them
+
+
+def tf32_variant(c, a, b, g: Gemm, *, wgmma: bool = False) -> str:
+    """Stage 12's kernel for this problem among MMA_SYNC (matmul_tf32_async), WMMA (matmul_tf32)
+    and, where ``wgmma`` (Hopper, products below ops_matmul.WGMMA_MIN_PRODUCT), WGMMA_TMA (the
+    TMA-fed kernel at the variant wgmma_tma_variant keeps). Operands in whole aligned quads, which
+    mma.sync copies 16 bytes at a time (36% of cuBLAS TF32 at 4096^3 on the H200, WMMA 15%), skip
+    WMMA; others it copies a float at a time, which was not measured against WMMA, so both are
+    timed. Each candidate is timed on first use, at the longer of its GPU time and its launches'
+    host time, the least kept for the shape; untimed (the CPU emulator, the tuner off), mma.sync."""
+    candidates = [MMA_SYNC] + ([WGMMA_TMA] if wgmma else [])
+    if not matmul_launchers.tf32_async_quads(a, b, g):
+        candidates.append(WMMA)
+    if EMULATED or len(candidates) == 1:  # the emulator's times stand for nothing a GPU would do
+        return MMA_SYNC
+
+    def time_ms(name: str) -> float:
+        launcher = {MMA_SYNC: matmul_launchers.matmul_tf32_async, WMMA: matmul_launchers.matmul_tf32,
+                    WGMMA_TMA: matmul_tf32_wgmma_tma}[name]  # fmt: skip
+        return launcher(c, a, b, g, timed=tuning_launches())
+
+    def host_ms(name: str) -> float:  # wgmma's variant is chosen by the time this is asked (time_ms)
+        return wgmma_tma_host_ms(g, wgmma_tma_variant(c, a, b, g)[1]) if name == WGMMA_TMA else host_launch_ms()
+
+    return tuner.pick("matmul_tf32", tuning_key(a, b, g), candidates, time_ms, host_ms=host_ms)
 
 
 # --- the tuned launches: a family at the variant chosen for the problem -----------------------

@@ -1,14 +1,21 @@
 """CUDA matmul per stage: the blog's ladder (naive, flags, batched, tiled), then register tiles,
 the fused bias epilogue, the lean step's split-K forward and fused backward, and tensor cores.
 Each stage picks a family; the tuner (matmul_choice) picks its variant for the shape, and the
-family's launcher (matmul_launchers) launches it: this module only decides which family."""
+family's launcher (matmul_launchers) launches it: this module only decides which family. A
+product's route (family, variant, launch) is decided on the first product of its shape at a
+stage and kept (``route``): every later one costs the host an allocation and a launch."""
 
 from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
 
 from .. import stages
 from . import matmul_choice as choice
 from . import matmul_launchers
 from .array import DeviceArray
+from .autotune import tuner
 from .launch_core import Gemm
 from .ops_math import relu_backward
 from .ops_tensor import contiguous, full, transpose
@@ -33,41 +40,87 @@ def matmul(a: DeviceArray, b: DeviceArray, ta: bool = False, tb: bool = False) -
     if not stages.fused_transpose():  # stages 0-2 materialize every transposed operand
         a, ta = (contiguous(transpose(a)), False) if ta else (a, ta)
         b, tb = (contiguous(transpose(b)), False) if tb else (b, tb)
-    g = Gemm.of(a, b, ta, tb)
-    out = DeviceArray.empty((a.shape[:-2] if a.ndim > b.ndim else b.shape[:-2]) + (g.M, g.N))
-    if stages.tensor_cores():  # stage 12
-        tensor_core_matmul(out, a, b, g)
-    elif stages.regtiled_matmul():  # stage 9: register tiles, fed by cp.async where faster, autotuned
-        matmul_launchers.matmul_sgemm(out, a, b, g, variant=choice.sgemm_variant(out, a, b, g))
-    elif stages.tiled_matmul():  # Opt. 6: shared-memory tiles
-        matmul_launchers.matmul_tiled(out, a, b, g)
-    elif stages.batched_matmul():  # Opt. 5: the batch in one launch
-        matmul_launchers.matmul_batched(out, a, b, g)
-    elif stages.fused_transpose():  # Opt. 3: transposes read through flags
-        matmul_launchers.matmul_transposed(out, a, b, g)
-    else:  # stages 0-2: one naive launch per matrix of the batch
-        matmul_launchers.matmul_naive(out, a, b, g)
+    found = route(a, b, ta, tb)
+    out = DeviceArray.empty(found.out_shape)
+    found.queue(out, a, b)
     return out
 
 
+Queue = Callable[[DeviceArray, DeviceArray, DeviceArray], object]  # (c, a, b): the product's launches
+
+
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """What a product of one shape runs: its output's shape, and ``queue(c, a, b)``, which queues
+    its launches (a prepared Launch, or the family's launcher at the variant chosen)."""
+
+    gemm: Gemm
+    out_shape: tuple[int, ...]
+    queue: Queue
+
+
+_routes: dict[tuple, Route] = {}
+
+
+def route(a: DeviceArray, b: DeviceArray, ta: bool, tb: bool) -> Route:
+    """The route of ``op(a) @ op(b)`` (contiguous operands), chosen on the first product with its
+    key and kept: the stage setting, the shapes, the flags and whether each operand starts a
+    16-byte vector (the launchers' and the tuner's conditions), and the tuner's generation (a
+    ``tuner.clear()`` chooses again). Kernels are looked up by name at every launch, so that an
+    override still counts."""
+    key = (stages.setting(), tuner.generation, a.shape, b.shape, ta, tb, a.ptr % 16 == 0, b.ptr % 16 == 0)
+    found = _routes.get(key)
+    if found is None:
+        g = Gemm.of(a, b, ta, tb)
+        shape = (a.shape[:-2] if a.ndim > b.ndim else b.shape[:-2]) + (g.M, g.N)
+        found = _routes[key] = Route(g, shape, choose(DeviceArray.empty(shape), a, b, g))
+    return found
+
+
+def choose(out: DeviceArray, a: DeviceArray, b: DeviceArray, g: Gemm) -> Queue:
+    """The stage's family for this problem, at the variant the tuner keeps for it (timed on
+    ``out``, ``a`` and ``b`` where the tuner has not seen the problem)."""
+    if stages.tensor_cores():  # stage 12
+        return tensor_core_matmul(out, a, b, g)
+    if stages.regtiled_matmul():  # stage 9: register tiles, fed by cp.async where faster, autotuned
+        variant = choice.sgemm_variant(out, a, b, g)
+        prepared = matmul_launchers.sgemm_launch(a, b, g, variant)
+        return prepared.queue if prepared else functools.partial(matmul_launchers.matmul_sgemm, g=g, variant=variant)
+    if stages.tiled_matmul():  # Opt. 6: shared-memory tiles
+        return functools.partial(matmul_launchers.matmul_tiled, g=g)
+    if stages.batched_matmul():  # Opt. 5: the batch in one launch
+        return functools.partial(matmul_launchers.matmul_batched, g=g)
+    if stages.fused_transpose():  # Opt. 3: transposes read through flags
+        return functools.partial(matmul_launchers.matmul_transposed, g=g)
+    return functools.partial(matmul_launchers.matmul_naive, g=g)  # stages 0-2: a naive launch per matrix
+
+
 # From 1024^3 up the TMA-fed wgmma kernel is 0.85-1.01x cuBLAS's TF32 on the H200, against
-# 0.60-0.70x for wgmma.cu (book/results/tf32_wgmma.json). Smaller products were not timed with
-# it: there a single 128 x 256 tile covers much of the product.
+# 0.60-0.70x for wgmma.cu (book/results/tf32_wgmma.json). From WGMMA_TIMED_PRODUCT up to there
+# (1000^3 is just below) it is timed against mma.sync (matmul_choice.tf32_variant): few tiles of
+# either leave SMs idle, and which loses less was not measured.
 WGMMA_MIN_PRODUCT = 1024**3
+WGMMA_TIMED_PRODUCT = 256**3
 
 
-def tensor_core_matmul(out: DeviceArray, a: DeviceArray, b: DeviceArray, g: Gemm) -> None:
-    """Stage 12's TF32 route: warpgroup MMA fed by TMA for large products on Hopper, mma.sync
-    fed by cp.async where the operands are whole aligned quads, else WMMA. A GPU without TF32
-    tensor cores (a T4) is refused here, with what to do, before anything compiles."""
+def tensor_core_matmul(out: DeviceArray, a: DeviceArray, b: DeviceArray, g: Gemm) -> Queue:
+    """Stage 12's TF32 route: warpgroup MMA fed by TMA for large products on Hopper; below them
+    mma.sync fed by cp.async, timed against WMMA where cp.async copies a float at a time and
+    against wgmma on Hopper from WGMMA_TIMED_PRODUCT up (matmul_choice.tf32_variant). A GPU
+    without TF32 tensor cores (a T4) is refused here, with what to do, before anything compiles."""
     matmul_launchers.require_tensor_cores("stage 12 (TF32 tensor-core matmul)")
-    if g.batch * g.M * g.N * g.K >= WGMMA_MIN_PRODUCT and wgmma_fits(g.K, arch()):
-        bn, as_stored = choice.wgmma_tma_variant(out, a, b, g)
-        matmul_launchers.matmul_tf32_wgmma_tma(out, a, b, g, bn=bn, as_stored=as_stored)
-    elif matmul_launchers.tf32_async_fits(a, b, g):
-        matmul_launchers.matmul_tf32_async(out, a, b, g)
+    product = g.batch * g.M * g.N * g.K
+    wgmma = product >= WGMMA_TIMED_PRODUCT and wgmma_fits(g.K, arch())
+    if wgmma and product >= WGMMA_MIN_PRODUCT:
+        kernel = choice.WGMMA_TMA
     else:
-        matmul_launchers.matmul_tf32(out, a, b, g)
+        kernel = choice.tf32_variant(out, a, b, g, wgmma=wgmma)
+    if kernel == choice.WGMMA_TMA:
+        bn, as_stored = choice.wgmma_tma_variant(out, a, b, g)
+        return matmul_launchers.wgmma_tma_launch(a, b, g, bn, as_stored).queue
+    if kernel == choice.MMA_SYNC:
+        return matmul_launchers.tf32_async_launch(g).queue
+    return matmul_launchers.tf32_launch(g).queue
 
 
 def linear(x: DeviceArray, w: DeviceArray, bias: DeviceArray | None, relu: bool) -> DeviceArray:

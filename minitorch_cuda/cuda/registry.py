@@ -25,7 +25,8 @@ from .kernel_table import KERNEL_DIR, SPECS, KernelSpec, entry_params, prepare_s
 from .runtime import DriverKernel, Kernel, compile_module
 
 __all__ = [
-    "SPECS", "KernelSpec", "entry_params", "get", "override", "prepare_signature", "restore_all", "spec", "variant",
+    "SPECS", "KernelSpec", "current_override", "entry_params", "get", "override", "prepare_signature", "restore_all",
+    "spec", "variant",
 ]  # fmt: skip
 
 _builtin: dict[str, Kernel] = {}
@@ -51,6 +52,12 @@ def get(name: str) -> Kernel:
         source = builtin_source(name)
         kernel = _builtin[name] = _kernel(name, compile_module(source, s.file, s.arch_specific), name, s, source)
     return kernel
+
+
+def current_override(name: str) -> override | None:
+    """The override that runs for ``name`` now (the innermost), or None for the built-in."""
+    stack = _overrides.get(name)
+    return stack[-1] if stack else None
 
 
 def builtin_source(name: str) -> str:

@@ -56,6 +56,13 @@ def kernel(bn: int, stages: int | None, debug: bool, n_major: bool = False, *, c
     COPY_PARAMS after its own)."""
     if n_major and (consumers != 2 or not tma):
         raise ValueError("the N-major build has two consumers and TMA copies: the ablation's switches are K-major only")
+    return _kernel(bn, stages, debug, n_major, consumers, tma, registry.current_override(NAME))
+
+
+@functools.cache  # per override of NAME (or none): looked up at every launch of stage 12's route
+def _kernel(
+    bn: int, stages: int | None, debug: bool, n_major: bool, consumers: int, tma: bool, _override
+) -> tuple[Kernel, dict[str, int]]:
     s = shape(bn, stages, consumers)
     defines = {"WT_BN": bn, "WT_STAGES": s["STAGES"], "WT_B_N_MAJOR": int(n_major)}
     if consumers != 2:

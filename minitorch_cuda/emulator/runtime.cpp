@@ -62,7 +62,8 @@ namespace emu {
 namespace {
 
 constexpr int kMaxThreads = 1024;
-constexpr int kMaxPendingCopies = 64;  // a thread's asynchronous copies not yet waited for
+constexpr int kMaxPendingCopies = 128;  // a thread's asynchronous copies not yet waited for (mma_async.cu
+                                        // copying a float at a time keeps 96 in flight)
 constexpr size_t kMaxDynamicShared = 227 << 10;  // what an H100/H200 block may opt into
 const size_t kPage = size_t(sysconf(_SC_PAGESIZE));
 

@@ -1,4 +1,4 @@
-// mma_async.cu: stage 12's TF32 matmul for operands that allow 16-byte copies (chapter 19).
+// mma_async.cu: stage 12's TF32 matmul, fed by cp.async (chapter 19).
 // Two changes from mma.cu's WMMA kernel, both about feeding the tensor cores:
 //   - the tensor-core instruction is issued directly (mma.sync m16n8k8), so we choose
 //     which shared-memory words each lane reads: every fragment read is free of bank
@@ -11,9 +11,9 @@
 // A tile is staged as its operand is stored: a K-contiguous one (A, or B with tb) as
 // [extent][32 + 4], the other as [32][extent + 8]. The paddings put the 32 words a fragment read
 // touches in 32 different banks (lane (g, t) reads row g, column t: bank 4g + t, or 8t + g).
-// Needs the contiguous extent of A and of B and the batch strides to be multiples of 4, and
-// 16-byte aligned A and B (ops_matmul checks; other operands go to matmul_tf32). M, N, K are
-// otherwise free: cp.async zero-fills the quads outside the matrix.
+// An operand whose contiguous extent and batch stride are multiples of 4 and whose start is
+// 16-byte aligned is copied a quad (16 bytes) at a time; any other (K = 70, a row slice) a float
+// at a time into the same tiles. M, N, K are free: cp.async zero-fills what lies outside the matrix.
 // Launch: block (ASYNC_THREADS, 1, 1), grid (ceil(N / ASYNC_BN), ceil(M / 128), batch), dynamic
 // shared memory ASYNC_SMEM_BYTES (more than the 48 KB default: kernel_table.py reads these
 // #defines for the launch, and the registry raises the function's limit).
@@ -60,9 +60,10 @@ __device__ __forceinline__ float tile_at(const float* s, int i, int k) {
 }
 
 // Start copying the EXTENT x 32 (i, k) tile at (i0, k0) of an operand with extents I x K
-// into s: stored [I][K] if KCONTIG, else [K][I].
+// into s: stored [I][K] if KCONTIG, else [K][I]; in 16-byte quads where ``quads`` (the
+// contiguous extent a multiple of 4, g 16-byte aligned), else each quad's four floats apart.
 template <bool KCONTIG, int EXTENT>
-__device__ __forceinline__ void copy_tile(float* s, const float* g, int I, int K, int i0, int k0) {
+__device__ __forceinline__ void copy_tile(float* s, const float* g, int I, int K, int i0, int k0, bool quads) {
     constexpr int QUADS = EXTENT * ASYNC_BK / 4;
     static_assert(QUADS % ASYNC_THREADS == 0, "every thread copies the same number of quads");
 #pragma unroll
@@ -74,10 +75,18 @@ __device__ __forceinline__ void copy_tile(float* s, const float* g, int I, int K
         } else {
             k = q / (EXTENT / 4), i = 4 * (q % (EXTENT / 4));
         }
-        const bool inside = i0 + i < I && k0 + k < K;  // whole quads: the contiguous extent is 4n
         const long long at = KCONTIG ? (long long)(i0 + i) * K + k0 + k : (long long)(k0 + k) * I + i0 + i;
         float* dst = KCONTIG ? s + i * ASYNC_KROW + k : s + k * (EXTENT + 8) + i;
-        cp_async16(dst, inside ? g + at : g, inside ? 16 : 0);
+        if (quads) {
+            const bool inside = i0 + i < I && k0 + k < K;  // whole quads: the contiguous extent is 4n
+            cp_async16(dst, inside ? g + at : g, inside ? 16 : 0);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {  // along the contiguous extent: k for KCONTIG, else i
+                const bool inside = KCONTIG ? (i0 + i < I && k0 + k + e < K) : (i0 + i + e < I && k0 + k < K);
+                cp_async4(dst + e, inside ? g + at + e : g, inside ? 4 : 0);
+            }
+        }
     }
 }
 
@@ -95,11 +104,14 @@ __device__ __forceinline__ void async_body(float* c, const float* a, const float
     a += z * stride_a;
     b += z * stride_b;
     c += z * M * N;
+    // Whole aligned quads: the contiguous extent a multiple of 4 and this matrix 16-byte aligned.
+    const bool quads_a = ((TA ? M : K) & 3) == 0 && (reinterpret_cast<unsigned long long>(a) & 15ull) == 0;
+    const bool quads_b = ((TB ? K : N) & 3) == 0 && (reinterpret_cast<unsigned long long>(b) & 15ull) == 0;
 
     auto copy = [&](int slice) {
         float* s = smem + (slice % ASYNC_STAGES) * ASYNC_STAGE;
-        copy_tile<!TA, ASYNC_BM>(s, a, M, K, row0, slice * ASYNC_BK);
-        copy_tile<TB, ASYNC_BN>(s + ASYNC_TILE(ASYNC_BM), b, N, K, col0, slice * ASYNC_BK);
+        copy_tile<!TA, ASYNC_BM>(s, a, M, K, row0, slice * ASYNC_BK, quads_a);
+        copy_tile<TB, ASYNC_BN>(s + ASYNC_TILE(ASYNC_BM), b, N, K, col0, slice * ASYNC_BK, quads_b);
     };
     float acc[MI][NJ][4] = {};
     const int slices = (K + ASYNC_BK - 1) / ASYNC_BK;
