@@ -36,8 +36,8 @@ inline double bf16_operand(unsigned bits, int half) { return bits_float((bits >>
 // cvt.rna.tf32.f32: to the nearest TF32 value, ties away from zero; the low 13 bits become 0. A NaN
 // keeps its sign and the top 10 bits of its payload, quiet or signaling (the GPU's recording: 19 NaNs
 // of tests/data/mma_recording.npz). Whether a NaN whose payload lies wholly in the low 13 bits
-// becomes infinity is not recorded yet (mma_probe.py's inputs now hold four such NaNs); we keep it a
-// NaN, quieted.
+// becomes infinity is not recorded yet (mma_probe.py's inputs 520 to 522 are such NaNs, for the next
+// recording); we keep it a NaN, quieted.
 inline unsigned cvt_rna_tf32(float x) {
     const unsigned bits = to_bits(x);
     if ((bits & 0x7fffffffu) > 0x7f800000u) {
@@ -63,15 +63,14 @@ inline float toward_zero(double x) {
 // float toward zero, the C of the next block. What the recording pins down:
 // - the exponent a term is aligned by is C's, and a product's is the sum of its operands'
 //   (ea + eb, whatever the product's significand, which lies in [1, 4)), a subnormal counting as
-//   float's smallest normal exponent, -126;
+//   float's smallest normal exponent, -126 (one element of WMMA TF32's subnormal tiles tells);
 // - the last bit kept weighs 2^(top - 23 - kExtraBits), kExtraBits = 2, top the largest of them;
 // - one block is the whole instruction: the 8 products of TF32 m16n8k8, the 16 of BF16
 //   m16n8k16; but WMMA's 16 x 16 x 8 TF32 goes in blocks of 4 (as two k = 4 steps, each rounded
 //   to float; BF16 WMMA is one block of 16 like mma.sync).
 // - a sum of zeros is +0, even of -0s only (all 1,648 such sums of the recording, 4 of them of -0s).
-// Non-finite inputs take IEEE's rules (not recorded). The EMU_MMA_
-// macros exist for .ci/mma_record.py, which tries other rules (-D) against a GPU's results; the
-// defaults are the rule.
+// Non-finite inputs take IEEE's rules (not recorded). The EMU_MMA_ macros exist for
+// .ci/mma_record.py, which tries other rules (-D) against a GPU's results; the defaults are the rule.
 #ifndef EMU_MMA_EXTRA_BITS
 #define EMU_MMA_EXTRA_BITS 2
 #define EMU_MMA_TF32_BLOCK 8
