@@ -74,6 +74,7 @@ def inputs(seed: int = 19) -> dict[str, np.ndarray]:
     x = rng.integers(0, 2**32, 4096, dtype=np.uint64).astype(np.uint32)
     x[:512] = (x[:512] & ~np.uint32(0x1FFF)) | np.uint32(0x1000)  # ties of cvt.rna
     x[512:520] = [0x7F800000, 0xFF800000, 0x7FC00000, 0x7F7FFFFF, 0x7F7FF000, 0x00001000, 0x80000000, 0]
+    x[520:524] = [0x7F800001, 0xFF801FFF, 0x7F801000, 0x7FC01FFF]  # NaNs; cvt.rna cuts all of 3 payloads
     out["cvt_x"] = x.view(np.float32)
     return out
 

@@ -11,9 +11,8 @@
 //
 // Numbers: the tensor core reads the top 19 bits of a TF32 operand (it truncates: a kernel rounds
 // with cvt.rna.tf32.f32 first), every product of two TF32 or BF16 operands is exact in a double,
-// and accumulate() adds them to C by the rule the hardware follows as far as it is known; the
-// recording of tests/data/mma_recording.npz (made on a GPU by .ci/mma_record.py) checks it bit
-// for bit.
+// and accumulate() adds them to C by the rule a GPU's recording pinned down
+// (tests/data/mma_recording.npz, made on an H200 by .ci/mma_record.py), bit for bit.
 #pragma once
 #include <algorithm>
 
@@ -34,10 +33,17 @@ inline double tf32_operand(unsigned bits) { return bits_float(bits & 0xffffe000u
 // The value of the BF16 in the low (half 0) or high (half 1) 16 bits of a register.
 inline double bf16_operand(unsigned bits, int half) { return bits_float((bits >> (16 * half)) << 16); }
 
-// cvt.rna.tf32.f32: to the nearest TF32 value, ties away from zero; the low 13 bits become 0.
+// cvt.rna.tf32.f32: to the nearest TF32 value, ties away from zero; the low 13 bits become 0. A NaN
+// keeps its sign and the top 10 bits of its payload, quiet or signaling (the GPU's recording: 19 NaNs
+// of tests/data/mma_recording.npz). Whether a NaN whose payload lies wholly in the low 13 bits
+// becomes infinity is not recorded yet (mma_probe.py's inputs 520 to 522 are such NaNs, for the next
+// recording); we keep it a NaN, quieted.
 inline unsigned cvt_rna_tf32(float x) {
     const unsigned bits = to_bits(x);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return 0x7fffffffu;  // NaN: the canonical one
+    if ((bits & 0x7fffffffu) > 0x7f800000u) {
+        const unsigned kept = bits & 0xffffe000u;
+        return (kept & 0x7fffffffu) == 0x7f800000u ? kept | 0x00400000u : kept;
+    }
     return (bits + 0x1000u) & 0xffffe000u;  // a carry out of the mantissa moves into the exponent
 }
 
@@ -48,41 +54,56 @@ inline float toward_zero(double x) {
     return f;
 }
 
-// The accumulation rule, of the kind Fasi, Higham, Mikaitis and Pranesh measured on an A100 ("Numerical
-// behavior of NVIDIA tensor cores", 2021; the constants are ours until a GPU's recording confirms
-// them): C and a block of kBlock exact products (4 for
-// TF32, 8 for BF16) are added in one step with their significands aligned to the largest of them,
-// keeping kExtraBits bits beyond float's 24 and dropping the rest (truncation), and the sum is
-// rounded to float toward zero (kRoundNearest: to nearest even); the result is the C of the next
-// block. Non-finite inputs take IEEE's rules. The EMU_MMA_ macros exist for .ci/mma_record.py,
-// which tries other rules (-D) against a GPU's results; the defaults are the rule.
+// The accumulation rule, measured bit for bit on an H200 (sm_90; tests/data/mma_recording.npz, 36,864
+// elements of D: 0 differ, against 5,221 under the rule guessed before the recording, C and blocks of 4
+// or 8 products aligned to the largest term's value with 3 extra bits). It is of the kind Fasi,
+// Higham, Mikaitis and Pranesh describe for an A100 ("Numerical behavior of NVIDIA tensor cores",
+// PeerJ CS 2021): C and a block of products are added in one step, their significands aligned to
+// the largest exponent among them and cut toward zero below a fixed bit, and the sum is rounded to
+// float toward zero, the C of the next block. What the recording pins down:
+// - the exponent a term is aligned by is C's, and a product's is the sum of its operands'
+//   (ea + eb, whatever the product's significand, which lies in [1, 4)), a subnormal counting as
+//   float's smallest normal exponent, -126 (one element of WMMA TF32's subnormal tiles tells);
+// - the last bit kept weighs 2^(top - 23 - kExtraBits), kExtraBits = 2, top the largest of them;
+// - one block is the whole instruction: the 8 products of TF32 m16n8k8, the 16 of BF16
+//   m16n8k16; but WMMA's 16 x 16 x 8 TF32 goes in blocks of 4 (as two k = 4 steps, each rounded
+//   to float; BF16 WMMA is one block of 16 like mma.sync).
+// - a sum of zeros is +0, even of -0s only (all 1,648 such sums of the recording, 4 of them of -0s).
+// Non-finite inputs take IEEE's rules (not recorded). The EMU_MMA_ macros exist for
+// .ci/mma_record.py, which tries other rules (-D) against a GPU's results; the defaults are the rule.
 #ifndef EMU_MMA_EXTRA_BITS
-#define EMU_MMA_EXTRA_BITS 3
-#define EMU_MMA_TF32_BLOCK 4
-#define EMU_MMA_BF16_BLOCK 8
+#define EMU_MMA_EXTRA_BITS 2
+#define EMU_MMA_TF32_BLOCK 8
+#define EMU_MMA_BF16_BLOCK 16
+#define EMU_MMA_WMMA_TF32_BLOCK 4
 #define EMU_MMA_ROUND_NEAREST 0
+#define EMU_MMA_ALIGN_BY_VALUE 0
 #endif
 constexpr int kExtraBits = EMU_MMA_EXTRA_BITS;
 constexpr bool kRoundNearest = EMU_MMA_ROUND_NEAREST;
+constexpr bool kAlignByValue = EMU_MMA_ALIGN_BY_VALUE;  // 1: a product's exponent is its value's (the former guess)
 
-inline float accumulate(float c, const double* products, int n, int block) {
+// The exponent the tensor core aligns a nonzero float (or TF32, BF16) by.
+inline int exponent(double x) { return std::max(std::ilogb(x), -126); }
+
+// C + sum of a[i] b[i] (i < n), `block` products a step.
+inline float accumulate(float c, const double* a, const double* b, int n, int block) {
     for (int start = 0; start < n; start += block) {
-        const double* p = products + start;
-        const int count = n - start < block ? n - start : block;
-        double plain = c;  // IEEE's sum: for inf and NaN, and for zeros (their signs)
-        int top = INT32_MIN;  // the exponent of the largest term
-        for (int i = 0; i < count; ++i) plain += p[i];
-        for (int i = -1; i < count; ++i) {
-            const double term = i < 0 ? double(c) : p[i];
-            if (term != 0.0) top = std::max(top, std::ilogb(term));
+        const int end = std::min(n, start + block);
+        double plain = c;  // IEEE's sum: for inf and NaN
+        int top = c != 0.0f ? exponent(c) : INT32_MIN;  // the largest exponent of a term
+        for (int i = start; i < end; ++i) {
+            const double product = a[i] * b[i];  // exact: 11- or 8-bit significands
+            plain += product;
+            if (product != 0.0) top = std::max(top, kAlignByValue ? std::ilogb(product) : exponent(a[i]) + exponent(b[i]));
         }
         if (!std::isfinite(plain) || top == INT32_MIN) {
-            c = float(plain);
+            c = std::isfinite(plain) ? 0.0f : float(plain);  // zeros only: +0, whatever their signs
             continue;
         }
         const int unit = top - 23 - kExtraBits;  // the weight of the last bit kept
-        long long sum = 0;
-        for (int i = -1; i < count; ++i) sum += (long long)std::trunc(std::ldexp(i < 0 ? double(c) : p[i], -unit));
+        long long sum = (long long)std::trunc(std::ldexp(double(c), -unit));
+        for (int i = start; i < end; ++i) sum += (long long)std::trunc(std::ldexp(a[i] * b[i], -unit));
         c = kRoundNearest ? float(std::ldexp(double(sum), unit)) : toward_zero(std::ldexp(double(sum), unit));
     }
     return c;
@@ -123,16 +144,21 @@ struct Bf16 {
     }
 };
 
+// WMMA's TF32 16 x 16 x 8: the same registers as mma.sync's, summed in smaller blocks (above).
+struct WmmaTf32 : Tf32 {
+    static constexpr int kBlock = EMU_MMA_WMMA_TF32_BLOCK;
+};
+
 // D = A B + C of the whole warp from every lane's registers.
 template <class Shape>
 EMU_EXCHANGE inline void product(const unsigned (&a)[32][4], const unsigned (&b)[32][2], const float (&c)[32][4], float (&d)[32][4]) {
-    double A[16][16], B[16][8], products[16];
+    double A[16][16], B[16][8], column[16];
     Shape::decode(a, b, A, B);
     for (int lane = 0; lane < 32; ++lane) {
         for (int reg = 0; reg < 4; ++reg) {
             const Coords at = accumulator(lane, reg);
-            for (int k = 0; k < Shape::K; ++k) products[k] = A[at.row][k] * B[k][at.col];
-            d[lane][reg] = accumulate(c[lane][reg], products, Shape::K, Shape::kBlock);
+            for (int k = 0; k < Shape::K; ++k) column[k] = B[k][at.col];
+            d[lane][reg] = accumulate(c[lane][reg], A[at.row], column, Shape::K, Shape::kBlock);
         }
     }
 }

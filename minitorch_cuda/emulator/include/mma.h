@@ -130,7 +130,7 @@ inline void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<ma
     for (int h = 0; h < 2; ++h) {
         for (int r = 0; r < 4; ++r) half_c[r] = c.x[4 * h + r];
         if constexpr (K == 8)
-            tc::warp_mma<tc::Tf32>(half_d, ra, rb[h], half_c, __file, __line);
+            tc::warp_mma<tc::WmmaTf32>(half_d, ra, rb[h], half_c, __file, __line);
         else
             tc::warp_mma<tc::Bf16>(half_d, ra, rb[h], half_c, __file, __line);
         for (int r = 0; r < 4; ++r) d.x[4 * h + r] = half_d[r];
