@@ -1875,6 +1875,17 @@ def test_a_virtual_environment_kept_in_the_checkout_stays_visible(tmp_path, monk
 # --- issue 39: the emulator's race checking in the grader ------------------------------------------
 
 
+def _grade_emulated(tmp_path: Path, names: tuple[str, ...], exercise_id: str) -> dict:
+    """``grade --emulate`` of the students ``names`` on one exercise, each with only its chapter's notebook."""
+    subs = build(tmp_path / "subs", {s: STUDENTS[s] for s in names})
+    chapter = f"{int(exercise_id.split('.')[0]):02d}_"
+    for folder in subs.iterdir():
+        for p in folder.iterdir():
+            if not p.name.startswith(chapter):
+                p.unlink()
+    return run_grader(subs, tmp_path / "g.csv", [exercise_id], "--emulate", "--timeout", "300")
+
+
 @pytest.mark.skipif(
     not _emulator_usable(), reason="the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing"
 )
@@ -1883,12 +1894,7 @@ def test_a_race_with_the_right_answer_fails_as_a_race_on_the_emulator(tmp_path) 
     sum is right and every run agrees, yet `grade --emulate` fails it as a race, naming both threads
     and both lines."""
     names = ("full_solutions", "race_with_right_answer", "race_hidden_from_the_check")
-    subs = build(tmp_path / "subs", {s: STUDENTS[s] for s in names})
-    for folder in subs.iterdir():
-        for p in folder.iterdir():
-            if not p.name.startswith("06_"):
-                p.unlink()
-    results = run_grader(subs, tmp_path / "g.csv", ["6.1"], "--emulate", "--timeout", "300")
+    results = _grade_emulated(tmp_path, names, "6.1")
     assert results[("full_solutions", "6.1")]["passed"], results[("full_solutions", "6.1")]
     result = results[("race_with_right_answer", "6.1")]
     assert result["reason"] == verdict.RACECHECK and result["emulated"], result
@@ -1907,13 +1913,7 @@ def test_a_bank_conflict_with_the_right_answer_fails_on_the_emulator(tmp_path) -
     """11.1 with its A tile stored transposed in an unpadded tile: the product is right, and `grade
     --emulate` fails it as a bank conflict, naming the line and the degree; the solution passes with
     its own numbers in the feedback."""
-    names = ("full_solutions", "conflicted_tile")
-    subs = build(tmp_path / "subs", {s: STUDENTS[s] for s in names})
-    for folder in subs.iterdir():
-        for p in folder.iterdir():
-            if not p.name.startswith("11_"):
-                p.unlink()
-    results = run_grader(subs, tmp_path / "g.csv", ["11.1"], "--emulate", "--timeout", "300")
+    results = _grade_emulated(tmp_path, ("full_solutions", "conflicted_tile"), "11.1")
     solution = results[("full_solutions", "11.1")]
     assert solution["passed"], solution
     assert any("1.00 wavefronts a request (0 bank conflicts)" in d for d in solution["details"]), solution
