@@ -405,14 +405,15 @@ def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, bn: int, as_stored: bool | None =
     consumer warpgroup on 64-row tiles; ``tma=False``, the producer's threads copy the slices;
     ``blocks`` as many as the tiles, one tile a block (no persistence)."""
     launch = wgmma_tma_launch(a, b, g, bn, as_stored)
-    switches = {"stages": stages, "blocks": blocks, "tiles": tiles, "debug": debug, "consumers": consumers, "tma": tma}
-    if switches != DEFAULT_SWITCHES:
-        launch = dataclasses.replace(launch, **switches)
+    switches = (stages, blocks, tiles, debug, consumers, tma)
+    if switches != PLAIN:
+        launch = dataclasses.replace(launch, **dict(zip(SWITCHES, switches)))
     return launch.dispatch(c, a, b, timed)
 
 
-# matmul_tf32_wgmma_tma's debugging and ablation switches, as the route launches it
-DEFAULT_SWITCHES = {"stages": None, "blocks": None, "tiles": None, "debug": False, "consumers": 2, "tma": True}
+# matmul_tf32_wgmma_tma's debugging and ablation switches, and their values as the route launches it
+SWITCHES = ("stages", "blocks", "tiles", "debug", "consumers", "tma")
+PLAIN = (None, None, None, False, 2, True)
 
 
 def wgmma_tma_launch(a, b, g: Gemm, bn: int, as_stored: bool | None = None) -> WgmmaTmaLaunch:
@@ -467,8 +468,7 @@ class WgmmaTmaLaunch:
     def queue(self, c, a, b) -> None:
         """The launches on the current stream for C, A and B (DeviceArrays); read as stored, with
         the last operands' maps where these are the same."""
-        switches = {name: getattr(self, name) for name in DEFAULT_SWITCHES}
-        if not self.as_stored or switches != DEFAULT_SWITCHES:
+        if not self.as_stored or (self.stages, self.blocks, self.tiles, self.debug, self.consumers, self.tma) != PLAIN:
             self.dispatch(c, a, b)
             return
         kernel, shape = wgmma_tma.kernel(self.bn, None, False, True)
