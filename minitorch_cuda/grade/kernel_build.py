@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .. import emulator
 from ..cuda.kernel_table import KERNEL_DIR, NVCC_OPTIONS, SPECS
+from ..emulator import toolchain
 from . import sandbox
 from .artifact import Artifact, emulator_internals, from_preprocessed, from_ptx, unchecked
 from .exercises import Exercise
@@ -57,8 +58,6 @@ def headers() -> Path:
 def _system_dirs() -> list[str]:
     """Where the system's and CUDA's own headers lie (what a kernel may open besides ``headers()``), and
     the emulator's stand-ins for CUDA's (its include folder and own headers, not its runtime's source)."""
-    from ..emulator import toolchain
-
     dirs = ["/usr/include", "/usr/lib/gcc", "/usr/local/include", "/usr/local/cuda", str(toolchain.INCLUDE)]
     dirs += [str(header) for header in toolchain.OWN_HEADERS]
     for compiler_path in (sandbox.real_nvcc(), sandbox.real_cxx()):  # a toolchain's own headers (/opt/gcc)
@@ -104,7 +103,7 @@ def check_opened(preprocessed: str) -> frozenset[str]:
 def _header_lines(preprocessed: str) -> dict[str, list[str]]:
     """Each course header's own lines in preprocessed text (after its markers, before the next one),
     and each of the emulator's stand-ins for CUDA's headers (``<cooperative_groups.h>``, by that name)."""
-    folder, stand_ins, out, name = headers(), _stand_ins(), {}, None
+    folder, stand_ins, out, name = headers(), toolchain.INCLUDE, {}, None
     for line in preprocessed.splitlines():
         marker = _MARKER.match(line)
         if marker:
@@ -140,12 +139,6 @@ def baseline_source(opened: frozenset[str], stand_ins: frozenset[str] = frozense
     return "".join(f"#include {name}\n" for name in sorted(stand_ins)) + "".join(
         f'#include "{name}"\n' for name in sorted(opened)
     )
-
-
-def _stand_ins() -> Path:
-    from ..emulator import toolchain
-
-    return toolchain.INCLUDE
 
 
 def stand_ins_opened(preprocessed: str) -> frozenset[str]:
@@ -272,7 +265,7 @@ def build(source: str, arch_specific: bool = False) -> Built:
 def _sandboxed(seen: list[tuple[str, frozenset[str]]]):
     """The emulator's builds inside run g++ in the sandbox, and what each opened is checked and kept
     in ``seen`` (its preprocessed text, the course headers it opened)."""
-    from ..emulator import compiler, toolchain
+    from ..emulator import compiler
 
     def preprocessed(text: str) -> None:  # before g++ compiles it: a refused file never reaches a log
         seen.append((text, check_opened(text)))
