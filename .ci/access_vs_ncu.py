@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+import access_probes  # noqa: E402  (the probe kernels the CPU test counts too)
 
 OUT = Path(os.environ.get("OUT", "/tmp/access_vs_ncu"))
 SIZES = {"gather": (1024, 784), "matmul": 256}  # ncu_workloads.SIZES for both runs
@@ -51,15 +52,9 @@ KNOWN = {
     )
 }
 
-PROBES = r"""
-extern "C" __global__ void copy(float* out, const float* x, int n, int stride) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = x[(long long)i * stride];
-}
-extern "C" __global__ void copy4(float4* out, const float4* x, int n) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = x[i];
-}
+PROBES = (
+    access_probes.COPY
+    + r"""
 #define TRANSPOSE(NAME, WIDTH)                                  \
 extern "C" __global__ void NAME(float* out, const float* x) {   \
     __shared__ float tile[32][WIDTH];                           \
@@ -90,6 +85,7 @@ extern "C" __global__ void quads(float4* out, const float4* x, int mul, int div)
     out[threadIdx.x] = s[threadIdx.x * mul / div];
 }
 """
+)
 WORD_PATTERNS = [(1, 1), (0, 1), (1, 2), (2, 1), (1, 4), (16, 1), (7, 1)]  # (mul, div) of the probes above
 
 

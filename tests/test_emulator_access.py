@@ -18,6 +18,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from access_probes import COPY
 
 from minitorch_cuda import results
 from minitorch_cuda.emulator.errors import LogicError
@@ -63,18 +64,7 @@ def warps(n: int) -> list[np.ndarray]:
     return list(np.arange(n).reshape(-1, 32))
 
 
-# --- global memory: coalesced, strided, 16 bytes a lane ------------------------------------------------
-
-COPY = r"""
-extern "C" __global__ void copy(float* out, const float* x, int n, int stride) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = x[(long long)i * stride];
-}
-extern "C" __global__ void copy4(float4* out, const float4* x, int n) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = x[i];
-}
-"""
+# --- global memory: coalesced, strided, 16 bytes a lane (access_probes.COPY) ---------------------------
 
 
 @pytest.mark.parametrize("stride", [1, 2, 32])
