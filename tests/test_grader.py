@@ -590,49 +590,74 @@ FIRST_EXPECTED = {
 }
 
 
-@pytest.fixture(scope="module")
-def gpu_grades(tmp_path_factory) -> dict:
-    """Every kernel exercise of every student, four workers at a time (the grader's default on
-    one GPU; with one, the sanitizer runs pushed this fixture past the GPU part's 400 s per test);
-    the endless loops only where listed (each costs its timeout: three at a time, since every one
-    of them is expected to time out anyway)."""
-    results = {}
-    for students, ids, timeout, jobs in [
-        ([s for s in ["full_solutions", *FIRST_EXPECTED] if s != "infinite_loop"], KERNEL_IDS, "60", "4"),
-        (["infinite_loop"], list(FIRST_EXPECTED["infinite_loop"]), "20", "3"),
-    ]:
-        subs = build(tmp_path_factory.mktemp("subs"), {s: STUDENTS[s] for s in students})
+# What every GPU grading case expects: the solutions pass, each known-wrong student fails for its reason.
+GPU_EXPECTED = {"full_solutions": {i: {"passed"} for i in KERNEL_IDS}, **FIRST_EXPECTED}
+HALF = len(KERNEL_IDS) // 2
+
+
+class GpuGrading:
+    """One grader run over a group of students and exercises, shared by its cases. Each group is a
+    class, so `pytest -n N --dist loadscope` grades the groups side by side (one run of them all,
+    four at a time, took more than 540 s on one GPU: the sanitizer runs of the solutions alone
+    are most of it)."""
+
+    students: tuple[str, ...]
+    ids: list[str] = KERNEL_IDS
+    timeout, jobs = "60", "2"
+
+    @pytest.fixture(scope="class")
+    def grades(self, tmp_path_factory) -> dict:
+        subs = build(tmp_path_factory.mktemp("subs"), {s: STUDENTS[s] for s in self.students})
         out = tmp_path_factory.mktemp("gpu") / "grades.csv"
-        results |= run_grader(subs, out, ids, "--timeout", timeout, "--jobs", jobs)
-    return results
+        return run_grader(subs, out, self.ids, "--timeout", self.timeout, "--jobs", self.jobs)
+
+    @classmethod
+    def cases(cls) -> list[tuple[str, str]]:
+        return [(s, i) for s in cls.students for i in GPU_EXPECTED[s] if i in cls.ids]
+
+    @gpu
+    @pytest.mark.gpu
+    @pytest.mark.timeout(520)  # the first case pays for the whole group's grading
+    def test_reason(self, grades, student, exercise_id) -> None:
+        result = grades.get((student, exercise_id))
+        if result is None:
+            pytest.skip(f"{student} has no notebook for {exercise_id}")
+        got = "passed" if result["passed"] else result["reason"]
+        assert got in GPU_EXPECTED[student][exercise_id], result
 
 
-# The first test to ask for gpu_grades pays for the whole fixture (about 400 s on one GPU shared with
-# the rest of the GPU suite): its limit is the part's, not pytest-timeout's 400 s per test.
-FIXTURE_LIMIT = pytest.mark.timeout(520)
+def pytest_generate_tests(metafunc) -> None:
+    if metafunc.cls is not None and issubclass(metafunc.cls, GpuGrading):
+        metafunc.parametrize("student,exercise_id", metafunc.cls.cases())
 
 
-@gpu
-@pytest.mark.gpu
-@FIXTURE_LIMIT
-@pytest.mark.parametrize("exercise_id", KERNEL_IDS)
-def test_gpu_solutions_pass(gpu_grades, exercise_id) -> None:
-    result = gpu_grades[("full_solutions", exercise_id)]
-    assert result["passed"], result
+class TestGpuSolutionsFirstHalf(GpuGrading):
+    students, ids = ("full_solutions",), KERNEL_IDS[:HALF]
 
 
-@gpu
-@pytest.mark.gpu
-@FIXTURE_LIMIT
-@pytest.mark.parametrize(
-    "student,exercise_id",
-    [(s, i) for s, expected in FIRST_EXPECTED.items() for i in expected],
-)
-def test_gpu_known_wrong(gpu_grades, student, exercise_id) -> None:
-    result = gpu_grades.get((student, exercise_id))
-    if result is None:
-        pytest.skip(f"{student} has no notebook for {exercise_id}")
-    assert result["reason"] in FIRST_EXPECTED[student][exercise_id], result
+class TestGpuSolutionsSecondHalf(GpuGrading):
+    students, ids = ("full_solutions",), KERNEL_IDS[HALF:]
+
+
+class TestGpuOffByOne(GpuGrading):
+    students = ("off_by_one",)
+
+
+class TestGpuEmptyKernelsAndHostCheats(GpuGrading):
+    students = ("empty_kernels", "host_cheat")
+
+
+class TestGpuOtherMistakes(GpuGrading):
+    students = tuple(
+        s for s in FIRST_EXPECTED if s not in {"empty_kernels", "host_cheat", "off_by_one", "infinite_loop"}
+    )
+
+
+class TestGpuEndlessLoops(GpuGrading):
+    """Only where listed: each costs its timeout (three at a time, since every one is expected to time out)."""
+
+    students, ids = ("infinite_loop",), list(FIRST_EXPECTED["infinite_loop"])
+    timeout, jobs = "20", "3"
 
 
 @gpu
