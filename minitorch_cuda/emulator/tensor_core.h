@@ -12,7 +12,7 @@
 // Numbers: the tensor core reads the top 19 bits of a TF32 operand (it truncates: a kernel rounds
 // with cvt.rna.tf32.f32 first), every product of two TF32 or BF16 operands is exact in a double,
 // and accumulate() adds them to C by the rule a GPU's recording pinned down
-// (tests/data/mma_recording.npz, made on an H200 by .ci/mma_record.py), bit for bit.
+// (tests/data/mma_recording.npz, made by .ci/mma_record.py on an H200, then again on an H100), bit for bit.
 #pragma once
 #include <algorithm>
 
@@ -34,16 +34,12 @@ inline double tf32_operand(unsigned bits) { return bits_float(bits & 0xffffe000u
 inline double bf16_operand(unsigned bits, int half) { return bits_float((bits >> (16 * half)) << 16); }
 
 // cvt.rna.tf32.f32: to the nearest TF32 value, ties away from zero; the low 13 bits become 0. A NaN
-// keeps its sign and the top 10 bits of its payload, quiet or signaling (the GPU's recording: 19 NaNs
-// of tests/data/mma_recording.npz). Whether a NaN whose payload lies wholly in the low 13 bits
-// becomes infinity is not recorded yet (mma_probe.py's inputs 520 to 522 are such NaNs, for the next
-// recording); we keep it a NaN, quieted.
+// is cut, not rounded: it keeps its sign and the top 10 bits of its payload, quiet or signaling, and
+// one whose payload lies wholly in the low 13 bits becomes infinity (the GPU's recording,
+// tests/data/mma_recording.npz: 22 NaNs, three of them such, mma_probe.py's inputs 520 to 522).
 inline unsigned cvt_rna_tf32(float x) {
     const unsigned bits = to_bits(x);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) {
-        const unsigned kept = bits & 0xffffe000u;
-        return (kept & 0x7fffffffu) == 0x7f800000u ? kept | 0x00400000u : kept;
-    }
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return bits & 0xffffe000u;
     return (bits + 0x1000u) & 0xffffe000u;  // a carry out of the mantissa moves into the exponent
 }
 
@@ -54,7 +50,7 @@ inline float toward_zero(double x) {
     return f;
 }
 
-// The accumulation rule, measured bit for bit on an H200 (sm_90; tests/data/mma_recording.npz, 36,864
+// The accumulation rule, measured bit for bit on an H200 and an H100 (sm_90; mma_recording.npz, 36,864
 // elements of D: 0 differ, against 5,221 under the rule guessed before the recording, C and blocks of 4
 // or 8 products aligned to the largest term's value with 3 extra bits). It is of the kind Fasi,
 // Higham, Mikaitis and Pranesh describe for an A100 ("Numerical behavior of NVIDIA tensor cores",
