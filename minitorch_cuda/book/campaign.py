@@ -159,6 +159,12 @@ GROUPS: dict[str, tuple[Step, ...]] = {
             estimate_s=110,
             basis="the ncu records: 87 s of runs, plus the children's starts",
         ),
+        Step(
+            ("python3", ".ci/access_vs_ncu.py", "--out", "{results}"),
+            makes=("access_vs_ncu",),
+            estimate_s=70,
+            basis="access_vs_ncu.json: 64 s",
+        ),
     ),
 }
 
