@@ -55,7 +55,8 @@ run_part() {
     # known-wrong student runs once, not once per worker
     grader) part grader 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rf -n "$workers" --dist loadscope --timeout=400 \
                tests/test_grader.py tests/test_exercises.py ;;
-    sanitize) part sanitize 540 python3 -m minitorch_cuda.sanitize --stages 0-13 --json "$out/results/sanitize.json" ;;
+    # four runs at a time: racecheck is CPU-bound (stages 9-13 take 80-90 s each alone)
+    sanitize) part sanitize 540 python3 -m minitorch_cuda.sanitize --stages 0-13 --jobs 4 --json "$out/results/sanitize.json" ;;
     # Two workers at most: processes sharing one GPU are time-sliced, and the sync-heavy
     # early chapters then run ten times slower (measured with six workers).
     notebooks) part notebooks 560 python3 -m pytest -m notebooks -q -p no:cacheprovider -rf --durations=60 \

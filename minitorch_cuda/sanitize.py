@@ -2,6 +2,7 @@
 
     python -m minitorch_cuda.sanitize                       # memcheck racecheck synccheck, every stage
     python -m minitorch_cuda.sanitize --tools memcheck --stages 0,8 --json out.json
+    python -m minitorch_cuda.sanitize --jobs 4              # four runs at a time (racecheck is CPU-bound)
     python -m minitorch_cuda.sanitize --workload 8          # the workload alone (what the sanitizer runs)
 
 For each tool and stage this runs
@@ -12,12 +13,15 @@ For each tool and stage this runs
 where the workload launches every kernel the stage uses on small odd shapes
 (and a few training steps), reads the sanitizer's summary ("ERROR SUMMARY: N
 errors"), prints a table tool x stage -> errors and exits nonzero if any run
-reported an error or failed. racecheck is slow: the shapes are kept small.
+reported an error or failed. racecheck is slow: the shapes are kept small. The JSON is
+written again after every run, and an interrupt (Ctrl-C, a time limit's SIGINT) prints the table
+of the runs that finished, so a stopped campaign keeps what it measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import re
@@ -222,9 +226,18 @@ def table(results: list[dict], tools: list[str], stages: list[int]) -> str:
 
     head = f"{'tool':<10}" + "".join(f"{f's{s}':>9}" for s in stages)
     lines = [head, "-" * len(head)]
-    for tool in tools:
-        lines.append(f"{tool:<10}" + "".join(f"{show(cell[(tool, s)]):>9}" for s in stages))
+    for tool in tools:  # "-": not run (an interrupted campaign)
+        lines.append(
+            f"{tool:<10}" + "".join(f"{show(cell[(tool, s)]) if (tool, s) in cell else '-':>9}" for s in stages)
+        )
     return "\n".join(lines)
+
+
+def write_json(path: str, sanitizer: str, results: list[dict]) -> None:
+    order = {tool: i for i, tool in enumerate(TOOLS)}
+    ordered = sorted(results, key=lambda r: (order[r["tool"]], r["stage"]))
+    with open(path, "w") as f:
+        json.dump({"sanitizer": sanitizer, "results": ordered}, f, indent=2)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stages", type=stages.parse, help="e.g. 0-8 or 0,8 (default: every stage)")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per sanitizer run")
+    parser.add_argument("--jobs", type=int, default=1, help="sanitizer runs at a time (default 1)")
     parser.add_argument("--workload", type=int, metavar="STAGE", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.stages is None:
@@ -259,20 +273,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no CUDA here: {cuda_unavailable_reason()}", file=sys.stderr)
         return 2
 
-    results = []
-    for tool in args.tools:
-        for stage in args.stages:
-            r = run_one(sanitizer, tool, stage, args.timeout)
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: give at least 1")
+    results: list[dict] = []
+    pool = concurrent.futures.ThreadPoolExecutor(args.jobs)
+    runs = [pool.submit(run_one, sanitizer, tool, stage, args.timeout) for tool in args.tools for stage in args.stages]
+    try:
+        for done in concurrent.futures.as_completed(runs):
+            r = done.result()
             results.append(r)
             status = "ok" if r["ok"] else f"errors={r['errors']} rc={r['returncode']}"
-            print(f"{tool:<10} stage {stage}: {status} ({r['seconds']} s)", flush=True)
+            print(f"{r['tool']:<10} stage {r['stage']}: {status} ({r['seconds']} s)", flush=True)
             if not r["ok"]:
                 print(r["tail"], file=sys.stderr)
+            if args.json:
+                write_json(args.json, sanitizer, results)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: {len(results)} of {len(runs)} runs finished\n{table(results, args.tools, args.stages)}")
+        sys.stdout.flush()
+        os._exit(130)  # not waiting for the runs under way: the interrupt reached them too
+    pool.shutdown()
     print()
     print(table(results, args.tools, args.stages))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"sanitizer": sanitizer, "results": results}, f, indent=2)
     failed = [r for r in results if not r["ok"]]
     if failed:
         print(f"\n{len(failed)} of {len(results)} runs reported errors or failed", file=sys.stderr)

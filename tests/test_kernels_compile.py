@@ -130,6 +130,9 @@ def test_sanitize_parses_summaries():  # its --stages list: stages.parse, in tes
     ]
     text = sanitize.table(rows, ["memcheck"], [0, 8])
     assert "s0" in text and "s8" in text and text.splitlines()[-1].split() == ["memcheck", "0", "2"]
+    # an interrupted campaign: the runs that never finished show as "-", the table still prints
+    text = sanitize.table(rows[:1], ["memcheck", "racecheck"], [0, 8])
+    assert [line.split() for line in text.splitlines()[-2:]] == [["memcheck", "0", "-"], ["racecheck", "-", "-"]]
 
 
 @pytest.mark.gpu
