@@ -434,6 +434,34 @@ STUDENTS["race_hidden_from_the_check"] = Student(
 )
 
 
+# The same race, read through a memcpy (which g++ compiles into a call of the C library, past
+# ThreadSanitizer's calls), and through x86 assembly in a branch only the emulator compiles (it
+# claims __CUDA_ARCH__ 800; the grader's nvcc check builds for sm_90): the memcpy is race-checked
+# (emulator/kernel_memory.cpp), and every asm statement is PTX the emulator models or refuses.
+LAST_THREAD_COPIES_6 = (
+    "    smem[t] = acc;\n    if (t == blockDim.x - 1) {\n        float total = 0.0f, copy[1024];\n"
+    "        memcpy(copy, smem, blockDim.x * sizeof(float));\n"
+    "        for (int i = 0; i < blockDim.x; ++i) total += copy[i];\n        out[0] = total;\n    }\n"
+)
+LAST_THREAD_READS_IN_X86_6 = (
+    "    smem[t] = acc;\n    if (t == blockDim.x - 1) {\n        float total = 0.0f;\n"
+    "        for (int i = 0; i < blockDim.x; ++i) {\n#if __CUDA_ARCH__ == 800\n"
+    '            float v;\n            asm __inline__ volatile("movss %1, %0" : "=x"(v) : "m"(smem[i]));\n'
+    "            total += v;\n#else\n            total += smem[i];\n#endif\n        }\n        out[0] = total;\n    }\n"
+)
+STUDENTS["race_hidden_in_a_memcpy"] = Student(
+    "the race above, its last thread reading the slots with one memcpy, which the C library performs "
+    "out of sight of the calls race checking places",
+    chapters("solutions", 6),
+    (Edit("06_opt1_memcopies", SUMSQ_TREE_6, LAST_THREAD_COPIES_6),),
+)
+STUDENTS["race_hidden_in_x86_asm"] = Student(
+    "the race above, its last thread reading the slots with x86 assembly (asm __inline__ volatile) in "
+    "a branch for the emulator's __CUDA_ARCH__ only, where no race-checking call is placed",
+    chapters("solutions", 6),
+    (Edit("06_opt1_memcopies", SUMSQ_TREE_6, LAST_THREAD_READS_IN_X86_6),),
+)
+
 # A bank conflict that gives the right answer: 11.1's A tile stored transposed (a warp's 32 lanes write
 # one column of an unpadded 32 x 32 tile, all in one bank) and read back transposed (a broadcast). Only
 # the access analysis of the grader's emulated runs (emulator/trace.cpp) fails it, as "bank_conflict";

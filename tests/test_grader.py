@@ -581,6 +581,11 @@ FIRST_EXPECTED = {
     "race_hidden_from_the_check": {
         "6.1": {verdict.RACE, verdict.WRONG_RESULT, verdict.SANITIZER, verdict.RACECHECK, verdict.FORBIDDEN}
     },
+    # a memcpy of the slots: race-checked on the emulator; x86 assembly: refused there (not PTX it models)
+    "race_hidden_in_a_memcpy": {"6.1": {verdict.RACE, verdict.WRONG_RESULT, verdict.SANITIZER, verdict.RACECHECK}},
+    "race_hidden_in_x86_asm": {
+        "6.1": {verdict.RACE, verdict.WRONG_RESULT, verdict.SANITIZER, verdict.RACECHECK, verdict.COMPILE_ERROR}
+    },
     "infinite_loop": {i: {verdict.TIMEOUT} for i in ("3.1", "11.1", "13.1", "12.1", "14.2", "15.1", "16.1", "17.1")},
     "hidden_syncs": {"12.1": {verdict.SYNCS}},
     **{student: {"12.1": {verdict.SYNCS}} for student in ("sync_by_getattr", "extra_item", "numpy_read_back")},
@@ -1917,8 +1922,9 @@ def _grade_emulated(tmp_path: Path, names: tuple[str, ...], exercise_id: str) ->
 def test_a_race_with_the_right_answer_fails_as_a_race_on_the_emulator(tmp_path) -> None:
     """6.1's last thread sums every slot with no barrier after the stores: in the emulator's order the
     sum is right and every run agrees, yet `grade --emulate` fails it as a race, naming both threads
-    and both lines."""
-    names = ("full_solutions", "race_with_right_answer", "race_hidden_from_the_check")
+    and both lines; read through a memcpy too; and hidden from the checks' calls it is refused."""
+    names = ("full_solutions", "race_with_right_answer", "race_hidden_from_the_check", "race_hidden_in_a_memcpy")
+    names += ("race_hidden_in_x86_asm",)
     results = _grade_emulated(tmp_path, names, "6.1")
     assert results[("full_solutions", "6.1")]["passed"], results[("full_solutions", "6.1")]
     result = results[("race_with_right_answer", "6.1")]
@@ -1929,6 +1935,14 @@ def test_a_race_with_the_right_answer_fails_as_a_race_on_the_emulator(tmp_path) 
     assert "thread (0, 0, 0) of the same block wrote it at line" in message and "smem[t] = acc;" in message, message
     hidden = results[("race_hidden_from_the_check", "6.1")]  # the attribute that would hide it is refused
     assert hidden["reason"] == verdict.FORBIDDEN and "no_sanitize_thread" in hidden["message"], hidden
+    copied = results[("race_hidden_in_a_memcpy", "6.1")]  # the memcpy's bytes are checked, at its line
+    assert copied["reason"] == verdict.RACECHECK and "reads it at line" in copied["message"], copied
+    assert "memcpy(copy, smem, blockDim.x * sizeof(float));" in copied["message"], copied
+    assembled = results[("race_hidden_in_x86_asm", "6.1")]  # assembly the emulator does not model: refused
+    assert (
+        assembled["reason"] == verdict.COMPILE_ERROR
+        and "does not model the PTX instruction movss" in (assembled["message"])
+    ), assembled
 
 
 @pytest.mark.skipif(

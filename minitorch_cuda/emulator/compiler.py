@@ -31,7 +31,7 @@ from pathlib import Path
 from .. import emulator
 from . import device_process, driver, ptx, toolchain
 from .errors import CompileError, LogicError
-from .toolchain import CHECKS, CXX, CXXFLAGS, HEADER, HERE, INCLUDE, MAIN, PTX_HEADER, RACECHECK, TRACE
+from .toolchain import CHECKS, CXX, CXXFLAGS, HEADER, HERE, INCLUDE, KERNEL_MEMORY, MAIN, PTX_HEADER, RACECHECK, TRACE
 
 DEFINES = {
     "__global__": "",
@@ -328,7 +328,9 @@ def build(
         racecheck = emulator.racecheck_selected() and not trace
         compile_flags = [*CXXFLAGS, *CHECKS, "-g1", "-w", "-shared"]  # -g1: line tables, so a fault names its line
         compile_flags += TRACE if trace else RACECHECK if racecheck else []
-        key = hashlib.sha256("\0".join([unit, *compile_flags, toolchain.compiler_version()]).encode()).hexdigest()[:24]
+        linked = KERNEL_MEMORY.read_text() if racecheck or trace else ""
+        key = hashlib.sha256("\0".join([unit, linked, *compile_flags, toolchain.compiler_version()]).encode())
+        key = key.hexdigest()[:24]
         path = toolchain.cache_dir(cache_dir) / f"kernels-{key}.so"
         if not path.exists():
             Path(tmp, "unit.cpp").write_text(unit)
@@ -351,7 +353,9 @@ def _compile_unit(flags: list[str], instrumented: bool, tmp: str) -> None:
     compiling = [CXX, *flags, "-c", "-x", "c++", "unit.cpp", "-o", "unit.o"]
     toolchain.run(compiling, tmp, "g++ (the CPU emulator)", run_compiler)
     linking = [f for f in flags if f not in RACECHECK]
-    toolchain.run([CXX, *linking, "unit.o", "-o", "unit.so"], tmp, "g++ (the CPU emulator, linking)", run_compiler)
+    # kernel_memory.cpp: -fno-builtin, or g++ ignores its definitions' hidden visibility (the builtins')
+    linked = [*linking, "unit.o", "-fno-builtin", str(KERNEL_MEMORY), "-o", "unit.so"]
+    toolchain.run([CXX, *linked], tmp, "g++ (the CPU emulator, linking)", run_compiler)
 
 
 class SourceModule:

@@ -32,7 +32,8 @@ GPU_ONLY = [
 # C++ names of the same Hopper features, refused where the source uses them
 GPU_ONLY_NAMES = [(r"\bCUtensorMap\b|\bcuTensorMapEncode\w*", "TMA tensor maps (CUtensorMap)", TMA_SECTION)]
 
-_ASM = re.compile(r"\b(?:asm|__asm__|__asm)\b(?:\s*\b(?:volatile|__volatile__|inline|goto)\b)*\s*\(")
+# the asm keyword in any spelling, then any qualifiers (volatile, __inline__, goto ... : g++ takes several)
+_ASM = re.compile(r"\b(?:asm|__asm__|__asm)\b(?:\s*\b[A-Za-z_]\w*\b)*\s*\(")
 _STRING = re.compile(r'"((?:\\.|[^"\\])*)"')
 _CHAR = re.compile(r"'(?:\\.|[^'\\])*'")
 SITE = "__FILE__, __LINE__"  # the rewritten statement's own, for the model's messages

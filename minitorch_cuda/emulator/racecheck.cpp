@@ -454,6 +454,11 @@ using emu::racecheck::Kind;
         emu::trace::access(reinterpret_cast<uintptr_t>(address), size, kind, reinterpret_cast<uintptr_t>(__builtin_return_address(0)))
 
 extern "C" {
+// kernel_memory.cpp's memcpy, memmove and memset: their bytes, at the kernel's call
+void __emu_access_range(const void* address, size_t bytes, int write, const void* pc) {
+    if (g_active && bytes)
+        access(reinterpret_cast<uintptr_t>(address), bytes, write ? WRITE : READ, reinterpret_cast<uintptr_t>(pc));
+}
 void __tsan_init() {}
 void __tsan_func_entry(void*) {}
 void __tsan_func_exit() {}

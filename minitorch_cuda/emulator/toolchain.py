@@ -23,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 INCLUDE = HERE / "include"
 HEADER = HERE / "cuda_emu.h"
 PTX_HEADER = HERE / "ptx.h"  # force-included after HEADER: what ptx.lower's calls call
+KERNEL_MEMORY = HERE / "kernel_memory.cpp"  # linked into instrumented kernels: memcpy and kin, seen
 OWN_HEADERS = [HEADER, PTX_HEADER, HERE / "tensor_core.h"]  # what every build opens besides include/
 CXX = os.environ.get("CXX", "g++")
 CXXFLAGS = ["-std=c++17", "-O2", "-fPIC", "-fno-strict-aliasing", "-fno-math-errno", "-ffp-contract=off"]
@@ -45,11 +46,14 @@ CXXFLAGS += _host_flags()
 CHECKS = ["-fsanitize=bounds,alignment", "-fno-sanitize-recover=all", "-fstack-clash-protection", "-U_FORTIFY_SOURCE"]
 # Race checking (racecheck.cpp): ThreadSanitizer's calls before every memory access, compiled in
 # but never its runtime (the kernel links without -fsanitize=thread): the emulator's runtime answers them.
-RACECHECK = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "--param=tsan-distinguish-volatile=1"]
+TSAN_CALLS = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "--param=tsan-distinguish-volatile=1"]
+# and a kernel's memcpy, memmove and memset kept calls (g++ would expand them after placing the calls),
+# which kernel_memory.cpp answers, telling race checking of their bytes
+RACECHECK = [*TSAN_CALLS, "-fno-builtin-memcpy", "-fno-builtin-memmove", "-fno-builtin-memset"]
 # Access tracing (trace.cpp) answers the same calls, with each access of the source one call, as it is
 # one instruction on a GPU: no vectorization (which joins a thread's neighbouring accesses) and no
 # scalar replacement of aggregates (which splits a float4 read into four, where nvcc makes one LDS.128).
-TRACE = [*RACECHECK, "-fno-tree-vectorize", "-fno-tree-sra", "-fno-ipa-sra"]
+TRACE = [*TSAN_CALLS, "-fno-tree-vectorize", "-fno-tree-sra", "-fno-ipa-sra"]
 MAIN = "kernel.cu"  # the source's name in messages
 
 

@@ -159,7 +159,11 @@ _INDEX_EXPANSIONS = dict(
     )
 )
 # GCC's attributes that leave a function without the sanitizer calls the emulator's checks are made of
-_UNCHECKED = re.compile(r"\b_*(?:no_sanitize\w*|no_address_safety_analysis)_*\b")
+# attributes that switch the checks off, and the builtins g++ expands inline after placing them (a
+# kernel's plain memcpy or memset stays a call that race checking sees: emulator/kernel_memory.cpp)
+_UNCHECKED = re.compile(
+    r"\b_*(?:no_sanitize\w*|no_address_safety_analysis)_*\b|\b__builtin_+(?:mem|str|stp|wmem|bcopy|bzero)\w*"
+)
 
 
 def _code(text: str) -> str:
