@@ -1959,3 +1959,15 @@ def test_a_bank_conflict_with_the_right_answer_fails_on_the_emulator(tmp_path) -
     result = results[("conflicted_tile", "11.1")]
     assert result["reason"] == verdict.BANK_CONFLICT and result["emulated"], result
     assert "`tile_a[tx][ty] = x;` is a 32-way bank conflict" in result["message"], result
+
+
+def test_the_emulate_switch_in_the_environment_grades_as_emulate(tmp_path, monkeypatch, capsys) -> None:
+    """MINITORCH_CUDA_EMULATE=1 in the instructor's shell: the checks inherit it, so the run says it
+    grades on the emulator and marks the results so, instead of warning that no GPU is visible."""
+    sol = (SOLUTIONS / "01_cuda_setup.md").read_text()
+    subs = _student(tmp_path, "someone", "01_cuda_setup", sol)
+    monkeypatch.setenv("MINITORCH_CUDA_EMULATE", "1")
+    run_grader(subs, tmp_path / "g.csv", ["1.2"], "--timeout", "60")
+    err = capsys.readouterr().err
+    assert "MINITORCH_CUDA_EMULATE=1 is set: grading on the CPU emulator, as with --emulate" in err, err
+    assert "no GPU visible" not in err, err
