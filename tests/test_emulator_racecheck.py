@@ -86,6 +86,74 @@ def test_a_missing_barrier_is_found_though_the_answer_is_right(emu):
     assert "no __syncthreads()" in message and "warp" not in message  # thread 0 is in another warp
 
 
+# The same race with the C library in the middle: the slots copied out with one memcpy, or written by
+# sincosf through its pointers (emulator/kernel_memory.cpp tells race checking of their bytes).
+THROUGH_THE_C_LIBRARY = r"""
+extern "C" __global__ void through_libc(float* out, const float* x, int barrier, int how) {
+    __shared__ float s[128], c[128];
+    const int t = threadIdx.x;
+    if (how == 0) s[t] = x[t], c[t] = 0.0f;
+    else sincosf(x[t], &s[t], &c[t]);
+    if (barrier) __syncthreads();
+    if (t == blockDim.x - 1) {
+        float copy[128], total = 0.0f;
+        if (how == 0) memcpy(copy, s, sizeof copy);
+        else for (int i = 0; i < 128; ++i) copy[i] = s[i];
+        for (int i = 0; i < 128; ++i) total += copy[i] + c[i] * 0.0f;
+        float whole;
+        out[0] = total + modff(0.5f, &whole) + whole;
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("how, racing_line", [(0, "memcpy(copy, s, sizeof copy)"), (1, "copy[i] = s[i]")])
+def test_a_race_through_the_c_library_is_found(emu, how, racing_line):
+    """memcpy reads the slots, or sincosf writes them: the race is named at the kernel's own lines,
+    and with the barrier the same kernel runs clean, with sincosf's and modff's results right."""
+    driver = emu[0]
+    x = np.linspace(-2, 2, 128, dtype=np.float32)
+    d_x, d_out, got = driver.to_device(x), driver.mem_alloc(4), np.empty(1, np.float32)
+    run(emu, THROUGH_THE_C_LIBRARY, "through_libc", "PPii", (1, 1, 1), (128, 1, 1), d_out, d_x, 1, how)
+    driver.memcpy_dtoh(got, d_out)
+    want = (x.astype(np.float64) if how == 0 else np.sin(x.astype(np.float64))).sum() + 0.5
+    assert got[0] == pytest.approx(want, abs=1e-4)
+    with pytest.raises(LaunchError) as caught:
+        run(emu, THROUGH_THE_C_LIBRARY, "through_libc", "PPii", (1, 1, 1), (128, 1, 1), d_out, d_x, 0, how)
+    message = str(caught.value)
+    assert "data race (racecheck)" in message, message
+    assert f"reads it at line {line_of(THROUGH_THE_C_LIBRARY, racing_line)}" in message, message
+    writer = "s[t] = x[t], c[t] = 0.0f" if how == 0 else "sincosf(x[t], &s[t], &c[t])"
+    assert f"wrote it at line {line_of(THROUGH_THE_C_LIBRARY, writer)}" in message, message
+
+
+PRINTF_N = r"""
+extern "C" __global__ void printf_plain(int* out) {
+    const int t = threadIdx.x;
+    if (t == 0) printf("%d%%n %5.2f\n", 7, 1.0);
+}
+extern "C" __global__ void printf_n(int* out) {
+    const int t = threadIdx.x;
+    if (t == 0) printf("%d%n\n", 7, out);
+    __syncthreads();
+}
+"""
+
+
+def test_printf_n_is_refused(emu, capfd):
+    """%n writes through a pointer, past race checking, and CUDA's printf has none: refused at its
+    line; a %% before an n is no %n."""
+    driver = emu[0]
+    d_out = driver.mem_alloc(4)
+    run(emu, PRINTF_N, "printf_plain", "P", (1, 1, 1), (1, 1, 1), d_out)
+    driver.Context.synchronize()
+    assert "7%n  1.00" in capfd.readouterr().out
+    with pytest.raises(LaunchError) as caught:
+        run(emu, PRINTF_N, "printf_n", "P", (1, 1, 1), (1, 1, 1), d_out)
+    message = str(caught.value)
+    assert "printf's %n (racecheck) at line" in message and f"line {line_of(PRINTF_N, '7, out);')}" in message, message
+
+
 # A tile loop without its trailing barrier: the next tile's store overwrites a slot another thread
 # has not read yet (write after read), again with the right answer in the emulator's order.
 TILE_LOOP = r"""

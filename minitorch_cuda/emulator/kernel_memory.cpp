@@ -1,17 +1,23 @@
-// kernel_memory.cpp: memcpy, memmove and memset for kernels built for race checking or tracing.
+// kernel_memory.cpp: the C library's functions that device code may call and that touch the
+// kernel's memory, for kernels built for race checking or tracing.
 //
-// g++ compiles a kernel's calls of them (and the loops it turns into them) into calls of the C
-// library, which ThreadSanitizer's instrumentation does not cover: race checking would never see
-// the bytes they read and write (a missing __syncthreads() before a memcpy out of shared memory
-// would pass). compiler.py links this file into each instrumented kernel library; hidden, these
-// definitions take the library's calls instead of the C library's. Each tells race checking of the
-// bytes read and written, at the kernel's own call (its line in a report), then copies them. The
-// access counts of a traced launch leave them out: ncu counts a copy's instructions, which a C
-// library call does not show.
+// ThreadSanitizer's calls cover the kernel's own loads and stores, not what the C library does for
+// it: a memcpy out of shared memory (g++ compiles a kernel's memcpy, and loops it turns into one,
+// into a call), or sincosf writing its results through its pointers, would be invisible to race
+// checking, and a missing __syncthreads() before them would pass. compiler.py links this file into
+// each instrumented kernel library; hidden, these definitions take the library's calls instead of
+// the C library's. Each tells race checking of the bytes read and written, at the kernel's own call
+// (its line in a report), then does the work: the copies here, the math in the C library's own
+// function (named by its version: this file's definitions hide the plain name). printf's %n, which
+// writes through a pointer and which CUDA's printf does not have, is refused. The access counts of
+// a traced launch leave these out: ncu counts instructions, which a C library call does not show.
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 extern "C" void __emu_access_range(const void* address, size_t bytes, int write, const void* pc);
+extern "C" [[noreturn]] void __emu_refuse(const char* what, const void* pc, const char* why);
 
 #define EMU_HIDDEN extern "C" __attribute__((visibility("hidden")))
 
@@ -44,4 +50,102 @@ EMU_HIDDEN void* memset(void* to, int value, size_t n) {
     void* out = to;
     asm volatile("rep stosb" : "+D"(to), "+c"(n) : "a"(value) : "memory");
     return out;
+}
+
+// --- functions that write their results through pointers ------------------------------------------
+
+// libc_NAME is the C library's NAME, by its version (.symver), past this file's definition of NAME
+#define EMU_LIBC(returns, name, params) \
+    extern "C" returns libc_##name params; \
+    __asm__(".symver libc_" #name ", " #name "@GLIBC_2.2.5")
+EMU_LIBC(void, sincos, (double, double*, double*));
+EMU_LIBC(void, sincosf, (float, float*, float*));
+EMU_LIBC(double, frexp, (double, int*));
+EMU_LIBC(float, frexpf, (float, int*));
+EMU_LIBC(double, modf, (double, double*));
+EMU_LIBC(float, modff, (float, float*));
+EMU_LIBC(double, remquo, (double, double, int*));
+EMU_LIBC(float, remquof, (float, float, int*));
+EMU_LIBC(int, clock_gettime, (clockid_t, struct timespec*));
+EMU_LIBC(int, vprintf, (const char*, va_list));
+
+template <class T>
+static inline void written(T* p, const void* pc) {
+    __emu_access_range(p, sizeof(T), 1, pc);
+}
+
+EMU_HIDDEN void sincos(double x, double* s, double* c) {
+    const void* pc = __builtin_return_address(0);
+    written(s, pc);
+    written(c, pc);
+    libc_sincos(x, s, c);
+}
+EMU_HIDDEN void sincosf(float x, float* s, float* c) {
+    const void* pc = __builtin_return_address(0);
+    written(s, pc);
+    written(c, pc);
+    libc_sincosf(x, s, c);
+}
+EMU_HIDDEN double frexp(double x, int* e) {
+    written(e, __builtin_return_address(0));
+    return libc_frexp(x, e);
+}
+EMU_HIDDEN float frexpf(float x, int* e) {
+    written(e, __builtin_return_address(0));
+    return libc_frexpf(x, e);
+}
+EMU_HIDDEN double modf(double x, double* whole) {
+    written(whole, __builtin_return_address(0));
+    return libc_modf(x, whole);
+}
+EMU_HIDDEN float modff(float x, float* whole) {
+    written(whole, __builtin_return_address(0));
+    return libc_modff(x, whole);
+}
+EMU_HIDDEN double remquo(double x, double y, int* q) {
+    written(q, __builtin_return_address(0));
+    return libc_remquo(x, y, q);
+}
+EMU_HIDDEN float remquof(float x, float y, int* q) {
+    written(q, __builtin_return_address(0));
+    return libc_remquof(x, y, q);
+}
+EMU_HIDDEN int clock_gettime(clockid_t clock, struct timespec* at) {
+    written(at, __builtin_return_address(0));
+    return libc_clock_gettime(clock, at);
+}
+
+// --- printf without %n ---------------------------------------------------------------------------
+
+static bool in_a_conversion(char c) {  // a flag, width, precision, length or argument number
+    for (const char* f = "-+ #0'123456789.*hlLqjzt$"; *f; ++f)
+        if (*f == c) return true;
+    return false;
+}
+
+static bool writes_through_an_argument(const char* format) {  // a %n conversion
+    for (const char* c = format; *c; ++c) {
+        if (*c != '%') continue;
+        if (*++c == '%') continue;
+        while (*c && in_a_conversion(*c)) ++c;
+        if (*c == 'n') return true;
+        if (!*c) break;
+    }
+    return false;
+}
+
+#define EMU_NO_PERCENT_N "printf's %n (racecheck)", __builtin_return_address(0), \
+    "it writes through its pointer out of race checking's sight, and CUDA's printf has no %n"
+
+EMU_HIDDEN int vprintf(const char* format, va_list args) {
+    if (writes_through_an_argument(format)) __emu_refuse(EMU_NO_PERCENT_N);
+    return libc_vprintf(format, args);
+}
+EMU_HIDDEN int printf(const char* format, ...) {
+    if (writes_through_an_argument(format)) __emu_refuse(EMU_NO_PERCENT_N);
+    va_list args;
+    va_start(args, format);
+    const int n = libc_vprintf(format, args);
+    va_end(args);
+    return n;
 }

@@ -459,6 +459,10 @@ void __emu_access_range(const void* address, size_t bytes, int write, const void
     if (g_active && bytes)
         access(reinterpret_cast<uintptr_t>(address), bytes, write ? WRITE : READ, reinterpret_cast<uintptr_t>(pc));
 }
+// and a call they refuse (printf's %n): "WHAT at LINE: WHY"
+[[noreturn]] void __emu_refuse(const char* what, const void* pc, const char* why) {
+    emu::fail_in_kernel(std::string(what) + " at " + code_at(reinterpret_cast<uintptr_t>(pc)) + ": " + why);
+}
 void __tsan_init() {}
 void __tsan_func_entry(void*) {}
 void __tsan_func_exit() {}

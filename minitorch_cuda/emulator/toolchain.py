@@ -48,8 +48,12 @@ CHECKS = ["-fsanitize=bounds,alignment", "-fno-sanitize-recover=all", "-fstack-c
 # but never its runtime (the kernel links without -fsanitize=thread): the emulator's runtime answers them.
 TSAN_CALLS = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "--param=tsan-distinguish-volatile=1"]
 # and a kernel's memcpy, memmove and memset kept calls (g++ would expand them after placing the calls),
-# which kernel_memory.cpp answers, telling race checking of their bytes
-RACECHECK = [*TSAN_CALLS, "-fno-builtin-memcpy", "-fno-builtin-memmove", "-fno-builtin-memset"]
+# which kernel_memory.cpp answers, telling race checking of their bytes; no tail calls, so that each
+# call of the C library returns into the kernel, whose line a report names
+RACECHECK = [
+    *TSAN_CALLS,
+    *("-fno-builtin-memcpy", "-fno-builtin-memmove", "-fno-builtin-memset", "-fno-optimize-sibling-calls"),
+]
 # Access tracing (trace.cpp) answers the same calls, with each access of the source one call, as it is
 # one instruction on a GPU: no vectorization (which joins a thread's neighbouring accesses) and no
 # scalar replacement of aggregates (which splits a float4 read into four, where nvcc makes one LDS.128).
