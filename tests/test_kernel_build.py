@@ -203,6 +203,11 @@ SILENCED = {
     "a_pasted_name": "#define HIDE(a, b) a##b\n"
     'extern "C" void HIDE(__emu_, shared_declared)(const void*, unsigned long);\n'
     'extern "C" __global__ void k(float* out) {\n    HIDE(__emu_, shared_declared)(out, 4);\n}\n',
+    "a_builtin_copy": 'extern "C" __global__ void k(float* out, const float* x) {\n'
+    "    __builtin_memcpy(out, x, 4 * blockDim.x);\n}\n",
+    "an_x86_load": 'extern "C" __global__ void k(float* out, const float* x) {\n'
+    "#if __CUDA_ARCH__ == 800\n    typedef float v4 __attribute__((vector_size(16)));\n"
+    "    *(v4*)out = __builtin_ia32_loadups(x);\n#endif\n}\n",
     "a_forged_marker": '# 1 "' + "EMULATOR_INCLUDE/cooperative_groups.h" + '" 1 3 4\n'
     "namespace emu { void forget(); }\n"
     '# 3 "kernel.cu" 2\nextern "C" __global__ void k(float* out) {\n    out[threadIdx.x] = 1.0f;\n}\n',
