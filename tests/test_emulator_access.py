@@ -262,7 +262,7 @@ def test_outside_the_emulator_a_child_process_traces_the_launch(elsewhere):
     assert (load.requests, load.sectors) == (2 * len(lanes), want_x + want_idx)
     assert [s.buffer for s in load.samples] == ["idx", "x"]  # one sample per instruction, in code order
     figure = r.figure("x[idx", "load", instruction=1)
-    assert "(instruction 2 of 2)" in figure.axes[0].get_title()
+    assert figure.axes[0].get_title().startswith("gather, line 4, load 2 of 2\nglobal load, 4 bytes\n")
     assert "sector of x" in figure.axes[0].get_ylabel()
     with pytest.raises(IndexError, match="has 2 global load instruction"):
         r.figure("x[idx", "load", instruction=2)

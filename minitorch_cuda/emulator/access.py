@@ -175,8 +175,10 @@ class AccessReport:
             sectors = [s.offsets[lane] // SECTOR_BYTES for lane in lanes]
             base = min(sectors)
             ax.scatter(lanes, [x - base for x in sectors], s=24, color="tab:blue")
+            ax.set_ylim(-1, max(max(sectors) - base, 3) + 1)  # one sector still reads as a row of dots
             ax.set_ylabel(f"32-byte sector of {s.buffer}\n(from its sector {base})")
-            summary = f"{len(set(sectors))} sectors here; {a.sectors_per_request:.2f} a request in all"
+            here = len(set(sectors))
+            summary = f"{here} sector{'s' * (here > 1)}; {a.sectors_per_request:.2f} a request in all"
         else:
             words = {lane: s.offsets[lane] // BANK_BYTES for lane in lanes}
             banks = {lane: w % BANKS for lane, w in words.items()}
@@ -191,8 +193,8 @@ class AccessReport:
         ax.set_xlabel(f"lane of warp {s.warp}, block {s.block}")
         where = f"line {a.line}" if a.file == MAIN else f"{Path(a.file).name} line {a.line}"
         if len(samples) > 1:
-            where += f" (instruction {instruction + 1} of {len(samples)})"
-        ax.set_title(f"{where}: {a.space} {a.kind} of {s.bytes} bytes\n{summary}", fontsize=9)
+            where += f", {a.kind} {instruction + 1} of {len(samples)}"
+        ax.set_title(f"{self.kernel}, {where}\n{a.space} {a.kind}, {s.bytes} bytes\n{summary}", fontsize="medium")
         return ax.figure
 
 
