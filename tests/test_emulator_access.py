@@ -173,7 +173,7 @@ def test_the_figure_draws_one_warp_of_a_line(report):
     assert list(banks) == [0] * 32  # warp 0 reads column 0: every lane in bank 0
     sample = r.find("tile[tx][ty]").sample
     assert (sample.block, sample.warp, sample.offsets) == (0, 0, tuple(4 * 32 * lane for lane in range(32)))
-    assert "32.00 wavefronts a request (992 bank conflicts in all)" in figure.axes[0].get_title()
+    assert "32.00 wavefronts a request\n992 bank conflicts in all" in figure.axes[0].get_title()
     assert "transpose_tile: grid (1, 1, 1), block (32, 32, 1)" in str(r)
 
 
@@ -240,7 +240,7 @@ extern "C" __global__ void gather(float* out, const float* x, const int* idx, in
     out[i] = x[idx[i / row_len] * row_len + i % row_len];  // two loads on one line: idx, then x
 }
 extern "C" __global__ void past_the_end(float* out, const float* x) {
-    out[threadIdx.x] = x[threadIdx.x + 1000000];
+    out[threadIdx.x] = x[threadIdx.x + 32];  // x holds 32 floats: past its end
 }
 """
 
@@ -271,7 +271,7 @@ def test_outside_the_emulator_a_child_process_traces_the_launch(elsewhere):
 def test_outside_the_emulator_a_fault_and_a_bad_argument_are_named(elsewhere):
     from minitorch_cuda.emulator.errors import Error
 
-    with pytest.raises(Error, match="past_the_end"):
+    with pytest.raises(Error, match=r"kernel .past_the_end.*out-of-bounds read of x\[32\]"):
         elsewhere(GATHER, "past_the_end", (1,), (32,), [np.zeros(32, np.float32), np.zeros(32, np.float32)])
     with pytest.raises(TypeError, match="takes its CUDA C source there, not a dict"):
         elsewhere({}, "gather", (1,), (32,), [])
@@ -391,3 +391,22 @@ def test_the_register_tiled_matmuls_of_chapter_16_count_as_ncu_did_per_request()
     for kernel in ("matmul_regtiled_128x128x8", "matmul_regtiled_64x64x16"):
         pairs = same_counters(traced[kernel], gpu[kernel], scale=(1024 // 256) ** 3)
         assert len(pairs) == 4 and all(a == b for a, b in pairs.values()), (kernel, pairs)
+
+
+def test_a_chapter_traces_its_kernel_as_the_gpu_comparison_did(monkeypatch):
+    """book/accesses.py, as chapter 7 uses it outside the emulator: the gather at the size of
+    access_vs_ncu.json counts what Nsight Compute counted for the same launch, counter by counter."""
+    from minitorch_cuda.book import accesses
+
+    monkeypatch.delenv("MINITORCH_CUDA_EMULATE", raising=False)
+    record = results.load(accesses.RECORD)
+    rows, row_len = record["sizes"]["gather"]
+    x = np.arange(rows * row_len, dtype=np.float32)
+    idx = np.random.default_rng(0).permutation(rows).astype(np.int32)
+    out = np.zeros_like(x)
+    report = accesses.traced("gather.cu", "gather_rows", (rows * row_len // 256,), (256,), [out, x, idx, rows, row_len])
+    assert np.array_equal(out.reshape(rows, row_len), x.reshape(rows, row_len)[idx])
+    gpu = accesses.on_gpu("gather_rows", record)
+    assert len(gpu) == 4 and {m: c["ncu"] for m, c in gpu.items()} == {m: report.metrics()[m] for m in gpu}
+    assert accesses.count(gpu, "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld") == 0  # counted by neither
+    assert accesses.on_gpu("no_such_kernel", record) == {}

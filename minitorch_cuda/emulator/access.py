@@ -187,7 +187,7 @@ class AccessReport:
             ax.scatter(lanes, [banks[lane] for lane in lanes], s=24, color=colors)
             ax.set_ylim(-1, BANKS)
             ax.set_ylabel("bank (red: shared with another word)")
-            summary = f"{a.conflict_degree:.2f} wavefronts a request ({a.conflicts} bank conflicts in all)"
+            summary = f"{a.conflict_degree:.2f} wavefronts a request\n{a.conflicts} bank conflicts in all"
         ax.yaxis.get_major_locator().set_params(integer=True)
         ax.set_xlim(-1, 32)
         ax.set_xlabel(f"lane of warp {s.warp}, block {s.block}")
