@@ -34,11 +34,12 @@ def seconds(cell) -> float:
 
 def glued(cell) -> dict:
     """The values a cell glued (myst-nb's scrapbook outputs), as text."""
-    return {
-        out["metadata"]["scrapbook"]["name"]: out["data"].get(out["metadata"]["scrapbook"]["mime_prefix"] + "text/plain")
-        for out in cell.get("outputs", [])
-        if out.get("metadata", {}).get("scrapbook")
-    }
+    values = {}
+    for out in cell.get("outputs", []):
+        scrapbook = out.get("metadata", {}).get("scrapbook")
+        if scrapbook:
+            values[scrapbook["name"]] = out["data"].get(scrapbook["mime_prefix"] + "text/plain")
+    return values
 
 
 def run(name: str) -> dict:

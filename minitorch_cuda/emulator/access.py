@@ -166,7 +166,8 @@ class AccessReport:
         a = self.find(line, kind, space)
         samples = a.samples or (a.sample,)
         if not 0 <= instruction < len(samples):
-            raise IndexError(f"line {a.line} has {len(samples)} {a.space} {a.kind} instruction(s), not {instruction + 1}")
+            have = f"{len(samples)} {a.space} {a.kind} instruction(s)"
+            raise IndexError(f"line {a.line} has {have}, not {instruction + 1}: instruction counts from 0")
         s = samples[instruction]
         if ax is None:
             _, ax = plt.subplots(figsize=(7.5, 3.2))
