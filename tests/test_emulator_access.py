@@ -173,7 +173,7 @@ def test_the_figure_draws_one_warp_of_a_line(report):
     assert list(banks) == [0] * 32  # warp 0 reads column 0: every lane in bank 0
     sample = r.find("tile[tx][ty]").sample
     assert (sample.block, sample.warp, sample.offsets) == (0, 0, tuple(4 * 32 * lane for lane in range(32)))
-    assert "32.00 wavefronts a request (992 bank conflicts in all)" in figure.axes[0].get_title()
+    assert "32.00 wavefronts a request\n992 bank conflicts in all" in figure.axes[0].get_title()
     assert "transpose_tile: grid (1, 1, 1), block (32, 32, 1)" in str(r)
 
 
@@ -214,12 +214,69 @@ def test_a_trace_of_many_code_addresses_comes_back_whole_from_the_device_process
     assert done.stdout.split() == ["401", "400", "1600", "400.0"]  # more rows than one message holds
 
 
-def test_without_the_emulator_it_says_what_to_set(monkeypatch):
-    from minitorch_cuda.emulator.access import access_report
+def test_tracing_without_the_emulator_says_what_to_set(monkeypatch):
+    from minitorch_cuda.emulator.access import tracing
 
     monkeypatch.delenv("MINITORCH_CUDA_EMULATE", raising=False)
-    with pytest.raises(LogicError, match="MINITORCH_CUDA_EMULATE=1"):
-        access_report(COPY, "copy", (1,), (32,), [np.zeros(32, np.float32), np.zeros(32, np.float32), 32, 1])
+    with pytest.raises(LogicError, match="MINITORCH_CUDA_EMULATE=1"), tracing():
+        pass
+
+
+@pytest.fixture
+def elsewhere(monkeypatch):
+    """access_report in a process that does not run CUDA on the emulator (a GPU machine, a book build):
+    it runs the launch in a child process."""
+    monkeypatch.delenv("MINITORCH_CUDA_EMULATE", raising=False)
+    from minitorch_cuda import emulator
+    from minitorch_cuda.emulator.access import access_report
+
+    assert not emulator.selected()
+    return access_report
+
+
+GATHER = r"""
+extern "C" __global__ void gather(float* out, const float* x, const int* idx, int row_len) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    out[i] = x[idx[i / row_len] * row_len + i % row_len];  // two loads on one line: idx, then x
+}
+extern "C" __global__ void past_the_end(float* out, const float* x) {
+    out[threadIdx.x] = x[threadIdx.x + 32];  // x holds 32 floats: past its end
+}
+"""
+
+
+def test_outside_the_emulator_a_child_process_traces_the_launch(elsewhere):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    rows, row_len = 8, 64
+    x = np.arange(4 * rows * row_len, dtype=np.float32)
+    idx = np.array([3, 0, 17, 5, 30, 2, 9, 11], np.int32)
+    out = np.zeros(rows * row_len, np.float32)
+    r = elsewhere(GATHER, "gather", (rows * row_len // 64,), (64,), [out, x, idx, row_len])
+    assert np.array_equal(out, x.reshape(-1, row_len)[idx].ravel())  # the caller's array holds what it wrote
+    load = r.find("x[idx", "load", "global")
+    lanes = [w for w in warps(rows * row_len)]
+    want_x = sum(sectors(4 * (idx[w // row_len] * row_len + w % row_len), 4) for w in lanes)
+    want_idx = sum(sectors(4 * (w // row_len), 4) for w in lanes)
+    assert (load.requests, load.sectors) == (2 * len(lanes), want_x + want_idx)
+    assert [s.buffer for s in load.samples] == ["idx", "x"]  # one sample per instruction, in code order
+    figure = r.figure("x[idx", "load", instruction=1)
+    assert figure.axes[0].get_title().startswith("gather, line 4, load 2 of 2\nglobal load, 4 bytes\n")
+    assert "sector of x" in figure.axes[0].get_ylabel()
+    with pytest.raises(IndexError, match="has 2 global load instruction"):
+        r.figure("x[idx", "load", instruction=2)
+
+
+def test_outside_the_emulator_a_fault_and_a_bad_argument_are_named(elsewhere):
+    from minitorch_cuda.emulator.errors import Error
+
+    with pytest.raises(Error, match=r"kernel .past_the_end.*out-of-bounds read of x\[32\]"):
+        elsewhere(GATHER, "past_the_end", (1,), (32,), [np.zeros(32, np.float32), np.zeros(32, np.float32)])
+    with pytest.raises(TypeError, match="takes its CUDA C source there, not a dict"):
+        elsewhere({}, "gather", (1,), (32,), [])
+    with pytest.raises(TypeError, match="argument 1 of gather is a list"):
+        elsewhere(GATHER, "gather", (1,), (32,), [np.zeros(32, np.float32), [1.0], np.zeros(1, np.int32), 32])
 
 
 def test_a_bad_argument_is_named(report):
@@ -334,3 +391,22 @@ def test_the_register_tiled_matmuls_of_chapter_16_count_as_ncu_did_per_request()
     for kernel in ("matmul_regtiled_128x128x8", "matmul_regtiled_64x64x16"):
         pairs = same_counters(traced[kernel], gpu[kernel], scale=(1024 // 256) ** 3)
         assert len(pairs) == 4 and all(a == b for a, b in pairs.values()), (kernel, pairs)
+
+
+def test_a_chapter_traces_its_kernel_as_the_gpu_comparison_did(monkeypatch):
+    """book/accesses.py, as chapter 7 uses it outside the emulator: the gather at the size of
+    access_vs_ncu.json counts what Nsight Compute counted for the same launch, counter by counter."""
+    from minitorch_cuda.book import accesses
+
+    monkeypatch.delenv("MINITORCH_CUDA_EMULATE", raising=False)
+    record = results.load(accesses.RECORD)
+    rows, row_len = record["sizes"]["gather"]
+    x = np.arange(rows * row_len, dtype=np.float32)
+    idx = np.random.default_rng(0).permutation(rows).astype(np.int32)
+    out = np.zeros_like(x)
+    report = accesses.traced("gather.cu", "gather_rows", (rows * row_len // 256,), (256,), [out, x, idx, rows, row_len])
+    assert np.array_equal(out.reshape(rows, row_len), x.reshape(rows, row_len)[idx])
+    gpu = accesses.on_gpu("gather_rows", record)
+    assert len(gpu) == 4 and {m: c["ncu"] for m, c in gpu.items()} == {m: report.metrics()[m] for m in gpu}
+    assert accesses.count(gpu, "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld") == 0  # counted by neither
+    assert accesses.on_gpu("no_such_kernel", record) == {}

@@ -15,8 +15,12 @@ so only a traced launch pays.
     with tracing() as reports:     # or: every launch inside, through the framework's own launchers
         ...
 
-It runs on the emulator only (``MINITORCH_CUDA_EMULATE=1``): on a GPU, Nsight Compute reads the same
-counters from the hardware. What the emulator cannot see: caches (hit rates, L2 and DRAM traffic) and
+``access_report`` runs anywhere: in this process where the emulator is selected
+(``MINITORCH_CUDA_EMULATE=1``), else in a child process that selects it (``python -m
+minitorch_cuda.emulator.access``, the request and the report pickled through files), so a chapter's cell
+draws the same figure on a GPU machine and on a CPU-only book build. ``tracing`` wraps this process's own
+launches and so needs the emulator here. On a GPU, Nsight Compute reads the same counters from the
+hardware. What the emulator cannot see: caches (hit rates, L2 and DRAM traffic) and
 time; and it counts the accesses g++ makes of the source, which are nvcc's but where nvcc merges
 neighbouring accesses into one wider instruction (four unrolled ``As[ty][k]`` reads into one 16-byte
 load) or keeps a value in a register that g++ reloads.
@@ -26,6 +30,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -66,7 +75,8 @@ class Access:
     sectors: int  # global: 32-byte sectors
     wavefronts: int  # shared
     ideal: int  # shared: the wavefronts without bank conflicts
-    sample: Sample
+    sample: Sample  # of the line's first instruction
+    samples: tuple[Sample, ...] = ()  # one per instruction of the line (a line may read two arrays), in code order
 
     @property
     def sectors_per_request(self) -> float:
@@ -145,13 +155,20 @@ class AccessReport:
     def _repr_pretty_(self, printer, cycle) -> None:  # IPython shows the table
         printer.text(self.table())
 
-    def figure(self, line: int | str, kind: str | None = None, space: str | None = None, ax=None):
+    def figure(self, line: int | str, kind: str | None = None, space: str | None = None, ax=None,
+               instruction: int = 0):  # fmt: skip
         """One warp's request of ``line``: each lane (across) to the 32-byte sector (global) or the bank
-        (shared) of its access (up), lanes that share a bank with a different word in red."""
+        (shared) of its access (up), lanes that share a bank with a different word in red. ``instruction``:
+        which of the line's loads (or stores), in code order, where it has several (``out[i] = x[idx[i]]``
+        loads idx, then x)."""
         import matplotlib.pyplot as plt
 
         a = self.find(line, kind, space)
-        s = a.sample
+        samples = a.samples or (a.sample,)
+        if not 0 <= instruction < len(samples):
+            have = f"{len(samples)} {a.space} {a.kind} instruction(s)"
+            raise IndexError(f"line {a.line} has {have}, not {instruction + 1}: instruction counts from 0")
+        s = samples[instruction]
         if ax is None:
             _, ax = plt.subplots(figsize=(7.5, 3.2))
         lanes = [lane for lane, o in enumerate(s.offsets) if o is not None]
@@ -159,8 +176,10 @@ class AccessReport:
             sectors = [s.offsets[lane] // SECTOR_BYTES for lane in lanes]
             base = min(sectors)
             ax.scatter(lanes, [x - base for x in sectors], s=24, color="tab:blue")
+            ax.set_ylim(-1, max(max(sectors) - base, 3) + 1)  # one sector still reads as a row of dots
             ax.set_ylabel(f"32-byte sector of {s.buffer}\n(from its sector {base})")
-            summary = f"{len(set(sectors))} sectors here; {a.sectors_per_request:.2f} a request in all"
+            here = len(set(sectors))
+            summary = f"{here} sector{'s' * (here > 1)}; {a.sectors_per_request:.2f} a request in all"
         else:
             words = {lane: s.offsets[lane] // BANK_BYTES for lane in lanes}
             banks = {lane: w % BANKS for lane, w in words.items()}
@@ -169,12 +188,14 @@ class AccessReport:
             ax.scatter(lanes, [banks[lane] for lane in lanes], s=24, color=colors)
             ax.set_ylim(-1, BANKS)
             ax.set_ylabel("bank (red: shared with another word)")
-            summary = f"{a.conflict_degree:.2f} wavefronts a request ({a.conflicts} bank conflicts in all)"
+            summary = f"{a.conflict_degree:.2f} wavefronts a request\n{a.conflicts} bank conflicts in all"
         ax.yaxis.get_major_locator().set_params(integer=True)
         ax.set_xlim(-1, 32)
         ax.set_xlabel(f"lane of warp {s.warp}, block {s.block}")
         where = f"line {a.line}" if a.file == MAIN else f"{Path(a.file).name} line {a.line}"
-        ax.set_title(f"{where}: {a.space} {a.kind} of {s.bytes} bytes\n{summary}", fontsize=9)
+        if len(samples) > 1:
+            where += f", {a.kind} {instruction + 1} of {len(samples)}"
+        ax.set_title(f"{self.kernel}, {where}\n{a.space} {a.kind}, {s.bytes} bytes\n{summary}", fontsize="medium")
         return ax.figure
 
 
@@ -218,18 +239,22 @@ def _report(function: driver.Function, grid, block, args, rows: list[driver.Trac
         file, line = lines.get(row.pc, ("", 0))
         key = (file, line, KINDS[row.kind], SPACES[row.space])
         if key not in merged:
-            shared = row.space == 1
-            offsets = tuple(int(row.sample[i]) if row.sample_lanes >> i & 1 else None for i in range(32))
-            name = "shared memory" if shared else buffers.get(row.sample_region, "a device buffer")
-            sample = Sample(int(row.sample_block), int(row.sample_warp), int(row.bytes), offsets, name)
             merged[key] = dict(file=file or MAIN, line=line, code=_code(library, file, line), kind=key[2],
                                space=key[3], bytes=int(row.bytes), requests=0, sectors=0, wavefronts=0, ideal=0,
-                               sample=sample)  # fmt: skip
+                               samples=())  # fmt: skip
         m = merged[key]
+        m["samples"] += (_sample(row, buffers),)
         for field in ("requests", "sectors", "wavefronts", "ideal"):
             m[field] += int(getattr(row, field))
-    accesses = [Access(**m) for m in merged.values()]
+    accesses = [Access(**m, sample=m["samples"][0]) for m in merged.values()]
     return AccessReport(function.name, tuple(grid), tuple(block), accesses)
+
+
+def _sample(row: driver.TraceRow, buffers: dict[int, str]) -> Sample:
+    """The warp's request a row (one code address) kept."""
+    offsets = tuple(int(row.sample[i]) if row.sample_lanes >> i & 1 else None for i in range(32))
+    name = "shared memory" if row.space == 1 else buffers.get(row.sample_region, "a device buffer")
+    return Sample(int(row.sample_block), int(row.sample_warp), int(row.bytes), offsets, name)
 
 
 def _code(library, file: str, line: int) -> str:
@@ -286,8 +311,14 @@ def access_report(
     or a module compiled by the emulator's SourceModule. ``args``: the kernel's arguments in order; a
     numpy array is copied to a device buffer and back after the launch (so it holds what the kernel
     wrote), an int is an ``int`` parameter (np.uint32 an ``unsigned``), a float a ``float``.
-    ``options``: nvcc's -D and -I options that mean something on the CPU."""
-    _require_emulator()
+    ``options``: nvcc's -D and -I options that mean something on the CPU.
+
+    Where this process does not run CUDA on the emulator (a GPU machine, or no ``MINITORCH_CUDA_EMULATE``),
+    the launch runs on the emulator in a child process (``_in_child``): the source and the numpy arrays go
+    there, the report and the arrays as the kernel left them come back; what the kernel printed is
+    printed here."""
+    if not emulator.selected():
+        return _in_child(kernel, name, grid, block, args, shared_bytes, options)
     from .compiler import SourceModule
 
     if not isinstance(kernel, str) and not hasattr(kernel, "library"):
@@ -309,3 +340,65 @@ def access_report(
             driver.memcpy_dtoh(array, buffer)
         buffer.free()
     return reports[0]
+
+
+# --- the same, in a child process that runs CUDA on the emulator --------------------------------------
+
+
+def _in_child(kernel, name, grid, block, args, shared_bytes, options) -> AccessReport:
+    """access_report in ``python -m minitorch_cuda.emulator.access REQUEST REPLY`` with the emulator
+    selected; the caller's arrays receive what the kernel wrote, as in this process."""
+    if not isinstance(kernel, str):
+        raise TypeError(
+            f"access_report outside the emulator runs the kernel in a child process and takes its CUDA C "
+            f"source there, not a {type(kernel).__name__} (a compiled module stays in the process that built it)"
+        )
+    for i, value in enumerate(args):
+        if not isinstance(value, (np.ndarray, bool, np.bool_, int, float, np.integer, np.floating)):
+            raise TypeError(
+                f"argument {i} of {name} is a {type(value).__name__}: outside the emulator access_report takes "
+                "numpy arrays (copied to the emulator's device and back), ints and floats"
+            )
+    request = dict(kernel=kernel, name=name, grid=tuple(grid), block=tuple(block), args=list(args),
+                   shared_bytes=shared_bytes, options=list(options))  # fmt: skip
+    root = str(Path(__file__).resolve().parents[2])  # this minitorch_cuda, installed or not
+    env = {**os.environ, **emulator.switched_on(),
+           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="access_report_") as tmp:
+        asked, answered = Path(tmp, "request.pickle"), Path(tmp, "reply.pickle")
+        asked.write_bytes(pickle.dumps(request))
+        done = subprocess.run([sys.executable, "-m", __name__, str(asked), str(answered)], env=env,
+                              capture_output=True, text=True)  # fmt: skip
+        print(done.stdout, end="")
+        print(done.stderr, end="", file=sys.stderr)
+        if not answered.exists():
+            raise LogicError(f"the emulator's child process for {name} ended (exit {done.returncode}) with no report")
+        reply = pickle.loads(answered.read_bytes())
+    if "error" in reply:
+        raise reply["error"]
+    for i, array in enumerate(args):
+        if isinstance(array, np.ndarray) and array.flags.writeable:
+            array[...] = reply["args"][i]
+    return reply["report"]
+
+
+def _serve(asked: Path, answered: Path) -> None:
+    """The child's side: one access_report on the emulator, its report (or its exception) pickled."""
+    request = pickle.loads(asked.read_bytes())
+    try:
+        reply = {"report": access_report(**request), "args": request["args"]}
+    except Exception as exc:  # noqa: BLE001  (any failure goes back to the caller, as its own)
+        try:
+            pickle.loads(pickle.dumps(exc))
+        except Exception:  # noqa: BLE001  (an exception that does not survive pickling: its text does)
+            exc = LogicError(f"{type(exc).__name__}: {exc}")
+        reply = {"error": exc}
+    answered.write_bytes(pickle.dumps(reply))
+
+
+if __name__ == "__main__":
+    if not emulator.selected():
+        sys.exit(f"python -m {__spec__.name} REQUEST REPLY runs with {emulator.SWITCH}; access_report sets it")
+    from minitorch_cuda.emulator import access  # the module by its name, so its report unpickles in the caller
+
+    access._serve(Path(sys.argv[1]), Path(sys.argv[2]))
