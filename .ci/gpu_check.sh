@@ -6,7 +6,7 @@
 # PARTs: tests grader grade1 sanitize notebooks results chapters tile tf32 steps torch floor ncu (default: tests grader
 # sanitize notebooks results; together they need more than one 10-minute call, so pick parts
 # per call). tests runs only the paths in $TESTS where set. grade1 times the grading of one
-# full submission, cold and warm, for each --jobs value in $GRADE_JOBS (default: none given).
+# full submission, cold and warm, with the default command and each --jobs value in $GRADE_JOBS.
 # chapters re-records the chapters in $CHAPTERS. tile records chapter 20's tile_eval.json; tf32
 # tests wgmma.cu and wgmma_tma.cu (tests/test_wgmma*.py, kept out of `tests`), then times them beside stage 12's
 # kernel and cuBLAS (tf32_wgmma.json). steps splits chapter 16's MNIST steps (step_split.json).
@@ -43,14 +43,9 @@ run_part() {
     tests) part tests 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rf --durations=10 -n "$workers" --timeout=400 \
                --ignore=tests/test_grader.py --ignore=tests/test_exercises.py --ignore=tests/test_notebooks.py \
                --ignore=tests/test_wgmma.py --ignore=tests/test_wgmma_tma.py ${TESTS:-} ;;
-    # grading one student's full set (the known-good submission: solutions/ itself), timed twice
-    # for each --jobs value in $GRADE_JOBS (`default`: no --jobs): with the kernel cache empty (the
-    # first student on a fresh machine), then warm (every later one)
-    grade1) rm -rf /tmp/one && mkdir -p /tmp/one && cp -r solutions /tmp/one/student &&
-            MINITORCH_CUDA_CACHE=/tmp/grade1-cache part grade1 560 bash -c "for jobs in ${GRADE_JOBS:-default}; do rm -rf /tmp/grade1-cache;
-                flag=\$([ \$jobs = default ] || echo --jobs \$jobs)
-                for run in cold warm; do echo \"jobs \$jobs, \$run\"; time python3 -m minitorch_cuda.grade /tmp/one \$flag \
-                --out $out/results/grade_one_jobs\${jobs}_\$run/grades.csv; done; done" ;;
+    # grading one student's full set (the known-good submission: solutions/ itself), cold and warm,
+    # with the default command and each --jobs value in $GRADE_JOBS: grade_one.json (the guide's number)
+    grade1) part grade1 560 python3 .ci/grade_one.py --out "$out/results" --jobs ${GRADE_JOBS:-} ;;
     # --dist loadscope: each module's tests on one worker, so the module fixture that grades every
     # known-wrong student runs once, not once per worker
     grader) part grader 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rf -n "$workers" --dist loadscope --timeout=400 \

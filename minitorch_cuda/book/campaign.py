@@ -2,7 +2,7 @@
 code, and the groups those commands run in, each within one call of the lent GPU machine.
 
     python3 -m minitorch_cuda.book.campaign --list                  # the plan, with each group's estimate
-    bash .ci/gpu_run.sh bash .ci/record_book.sh --parallel ladder chapters matmul tile   # one call, 4 GPUs
+    bash .ci/gpu_run.sh bash .ci/record_book.sh --parallel ladder chapters matmul tile grading   # one call, 5+ GPUs
     bash .ci/gpu_run.sh bash .ci/record_book.sh ladder              # or one group a call, on one GPU
 
 A group runs its steps in order, in a scratch copy of ``book/results`` (the steps read earlier
@@ -164,6 +164,15 @@ GROUPS: dict[str, tuple[Step, ...]] = {
             makes=("access_vs_ncu",),
             estimate_s=70,
             basis="access_vs_ncu.json: 64 s",
+        ),
+    ),
+    # the instructor guide's grading time: one full student, cold and warm (grade_one.json: 82 + 74 s)
+    "grading": (
+        Step(
+            ("python3", ".ci/grade_one.py", "--out", "{results}"),
+            makes=("grade_one",),
+            estimate_s=200,
+            basis="the guide's last timing: 82 s cold, 74 s warm, plus the start",
         ),
     ),
 }
