@@ -1591,7 +1591,10 @@ def test_the_checkers_arrays_never_take_a_subjects_writes() -> None:
     assert checker.call(proxy, a, b) == -4.0
     assert np.array_equal(a, np.arange(4.0)) and channel.changed_arguments(proxy) == [0]
     assert checker.call(read, a, b) == 9.0 and channel.changed_arguments(read) == []
-    for fd in (to_subject, from_checker, to_checker, from_subject):
+    os.close(from_checker)  # the checker's end first: the subject reads the end of its input and stops
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    for fd in (to_subject, to_checker, from_subject):
         os.close(fd)
 
 
