@@ -58,62 +58,30 @@ EMU_HIDDEN void* memset(void* to, int value, size_t n) {
 #define EMU_LIBC(returns, name, params) \
     extern "C" returns libc_##name params; \
     __asm__(".symver libc_" #name ", " #name "@GLIBC_2.2.5")
-EMU_LIBC(void, sincos, (double, double*, double*));
-EMU_LIBC(void, sincosf, (float, float*, float*));
-EMU_LIBC(double, frexp, (double, int*));
-EMU_LIBC(float, frexpf, (float, int*));
-EMU_LIBC(double, modf, (double, double*));
-EMU_LIBC(float, modff, (float, float*));
-EMU_LIBC(double, remquo, (double, double, int*));
-EMU_LIBC(float, remquof, (float, float, int*));
-EMU_LIBC(int, clock_gettime, (clockid_t, struct timespec*));
+
+template <class... T>
+static inline void written(const void* pc, T*... outs) {
+    (__emu_access_range(outs, sizeof(T), 1, pc), ...);
+}
+
+// NAME, which writes through its pointers OUT...: each reported as written at the kernel's call
+#define EMU_WRITES_THROUGH(returns, name, params, args, ...)                \
+    EMU_LIBC(returns, name, params);                                        \
+    EMU_HIDDEN returns name params {                                        \
+        written(__builtin_return_address(0), __VA_ARGS__);                  \
+        return libc_##name args;                                            \
+    }
+
+EMU_WRITES_THROUGH(void, sincos, (double x, double* s, double* c), (x, s, c), s, c)
+EMU_WRITES_THROUGH(void, sincosf, (float x, float* s, float* c), (x, s, c), s, c)
+EMU_WRITES_THROUGH(double, frexp, (double x, int* e), (x, e), e)
+EMU_WRITES_THROUGH(float, frexpf, (float x, int* e), (x, e), e)
+EMU_WRITES_THROUGH(double, modf, (double x, double* whole), (x, whole), whole)
+EMU_WRITES_THROUGH(float, modff, (float x, float* whole), (x, whole), whole)
+EMU_WRITES_THROUGH(double, remquo, (double x, double y, int* q), (x, y, q), q)
+EMU_WRITES_THROUGH(float, remquof, (float x, float y, int* q), (x, y, q), q)
+EMU_WRITES_THROUGH(int, clock_gettime, (clockid_t clock, struct timespec* at), (clock, at), at)
 EMU_LIBC(int, vprintf, (const char*, va_list));
-
-template <class T>
-static inline void written(T* p, const void* pc) {
-    __emu_access_range(p, sizeof(T), 1, pc);
-}
-
-EMU_HIDDEN void sincos(double x, double* s, double* c) {
-    const void* pc = __builtin_return_address(0);
-    written(s, pc);
-    written(c, pc);
-    libc_sincos(x, s, c);
-}
-EMU_HIDDEN void sincosf(float x, float* s, float* c) {
-    const void* pc = __builtin_return_address(0);
-    written(s, pc);
-    written(c, pc);
-    libc_sincosf(x, s, c);
-}
-EMU_HIDDEN double frexp(double x, int* e) {
-    written(e, __builtin_return_address(0));
-    return libc_frexp(x, e);
-}
-EMU_HIDDEN float frexpf(float x, int* e) {
-    written(e, __builtin_return_address(0));
-    return libc_frexpf(x, e);
-}
-EMU_HIDDEN double modf(double x, double* whole) {
-    written(whole, __builtin_return_address(0));
-    return libc_modf(x, whole);
-}
-EMU_HIDDEN float modff(float x, float* whole) {
-    written(whole, __builtin_return_address(0));
-    return libc_modff(x, whole);
-}
-EMU_HIDDEN double remquo(double x, double y, int* q) {
-    written(q, __builtin_return_address(0));
-    return libc_remquo(x, y, q);
-}
-EMU_HIDDEN float remquof(float x, float y, int* q) {
-    written(q, __builtin_return_address(0));
-    return libc_remquof(x, y, q);
-}
-EMU_HIDDEN int clock_gettime(clockid_t clock, struct timespec* at) {
-    written(at, __builtin_return_address(0));
-    return libc_clock_gettime(clock, at);
-}
 
 // --- printf without %n ---------------------------------------------------------------------------
 
