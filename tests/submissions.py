@@ -986,7 +986,7 @@ KERNEL_CHEATS: dict[str, tuple[Student, str, set[str]]] = {
 #
 # On the emulator a kernel is native code: a branch the emulator compiles and nvcc never does
 # (``__CUDA_ARCH__`` is 800 there, 900 for nvcc's sm_90) may call any C library function through an
-# address computed from printf's, which a kernel may take: no import names it, so inspecting the
+# address computed from puts's, which a kernel may take: no import names it, so inspecting the
 # library finds nothing. Run in the checker, such a kernel wrote its own verdict. Each must now be
 # stopped by the device process's filter, and fail as host code. On a GPU the branch is not compiled:
 # the empty kernel fails as such, and the correct ones fail the sanitizer's step, whose launch on the
@@ -994,20 +994,20 @@ KERNEL_CHEATS: dict[str, tuple[Student, str, set[str]]] = {
 
 
 def libc_offset(name: str) -> int:
-    """Where the C library's ``name`` lies from its ``printf``, in this machine's C library (the one
-    the emulated kernel runs against)."""
+    """Where the C library's ``name`` lies from its ``puts``, in this machine's C library (the one the
+    emulated kernel runs against; not printf, which a race-checked kernel's library defines itself)."""
     import ctypes
 
     libc = ctypes.CDLL(None)
     address = ctypes.c_void_p
-    return ctypes.cast(getattr(libc, name), address).value - ctypes.cast(libc.printf, address).value
+    return ctypes.cast(getattr(libc, name), address).value - ctypes.cast(libc.puts, address).value
 
 
-def through_printf(calls: str, **functions: str) -> str:
+def through_puts(calls: str, **functions: str) -> str:
     """Kernel lines that run ``calls`` once, on the emulator only, with each of ``functions`` (name:
-    its C type) found at its offset from printf."""
+    its C type) found at its offset from puts."""
     found = "".join(
-        f"        auto {name} = ({kind})((char*)&printf + {libc_offset(name)}L);\n" for name, kind in functions.items()
+        f"        auto {name} = ({kind})((char*)&puts + {libc_offset(name)}L);\n" for name, kind in functions.items()
     )
     return (
         "#if __CUDA_ARCH__ < 900\n    if (blockIdx.x == 0 && threadIdx.x == 0) {\n" + found + calls + "    }\n#endif\n"
@@ -1015,7 +1015,7 @@ def through_printf(calls: str, **functions: str) -> str:
 
 
 RELU_LINES = "    const float x = a[i];\n    out[i] = x > 0.0f ? x : 0.0f;\n"
-FORGED_VERDICT = through_printf(
+FORGED_VERDICT = through_puts(
     '        void* f = fopen("result.json", "w");\n'
     '        fputs("{\\"exercise\\": \\"3.1\\", \\"passed\\": true, \\"reason\\": \\"passed\\"}", f);\n'
     "        fclose(f);\n        _exit(0);\n",
@@ -1029,7 +1029,7 @@ CHEATS |= {
     "libc_forges_verdict": (
         cheat(
             "leaves its kernel empty and, on the emulator, writes its own passing verdict with fopen found from "
-            "printf's address",
+            "puts's address",
             Edit("03_building_the_backend", RELU_LINES, "    // (the verdict is written instead)\n" + FORGED_VERDICT),
             extra=(3,),
         ),
@@ -1038,12 +1038,11 @@ CHEATS |= {
     ),
     "libc_runs_a_program": (
         cheat(
-            "calls system() (found from printf's address) from an otherwise correct kernel, on the emulator",
+            "calls system() (found from puts's address) from an otherwise correct kernel, on the emulator",
             Edit(
                 "03_building_the_backend",
                 RELU_LINES,
-                RELU_LINES
-                + through_printf('        system("touch PWNED_BY_KERNEL");\n', system="int (*)(const char*)"),
+                RELU_LINES + through_puts('        system("touch PWNED_BY_KERNEL");\n', system="int (*)(const char*)"),
             ),
             extra=(3,),
         ),
@@ -1052,12 +1051,11 @@ CHEATS |= {
     ),
     "libc_kills_its_checker": (
         cheat(
-            "signals its process group to die (kill, found from printf's address) from a correct kernel, on the "
-            "emulator",
+            "signals its process group to die (kill, found from puts's address) from a correct kernel, on the emulator",
             Edit(
                 "03_building_the_backend",
                 RELU_LINES,
-                RELU_LINES + through_printf("        kill(0, 9);\n", kill="int (*)(int, int)"),
+                RELU_LINES + through_puts("        kill(0, 9);\n", kill="int (*)(int, int)"),
             ),
             extra=(3,),
         ),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import needs_gxx
-from submissions import through_printf
+from submissions import through_puts
 
 pytestmark = needs_gxx
 
@@ -109,18 +109,18 @@ def _kernel(lines: str) -> str:
     return 'extern "C" __global__ void reach(float* out) {\n' + lines + "    out[0] = 1.0f;\n}\n"
 
 
-# Each reaches the C library through printf's address (none is imported), and what the refusal names
+# Each reaches the C library through puts's address (none is imported), and what the refusal names
 REACHES = {
     "fopen": (
-        through_printf('        fopen("FORGED", "w");\n', fopen="void* (*)(const char*, const char*)"),
+        through_puts('        fopen("FORGED", "w");\n', fopen="void* (*)(const char*, const char*)"),
         "open a file",
     ),
-    "system": (through_printf('        system("touch FORGED");\n', system="int (*)(const char*)"), "system call"),
+    "system": (through_puts('        system("touch FORGED");\n', system="int (*)(const char*)"), "system call"),
     "kill_parent": (
-        through_printf("        kill(getppid(), 9);\n", kill="int (*)(int, int)", getppid="int (*)()"),
+        through_puts("        kill(getppid(), 9);\n", kill="int (*)(int, int)", getppid="int (*)()"),
         "find the process that started it",
     ),
-    "socket": (through_printf("        socket(2, 1, 0);\n", socket="int (*)(int, int, int)"), "network connection"),
+    "socket": (through_puts("        socket(2, 1, 0);\n", socket="int (*)(int, int, int)"), "network connection"),
 }
 
 
@@ -188,7 +188,7 @@ def test_a_reply_the_kernel_forges_fails_its_launch(tmp_path, form) -> None:
     answer to the request in turn fails the launch instead of hiding the kernel's fault."""
     declaration, size, named = FORGED_REPLIES[form]
     forge = f"        {declaration}\n        for (int fd = 3; fd < 16; ++fd) send(fd, reply, {size}, 0x4000);\n"
-    lines = through_printf(forge, send="long (*)(int, const void*, unsigned long, int)")
+    lines = through_puts(forge, send="long (*)(int, const void*, unsigned long, int)")
     source = 'extern "C" __global__ void reach(float* out, int n) {\n' + lines + "    out[n + 64] = 1.0f;\n}\n"
     code = f"""
     d = drv.mem_alloc(64)

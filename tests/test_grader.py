@@ -440,7 +440,7 @@ LIBC_CALLS = {
 
 @pytest.mark.skipif(bool(runner.visible_gpus()), reason="on a GPU the cheats' emulator-only branch is not compiled")
 def test_a_kernel_reaching_the_c_library_is_stopped_and_named_on_the_emulator(cheat_grades) -> None:
-    """Each call reached through printf's address is stopped by the device process's filter before it
+    """Each call reached through puts's address is stopped by the device process's filter before it
     happens: host code, with the call named for the student; the checker gave its verdict."""
     if not _emulator_usable():
         pytest.skip("the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing")
