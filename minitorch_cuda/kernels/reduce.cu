@@ -31,11 +31,11 @@ REDUCTION_VARIANTS(DEFINE_SUM_ROWS)
 REDUCTION_VARIANTS(DEFINE_SUMSQ)
 
 // One launch of many blocks (grid-stride): each block stores its sum in partials[blockIdx.x] and
-// counts itself in; the block that brings *count to gridDim.x adds the partials up, in index order
-// (the same bits every run), and resets *count for the next launch. The pattern of the CUDA
-// samples' threadFenceReduction. The __threadfence() is what makes it correct: the atomicAdd is
-// relaxed and publishes nothing stored before it, so without the fence the last block may read a
-// stale partial (on the emulator, race checking names the missing fence).
+// counts itself in; the block that brings *count to gridDim.x adds the partials up with one more
+// block reduction (a fixed order for a given grid: the same bits every run) and resets *count for
+// the next launch: the pattern of the CUDA samples' threadFenceReduction. The __threadfence() is
+// what makes it correct: the atomicAdd is relaxed and publishes nothing stored before it, so without
+// the fence the last block may read a stale partial (on the emulator, race checking names it).
 extern "C" __global__ void sumsq_last_block(float* out, float* partials, unsigned int* count, const float* x,
                                             int n) {
     __shared__ float smem[33];
