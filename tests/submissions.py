@@ -120,6 +120,7 @@ STUDENTS: dict[str, Student] = {
             Edit("10_opt5_batched_matmul", "// TODO: Exercise 10.1", LEFT_EMPTY),
             Edit("11_opt6_tiled_matmul", "// TODO: Exercise 11.1", LEFT_EMPTY),
             Edit("13_opt8_warp_shuffle", "// TODO: Exercise 13.1", LEFT_EMPTY),
+            Edit("13_opt8_warp_shuffle", "// TODO: Exercise 13.2", LEFT_EMPTY),
             Edit("14_cublas", "// TODO: Exercise 14.2", LEFT_EMPTY),
             Edit("15_roofline", "// TODO: Exercise 15.1", LEFT_EMPTY),
             Edit("16_regtiled_matmul", "// TODO: Exercise 16.1", LEFT_EMPTY),
@@ -174,6 +175,12 @@ STUDENTS: dict[str, Student] = {
                 "            p.grad.assign(g * (max_norm / (norm + 1e-6)))\n",
             ),
             *on_host("13_opt8_warp_shuffle", "13.1", "sum"),
+            Edit(
+                "13_opt8_warp_shuffle",
+                'cuda_exercise("13.2", sumsq_last_block_source)\n',
+                "x = np.ones(5, np.float32)\n"
+                'sumsq_last_block_source = "// computed with numpy: " + repr(np.sum(x * x))\n',
+            ),
             *on_host("15_roofline", "15.1", "unary"),
             *on_host("16_regtiled_matmul", "16.1", "matmul"),
             *on_host("17_fusion", "17.1", "softmax_xent"),
@@ -238,7 +245,7 @@ STUDENTS: dict[str, Student] = {
             endless("10_opt5_batched_matmul", "cuda"),
             endless("11_opt6_tiled_matmul", "cuda"),
             endless("12_opt7_syncs", "python"),
-            endless("13_opt8_warp_shuffle", "cuda"),
+            endless("13_opt8_warp_shuffle", "cuda", count=2),
             endless("14_cublas", "python"),
             endless("14_cublas", "cuda"),
             endless("15_roofline", "cuda"),
@@ -263,7 +270,7 @@ STUDENTS: dict[str, Student] = {
             Edit("06_opt1_memcopies", "\n    __syncthreads();\n", "\n"),
             Edit("06_opt1_memcopies", "\n        __syncthreads();\n", "\n"),
             Edit("11_opt6_tiled_matmul", "\n        __syncthreads();\n", "\n", count=2),
-            Edit("13_opt8_warp_shuffle", "\n    __syncthreads();\n", "\n"),
+            Edit("13_opt8_warp_shuffle", "\n    __syncthreads();\n", "\n", count=2),
             Edit("16_regtiled_matmul", "\n        __syncthreads();\n", "\n"),
             Edit(
                 "16_regtiled_matmul",
@@ -294,6 +301,11 @@ STUDENTS: dict[str, Student] = {
             Edit("10_opt5_batched_matmul", "if (row >= M || col >= N) return;", "if (row > M || col > N) return;"),
             Edit("11_opt6_tiled_matmul", "if (row < M && col < N) c[", "if (row <= M && col <= N) c["),
             Edit("13_opt8_warp_shuffle", "c < cols; c += blockDim.x) v +=", "c <= cols; c += blockDim.x) v +="),
+            Edit(
+                "13_opt8_warp_shuffle",
+                "i < n; i += gridDim.x * blockDim.x) v +=",
+                "i <= n; i += gridDim.x * blockDim.x) v +=",
+            ),
             Edit("14_cublas", "if (i >= (long long)M * N) return;", "if (i > (long long)M * N) return;"),
             Edit("15_roofline", "i < n4; i += gridDim.x * blockDim.x", "i <= n4; i += gridDim.x * blockDim.x"),
             Edit("16_regtiled_matmul", "if (row < M && col < N) c[", "if (row <= M && col <= N) c["),
@@ -401,7 +413,7 @@ STUDENTS: dict[str, Student] = {
 # run agrees, so only the race checking of the grader's emulated runs (emulator/racecheck.cpp) fails
 # it, as "racecheck". On a GPU it is an ordinary race (the repeated runs or compute-sanitizer's
 # racecheck). A missing fence needs a kernel of several blocks that publish to each other, which no
-# exercise asks for (21.1 forbids atomics): tests/test_emulator_racecheck.py checks that class.
+# exercise asked for until 13.2 (below).
 
 SUMSQ_TREE_6 = (  # 6.1's solution, from the store of each thread's sum to the result
     "    smem[t] = acc;\n    __syncthreads();\n    for (int s = blockDim.x / 2; s > 0; s >>= 1) {\n"
@@ -473,6 +485,33 @@ STUDENTS["conflicted_tile"] = Student(
     (
         Edit("11_opt6_tiled_matmul", "tile_a[ty][tx] = x;", "tile_a[tx][ty] = x;"),
         Edit("11_opt6_tiled_matmul", "acc += tile_a[ty][k] * tile_b[k][tx];", "acc += tile_a[k][ty] * tile_b[k][tx];"),
+    ),
+)
+
+
+# A missing fence (13.2): the last block may read a partial stored before the atomic that counted its
+# block in, with no __threadfence() between them. On the emulator race checking names it every time
+# ("missing_fence"); on a GPU the stale read is rare and the checks usually pass it, so, like
+# conflicted_tile, it is graded on the emulator only (tests/test_grader.py).
+FENCE_13 = "        __threadfence();  // the partial reaches every block before the count says it is there\n"
+STUDENTS["last_block_without_fence"] = Student(
+    "stores its block's partial and counts the block in with atomicAdd, with no __threadfence() between: "
+    "the atomic is relaxed, so the last block may read a partial that is not there yet",
+    chapters("solutions", 13),
+    (Edit("13_opt8_warp_shuffle", FENCE_13, ""),),
+)
+# Every block adds the partials up as soon as its own is stored, without waiting to be the last: on the
+# emulator, whose blocks run in order, the last writer of out[0] saw every partial; race checking names
+# block 0's read of a partial that block 1 stores later ("racecheck"). On a GPU it is a race too.
+STUDENTS["last_block_reads_early"] = Student(
+    "adds the partials up in every block as soon as its own is stored, without waiting to be the last",
+    chapters("solutions", 13),
+    (
+        Edit(
+            "13_opt8_warp_shuffle",
+            "if (atomicAdd(count, 1u) == gridDim.x - 1) {  // the last block: every partial is stored\n",
+            "atomicAdd(count, 1u);\n        {  // every block: the partials stored so far\n",
+        ),
     ),
 )
 

@@ -27,6 +27,7 @@ import pytest
 from conftest import needs_bwrap, needs_nvcc
 from submissions import (
     CHEATS,
+    FENCE_13,
     HIDDEN_SHAPE_CHEATS,
     KERNEL_CHEATS,
     MARKER,
@@ -562,7 +563,7 @@ FIRST_EXPECTED = {
     | {i: {verdict.NO_WRITES, verdict.FORBIDDEN} for i in ("11.1", "13.1", "15.1", "16.1", "21.1")}
     | {"12.1": {verdict.NOT_IMPLEMENTED}},
     "host_cheat": {i: {verdict.HOST_SIDE} for i in KERNEL_IDS}
-    | {i: {verdict.NOT_A_KERNEL} for i in ("1.1", "14.2", "21.1")},
+    | {i: {verdict.NOT_A_KERNEL} for i in ("1.1", "13.2", "14.2", "21.1")},
     # on the emulator a bound one too far that writes a neighbour's element (the next row's first, the
     # vector tail's) is a write-write race, which race checking names during the launch (racecheck)
     "off_by_one": {
@@ -574,7 +575,7 @@ FIRST_EXPECTED = {
     | {"15.1": {verdict.BOUNDARY, verdict.RACECHECK}},
     "missing_syncthreads": {  # on the emulator its race checking names the race (racecheck)
         i: {verdict.RACE, verdict.WRONG_RESULT, verdict.SANITIZER, verdict.RACECHECK}
-        for i in ("3.3", "6.1", "11.1", "13.1", "16.1", "17.1")
+        for i in ("3.3", "6.1", "11.1", "13.1", "13.2", "16.1", "17.1")
     },
     "race_with_right_answer": {"6.1": {verdict.RACE, verdict.WRONG_RESULT, verdict.SANITIZER, verdict.RACECHECK}},
     # on a GPU the race fails as above; on the emulator the attribute itself is refused
@@ -1962,6 +1963,33 @@ def test_a_bank_conflict_with_the_right_answer_fails_on_the_emulator(tmp_path) -
     result = results[("conflicted_tile", "11.1")]
     assert result["reason"] == verdict.BANK_CONFLICT and result["emulated"], result
     assert "`tile_a[tx][ty] = x;` is a 32-way bank conflict" in result["message"], result
+
+
+@pytest.mark.skipif(
+    not _emulator_usable(), reason="the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing"
+)
+def test_a_missing_fence_fails_on_the_emulator(tmp_path) -> None:
+    """13.2 without the __threadfence() between a block's partial and the atomic that counts it in: the
+    sum is right in the emulator's order, yet `grade --emulate` fails it as a missing fence, naming the
+    partial's store and the atomic by line; a block that adds the partials without waiting to be the
+    last fails as a race."""
+    results = _grade_emulated(
+        tmp_path, ("full_solutions", "last_block_without_fence", "last_block_reads_early"), "13.2"
+    )
+    assert results[("full_solutions", "13.2")]["passed"], results[("full_solutions", "13.2")]
+    result = results[("last_block_without_fence", "13.2")]
+    assert result["reason"] == verdict.MISSING_FENCE and result["emulated"], result
+    kernel = re.search(r'sumsq_last_block_source = r"""(.*?)"""', (SOLUTIONS / "13_opt8_warp_shuffle.md").read_text(),
+                       re.S)[1].replace(FENCE_13, "")  # fmt: skip
+    lines = kernel.splitlines()
+    store = 1 + next(i for i, line in enumerate(lines) if "partials[blockIdx.x] = block_sum;" in line)
+    atomic = 1 + next(i for i, line in enumerate(lines) if "atomicAdd(count, 1u)" in line)
+    message = result["message"]
+    assert "missing __threadfence() (racecheck)" in message, message
+    assert f"wrote at line {store}: `partials[blockIdx.x] = block_sum;`" in message, message
+    assert f"store at line {atomic}: `if (atomicAdd(count, 1u) == gridDim.x - 1)" in message, message
+    early = results[("last_block_reads_early", "13.2")]
+    assert early["reason"] == verdict.RACECHECK and "data race (racecheck) on partials[" in early["message"], early
 
 
 def test_the_emulate_switch_in_the_environment_grades_as_emulate(tmp_path, monkeypatch, capsys) -> None:

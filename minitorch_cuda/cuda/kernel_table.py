@@ -74,6 +74,10 @@ SPECS: dict[str, KernelSpec] = {
         f"sumsq_{kind}": KernelSpec("reduce.cu", "float* out, const float* x, int n")
         for kind in ("volatile", "shuffle")
     },
+    # exercise 13.2's kernel; no stage launches it (the backend's one-block sumsq_* do the norm)
+    "sumsq_last_block": KernelSpec(
+        "reduce.cu", "float* out, float* partials, unsigned int* count, const float* x, int n"
+    ),
     "sum_axis": KernelSpec("reduce.cu", "float* out, const float* in, int outer, int red, int inner, float scale"),
     **{
         f"softmax_rows_{kind}": KernelSpec("softmax.cu", "float* out, const float* in, int rows, int cols")

@@ -68,6 +68,18 @@ def sumsq(kernel: str, out, x, n: int, *, timed: int = 0):
     return dispatch(kernel, (1, 1, 1), (1024, 1, 1), (out, x, n), timed, (n,))
 
 
+def last_block_grid(n: int) -> int:
+    """Blocks of ``sumsq_last_block``: at least 4 values a thread, at most 128 partials."""
+    return max(1, min(cdiv(n, 4 * BLOCK), 128))
+
+
+def sumsq_last_block(out, partials, count, x, n: int, blocks: int, *, timed: int = 0):
+    """``sumsq_last_block``: ``blocks`` blocks of 256 threads each store a partial sum of x[i]^2
+    in ``partials`` (``blocks`` floats); the last to finish writes their total to *out and puts
+    the ``count`` it counted on (one unsigned int, 0 before the launch) back to 0."""
+    return dispatch("sumsq_last_block", (blocks, 1, 1), (BLOCK, 1, 1), (out, partials, count, x, n), timed, (n,))
+
+
 def block_row_threads(cols: int) -> int:
     """Threads for softmax_rows_block: 32 columns each, rounded up to whole warps."""
     return 32 * cdiv(cols, 32 * 32)

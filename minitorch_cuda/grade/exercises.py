@@ -122,6 +122,7 @@ EXERCISES: dict[str, Exercise] = {
         _cuda("11.1", "11_opt6_tiled_matmul", "shared-memory tiled matmul", "matmul_tiled"),
         Exercise("12.1", "12_opt7_syncs", "a training step without device syncs", "python", "train_step"),
         _cuda("13.1", "13_opt8_warp_shuffle", "warp-shuffle row sum", "sum_rows_shuffle"),
+        _cuda("13.2", "13_opt8_warp_shuffle", "the last block adds the partials", "sumsq_last_block"),
         Exercise("14.1", "14_cublas", "the roofline bound of a matmul", "python", "matmul_roofline", gpu=False),
         _cuda(
             "14.2",

@@ -375,6 +375,51 @@ def check_sum_rows(ex: Exercise, source: str) -> list[str]:
     ]
 
 
+def check_sumsq_last_block(ex: Exercise, source: str) -> list[str]:
+    """13.2: many blocks, the last one to finish adds their partials. One count serves every launch,
+    as a backend would keep it: a kernel that does not put it back to 0 leaves no block last next time.
+    The atomic this needs is allowed; a missing __threadfence() fails on the emulator's race checking."""
+    from ..cuda import launchers
+
+    _own_reduction(ex, source)
+    rng = _rng()
+    sizes = [1, 255, 256 * 128 + 7]
+    hidden_sizes = hidden.sizes("n", 256 * 128 + 7, 4_000_000, 1)  # up to the most blocks the grid takes
+    with Override(ex.kernel, source) as ov:
+        count = Buffer(1, np.zeros(1, np.uint32), np.uint32)
+        for n in sizes + hidden_sizes:
+            x = rng.standard_normal(n).astype(np.float32)
+            blocks = launchers.last_block_grid(n)
+            squares = x.astype(np.float64) ** 2
+            # grid-stride: element i is read by thread i % 256 of block (i / 256) % blocks
+            want_partials = np.bincount(np.arange(n) // launchers.BLOCK % blocks, squares, blocks)
+            what, runs = f"sumsq_last_block n={n} ({blocks} block{'s' * (blocks > 1)})", []
+            for _ in range(2):
+                out, partials, inp = Buffer(1), Buffer(blocks), Buffer(n, x)
+                launchers.sumsq_last_block(out, partials, count, inp, n, blocks)
+                runs.append(out.read(what))
+                compare(runs[-1], [squares.sum()], what, atol=1e-3, rtol=1e-4, poison=POISON)
+                compare(partials.read(f"{what}, partials"), want_partials, f"{what}: partials[b], block b's sum",
+                        atol=1e-3, rtol=1e-4, poison=POISON)  # fmt: skip
+                left = int(count.read(f"{what}, count")[0])
+                if left != 0:
+                    fail(WRONG_RESULT, f"{what}: *count is {left} after the launch: the last block must put it "
+                         "back to 0, or no block of the next launch finds itself last")  # fmt: skip
+            if not np.array_equal(runs[0], runs[1]):
+                fail(RACE, f"{what}: two runs on one input gave {float(runs[0][0])!r} and {float(runs[1][0])!r}: "
+                     "add the partials in a fixed order")  # fmt: skip
+        n = 256 * 128 + 7
+        x, blocks = Buffer(n, rng.standard_normal(n).astype(np.float32)), launchers.last_block_grid(n)
+        accesses = access_checks.traced(
+            ov, lambda: launchers.sumsq_last_block(Buffer(1), Buffer(blocks), count, x, n, blocks)
+        )
+    return [
+        f"sum of squares for n in {sizes} and 1 hidden size, up to 128 blocks of 256 threads, twice each: "
+        "the same bits both times, every partial its block's sum, the count back to 0",
+        *access_checks.numbers(accesses, f"n = {n} on the CPU emulator"),
+    ]
+
+
 _SHAPES_XENT = [(64, 10), (1, 1), (5, 33), (37, 257), (3, 1024), (128, 1000), (600, 7)]
 
 
@@ -787,6 +832,7 @@ CHECKS = {
     "matmul_tiled": check_matmul,
     "init_normal": check_init,
     "sum_rows_shuffle": check_sum_rows,
+    "sumsq_last_block": check_sumsq_last_block,
     "ew_relu_vec4": check_relu_vec4,
     "matmul_regtiled_32x32x8": check_matmul,
     "softmax_xent_fused": check_softmax_xent,
@@ -858,6 +904,10 @@ def small_launch(ex: Exercise, source: str) -> None:
             launchers.elementwise(name, 1000, Buffer(1000), 1000, 1.0, 7)
         elif name == "sum_rows_shuffle":
             launchers.sum_rows(name, Buffer(5), floats(5 * 65), 5, 65, 1.0)
+        elif name == "sumsq_last_block":
+            blocks = launchers.last_block_grid(5000)
+            count = Buffer(1, np.zeros(1, np.uint32), np.uint32)
+            launchers.sumsq_last_block(Buffer(1), Buffer(blocks), count, floats(5000), 5000, blocks)
         elif name == "softmax_xent_fused":
             t = np.eye(33, dtype=np.float32)[rng.integers(0, 33, 5)]
             launchers.softmax_xent_fused(Buffer(5 * 33), Buffer(1), floats(5 * 33), Buffer(t.size, t), 5, 33, 0.2)

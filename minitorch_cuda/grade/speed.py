@@ -99,6 +99,10 @@ def problem(ex: Exercise, source: str, rng) -> Problem:
     if name == "sumsq_volatile":
         launch = part(launchers.sumsq, name, _empty(1), _floats(rng, N), N)
         return _same(floats + " read by one block", "GB/s", 4 * N, name, launch)
+    if name == "sumsq_last_block":
+        blocks, count = launchers.last_block_grid(N), Buffer(1, np.zeros(1, np.uint32), np.uint32)
+        launch = part(launchers.sumsq_last_block, _empty(1), _empty(blocks), count, _floats(rng, N), N, blocks)
+        return _same(f"{floats} read by {blocks} blocks", "GB/s", 4 * N, name, launch)
     if name == "gather_rows":
         rows, row_len = N // 1024, 1024
         idx = Buffer(rows, rng.permutation(rows).astype(np.int32), np.int32)  # from_numpy makes float32
