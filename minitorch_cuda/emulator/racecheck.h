@@ -12,8 +12,9 @@ namespace emu {
 [[noreturn]] void fail_in_kernel(const std::string& message);  // stops the launch, as a fault does
 std::string describe_device_address(uintptr_t address);         // "" outside every device buffer
 
-// racecheck.cpp's: the runtime calls them in a launch with race checking only, from the worker
-// that runs the block (one block runs at a time there, so none of them takes a lock).
+// racecheck.cpp's: the runtime calls them in a launch with race checking only, launch_begin and
+// launch_end from the host thread, the others from the worker that runs the block (grid_opened
+// while every block of the launch waits at the grid barrier).
 namespace racecheck {
 void launch_begin(dim3 grid, dim3 block);
 void launch_end();
