@@ -86,6 +86,21 @@ def test_a_missing_barrier_is_found_though_the_answer_is_right(emu):
     assert "no __syncthreads()" in message and "warp" not in message  # thread 0 is in another warp
 
 
+def test_a_race_within_blocks_is_reported_the_same_on_every_run(emu, monkeypatch):
+    """Blocks run at once on two workers, every one with the race: the lowest block's report stands,
+    word for word the one of a single worker's run."""
+    driver = emu[0]
+    d_x, d_out = driver.to_device(np.arange(128, dtype=np.float32)), driver.mem_alloc(4)
+    messages = []
+    for workers in ("1", "2", "2", "2"):
+        monkeypatch.setenv("MINITORCH_CUDA_EMULATE_THREADS", workers)
+        with pytest.raises(LaunchError) as caught:
+            run(emu, LAST_THREAD_SUMS, "last_sums", "PPi", (16, 1, 1), (128, 1, 1), d_out, d_x, 0)
+        messages.append(str(caught.value))
+    assert "block (0, 0, 0), thread (127, 0, 0): data race (racecheck)" in messages[0], messages[0]
+    assert messages[1:] == messages[:1] * 3, messages
+
+
 # A tile loop without its trailing barrier: the next tile's store overwrites a slot another thread
 # has not read yet (write after read), again with the right answer in the emulator's order.
 TILE_LOOP = r"""
@@ -180,7 +195,8 @@ extern "C" __global__ void neighbour(float* data) {
 """
 
 
-def test_blocks_that_share_global_memory_race_without_an_order(emu):
+def test_blocks_that_share_global_memory_race_without_an_order(emu, monkeypatch):
+    monkeypatch.setenv("MINITORCH_CUDA_EMULATE_THREADS", "1")  # blocks in order: block 1 comes second
     driver = emu[0]
     d = driver.to_device(np.zeros(128, np.float32))
     with pytest.raises(LaunchError) as caught:
@@ -189,6 +205,49 @@ def test_blocks_that_share_global_memory_race_without_an_order(emu):
     assert "kernel 'neighbour', block (1, 0, 0), thread (0, 0, 0): data race (racecheck) on data[0]" in message
     assert f"thread (0, 0, 0) of block (0, 0, 0) wrote it at line {line_of(NEIGHBOUR, 'data[b] = b')}" in message
     assert "nothing ordering the two blocks" in message
+
+
+# Blocks in pairs: each writes its slot, then reads its partner's. On two workers the partners run at
+# once, and whichever comes second finds the race.
+PAIRS = r"""
+extern "C" __global__ void pairs(float* data) {
+    const int b = blockIdx.x;
+    if (threadIdx.x == 0) {
+        data[b] = b;
+        data[64 + b] = data[b ^ 1];
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("workers", ["2", "1"])
+def test_blocks_on_different_workers_race_from_either_side(emu, monkeypatch, workers):
+    monkeypatch.setenv("MINITORCH_CUDA_EMULATE_THREADS", workers)
+    driver = emu[0]
+    d = driver.to_device(np.zeros(128, np.float32))
+    store, load = line_of(PAIRS, "data[b] = b"), line_of(PAIRS, "data[b ^ 1]")
+    for _ in range(3):
+        with pytest.raises(LaunchError) as caught:
+            run(emu, PAIRS, "pairs", "P", (64, 1, 1), (32, 1, 1), d)
+        message = str(caught.value)
+        found = re.search(
+            r"block \((\d+), 0, 0\), thread \(0, 0, 0\): data race \(racecheck\) on data\[(\d+)\]: this thread "
+            r"(reads|writes) it at line (\d+)(?:: `[^`]*`)?, and thread \(0, 0, 0\) of block \((\d+), 0, 0\) (wrote|read) it "
+            r"at line (\d+)(?:: `[^`]*`)? in the same launch",
+            message,
+        )
+        assert found, message
+        this, index, verb, line, other, other_verb, other_line = found.groups()
+        assert int(this) ^ 1 == int(other) and int(index) in (int(this), int(other)), message
+        # the writer's slot, written at the store and read at its partner's load
+        writer = {"writes": this, "wrote": other}.get(verb if verb == "writes" else other_verb)
+        assert int(index) == int(writer), message
+        assert {(verb, int(line)), (other_verb, int(other_line))} in (
+            {("writes", store), ("read", load)},
+            {("reads", load), ("wrote", store)},
+        ), message
+        if workers == "1":  # in order: block 1 writes the slot block 0 has read
+            assert (this, verb, other, index) == ("1", "writes", "0", "1"), message
 
 
 GRID_PHASES = r"""
@@ -240,7 +299,8 @@ extern "C" __global__ void total(float* out, float* partial, unsigned* arrived, 
 """
 
 
-def test_a_last_block_reduction_needs_its_fence(emu):
+def test_a_last_block_reduction_needs_its_fence(emu, monkeypatch):
+    monkeypatch.setenv("MINITORCH_CUDA_EMULATE_THREADS", "1")  # the last block to arrive is the last one
     driver = emu[0]
     x = np.arange(4 * 64, dtype=np.float32)
     d_x, d_out, d_partial = driver.to_device(x), driver.mem_alloc(4), driver.mem_alloc(16)
@@ -341,6 +401,7 @@ except LaunchError as exc:
 
 def test_races_are_found_in_the_device_process(tmp_path):
     env = {**os.environ, "MINITORCH_CUDA_EMULATE": "1", "MINITORCH_CUDA_RACECHECK": "1",
+           "MINITORCH_CUDA_EMULATE_THREADS": "1",  # blocks in order: block 1 comes second
            "MINITORCH_CUDA_CACHE": str(tmp_path / "cache")}  # fmt: skip
     done = subprocess.run([sys.executable, "-c", ISOLATED], input=NEIGHBOUR, env=env, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
@@ -354,6 +415,7 @@ def test_a_kernel_without_race_checking_runs_unchanged(tmp_path, monkeypatch):
     from minitorch_cuda.emulator import compiler, driver
 
     monkeypatch.delenv("MINITORCH_CUDA_RACECHECK", raising=False)
+    monkeypatch.setenv("MINITORCH_CUDA_EMULATE_THREADS", "1")  # in order, block b - 1 has written: no race shows
     module = compiler.SourceModule(textwrap.dedent(NEIGHBOUR), no_extern_c=True, cache_dir=str(tmp_path))
     assert not module.library.racecheck
     d, got = driver.to_device(np.zeros(128, np.float32)), np.empty(128, np.float32)

@@ -192,7 +192,8 @@ struct State {  // of the block a worker runs (reused for the worker's next bloc
     uintptr_t own_from[4], own_bytes[4];
     std::vector<Release> acquired;  // per block it observed: the newest release
     bool fenced;                    // since it started or passed a grid barrier
-    bool holds_release_lock;        // in an atomic's check
+    bool holds_release_lock;        // in an atomic's check and operation, or a volatile access's check
+    int busy;                       // in code here that a stop must not abandon (busy())
     uintptr_t observed;             // a volatile load's address, acquired again once the load is done; 0: none
     unsigned dirty;                 // warps whose clocks moved since the last barrier
     unsigned generation;            // of the shadow its Recent leaves belong to
@@ -291,10 +292,17 @@ std::string memory_name(uintptr_t address, const State& s) {
     std::string name = describe_device_address(address);
     if (!name.empty()) return name;
     char buf[128];
-    if (address - s.dynamic_shared < s.shared_bytes)
+    if (address - s.dynamic_shared < s.shared_bytes) {
         snprintf(buf, sizeof buf, "dynamic shared memory, byte %lu", address - s.dynamic_shared);
-    else
-        snprintf(buf, sizeof buf, "shared memory at 0x%lx (a __shared__ variable)", address);
+        return buf;
+    }
+    for (int i = 1; i < s.ranges; ++i)  // by its offset: where the worker keeps it varies
+        if (address - s.own_from[i] < s.own_bytes[i]) {
+            snprintf(buf, sizeof buf, "shared memory, byte %lu of a %lu-byte __shared__ variable",
+                     address - s.own_from[i], s.own_bytes[i]);
+            return buf;
+        }
+    snprintf(buf, sizeof buf, "shared memory at 0x%lx (a __shared__ variable)", address);
     return buf;
 }
 
@@ -359,7 +367,7 @@ __attribute__((noinline)) Order look_closer(const Record& r, State& s, unsigned 
     return order(r, running(s, thread, mine), published);
 }
 
-void let_go(State& s) {  // of the release lock, before a report stops the block
+void let_go(State& s) {  // of the release lock
     if (s.holds_release_lock) {
         s.holds_release_lock = false;
         g_release_lock.unlock();
@@ -462,7 +470,6 @@ void check(Thread* t, State& s, uintptr_t a, size_t size, int kind, uintptr_t pc
             }
         }
         if (done == REPORT) {
-            let_go(s);
             report(x.order, x.raced_write ? seen.write : seen.read, x.raced_write, running(s, x.thread, x.mine), x.write,
                    std::max(a, g), pc, x.published);
         }
@@ -497,10 +504,8 @@ void release(State& s, uintptr_t address, uint32_t pc) {  // an atomic or volati
 
 // One access of the running thread: `kind` of Kind; RMW for an atomic read-modify-write. An atomic
 // comes with g_release_lock held (atomically(), below), held on through its operation.
-__attribute__((always_inline)) inline void access(uintptr_t a, size_t size, int kind, uintptr_t pc) {
-    Thread* t = self();
-    if (mine(a, t)) return;
-    State& s = *static_cast<State*>(t->block->racecheck);
+__attribute__((always_inline)) inline void check_access(Thread* t, State& s, uintptr_t a, size_t size, int kind,
+                                                       uintptr_t pc) {
     if (s.observed) {  // a volatile load before this access is done: what it saw was released by now
         if (!s.holds_release_lock) g_release_lock.lock();
         acquire(s, s.observed);
@@ -522,6 +527,27 @@ __attribute__((always_inline)) inline void access(uintptr_t a, size_t size, int 
     if (!(kind & ATOMIC)) let_go(s);
 }
 
+// Code here runs as `busy`: a stop (runtime.cpp's on_stop) waits until it is done, so that no lock
+// or odd stripe is left behind (a fault or a report abandons the block through block_abandoned).
+inline void enter(State& s) {
+    s.busy++;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+}
+
+inline void leave(State& s) {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    s.busy--;
+}
+
+__attribute__((always_inline)) inline void access(uintptr_t a, size_t size, int kind, uintptr_t pc) {
+    Thread* t = self();
+    if (mine(a, t)) return;
+    State& s = *static_cast<State*>(t->block->racecheck);
+    enter(s);
+    check_access(t, s, a, size, kind, pc);
+    leave(s);
+}
+
 // An atomic: recorded, then performed (sequentially consistent, whatever order g++ passes), with
 // g_release_lock held throughout.
 template <class Operation>
@@ -531,18 +557,22 @@ auto atomically(const volatile void* a, size_t size, int kind, uintptr_t pc, Ope
         return operation();
     }
     State& s = *static_cast<State*>(self()->block->racecheck);
+    enter(s);
     g_release_lock.lock();
     s.holds_release_lock = true;
     access(reinterpret_cast<uintptr_t>(a), size, kind, pc);
-    const auto result = operation();
+    const auto result = operation();  // a fault here abandons the block with the lock held: block_abandoned
     let_go(s);
+    leave(s);
     return result;
 }
 
 void fence() {  // __threadfence(): what the block did so far is published by its next release
     State& s = *static_cast<State*>(self()->block->racecheck);
+    enter(s);
     s.serial = fresh(s);
     s.fenced = true;
+    leave(s);
 }
 
 // --- what the runtime calls --------------------------------------------------------------------------
@@ -581,6 +611,7 @@ void block_begin(Block& b, long long, unsigned char* dynamic_shared, size_t shar
     s->acquired.clear();
     s->fenced = false;
     s->holds_release_lock = false;
+    s->busy = 0;
     s->observed = 0;
     reset_clocks(*s, s->dirty);
     s->dirty = 0;
@@ -591,6 +622,15 @@ void block_begin(Block& b, long long, unsigned char* dynamic_shared, size_t shar
     s->own_bytes[0] = shared_bytes;
     forget(s->dynamic_shared, shared_bytes);  // poisoned: what earlier blocks did there is gone
 }
+
+void block_abandoned(Block& b) {
+    if (State* s = static_cast<State*>(b.racecheck)) {
+        let_go(*s);
+        s->busy = 0;
+    }
+}
+
+bool busy(Block& b) { return static_cast<State*>(b.racecheck)->busy != 0; }
 
 void barrier(Block& b) {
     State& s = *static_cast<State*>(b.racecheck);

@@ -19,6 +19,8 @@ namespace racecheck {
 void launch_begin(dim3 grid, dim3 block);
 void launch_end();
 void block_begin(Block& b, long long index, unsigned char* dynamic_shared, size_t shared_bytes);
+void block_abandoned(Block& b);                 // a fault, a race or a stop abandoned the block
+bool busy(Block& b);                            // its thread is in racecheck.cpp's locked code: a stop waits
 void barrier(Block& b);                         // the block's __syncthreads opened
 void warp_sync(Block& b, int warp, unsigned lanes);  // a warp operation completed for these lanes
 void grid_opened();                             // a grid barrier (or cluster.sync()) opened

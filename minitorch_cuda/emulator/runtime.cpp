@@ -590,6 +590,7 @@ void run_blocks(Worker& w) {
     w.block.worker = &w;
     w.block.dynamic_shared = w.dynamic_shared + kMaxDynamicShared - round_up(l.shared_bytes, 16);
     if (sigsetjmp(w.abort, 1)) {  // a fiber failed: the block is abandoned
+        if (l.racecheck) racecheck::block_abandoned(w.block);
         w.in_kernel = false;
         w.current = nullptr;
         return;
@@ -660,13 +661,13 @@ void on_fault(int sig, siginfo_t* info, void* context) {
 // block starts and grid barriers give up, and each worker is sent kStopSignal; one running a
 // fiber (an endless loop never waits, so never comes back on its own) abandons its block as a
 // fault does. The host sends it again until the launch returns: a worker in the scheduler at
-// that moment ignores it.
+// that moment ignores it, and so does one in race checking's locked code (racecheck::busy).
 
 constexpr int kStopSignal = SIGUSR2;
 
 void on_stop(int) {
     Worker* w = t_worker;
-    if (w && w->in_kernel && w->current) abandon(*w);
+    if (w && w->in_kernel && w->current && !(w->launch->racecheck && racecheck::busy(w->block))) abandon(*w);
 }
 
 // --- the pool ------------------------------------------------------------------------------
