@@ -40,8 +40,8 @@ def emu(tmp_path_factory):
     return driver, build
 
 
-def run(emu, source: str, name: str, signature: str, grid, block, *args) -> None:
-    emu[1](source).get_function(name).prepare(signature).prepared_call(grid, block, *args)
+def run(emu, source: str, name: str, signature: str, grid, block, *args, shared_size: int = 0) -> None:
+    emu[1](source).get_function(name).prepare(signature).prepared_call(grid, block, *args, shared_size=shared_size)
 
 
 def line_of(source: str, code: str) -> int:
@@ -207,12 +207,19 @@ def test_blocks_that_share_global_memory_race_without_an_order(emu, monkeypatch)
     assert "nothing ordering the two blocks" in message
 
 
-# Blocks in pairs: each writes its slot, then reads its partner's. On two workers the partners run at
-# once, and whichever comes second finds the race.
+# Blocks in pairs: each works a while (so that partners run at once on two workers), then writes its
+# slot and reads its partner's; whichever partner comes second finds the race. `where` tells each
+# block's worker by its dynamic shared memory.
 PAIRS = r"""
-extern "C" __global__ void pairs(float* data) {
-    const int b = blockIdx.x;
-    if (threadIdx.x == 0) {
+extern "C" __global__ void pairs(float* data, unsigned long long* where, int rounds) {
+    extern __shared__ float scratch[];
+    const int b = blockIdx.x, t = threadIdx.x;
+    if (t == 0) where[b] = (unsigned long long)scratch;
+    for (int r = 0; r < rounds; ++r) {
+        scratch[t] = r;
+        __syncthreads();
+    }
+    if (t == 0) {
         data[b] = b;
         data[64 + b] = data[b ^ 1];
     }
@@ -224,11 +231,13 @@ extern "C" __global__ void pairs(float* data) {
 def test_blocks_on_different_workers_race_from_either_side(emu, monkeypatch, workers):
     monkeypatch.setenv("MINITORCH_CUDA_EMULATE_THREADS", workers)
     driver = emu[0]
-    d = driver.to_device(np.zeros(128, np.float32))
     store, load = line_of(PAIRS, "data[b] = b"), line_of(PAIRS, "data[b ^ 1]")
     for _ in range(3):
+        d, d_where, where = driver.to_device(np.zeros(128, np.float32)), driver.to_device(np.zeros(64, np.uint64)), np.empty(64, np.uint64)
         with pytest.raises(LaunchError) as caught:
-            run(emu, PAIRS, "pairs", "P", (64, 1, 1), (32, 1, 1), d)
+            run(emu, PAIRS, "pairs", "PPi", (64, 1, 1), (64, 1, 1), d, d_where, 2000, shared_size=256)
+        driver.memcpy_dtoh(where, d_where)
+        assert len(set(where[where != 0])) == int(workers), where  # the blocks that ran, on each worker
         message = str(caught.value)
         found = re.search(
             r"block \((\d+), 0, 0\), thread \(0, 0, 0\): data race \(racecheck\) on data\[(\d+)\]: this thread "
@@ -238,10 +247,8 @@ def test_blocks_on_different_workers_race_from_either_side(emu, monkeypatch, wor
         )
         assert found, message
         this, index, verb, line, other, other_verb, other_line = found.groups()
-        assert int(this) ^ 1 == int(other) and int(index) in (int(this), int(other)), message
-        # the writer's slot, written at the store and read at its partner's load
-        writer = {"writes": this, "wrote": other}.get(verb if verb == "writes" else other_verb)
-        assert int(index) == int(writer), message
+        assert int(this) ^ 1 == int(other), message
+        assert int(index) == int(this if verb == "writes" else other), message  # the writer's slot
         assert {(verb, int(line)), (other_verb, int(other_line))} in (
             {("writes", store), ("read", load)},
             {("reads", load), ("wrote", store)},
