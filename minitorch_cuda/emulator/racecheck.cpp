@@ -7,10 +7,10 @@
 // replace it). The blocks of a launch run on all the workers at once, as without race checking:
 // - shared memory is each worker's own (static __shared__ is thread_local, dynamic shared the
 //   worker's), and a block's record (State) is its worker's, so only the shadow cells of global
-//   memory, the serials and the releases are met by several workers: a cell is read and updated
-//   under a spinlock of its stripe, a leaf of the shadow or a chunk of serials is made under a
-//   mutex and published through an atomic pointer, and the releases (atomics, volatile stores)
-//   live under one mutex, held across an atomic's check and its operation;
+//   memory, the serials and the releases are met by several workers: a global cell is read and
+//   updated under its stripe's sequence number (a seqlock), a leaf of the shadow or a chunk of
+//   serials is made under a mutex and published through an atomic pointer, and the releases
+//   (atomics, volatile stores) live under one mutex, held across an atomic's check and operation;
 // - a race within a block, and one between blocks ordered by the runtime (a co-resident launch's
 //   blocks take turns between grid barriers), is found the same way every run, and when several
 //   blocks fail the runtime keeps the error of the lowest block (runtime.cpp's fail): a kernel whose
@@ -35,9 +35,10 @@
 //   __threadfence()" error naming the store and the atomic.
 // One fence publishes what its whole block did before it (the emulator does not follow which
 // thread's stores a fence covers), and only the first concurrent reader of an address is kept: both
-// can hide a race, never invent one; so can a volatile load's acquiring again at its thread's next
-// access (a release made between the load's call here and the load counts as seen). Shared memory forgets its history when a block starts (the
-// runtime's poisoning), so blocks that a worker runs in turn never meet there.
+// can hide a race, never invent one; so can a volatile load's acquiring again at the block's next
+// access (a release made between the load's call here and the load itself counts as seen). Shared
+// memory forgets its history when a block starts (the runtime's poisoning), so blocks that a worker
+// runs in turn never meet there.
 #include "racecheck.h"
 
 #include "trace.h"
@@ -247,7 +248,8 @@ enum Order { ORDERED, RACE, UNPUBLISHED };
 
 // How `r` (made earlier) stands to the access `me`; `published` is set for UNPUBLISHED.
 Order order(const Record& r, const Me& me, const Release** published) {
-    if (r.serial < g_phase_start.load(std::memory_order_relaxed)) return ORDERED;  // none, an earlier launch, or before a grid barrier
+    if (r.serial < g_phase_start.load(std::memory_order_relaxed))
+        return ORDERED;  // none, an earlier launch, or before a grid barrier
     const State& s = *me.s;
     const uint32_t block = block_of(r.serial);
     const unsigned thread = r.bits & kThread;
