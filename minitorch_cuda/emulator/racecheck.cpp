@@ -119,7 +119,8 @@ Cell* leaf_of(uintptr_t granule, bool make) {
 // A cell of global memory, which several workers meet, is guarded by its stripe's sequence number
 // (a seqlock): a checker copies the cell between two reads of an even number, and to change it moves
 // the number from that even value to odd, writes, and moves it on to even. Most accesses only read
-// their cell, and so write nothing shared. The cells of shared memory are their worker's own.
+// their cell, and so write nothing shared. The cells of shared memory are their worker's own, and in a
+// launch whose blocks run one at a time (g_alone) every cell is the running block's: no seqlock there.
 constexpr int kStripeBits = 12;
 std::atomic<uint32_t> g_stripes[1 << kStripeBits];
 
@@ -164,6 +165,7 @@ uint32_t g_launch_start = 1;      // serials before it belong to earlier launche
 std::atomic<uint32_t> g_phase_start{1};  // and before it, to before the last grid barrier of this launch
 dim3 g_grid, g_block_dim;
 bool g_active = false;  // a launch with race checking is running
+bool g_alone = false;   // and its blocks run one at a time (one worker, or co-resident blocks taking turns)
 
 // The block (linear in the grid) of each serial since g_launch_start, in chunks that never move: a
 // worker writes its new serial's entry while others read theirs.
@@ -448,7 +450,7 @@ void check(Thread* t, State& s, uintptr_t a, size_t size, int kind, uintptr_t pc
         Cell& c = cell(s, g);
         Cell seen;
         Step done;
-        if (shared) {
+        if (shared || g_alone) {  // no other worker meets the cell now
             if ((done = step(c, x)) == SET_WRITE) c.write = x.mine;
             if (done == SET_READ) c.read = x.mine;
             if (done == REPORT) seen = c;
@@ -579,7 +581,7 @@ void fence() {  // __threadfence(): what the block did so far is published by it
 
 // --- what the runtime calls --------------------------------------------------------------------------
 
-void launch_begin(dim3 grid, dim3 block) {  // on the host thread, no worker running
+void launch_begin(dim3 grid, dim3 block, bool alone) {  // on the host thread, no worker running
     if (g_next > 0xf0000000u) {  // the serials are running out: forget everything, start again
         forget_everything();
         g_next = 1;
@@ -590,6 +592,7 @@ void launch_begin(dim3 grid, dim3 block) {  // on the host thread, no worker run
     g_released = false;
     g_grid = grid;
     g_block_dim = block;
+    g_alone = alone;
     g_active = true;
 }
 

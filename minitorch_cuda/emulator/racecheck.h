@@ -16,7 +16,7 @@ std::string describe_device_address(uintptr_t address);         // "" outside ev
 // launch_end from the host thread, the others from the worker that runs the block (grid_opened
 // while every block of the launch waits at the grid barrier).
 namespace racecheck {
-void launch_begin(dim3 grid, dim3 block);
+void launch_begin(dim3 grid, dim3 block, bool alone);  // alone: its blocks run one at a time
 void launch_end();
 void block_begin(Block& b, long long index, unsigned char* dynamic_shared, size_t shared_bytes);
 void block_abandoned(Block& b);                 // a fault, a race or a stop abandoned the block

@@ -1058,7 +1058,8 @@ extern "C" int emu_launch(void (*entry)(void**), void** args, const char* name, 
     if (!g_pool) g_pool = new Pool;
     const dim3 g(grid[0], grid[1], grid[2]), c(cluster[0], cluster[1], cluster[2]);
     const long long size = (long long)c.x * c.y * c.z, clusters = (long long)g.x * g.y * g.z / size;
-    if (racecheck) racecheck::launch_begin(g, dim3(block[0], block[1], block[2]));
+    const bool alone = workers == 1 || size > 1 || (long long)g.x * g.y * g.z <= resident;  // blocks take turns
+    if (racecheck) racecheck::launch_begin(g, dim3(block[0], block[1], block[2]), alone);
     if (traced) trace::launch_begin();
     struct End {  // race checking and tracing stop with the launch, however it ends
         bool racecheck, traced;
