@@ -40,8 +40,8 @@ def emu(tmp_path_factory):
     return driver, build
 
 
-def run(emu, source: str, name: str, signature: str, grid, block, *args) -> None:
-    emu[1](source).get_function(name).prepare(signature).prepared_call(grid, block, *args)
+def run(emu, source: str, name: str, signature: str, grid, block, *args, shared_size: int = 0) -> None:
+    emu[1](source).get_function(name).prepare(signature).prepared_call(grid, block, *args, shared_size=shared_size)
 
 
 def line_of(source: str, code: str) -> int:
@@ -154,6 +154,21 @@ def test_printf_n_is_refused(emu, capfd):
     assert "printf's %n (racecheck) at line" in message and f"line {line_of(PRINTF_N, '7, out);')}" in message, message
 
 
+def test_a_race_within_blocks_is_reported_the_same_on_every_run(emu, monkeypatch):
+    """Blocks run at once on two workers, every one with the race: the lowest block's report stands,
+    word for word the one of a single worker's run."""
+    driver = emu[0]
+    d_x, d_out = driver.to_device(np.arange(128, dtype=np.float32)), driver.mem_alloc(4)
+    messages = []
+    for workers in ("1", "2", "2", "2"):
+        monkeypatch.setenv("MINITORCH_CUDA_EMULATE_THREADS", workers)
+        with pytest.raises(LaunchError) as caught:
+            run(emu, LAST_THREAD_SUMS, "last_sums", "PPi", (16, 1, 1), (128, 1, 1), d_out, d_x, 0)
+        messages.append(str(caught.value))
+    assert "block (0, 0, 0), thread (127, 0, 0): data race (racecheck)" in messages[0], messages[0]
+    assert messages[1:] == messages[:1] * 3, messages
+
+
 # A tile loop without its trailing barrier: the next tile's store overwrites a slot another thread
 # has not read yet (write after read), again with the right answer in the emulator's order.
 TILE_LOOP = r"""
@@ -248,7 +263,8 @@ extern "C" __global__ void neighbour(float* data) {
 """
 
 
-def test_blocks_that_share_global_memory_race_without_an_order(emu):
+def test_blocks_that_share_global_memory_race_without_an_order(emu, monkeypatch):
+    monkeypatch.setenv("MINITORCH_CUDA_EMULATE_THREADS", "1")  # blocks in order: block 1 comes second
     driver = emu[0]
     d = driver.to_device(np.zeros(128, np.float32))
     with pytest.raises(LaunchError) as caught:
@@ -257,6 +273,61 @@ def test_blocks_that_share_global_memory_race_without_an_order(emu):
     assert "kernel 'neighbour', block (1, 0, 0), thread (0, 0, 0): data race (racecheck) on data[0]" in message
     assert f"thread (0, 0, 0) of block (0, 0, 0) wrote it at line {line_of(NEIGHBOUR, 'data[b] = b')}" in message
     assert "nothing ordering the two blocks" in message
+
+
+# Blocks in pairs: each works a while (so that partners run at once on two workers), then writes its
+# slot and reads its partner's; whichever partner comes second finds the race. `where` tells each
+# block's worker by its dynamic shared memory.
+PAIRS = r"""
+extern "C" __global__ void pairs(float* data, unsigned long long* where, int rounds) {
+    extern __shared__ float scratch[];
+    const int b = blockIdx.x, t = threadIdx.x;
+    if (t == 0) where[b] = (unsigned long long)scratch;
+    for (int r = 0; r < rounds; ++r) {
+        scratch[t] = r;
+        __syncthreads();
+    }
+    if (t == 0) {
+        data[b] = b;
+        data[64 + b] = data[b ^ 1];
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("workers", ["2", "1"])
+def test_blocks_on_different_workers_race_from_either_side(emu, monkeypatch, workers):
+    monkeypatch.setenv("MINITORCH_CUDA_EMULATE_THREADS", workers)
+    driver = emu[0]
+    store, load = line_of(PAIRS, "data[b] = b"), line_of(PAIRS, "data[b ^ 1]")
+    for _ in range(3):
+        d, d_where, where = (
+            driver.to_device(np.zeros(128, np.float32)),
+            driver.to_device(np.zeros(64, np.uint64)),
+            np.empty(64, np.uint64),
+        )
+        with pytest.raises(LaunchError) as caught:
+            run(emu, PAIRS, "pairs", "PPi", (64, 1, 1), (64, 1, 1), d, d_where, 2000, shared_size=256)
+        driver.memcpy_dtoh(where, d_where)
+        assert len(set(where[where != 0])) == int(workers), where  # the blocks that ran, on each worker
+        message = str(caught.value)
+        found = re.search(
+            r"block \((\d+), 0, 0\), thread \(0, 0, 0\): data race \(racecheck\) on data\[(\d+)\]: this thread "
+            r"(reads|writes) it at line (\d+)(?:: `[^`]*`)?, "
+            r"and thread \(0, 0, 0\) of block \((\d+), 0, 0\) (wrote|read) it "
+            r"at line (\d+)(?:: `[^`]*`)? in the same launch",
+            message,
+        )
+        assert found, message
+        this, index, verb, line, other, other_verb, other_line = found.groups()
+        assert int(this) ^ 1 == int(other), message
+        assert int(index) == int(this if verb == "writes" else other), message  # the writer's slot
+        assert {(verb, int(line)), (other_verb, int(other_line))} in (
+            {("writes", store), ("read", load)},
+            {("reads", load), ("wrote", store)},
+        ), message
+        if workers == "1":  # in order: block 1 writes the slot block 0 has read
+            assert (this, verb, other, index) == ("1", "writes", "0", "1"), message
 
 
 GRID_PHASES = r"""
@@ -308,7 +379,8 @@ extern "C" __global__ void total(float* out, float* partial, unsigned* arrived, 
 """
 
 
-def test_a_last_block_reduction_needs_its_fence(emu):
+def test_a_last_block_reduction_needs_its_fence(emu, monkeypatch):
+    monkeypatch.setenv("MINITORCH_CUDA_EMULATE_THREADS", "1")  # the last block to arrive is the last one
     driver = emu[0]
     x = np.arange(4 * 64, dtype=np.float32)
     d_x, d_out, d_partial = driver.to_device(x), driver.mem_alloc(4), driver.mem_alloc(16)
@@ -409,6 +481,7 @@ except LaunchError as exc:
 
 def test_races_are_found_in_the_device_process(tmp_path):
     env = {**os.environ, "MINITORCH_CUDA_EMULATE": "1", "MINITORCH_CUDA_RACECHECK": "1",
+           "MINITORCH_CUDA_EMULATE_THREADS": "1",  # blocks in order: block 1 comes second
            "MINITORCH_CUDA_CACHE": str(tmp_path / "cache")}  # fmt: skip
     done = subprocess.run([sys.executable, "-c", ISOLATED], input=NEIGHBOUR, env=env, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
@@ -422,6 +495,7 @@ def test_a_kernel_without_race_checking_runs_unchanged(tmp_path, monkeypatch):
     from minitorch_cuda.emulator import compiler, driver
 
     monkeypatch.delenv("MINITORCH_CUDA_RACECHECK", raising=False)
+    monkeypatch.setenv("MINITORCH_CUDA_EMULATE_THREADS", "1")  # in order, block b - 1 has written: no race shows
     module = compiler.SourceModule(textwrap.dedent(NEIGHBOUR), no_extern_c=True, cache_dir=str(tmp_path))
     assert not module.library.racecheck
     d, got = driver.to_device(np.zeros(128, np.float32)), np.empty(128, np.float32)

@@ -40,6 +40,7 @@ struct Block;
 struct Thread {  // at the base of the thread's stack region
     uint3 thread_idx;
     Block* block;
+    int linear;  // its index in the block, x fastest
 };
 
 struct Block {  // one running block; the fields kernels read come first

@@ -638,9 +638,9 @@ class Function:
         base = ctypes.addressof(packed)
         pointers = (ctypes.c_void_p * max(1, self._count))(*(base + 8 * i for i in range(self._count)))
         process = device_process.current()
-        # the runtime's `instrument`: race checking and tracing run the blocks one at a time
+        # the runtime's `instrument`: tracing runs the blocks one at a time, race checking on every worker
         instrument = RACECHECK if self.library.racecheck else TRACE if self.library.trace else 0
-        workers = 1 if instrument else _workers()
+        workers = 1 if instrument == TRACE else _workers()
         if process is not None:
             try:
                 process.launch(self._entry, self.name, grid, block, self.cluster, shared_size, workers,

@@ -129,7 +129,7 @@ struct Launch;
 
 struct Fiber : Thread {  // the rest of a thread's state, after what kernels read
     void* sp;
-    int linear, lane, warp;
+    int lane, warp;
     State state;
     const char* what;  // where it waits
     const char* file;
@@ -176,6 +176,7 @@ struct Launch {
     std::atomic<bool> failed{false};
     std::mutex error_lock;
     std::string error;
+    long long error_block = -1;  // the block that made `error`; -1: none, or the host's stop
     // The turns and the grid barrier of a co-resident launch, all guarded by grid_lock.
     std::mutex grid_lock;
     std::condition_variable grid_open;  // notified when the turn passes or the launch fails
@@ -230,15 +231,22 @@ std::string where(Worker& w) {
     return s;
 }
 
-// Records the first error of the launch and abandons the block.
+// Records the error of the launch and abandons the block. Blocks that started before the failing
+// one run on (only blocks not yet started are not started), and where one of them fails too its
+// error stands instead: the launch reports the error of its lowest failing block, the same one
+// whichever worker fails first.
 [[noreturn]] void fail(Worker& w, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     std::string message = format(fmt, ap);
     va_end(ap);
     {
-        std::lock_guard<std::mutex> lock(w.launch->error_lock);
-        if (w.launch->error.empty()) w.launch->error = "in " + where(w) + ": " + message;
+        Launch& l = *w.launch;
+        std::lock_guard<std::mutex> lock(l.error_lock);
+        if (l.error.empty() || (l.error_block >= 0 && w.block.index < l.error_block)) {
+            l.error = "in " + where(w) + ": " + message;
+            l.error_block = w.block.index;
+        }
     }
     {
         std::lock_guard<std::mutex> lock(w.launch->grid_lock);  // under it, so no waiter misses it
@@ -582,6 +590,7 @@ void run_blocks(Worker& w) {
     w.block.worker = &w;
     w.block.dynamic_shared = w.dynamic_shared + kMaxDynamicShared - round_up(l.shared_bytes, 16);
     if (sigsetjmp(w.abort, 1)) {  // a fiber failed: the block is abandoned
+        if (l.racecheck) racecheck::block_abandoned(w.block);
         w.in_kernel = false;
         w.current = nullptr;
         return;
@@ -652,13 +661,13 @@ void on_fault(int sig, siginfo_t* info, void* context) {
 // block starts and grid barriers give up, and each worker is sent kStopSignal; one running a
 // fiber (an endless loop never waits, so never comes back on its own) abandons its block as a
 // fault does. The host sends it again until the launch returns: a worker in the scheduler at
-// that moment ignores it.
+// that moment ignores it, and so does one in race checking's locked code (racecheck::busy).
 
 constexpr int kStopSignal = SIGUSR2;
 
 void on_stop(int) {
     Worker* w = t_worker;
-    if (w && w->in_kernel && w->current) abandon(*w);
+    if (w && w->in_kernel && w->current && !(w->launch->racecheck && racecheck::busy(w->block))) abandon(*w);
 }
 
 // --- the pool ------------------------------------------------------------------------------
@@ -1037,9 +1046,9 @@ extern "C" int emu_workers(void) { return int(std::max(1u, std::thread::hardware
 // Runs a launch to completion on `workers` OS threads, or co-resident (one per block) when it
 // has at most `resident` blocks; a launch with clusters of more than one block (`cluster`, whose
 // extents divide the grid's), cluster by cluster, each co-resident. `instrument`: 0, or for a kernel
-// built with ThreadSanitizer's calls and run on one worker, RACECHECK (racecheck.cpp: a race stops it
-// as a fault does) or TRACE (trace.cpp: its accesses are counted, emu_trace_rows). Returns 0, or -1 with
-// the first error in `error`.
+// built with ThreadSanitizer's calls, RACECHECK (racecheck.cpp: a race stops it as a fault does) or
+// TRACE (trace.cpp, on one worker: its accesses are counted, emu_trace_rows). Returns 0, or -1 with
+// the error of the lowest failing block (fail) in `error`.
 extern "C" int emu_launch(void (*entry)(void**), void** args, const char* name, const unsigned* grid,
                           const unsigned* block, const unsigned* cluster, size_t shared_bytes, int workers,
                           int resident, int instrument, char* error, size_t error_bytes) {
@@ -1049,7 +1058,8 @@ extern "C" int emu_launch(void (*entry)(void**), void** args, const char* name, 
     if (!g_pool) g_pool = new Pool;
     const dim3 g(grid[0], grid[1], grid[2]), c(cluster[0], cluster[1], cluster[2]);
     const long long size = (long long)c.x * c.y * c.z, clusters = (long long)g.x * g.y * g.z / size;
-    if (racecheck) racecheck::launch_begin(g, dim3(block[0], block[1], block[2]));
+    const bool alone = workers == 1 || size > 1 || (long long)g.x * g.y * g.z <= resident;  // blocks take turns
+    if (racecheck) racecheck::launch_begin(g, dim3(block[0], block[1], block[2]), alone);
     if (traced) trace::launch_begin();
     struct End {  // race checking and tracing stop with the launch, however it ends
         bool racecheck, traced;
