@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 INCLUDE = HERE / "include"
 HEADER = HERE / "cuda_emu.h"
 PTX_HEADER = HERE / "ptx.h"  # force-included after HEADER: what ptx.lower's calls call
-KERNEL_MEMORY = HERE / "kernel_memory.cpp"  # linked into instrumented kernels: memcpy and kin, seen
+KERNEL_MEMORY = HERE / "kernel_memory.cpp"  # linked into instrumented kernels: their C library calls, seen
 OWN_HEADERS = [HEADER, PTX_HEADER, HERE / "tensor_core.h"]  # what every build opens besides include/
 CXX = os.environ.get("CXX", "g++")
 CXXFLAGS = ["-std=c++17", "-O2", "-fPIC", "-fno-strict-aliasing", "-fno-math-errno", "-ffp-contract=off"]

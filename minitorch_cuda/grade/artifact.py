@@ -158,10 +158,10 @@ _INDEX_EXPANSIONS = dict(
         re.M,
     )
 )
-# GCC's attributes that leave a function without the sanitizer calls the emulator's checks are made of
-# attributes that switch the checks off, and the builtins whose memory accesses they never see: the
-# copies g++ expands inline after placing them (a kernel's plain memcpy or memset stays a call that
-# race checking sees: emulator/kernel_memory.cpp), and x86's vector loads and stores
+# GCC's attributes that leave a function without the sanitizer calls the emulator's checks are made
+# of, and the builtins whose memory accesses those calls never see: the copies g++ expands inline
+# after placing them (a kernel's plain memcpy or memset stays a call that race checking sees:
+# emulator/kernel_memory.cpp), and x86's vector loads and stores
 _UNCHECKED = re.compile(
     r"\b_*(?:no_sanitize\w*|no_address_safety_analysis)_*\b"
     r"|\b__builtin_+(?:mem|str|stp|wmem|bcopy|bzero|ia32_)\w*"
