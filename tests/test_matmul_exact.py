@@ -11,6 +11,7 @@ are checked without launching anything (on the emulator's pass, which imports th
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -57,14 +58,22 @@ np.savez(f"{folder}/outputs.npz", **outputs)
 """
 
 
+def emulated_outputs(pairs, folder: Path, script: str, *args: str):
+    """What ``script`` (run on the emulator with ``args``) wrote to ``folder``/outputs.npz, given the
+    operand ``pairs`` as ``folder``/inputs.npz (a0, b0, a1, ...)."""
+    np.savez(folder / "inputs.npz", **{f"{x}{i}": v for i, p in enumerate(pairs) for x, v in zip("ab", p)})
+    run_emulated(script, *args)
+    return np.load(folder / "outputs.npz")
+
+
 @needs_gxx
 @pytest.mark.parametrize("tile", REGTILED_EXACT_TILES)
 def test_exact_twins_compute_the_plain_kernels_bits_on_the_emulator(tile, tmp_path):
     cases = CASES[tile]
     pairs = [matmul_inputs(M, N, K, 0, 0, ba, bb, seed=len(tile) + i) for i, (M, N, K, ba, bb) in enumerate(cases)]
-    np.savez(tmp_path / "inputs.npz", **{f"{x}{i}": v for i, p in enumerate(pairs) for x, v in zip("ab", p)})
-    run_emulated(EMULATED_RUN, tile, json.dumps(SPLITS), str(tmp_path), json.dumps(cases))
-    outputs = np.load(tmp_path / "outputs.npz")
+    outputs = emulated_outputs(
+        pairs, tmp_path, EMULATED_RUN, tile, json.dumps(SPLITS), str(tmp_path), json.dumps(cases)
+    )
     for i, (a, b) in enumerate(pairs):
         for s in SPLITS:
             plain, exact = outputs[f"{i}_{s}"], outputs[f"exact_{i}_{s}"]
@@ -184,9 +193,7 @@ np.savez(f"{folder}/outputs.npz", **outputs)
 def test_edge_twins_compute_the_plain_kernels_bits_on_the_emulator(tile, tmp_path):
     cases = EDGE_CASES[tile]
     pairs = [matmul_inputs(M, N, K, 0, 0, seed=len(tile) + i) for i, (M, N, K) in enumerate(cases)]
-    np.savez(tmp_path / "inputs.npz", **{f"{x}{i}": v for i, p in enumerate(pairs) for x, v in zip("ab", p)})
-    run_emulated(EDGE_RUN, tile, str(tmp_path), str(len(cases)))
-    outputs = np.load(tmp_path / "outputs.npz")
+    outputs = emulated_outputs(pairs, tmp_path, EDGE_RUN, tile, str(tmp_path), str(len(cases)))
     for i, (a, b) in enumerate(pairs):
         plain, edge = outputs[f"{i}"], outputs[f"edge_{i}"]
         assert np.array_equal(plain, edge), f"{tile}, case {i}: the edge twin's bits differ"
