@@ -419,15 +419,29 @@ SUMSQ_TREE_6 = (  # 6.1's solution, from the store of each thread's sum to the r
     "    smem[t] = acc;\n    __syncthreads();\n    for (int s = blockDim.x / 2; s > 0; s >>= 1) {\n"
     "        if (t < s) smem[t] += smem[t + s];\n        __syncthreads();\n    }\n    if (t == 0) out[0] = smem[0];\n"
 )
-LAST_THREAD_SUMS_6 = (  # the last thread adds the slots up, with no barrier after the stores
-    "    smem[t] = acc;\n    if (t == blockDim.x - 1) {\n        float total = 0.0f;\n"
-    "        for (int i = 0; i < blockDim.x; ++i) total += smem[i];\n        out[0] = total;\n    }\n"
-)
-STUDENTS["race_with_right_answer"] = Student(
+
+
+def last_thread_adds_6(reads: str) -> str:
+    """6.1's kernel from the store of each thread's sum on, with the last thread adding the slots up
+    into ``total`` by ``reads`` and no barrier after the stores."""
+    return (
+        "    smem[t] = acc;\n    if (t == blockDim.x - 1) {\n        float total = 0.0f;\n"
+        + reads
+        + "        out[0] = total;\n    }\n"
+    )
+
+
+def last_thread_race_6(description: str, reads: str) -> Student:
+    return Student(
+        description, chapters("solutions", 6), (Edit("06_opt1_memcopies", SUMSQ_TREE_6, last_thread_adds_6(reads)),)
+    )
+
+
+ADDS_THE_SLOTS_6 = "        for (int i = 0; i < blockDim.x; ++i) total += smem[i];\n"
+STUDENTS["race_with_right_answer"] = last_thread_race_6(
     "sums the block's slots in its last thread with no __syncthreads() after the stores: the emulator runs "
     "the threads in order, so the last one finds every slot written and the sum is right there",
-    chapters("solutions", 6),
-    (Edit("06_opt1_memcopies", SUMSQ_TREE_6, LAST_THREAD_SUMS_6),),
+    ADDS_THE_SLOTS_6,
 )
 
 
@@ -436,7 +450,7 @@ STUDENTS["race_hidden_from_the_check"] = Student(
     "is made of: the emulator's order gives the right sum, and no check would see the race",
     chapters("solutions", 6),
     (
-        Edit("06_opt1_memcopies", SUMSQ_TREE_6, LAST_THREAD_SUMS_6),
+        Edit("06_opt1_memcopies", SUMSQ_TREE_6, last_thread_adds_6(ADDS_THE_SLOTS_6)),
         Edit(
             "06_opt1_memcopies",
             'extern "C" __global__ void sumsq_volatile(',
@@ -450,28 +464,18 @@ STUDENTS["race_hidden_from_the_check"] = Student(
 # ThreadSanitizer's calls), and through x86 assembly in a branch only the emulator compiles (it
 # claims __CUDA_ARCH__ 800; the grader's nvcc check builds for sm_90): the memcpy is race-checked
 # (emulator/kernel_memory.cpp), and every asm statement is PTX the emulator models or refuses.
-LAST_THREAD_COPIES_6 = (
-    "    smem[t] = acc;\n    if (t == blockDim.x - 1) {\n        float total = 0.0f, copy[1024];\n"
-    "        memcpy(copy, smem, blockDim.x * sizeof(float));\n"
-    "        for (int i = 0; i < blockDim.x; ++i) total += copy[i];\n        out[0] = total;\n    }\n"
-)
-LAST_THREAD_READS_IN_X86_6 = (
-    "    smem[t] = acc;\n    if (t == blockDim.x - 1) {\n        float total = 0.0f;\n"
-    "        for (int i = 0; i < blockDim.x; ++i) {\n#if __CUDA_ARCH__ == 800\n"
-    '            float v;\n            asm __inline__ volatile("movss %1, %0" : "=x"(v) : "m"(smem[i]));\n'
-    "            total += v;\n#else\n            total += smem[i];\n#endif\n        }\n        out[0] = total;\n    }\n"
-)
-STUDENTS["race_hidden_in_a_memcpy"] = Student(
+STUDENTS["race_hidden_in_a_memcpy"] = last_thread_race_6(
     "the race above, its last thread reading the slots with one memcpy, which the C library performs "
     "out of sight of the calls race checking places",
-    chapters("solutions", 6),
-    (Edit("06_opt1_memcopies", SUMSQ_TREE_6, LAST_THREAD_COPIES_6),),
+    "        float copy[1024];\n        memcpy(copy, smem, blockDim.x * sizeof(float));\n"
+    "        for (int i = 0; i < blockDim.x; ++i) total += copy[i];\n",
 )
-STUDENTS["race_hidden_in_x86_asm"] = Student(
+STUDENTS["race_hidden_in_x86_asm"] = last_thread_race_6(
     "the race above, its last thread reading the slots with x86 assembly (asm __inline__ volatile) in "
     "a branch for the emulator's __CUDA_ARCH__ only, where no race-checking call is placed",
-    chapters("solutions", 6),
-    (Edit("06_opt1_memcopies", SUMSQ_TREE_6, LAST_THREAD_READS_IN_X86_6),),
+    "        for (int i = 0; i < blockDim.x; ++i) {\n#if __CUDA_ARCH__ == 800\n"
+    '            float v;\n            asm __inline__ volatile("movss %1, %0" : "=x"(v) : "m"(smem[i]));\n'
+    "            total += v;\n#else\n            total += smem[i];\n#endif\n        }\n",
 )
 
 # A bank conflict that gives the right answer: 11.1's A tile stored transposed (a warp's 32 lanes write
