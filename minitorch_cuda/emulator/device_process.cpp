@@ -37,6 +37,7 @@
 #include <linux/audit.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -289,6 +290,9 @@ int main(int argc, char** argv) {
     // glibc trims a worker thread's heap after large frees, and reads /proc/sys/vm/overcommit_memory
     // the first time it does: a file the filter refuses. Memory a launch frees stays the process's.
     mallopt(M_TRIM_THRESHOLD, INT_MAX);
+    // Past 8 threads, glibc sizes its arena limit from the online CPUs, read from /sys (a file the
+    // filter refuses) the first time a further thread allocates: set here, as glibc would (8 a core).
+    mallopt(M_ARENA_MAX, int(8 * std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))));
     signal(SIGXFSZ, SIG_IGN);          // a printf past the file-size limit fails, as in the caller
     void* runtime = dlopen(argv[2], RTLD_NOW | RTLD_GLOBAL);
     if (!runtime) {

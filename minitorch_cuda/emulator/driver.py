@@ -46,9 +46,16 @@ MAX_CLUSTER = 8  # blocks in a thread block cluster: the portable limit (__clust
 RACECHECK, TRACE = 1, 2  # how a launch is instrumented (runtime.cpp's emu_launch)
 
 
+# Each worker maps a guarded stack per thread of a block (2,048 memory maps): past about 30 of them
+# a process meets Linux's default limit of 65,530 maps and the next thread cannot start.
+MAX_WORKERS = 16
+
+
 def _workers() -> int:
-    """OS threads that run blocks: MINITORCH_CUDA_EMULATE_THREADS, else the cores this process may use."""
-    return int(os.environ.get("MINITORCH_CUDA_EMULATE_THREADS") or len(os.sched_getaffinity(0)))
+    """OS threads that run blocks: MINITORCH_CUDA_EMULATE_THREADS, else the cores this process may use
+    (at most MAX_WORKERS either way)."""
+    asked = int(os.environ.get("MINITORCH_CUDA_EMULATE_THREADS") or len(os.sched_getaffinity(0)))
+    return max(1, min(asked, MAX_WORKERS))
 
 
 def _runtime() -> ctypes.CDLL:
