@@ -6,6 +6,7 @@
     python -m minitorch_cuda.bench --record --stages 0-13   # the whole ladder: *_beyond.json
     python -m minitorch_cuda.bench --only-kernels --json k.json   # matmul + bandwidth tables only
     python -m minitorch_cuda.bench --user-matmul --json u.json    # a user's a @ b against cuBLAS only
+    python -m minitorch_cuda.bench --stages 11-13 --hidden 512,512,512 --activation sigmoid --batch-size 128
 
 The blog's protocol (chapter 5, "How to benchmark"; the model and optimizer are
 ``train.Protocol``): one warm-up call of 10 batches, then 5 timed epochs, the median
@@ -21,6 +22,7 @@ training split); seconds per step make those rows comparable with the full-epoch
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -32,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from . import profiler, stages, synchronize, train
+from .cli_parser import Parser
 from .cuda.kernel_table import MATMUL_STAGES
 from .device import cuda_available, cuda_unavailable_reason
 from .needs_gpu import TIMINGS, refuse_emulated
@@ -81,8 +84,10 @@ class StageRun:
     the stage, ``row`` summarizes them. ``without`` names steps of the stage switched off (as
     stages.use_stage takes them): chapter 18 times stage 11's graph without stage 11's lean step."""
 
-    def __init__(self, stage: int, data, warmup: int, without: frozenset[str] = frozenset()):
+    def __init__(self, stage: int, data, warmup: int, without: frozenset[str] = frozenset(),
+                 protocol: train.Protocol | None = None):  # fmt: skip
         self.stage, self.data, self.warmup, self.without = stage, data, warmup, frozenset(without)
+        self.protocol = protocol or train.Protocol()
         self.limit = BATCHES.get(stage)
         self.times, self.cpu_times, self.steals, self.losses = [], [], [], []
         self.counts: dict[str, float] = {}
@@ -92,7 +97,7 @@ class StageRun:
 
     def start(self) -> None:
         with stages.use_stage(self.stage, self.without):
-            self.trainer = train.Trainer(train.Protocol(), "cuda")
+            self.trainer = train.Trainer(self.protocol, "cuda")
             self.trainer.epoch(self.data.x_train, self.data.y_train, max_batches=self.warmup)
 
     def epoch(self) -> None:
@@ -139,8 +144,9 @@ class TorchRun:
     TorchTrainer), or with ``graphed`` the whole step replayed as one CUDA graph
     (TorchGraphTrainer), the peer of the stages that replay theirs (11-13)."""
 
-    def __init__(self, data, warmup: int, graphed: bool = False):
+    def __init__(self, data, warmup: int, graphed: bool = False, protocol: train.Protocol | None = None):
         self.data, self.warmup, self.graphed, self.times = data, warmup, graphed, []
+        self.protocol = protocol or train.Protocol()
 
     def label(self) -> str:
         return "PyTorch CUDA graph" if self.graphed else "PyTorch eager"
@@ -148,7 +154,7 @@ class TorchRun:
     def start(self) -> None:
         from .torch_reference import TorchGraphTrainer, TorchTrainer
 
-        self.trainer = (TorchGraphTrainer if self.graphed else TorchTrainer)(train.Protocol(), self.data)
+        self.trainer = (TorchGraphTrainer if self.graphed else TorchTrainer)(self.protocol, self.data)
         self.trainer.epoch(self.warmup)
 
     def epoch(self) -> None:
@@ -200,10 +206,10 @@ def run_stage(stage: int, data, epochs: int, warmup: int, progress, without: fro
     return run.row()
 
 
-def profile_stage(stage: int, data, steps: int = 20, keep: int = 400) -> dict:
+def profile_stage(stage: int, data, steps: int = 20, keep: int = 400, protocol: train.Protocol | None = None) -> dict:
     """Per-kernel time shares, counters and a timeline over ``steps`` training steps."""
     with stages.use_stage(stage):
-        trainer = train.Trainer(train.Protocol(), "cuda")
+        trainer = train.Trainer(protocol or train.Protocol(), "cuda")
         trainer.epoch(data.x_train, data.y_train, max_batches=3)
         rows = trainer.protocol.batch_size
         # consecutive batches, as an epoch hands them out (stage 13 reads the next one in place),
@@ -367,7 +373,7 @@ def format_table(rows: list[dict], torch_row: dict | None, graph_row: dict | Non
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m minitorch_cuda.bench") -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    parser = Parser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument(
         "--stages",
         type=stages.parse,
@@ -385,7 +391,21 @@ def main(argv: list[str] | None = None, prog: str = "python -m minitorch_cuda.be
     )
     parser.add_argument("--warmup", type=int, default=10, help="batches in the warm-up call (default: 10)")
     parser.add_argument(
+        "--hidden", type=hidden_sizes, default=train.Protocol.hidden,
+        help="another model: its hidden layers' widths, e.g. 512,512,512 (default: the protocol's 256,128)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--activation", choices=("relu", "sigmoid"), default=train.Protocol.activation,
+        help="the hidden layers' activation (default: relu)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--batch-size", type=int, default=train.Protocol.batch_size, help="rows a step (default: the protocol's 64)"
+    )
+    parser.add_argument(
         "--no-torch", action="store_true", help="skip the PyTorch peers (eager, CUDA graph) even where PyTorch imports"
+    )
+    parser.add_argument(
+        "--no-eager", action="store_true", help="skip PyTorch eager (keep its CUDA graph, the peer of stages 11-13)"
     )
     parser.add_argument("--matmul", action="store_true", help="also time each matmul kernel against cuBLAS")
     parser.add_argument(
@@ -407,6 +427,12 @@ def main(argv: list[str] | None = None, prog: str = "python -m minitorch_cuda.be
         "matmul.json alone",
     )
     args = parser.parse_args(argv)
+    protocol = dataclasses.replace(train.Protocol(), hidden=args.hidden, activation=args.activation,
+                                   batch_size=args.batch_size)  # fmt: skip
+    if args.record and protocol != train.Protocol():
+        parser.error("--record stores the protocol's model only: leave out --hidden, --activation and --batch-size")
+    if args.batch_size < 1:
+        parser.error(f"--batch-size must be at least 1, not {args.batch_size}")
     refuse_emulated(prog, TIMINGS + ("; --record would store them as GPU results" if args.record else ""))
     if not cuda_available():
         print(
@@ -427,17 +453,17 @@ def main(argv: list[str] | None = None, prog: str = "python -m minitorch_cuda.be
         return kernels_main(args, command, device_properties)
     data = train.load_to("cuda")
     use_torch = not args.no_torch and torch_reference.available()
-    peers = [TorchRun(data, args.warmup)] if use_torch else []
+    peers = [TorchRun(data, args.warmup, protocol=protocol)] if use_torch and not args.no_eager else []
     if use_torch and max(args.stages) >= GRAPHED_FROM:  # their peer: PyTorch's step in a graph too
-        peers.append(TorchRun(data, args.warmup, graphed=True))
+        peers.append(TorchRun(data, args.warmup, graphed=True, protocol=protocol))
     with tqdm(total=args.epochs * (len(args.stages) + len(peers)), desc="epochs", unit="epoch", file=sys.stderr) as bar:
-        runs = [StageRun(stage, data, args.warmup) for stage in args.stages]
+        runs = [StageRun(stage, data, args.warmup, protocol=protocol) for stage in args.stages]
         measured = run_rounds(runs + peers, args.epochs, bar)
-    rows, torch_rows = measured[: len(runs)], measured[len(runs) :]
-    torch_row, graph_row = (torch_rows + [None, None])[:2]
+    rows, peer_rows = measured[: len(runs)], dict(zip((peer.graphed for peer in peers), measured[len(runs) :]))
+    torch_row, graph_row = peer_rows.get(False), peer_rows.get(True)
     result = {
         "device": device_properties(),
-        "protocol": vars(train.Protocol())
+        "protocol": dataclasses.asdict(protocol)
         | {"epochs": args.epochs, "rounds": args.epochs, "interleaved": ROUNDS_NOTE, "warmup_batches": args.warmup},
         "stages": rows,
         "torch": torch_row,
@@ -451,7 +477,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m minitorch_cuda.be
         result["matmul"] = matmul_gflops()
         print(format_matmul(result["matmul"]))
     if args.profiles or args.record:
-        result["profiles"] = [profile_stage(s, data) for s in args.stages]
+        result["profiles"] = [profile_stage(s, data, protocol=protocol) for s in args.stages]
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1, default=str)
@@ -468,6 +494,17 @@ def main(argv: list[str] | None = None, prog: str = "python -m minitorch_cuda.be
         results.save("matmul", {"device": result["device"], **result["matmul"]}, command)
         results.save(profiles_name, {"device": result["device"], "stages": result["profiles"]}, command)
     return 0
+
+
+def hidden_sizes(text: str) -> tuple[int, ...]:
+    """``--hidden``'s widths: comma-separated positive integers."""
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"expected widths such as 512,256 (positive integers), not {text!r}")
+    return sizes
 
 
 def record_names(stages: list[int]) -> tuple[str, str]:

@@ -9,6 +9,8 @@ import argparse
 import sys
 import time
 
+from .cli_parser import Parser
+
 # command -> (module whose main(argv, prog) runs it, or None for train below; one line of help)
 COMMANDS = {
     "bench": ("minitorch_cuda.bench", "the blog's benchmark of stages 0-8, with PyTorch eager beside it (needs a GPU)"),
@@ -60,7 +62,7 @@ def train_parser(prog: str = "minitorch-cuda train") -> argparse.ArgumentParser:
     from .device import cuda_available
 
     gpu = cuda_available()
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=prog,
         description="Train the blog's MLP 784-256-128-10 on MNIST with its protocol (batch 64, RmsProp, "
         "gradient clipping at norm 1) and print the loss and accuracy after each epoch.",
@@ -153,7 +155,7 @@ def train_main(argv: list[str], prog: str = "minitorch-cuda train") -> int:
 
 def top_parser() -> argparse.ArgumentParser:
     listing = "\n".join(f"  {name:7s}{text}" for name, (_, text) in COMMANDS.items())
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="minitorch-cuda",
         description="The minitorch-cuda course's commands.",
         epilog=f"commands:\n{listing}\n\nRun 'minitorch-cuda COMMAND --help' for a command's options.",

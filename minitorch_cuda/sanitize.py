@@ -30,6 +30,8 @@ import subprocess
 import sys
 import time
 
+from .cli_parser import Parser
+
 TOOLS = ("memcheck", "racecheck", "synccheck")
 SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error", re.I)
 RACECHECK_SUMMARY = re.compile(r"RACECHECK SUMMARY:\s*(\d+)\s+hazard", re.I)
@@ -243,7 +245,7 @@ def write_json(path: str, sanitizer: str, results: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     from . import stages
 
-    parser = argparse.ArgumentParser(prog="python -m minitorch_cuda.sanitize", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="python -m minitorch_cuda.sanitize", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tools", nargs="+", choices=TOOLS, default=list(TOOLS))
     parser.add_argument("--stages", type=stages.parse, help="e.g. 0-8 or 0,8 (default: every stage)")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")

@@ -173,3 +173,30 @@ def test_user_matmul_table_marks_each_ratio_below_its_target() -> None:
     lines = user_matmul.format_table(table).splitlines()
     assert "0.800 (>= 0.95, below)" in lines[2] and "0.900 (>= 0.85)" in lines[2]
     assert "0.500" in lines[3] and ">=" not in lines[3]  # the MNIST shapes have no target
+
+
+def test_a_stage_run_trains_the_model_it_is_given(fake_training) -> None:
+    """--hidden, --activation and --batch-size reach the trainer; the batches per epoch follow the batch size."""
+    FakeTrainer.durations = [0.2]
+    wide = bench.train.Protocol(hidden=(512, 512, 512), activation="sigmoid", batch_size=128)
+    run = bench.StageRun(13, fake_training, 10, protocol=wide)
+    row = bench.run_rounds([run], 1, QUIET)[0]
+    assert run.trainer.protocol == wide and row["batches_per_epoch"] == 5  # 640 images, batches of 128
+    assert bench.StageRun(13, fake_training, 10).protocol == bench.train.Protocol()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--hidden", "512,x"], "argument --hidden: expected widths such as 512,256 (positive integers), not '512,x'"),
+        (["--hidden", "512,0"], "not '512,0'"),
+        (["--batch-size", "0"], "--batch-size must be at least 1, not 0"),
+        (["--record", "--hidden", "512"], "--record stores the protocol's model only"),
+        (["--activation", "tanh"], "invalid choice: 'tanh'"),
+    ],
+)
+def test_a_bad_model_is_one_line_and_exit_2(capsys, argv, message) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and message in err and err.count("\n") == 1, err

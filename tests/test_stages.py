@@ -153,7 +153,7 @@ def test_the_clis_reject_a_bad_stage_list_in_one_line(module, capsys):
     errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
     assert errors == [
         f"python -m minitorch_cuda.{module}: error: argument --stages: bad stage 'abc' in "
-        "'0-8,abc': use e.g. 0-8, 6,8 or 0-8,12"
+        "'0-8,abc': use e.g. 0-8, 6,8 or 0-8,12 (see --help)"
     ]
 
 

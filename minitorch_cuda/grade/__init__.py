@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from .. import emulator
+from ..cli_parser import Parser
 
 EXIT_PARTIAL = 3  # some exercises could not be graded here (no GPU, a missing extra) and --allow-partial was not given
 
@@ -35,13 +36,6 @@ def missing_extra(prog: str) -> str | None:
         f"{prog}: error: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed: install the "
         "`grade` extra (in the checkout: pip install -e '.[grade]'; elsewhere: pip install 'minitorch-cuda[grade]')"
     )
-
-
-class _Parser(argparse.ArgumentParser):
-    """CLI errors as one line (``minitorch-cuda grade: error: ...``), exit status 2."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -64,8 +58,8 @@ def _seed(text: str) -> int:
     return seed
 
 
-def _parser(prog: str) -> _Parser:
-    parser = _Parser(
+def _parser(prog: str) -> Parser:
+    parser = Parser(
         prog=prog,
         description="Grade a folder of submissions (one subfolder of notebooks per student): a CSV of points, "
         "grades.json and one feedback file per student.",
@@ -131,7 +125,7 @@ def _parser(prog: str) -> _Parser:
 def merge_main(argv: list[str], prog: str = "minitorch-cuda grade merge") -> int:
     from . import runner
 
-    parser = _Parser(
+    parser = Parser(
         prog=prog,
         description="Merge the outputs of 'minitorch-cuda grade --shard K/N' runs (again as shards finish).",
     )
