@@ -276,3 +276,62 @@ def test_the_ci_script_runs_the_user_table_on_the_emulator(tmp_path):
         assert r["relative_error"]["stage 9"] < 1e-6 and r["relative_error"]["stage 12"] < 2e-3, r
         assert r["wall_s"]["stage 9"] > 0 and not r["ratios"], r
     assert "stage 9 / cuBLAS FP32" in done.stdout and "no PyTorch here" in done.stdout
+
+
+LEAN_STAGE_12 = f"""
+import json, sys
+sys.path.insert(0, {str(TESTS)!r})
+import standin_pycuda  # noqa: F401  (before anything imports pycuda; it answers sm_90)
+from minitorch_cuda import stages
+from minitorch_cuda.cuda import launch_core, ops_matmul, timing
+from minitorch_cuda.cuda.array import DeviceArray
+
+tf32_cost = float(sys.argv[1])  # the stand-in's time of a tensor-core product; an FP32 one 3, an elementwise 0.5
+def cost(name):
+    return tf32_cost if name.startswith("matmul_tf32") else 3.0 if name.startswith("matmul_") else 0.5
+launched = []
+queue_launch = launch_core.launch
+def launch(kernel, *args, shapes=()):
+    launched.append(kernel.name)
+    queue_launch(kernel, *args, shapes=shapes)
+launch_core.launch = launch
+def elapsed_ms(work):  # the time of what work() launched through the backend's launch
+    start = len(launched)
+    work()
+    return sum(map(cost, launched[start:])) or 0.001
+timing.elapsed_ms = elapsed_ms
+
+def step():
+    x, w, b = DeviceArray.empty((64, 784)), DeviceArray.empty((784, 256)), DeviceArray.empty((256,))
+    y = ops_matmul.linear(x, w, b, True)
+    ops_matmul.linear_backward(y, x, w, None, True, True, True)  # dx masked by x (a ReLU output)
+
+kernels = {{}}
+for stage in (11, 12):
+    with stages.use_stage(stage):
+        step()  # the first: every choice timed
+        del launched[:]
+        step()
+        kernels[stage] = launched[:]
+print(json.dumps(kernels))
+"""
+
+
+@pytest.mark.parametrize("tf32_cost", [5.0, 1.0])
+def test_stage_12_runs_the_lean_step_on_tensor_cores_only_where_faster(tf32_cost) -> None:
+    """Stage 12 times each product of the lean step both ways on first use: as stage 11 runs it
+    (FP32, the epilogue inside) and on tensor cores (the epilogue as launches after). Where the
+    tensor-core kernels take longer it launches exactly stage 11's kernels; where they are faster,
+    a TF32 product with the bias and ReLU, the mask, and the bias gradient's column sums after."""
+    done = subprocess.run([sys.executable, "-c", LEAN_STAGE_12, str(tf32_cost)], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    kernels = json.loads(done.stdout.splitlines()[-1])
+    eleven, twelve = kernels["11"], kernels["12"]
+    assert len(eleven) == 3 and not [k for k in eleven if k.startswith("matmul_tf32")], eleven
+    if tf32_cost > 3:
+        assert twelve == eleven
+    else:
+        products = [k for k in twelve if k.startswith("matmul_tf32")]
+        assert len(products) == 3 and {"ew_add_relu", "ew_relu_backward", "sum_axis"} <= set(twelve), twelve
+        assert len(twelve) == 6, twelve

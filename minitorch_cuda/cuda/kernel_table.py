@@ -52,7 +52,7 @@ class KernelSpec:
 
 
 SPECS: dict[str, KernelSpec] = {
-    **{name: KernelSpec("elementwise.cu", _BINARY) for name in ("ew_add", "ew_sub", "ew_mul", "ew_div")},
+    **{name: KernelSpec("elementwise.cu", _BINARY) for name in ("ew_add", "ew_sub", "ew_mul", "ew_div", "ew_add_relu")},
     **{name: KernelSpec("elementwise.cu", _UNARY) for name in ("ew_exp", "ew_log", "ew_relu", "ew_sigmoid")},
     "ew_affine": KernelSpec("elementwise.cu", "float* out, const float* a, float alpha, float beta, int n"),
     "ew_rdiv": KernelSpec("elementwise.cu", "float* out, const float* a, float s, int n"),

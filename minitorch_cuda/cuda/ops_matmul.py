@@ -12,8 +12,8 @@ import functools
 from collections.abc import Callable
 
 from .. import stages
+from . import launchers, matmul_launchers, timing
 from . import matmul_choice as choice
-from . import matmul_launchers
 from .array import DeviceArray
 from .autotune import tuner
 from .launch_core import Gemm
@@ -125,19 +125,50 @@ def tensor_core_matmul(out: DeviceArray, a: DeviceArray, b: DeviceArray, g: Gemm
 
 def linear(x: DeviceArray, w: DeviceArray, bias: DeviceArray | None, relu: bool) -> DeviceArray:
     """``act(x @ w + bias)`` for a 2-D ``x`` in one launch (stage 10's fused epilogue; from the
-    lean step on, split over K where the output has too few tiles to fill the GPU)."""
+    lean step on, split over K where the output has too few tiles to fill the GPU; at stage 12,
+    on tensor cores with the epilogue after where that is faster)."""
     x, tx = _operand(x, False)
     w, tw = _operand(w, False)
     g = Gemm.of(x, w, tx, tw)
     out = DeviceArray.empty((g.M, g.N))
     bias = contiguous(bias) if bias is not None else None
-    if stages.lean_step() and not stages.tensor_cores():
-        counters = _splitk_counters()
-        variant = choice.linear_variant(out, x, w, bias, counters, g, relu)
-        matmul_launchers.matmul_linear(out, x, w, bias, counters, g, relu, variant=variant)
-    else:
+    if not stages.lean_step():
         matmul_launchers.matmul_bias_act(out, x, w, bias, g, relu, tile=choice.regtiled_tile(out, x, w, g))
+        return out
+    counters = _splitk_counters()
+    variant = choice.linear_variant(out, x, w, bias, counters, g, relu)
+    fused = functools.partial(matmul_launchers.matmul_linear, out, x, w, bias, counters, g, relu, variant=variant)
+
+    def tensor_cores() -> None:
+        route(x, w, tx, tw).queue(out, x, w)
+        if bias is not None:
+            launchers.elementwise("ew_add_relu" if relu else "ew_add", out.size, out, out, bias, out.size, 1, g.N)
+        elif relu:
+            launchers.elementwise("ew_relu", out.size, out, out, out.size)
+
+    (tensor_cores if _tensor_cores_faster("linear", x, w, g, fused, tensor_cores) else fused)()
     return out
+
+
+def _tensor_cores_faster(family: str, a, b, g: Gemm, fused: Callable[[], object], tf32: Callable[[], object]) -> bool:
+    """Whether stage 12 runs a product of the lean step on tensor cores (``tf32``: the TF32 product,
+    then its epilogue as launches of their own) rather than as stage 11 does (``fused``: FP32,
+    the epilogue inside), for ``op(a) @ op(b)``. On first use per shape each way's launches are
+    timed back to back (the graphed step replays them so), the faster kept: stage 12's step is
+    then no slower than stage 11's where TF32 does not pay (few, small tiles). Before stage 12,
+    and untimed (the CPU emulator, the tuner off), tensor cores from stage 12 on."""
+    if not stages.tensor_cores():
+        return False
+    ways = {"tensor cores": tf32, "stage 11": fused}  # untimed: the first
+
+    def time_ms(way: str) -> float:
+        ways[way]()  # a first call may time and choose its own kernels: not in the sample
+        n = choice.tuning_launches()
+        return timing.elapsed_ms(lambda: [ways[way]() for _ in range(n)]) / n
+
+    if choice.EMULATED:  # the emulator's times stand for nothing a GPU would do
+        return True
+    return tuner.pick(f"lean_tf32 {family}", choice.tuning_key(a, b, g), list(ways), time_ms) == "tensor cores"
 
 
 _counters: list[DeviceArray] = []
@@ -169,7 +200,15 @@ def linear_backward(
     gw = DeviceArray.empty(w.shape)
     gb = DeviceArray.empty((w.shape[1],)) if has_bias else None
     problem = Gemm.of(a, gz, ta, False)
-    matmul_launchers.matmul_grad(gw, a, gz, problem, colsum=gb, tile=choice.regtiled_tile(gw, a, gz, problem))
+    tile = choice.regtiled_tile(gw, a, gz, problem)
+    fused = functools.partial(matmul_launchers.matmul_grad, gw, a, gz, problem, colsum=gb, tile=tile)
+
+    def tensor_cores() -> None:
+        route(a, gz, ta, False).queue(gw, a, gz)
+        if gb is not None:  # the column sums of gz (rows summed per column)
+            launchers.elementwise("sum_axis", gb.size, gb, gz, 1, gz.shape[0], gz.shape[1], 1.0)
+
+    (tensor_cores if _tensor_cores_faster("weight grad", a, gz, problem, fused, tensor_cores) else fused)()
     return gx, gw, gb
 
 
@@ -179,6 +218,14 @@ def _masked_product(gz: DeviceArray, w: DeviceArray, mask: DeviceArray | None) -
     g = Gemm.of(gz, b, False, tb)
     out = DeviceArray.empty((g.M, g.N))
     mask = contiguous(mask) if mask is not None else None
-    matmul_launchers.matmul_grad(out, gz, b, g, mask=mask, tile=choice.regtiled_tile(out, gz, b, g))
+    fused = functools.partial(matmul_launchers.matmul_grad, out, gz, b, g, mask=mask,
+                              tile=choice.regtiled_tile(out, gz, b, g))  # fmt: skip
+
+    def tensor_cores() -> None:
+        route(gz, b, False, tb).queue(out, gz, b)
+        if mask is not None:
+            launchers.elementwise("ew_relu_backward", out.size, out, out, mask, out.size)
+
+    (tensor_cores if _tensor_cores_faster("input grad", gz, b, g, fused, tensor_cores) else fused)()
     out.masked_by = mask
     return out

@@ -1,6 +1,8 @@
 // elementwise.cu: one thread per element, every stage.
 //   ew_add, ew_sub, ew_mul, ew_div   out = a (op) b, b broadcast by (i / b_div) % b_mod
 //                                    (same shape: 1, n; bias row: 1, cols; column: cols, rows)
+//   ew_add_relu                      out = relu(a + b), broadcast as ew_add (stage 12's bias and
+//                                    ReLU after a tensor-core product, in place)
 //   ew_affine                        out = alpha * a + beta      (scalar add/sub/mul, neg)
 //   ew_rdiv                          out = s / a
 //   ew_exp, ew_log, ew_relu          unary maps
@@ -23,6 +25,7 @@ BINARY(ew_add, x + y)
 BINARY(ew_sub, x - y)
 BINARY(ew_mul, x * y)
 BINARY(ew_div, x / y)
+BINARY(ew_add_relu, x + y > 0.0f ? x + y : 0.0f)
 
 extern "C" __global__ void ew_affine(float* out, const float* a, float alpha, float beta, int n) {
     INDEX();
