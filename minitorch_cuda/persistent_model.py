@@ -62,10 +62,10 @@ def _check_loss_and_optimizer(net: nn.Module, loss_fn, optimizer) -> None:
 
 def persistent_step(
     net: nn.Module, loss_fn, optimizer, max_norm: float, max_rows: int, blocks: int = 0, split: bool = True,
-    stage: bool = True,
+    stage: bool = True, wide: bool = True,
 ) -> PersistentStep:  # fmt: skip
     """Stage 13's step of ``net`` under ``loss_fn`` and ``optimizer`` as one kernel, for up to
-    ``max_rows`` rows a batch (``blocks``, ``split``, ``stage``: PersistentStep's); DoesNotFit
+    ``max_rows`` rows a batch (``blocks``, ``split``, ``stage``, ``wide``: PersistentStep's); DoesNotFit
     names what the kernel does not compute."""
     chain = layer_chain(net)
     _check_loss_and_optimizer(net, loss_fn, optimizer)
@@ -76,4 +76,4 @@ def persistent_step(
         return (state[id(layer.weight)], state[id(layer.bias)]) if rmsprop else None
 
     layers = [StepLayer(layer.weight.data, layer.bias.data, act, states(layer)) for layer, act in chain]
-    return PersistentStep(layers, optimizer, rmsprop, max_norm, max_rows, blocks, split, stage)
+    return PersistentStep(layers, optimizer, rmsprop, max_norm, max_rows, blocks, split, stage, wide)

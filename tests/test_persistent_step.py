@@ -40,6 +40,8 @@ SHAPES = {
     "one layer, two tiles of rows": Protocol(hidden=(), batch_size=70, max_norm=0.5),
     "four layers": Protocol(hidden=(37, 19, 23), batch_size=21, max_norm=0.5),
     "widths of 16-byte rows": Protocol(hidden=(40, 24), batch_size=21, max_norm=0.5),  # staged 16 bytes a copy
+    # W_2 (300 x 200) does not fit in shared memory: layers 1 and 2 run as tiles (rows_from: 2)
+    "wide layers": Protocol(hidden=(300, 200, 40), batch_size=21, max_norm=0.5),
 }
 
 
@@ -48,7 +50,8 @@ SHAPES = {
 @pytest.mark.parametrize(
     ("shape", "activation", "optimizer"),
     [("narrow", "relu", "rmsprop"), ("narrow", "sigmoid", "sgd"), ("one layer, two tiles of rows", "relu", "rmsprop"),
-     ("four layers", "sigmoid", "rmsprop"), ("widths of 16-byte rows", "relu", "sgd")],
+     ("four layers", "sigmoid", "rmsprop"), ("widths of 16-byte rows", "relu", "sgd"),
+     ("wide layers", "sigmoid", "rmsprop"), ("wide layers", "relu", "sgd")],
 )  # fmt: skip
 def test_stage_13_trains_like_stage_10_and_float64(shape, activation, optimizer):
     protocol = dataclasses.replace(SHAPES[shape], activation=activation)
@@ -269,6 +272,57 @@ def test_the_later_layers_are_staged_all_together_or_not_at_all():
     assert staging(chain, size - 1) == ([(-1, 0)] * 3, 0)  # one byte short: none staged
     one = [layer.weight.shape for layer, _ in layer_chain(make_net(Protocol(hidden=()), "cpu"))]
     assert staging(one, 1 << 20) == ([(-1, 0)], 0)  # nothing after the first layer
+
+
+@pytest.mark.gpu
+@pytest.mark.emulated  # pure arithmetic, but its module needs a CUDA runtime to import
+def test_the_layers_whose_weights_do_not_fit_run_as_tiles():
+    from minitorch_cuda.cuda.persistent_step import rows_from, staging
+
+    protocol = [(784, 256), (256, 128), (128, 10)]
+    wide = [(784, 512), (512, 512), (512, 512), (512, 10)]  # issue 41's model
+    h100 = 227 * 1024 - 48 * 1024  # about what the kernel's static shared memory leaves of an H100's
+    assert rows_from(protocol, h100) == 1  # the later layers fit: every row carries them (142 KB)
+    assert rows_from(wide, h100) == 3  # W_2, W_3 (1 MB each) do not; W_4 and b_4 do (513 rows of 12 floats)
+    assert staging(wide, h100, 3) == ([(-1, 0)] * 3 + [(0, 12)], 4 * 513 * 12)
+    assert rows_from(wide, 0) == 3 and rows_from([(784, 10)], 0) == 1  # none fit: the last layer's rows read W_4
+
+
+def _wide_step(blocks: int = 0, clocked: bool = False, steps: int = 2):
+    """``steps`` steps of SHAPES["wide layers"]'s model on one batch: the step, losses, parameters, phase times."""
+    from minitorch_cuda.persistent_model import persistent_step
+
+    protocol = SHAPES["wide layers"]
+    x, y = mnist_shaped(protocol.batch_size, seed=5)
+    with mt.use_stage(13, without={"cuda_graphs"}):
+        net = make_net(protocol, "cuda")
+        for mine, cpu in zip(net.parameters(), make_net(protocol, "cpu").parameters()):
+            mine.assign(cpu.numpy())
+        opt = optim.RmsProp(net.parameters(), protocol.lr, protocol.decay)
+        step = persistent_step(net, nn.CrossEntropyWithSoftmax(), opt, protocol.max_norm, protocol.batch_size, blocks)
+        xd, yd = mt.tensor(x, "cuda").data, mt.tensor(y, "cuda").data
+        times = step.phase_times(xd, yd, steps) if clocked else None
+        losses = None if clocked else [step.step(xd, yd) for _ in range(steps)]
+        return step, losses, [p.numpy() for p in net.parameters()], times
+
+
+@pytest.mark.gpu
+@pytest.mark.emulated
+def test_wide_layers_compute_the_same_bits_on_every_grid_and_with_the_phase_clock():
+    step, losses, params, _ = _wide_step()
+    assert step.row_from == 2 and step.k_splits == [1, 1, 1, 1]  # a wide first layer is not sliced
+    assert step.phases == ["forward 1", "forward 2", "rows", "backward 2", "gradients", "update"]
+    assert step.staged_bytes == 4 * (201 * 44 + 41 * 12)  # W_3, b_3 and W_4, b_4 only
+    for blocks in (1, 3):
+        _, other_losses, other_params, _ = _wide_step(blocks)
+        assert other_losses == losses and all(np.array_equal(a, b) for a, b in zip(other_params, params)), blocks
+    _, _, clocked_params, times = _wide_step(clocked=True)
+    assert all(np.array_equal(a, b) for a, b in zip(clocked_params, params))
+    assert [r["phase"] for r in times["phases"]] == step.phases and times["grid_barriers"] == 5
+    steps = ["layer 2's input", "forward 3", "forward 4", "loss", "backward 4", "backward 3"]
+    assert [r["step"] for r in times["row_steps"]] == steps and all(r["median_us"] > 0 for r in times["row_steps"])
+    assert all(r["median_us"] > 0 for r in times["phases"]) and times["row_from"] == 2
+    assert times["sm_clock_mhz"]["median"] > 0
 
 
 def _misfits() -> list:

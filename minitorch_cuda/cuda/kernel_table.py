@@ -329,7 +329,7 @@ SPECS.update(
         "matmul_bf16": KernelSpec("mma.cu", _MATMUL),
         "persistent_step": KernelSpec(
             "persistent_step.cu",
-            "const PersistentLayer* layers, int n_layers, BatchCursor* batch, int rows, "
+            "const PersistentLayer* layers, int n_layers, int row_from, BatchCursor* batch, int rows, "
             "float* row_loss, float* partials, int n_partials, float* loss, unsigned long long* report, "
             "GridBarrier* barrier, int rmsprop, "
             "float lr, float decay, float eps, float max_norm",

@@ -205,11 +205,12 @@ def fetch_batch(cursor, x, target, arrived, *, timed: int = 0):
 
 
 def persistent_step(
-    layers, n_layers: int, batch, rows: int, row_loss, partials, n_partials: int, loss, report: int, barrier,
-    rmsprop: bool, lr: float, decay: float, eps: float, max_norm: float, *, blocks: int = 0, timed: int = 0,
+    layers, n_layers: int, row_from: int, batch, rows: int, row_loss, partials, n_partials: int, loss, report: int,
+    barrier, rmsprop: bool, lr: float, decay: float, eps: float, max_norm: float, *, blocks: int = 0, timed: int = 0,
     kernel: str | Kernel = "persistent_step", phase_ns=None, shared_bytes: int = 0,
 ):  # fmt: skip
-    """Stage 13: the training step of the MLP that the table ``layers`` describes, one block of
+    """Stage 13: the training step of the MLP that the table ``layers`` describes (``row_from``: the
+    first layer of its rows phase; the layers before it are computed in tiles), one block of
     PS_THREADS per multiprocessor (``blocks``: fewer, at least 1). Its grid barriers wait for
     every block, so all must be resident at once: never more blocks than multiprocessors.
     ``batch``: the step's BatchCursor (the rows' addresses), moved past them by the kernel.
@@ -220,8 +221,10 @@ def persistent_step(
     blocks = blocks or most
     if not 1 <= blocks <= most:
         raise ValueError(f"persistent_step needs 1..{most} blocks (one per multiprocessor at most), not {blocks}")
+    if not 1 <= row_from <= max(1, n_layers - 1):  # the last layer's loss is the rows phase's
+        raise ValueError(f"persistent_step's rows phase starts at a layer from 1 to {n_layers - 1}, not {row_from}")
     args = (
-        layers, n_layers, batch, rows, row_loss, partials, n_partials, loss, report, barrier,
+        layers, n_layers, row_from, batch, rows, row_loss, partials, n_partials, loss, report, barrier,
         int(rmsprop), float(lr), float(decay), float(eps), float(max_norm),
     )  # fmt: skip
     args += () if phase_ns is None else (phase_ns,)

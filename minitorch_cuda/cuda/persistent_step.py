@@ -25,7 +25,11 @@ are gone, as after stage 11's ``zero_grad``.
 The kernel has four phases and three grid barriers whatever the depth: the first layer's
 products in tiles and slices of k; then a block per row of the batch carries it through the
 later layers, the loss and the deltas down to the first layer (a row needs no other row for
-that); then every gradient; then the clipped update (persistent_step.cu says why). The layer
+that); then every gradient; then the clipped update (persistent_step.cu says why). Where the
+later layers' weights do not fit in shared memory (layers 512 wide), every row's block would read
+them from L2 forward and backward; then (``wide``, on by default) the layers before the first
+from which on they fit (``rows_from``) run as tiles across the grid instead, a grid barrier after
+each forward and each backward: 2 row_from + 1 barriers. The layer
 table and a row's outputs of every layer live in shared memory: a model of more than
 PS_MAX_LAYERS (16) layers, or whose layers' widths sum to more than PS_ROW_FLOATS (2048), does
 not fit. The rows phase reads the later layers' weights and biases from a copy in shared
@@ -140,18 +144,30 @@ def staged_ld(n_out: int) -> int:
     return 4 * (q | 1)
 
 
-def staging(shapes: list[tuple[int, int]], limit_bytes: int) -> tuple[list[tuple[int, int]], int]:
+def staging(shapes: list[tuple[int, int]], limit_bytes: int, row_from: int = 1) -> tuple[list[tuple[int, int]], int]:
     """(offset, row stride) of each layer's staged weights and bias (its n_in rows of W at the stride, then
     b; ``shapes``: each layer's (n_in, n_out)) in the rows phase's shared memory, in floats, (-1, 0)
-    for the first layer (the rows phase reads only its sums); and the bytes of it all, each launch's
-    dynamic shared memory. Every later layer is staged if all fit in ``limit_bytes``, none otherwise
-    (0 bytes): their reads then go to global memory, as with ``stage=False``."""
-    layout, end = [(-1, 0)], 0
-    for n_in, n_out in shapes[1:]:
+    for the layers before ``row_from`` (the rows phase reads only their outputs); and the bytes of it
+    all, each launch's dynamic shared memory. Every layer from ``row_from`` on is staged if all fit in
+    ``limit_bytes``, none otherwise (0 bytes): their reads then go to global memory, as with
+    ``stage=False``."""
+    layout, end = [(-1, 0)] * row_from, 0
+    for n_in, n_out in shapes[row_from:]:
         ld = staged_ld(n_out)
         layout.append((end, ld))
         end += (n_in + 1) * ld
     return (layout, 4 * end) if 0 < 4 * end <= limit_bytes else ([(-1, 0)] * len(shapes), 0)
+
+
+def rows_from(shapes: list[tuple[int, int]], limit_bytes: int) -> int:
+    """The first layer of the rows phase: 1 where the later layers' weights all fit in ``limit_bytes``
+    of shared memory; else the first layer from which on they fit, the layers before it wide
+    (computed in tiles across the grid: a row's block would read unstaged weights from L2, forward and
+    backward, once per row); the last layer where even its own do not fit."""
+    for first in range(1, len(shapes) - 1):
+        if staging(shapes, limit_bytes, first)[1]:
+            return first
+    return max(1, len(shapes) - 1)
 
 
 def layer_jobs(n_in: int, n_out: int) -> int:
@@ -170,11 +186,12 @@ class PersistentStep:
 
     def __init__(
         self, layers: list[StepLayer], optimizer, rmsprop: bool, max_norm: float, max_rows: int, blocks: int = 0,
-        split: bool = True, stage: bool = True,
+        split: bool = True, stage: bool = True, wide: bool = True,
     ):  # fmt: skip
         """``optimizer``: what each launch reads ``lr`` (and with ``rmsprop``, ``decay`` and ``eps``)
         from. ``split`` slices the first layer's k by forward_splits' rule; ``stage`` copies the later
-        layers' weights into shared memory where they fit (see the module's docstring)."""
+        layers' weights into shared memory where they fit; ``wide`` computes the layers whose weights do
+        not fit in tiles instead (rows_from; see the module's docstring)."""
         widths = [layer.weight.shape for layer in layers]  # (n_in, n_out) of each
         _check_sizes(widths)
         if not max_norm > 0 or max_rows < 1:
@@ -185,14 +202,17 @@ class PersistentStep:
         self.rmsprop = rmsprop
         table = np.zeros(len(layers), LAYER)
         self.buffers: list[DeviceArray] = []  # alive as long as the table points at them
-        layout, self.staged_bytes = staging(widths, launchers.persistent_step_staging_bytes() if stage else 0)
+        limit = launchers.persistent_step_staging_bytes() if stage else 0
+        self.row_from = rows_from(widths, limit) if stage and wide else 1
+        layout, self.staged_bytes = staging(widths, limit, self.row_from)
         self.k_splits: list[int] = []  # slices of k in each layer's forward (the first's only may split)
         partial0 = 0
         for i, (row, layer) in enumerate(zip(table, layers)):
             n_in, n_out = layer.weight.shape
-            k_splits = (forward_splits(max_rows, n_in, n_out) if split else 1) if i == 0 else 1
+            first_split = self.row_from == 1 and i == 0  # a wide first layer's tiles add the bias themselves
+            k_splits = forward_splits(max_rows, n_in, n_out) if split and first_split else 1
             shapes = [(n_in, n_out), (n_out,), (max_rows, n_out), (max_rows, n_out)]
-            shapes += [(k_splits, max_rows, n_out)] if i == 0 else []  # the first layer's partial tiles
+            shapes += [(k_splits, max_rows, n_out)] if first_split else []  # the first layer's partial tiles
             own = [DeviceArray.empty(shape) for shape in shapes]
             self.buffers += own
             gw, gb, out, delta, scratch = (*own, None)[:5]
@@ -216,10 +236,12 @@ class PersistentStep:
         self.barrier = full((2,), 0.0)  # GridBarrier {count, generation}: zero bits, once
         self.batch = BatchCursor()  # where the step's rows lie: the kernel moves it past them
         self._graphs: dict[int, graphs.Graph] = {}  # per batch size, captured after one eager step
-        self.phases = ["forward 1", "rows", "gradients", "update"]  # between its grid barriers, in order
-        n = self.n_layers  # the steps of a row in the rows phase, in order
-        forward, backward = [f"forward {i}" for i in range(2, n + 1)], [f"backward {i}" for i in range(n, 1, -1)]
-        self.row_steps = ["first layer's sum", *forward, "loss", *backward]
+        n, f = self.n_layers, self.row_from  # the phases between its grid barriers, in order (layers from 1)
+        self.phases = [f"forward {i}" for i in range(1, f + 1)] + ["rows"]
+        self.phases += [f"backward {i}" for i in range(f, 1, -1)] + ["gradients", "update"]
+        forward, backward = [f"forward {i}" for i in range(f + 1, n + 1)], [f"backward {i}" for i in range(n, f, -1)]
+        start = "first layer's sum" if f == 1 else f"layer {f}'s input"  # the steps of a row in the rows phase
+        self.row_steps = [start, *forward, "loss", *backward]
 
     def launch(self, x: DeviceArray, y: DeviceArray, kernel="persistent_step", phase_ns=None) -> DeviceArray:
         """Queue one step on the batch (x, y); returns the loss array, nothing read back.
@@ -244,8 +266,9 @@ class PersistentStep:
         opt = self.optimizer
         decay, eps = (opt.decay, opt.eps) if self.rmsprop else (0.0, 0.0)
         launchers.persistent_step(
-            self.table, self.n_layers, self.batch.array, rows, self.row_loss, self.partials, self.n_partials,
-            self.loss, report, self.barrier, self.rmsprop, opt.lr, decay, eps, self.max_norm, blocks=self.blocks,
+            self.table, self.n_layers, self.row_from, self.batch.array, rows, self.row_loss, self.partials,
+            self.n_partials, self.loss, report, self.barrier, self.rmsprop, opt.lr, decay, eps, self.max_norm,
+            blocks=self.blocks,
             kernel=kernel, phase_ns=phase_ns, shared_bytes=self.staged_bytes,
         )  # fmt: skip
 
@@ -258,7 +281,7 @@ class PersistentStep:
         in its block (``row_steps`` names them); ``sm_clock_mhz``: block 0's SM clock over the
         kernel (clock64 cycles per %globaltimer nanosecond). On the CPU emulator they are the CPU's
         times and cycles."""
-        n_phase, n_row = PERSISTENT["PHASE_STAMPS"], len(self.row_steps) + 1
+        n_phase, n_row = len(self.phases) + 1, len(self.row_steps) + 1
         stamps = np.zeros(n_phase + n_row + 1, np.uint64)  # the last: block 0's clock cycles
         clock = DeviceArray.empty((2 * stamps.size,))  # 8 bytes a stamp
         kernel = phase_clock_kernel()
@@ -285,6 +308,7 @@ class PersistentStep:
             "rows": x.shape[0],
             "k_splits": self.k_splits,
             "staged_bytes": self.staged_bytes,
+            "row_from": self.row_from,
             "grid_barriers": len(self.phases) - 1,
         }
 

@@ -4,7 +4,8 @@
 //                     FeedForward layers (each with a bias, then ReLU, Sigmoid or nothing)
 //                     described by a device-side table; one block per multiprocessor, all
 //                     resident at once, phases separated by grid barriers (grid_barrier.cuh)
-// Four phases and three grid barriers, whatever the number of layers L:
+// Four phases and three grid barriers, whatever the number of layers L (where the later layers'
+// weights fit in shared memory; else see "wide layers" below):
 //   forward 1   the first layer's products X W_1 in tiles and slices of k: job (tile, slice s)
 //               writes its partial tile to the layer's scratch split[s] (k_splits slices, the
 //               host's rule from the shapes)                                        barrier
@@ -20,6 +21,16 @@
 //               factor max_norm / (norm + 1e-6) where norm > max_norm (as optim.cu's
 //               clip_scale); then p, v of every parameter (optim.cu's formulas), all layers as
 //               one run of elements (param_run.cuh)
+// Wide layers (row_from > 1): where the later layers' weights do not fit in shared memory, every
+// row's block would read them from L2, forward and backward (4 MB a row for three layers of 512,
+// 512 MB a step at batch 128). Then the layers before row_from run as tiles instead, each phase
+// across all blocks and reading each weight once a tile: 2 row_from + 1 grid barriers in all.
+//   forward l   for l < row_from: act(A_{l-1} W_l + b_l) in tiles, no slices of k      barrier each
+//   rows        from layer row_from on, as above, its input row read from A_{row_from - 1};
+//               the deltas down to D_{row_from - 1}                                    barrier
+//   backward l  for l = row_from - 1 down to 1: D_{l-1} = (D_l W_l^T) * act_{l-1}'(A_{l-1}) in
+//               tiles                                                                  barrier each
+//   gradients, update as above.
 // The mean loss is known once the rows phase is done: block 0 writes it then, to `loss` and,
 // where the launch has one, to the host's report (step_report.cuh). The host reads it there and
 // queues the next step while this one still computes its gradients and update; the next launch's
@@ -42,9 +53,10 @@
 // Built with -DPS_PHASE_CLOCK, the kernel takes one more argument, phase_ns, where block 0's
 // thread 0 writes %globaltimer at its start, after every grid barrier and at its end (the
 // phases' times as block 0 sees them: each includes the wait for the slowest block), then
-// at the start of row 0 and after each of its steps in its block (the first layer's sum, each
-// later layer's forward, the loss, each backward), and last the SM clock cycles
-// (clock64) from block 0's start to its end: PS_PHASE_STAMPS + 2L + 2 values.
+// at the start of row 0 and after each of its steps in its block (the first layer's sum, or the
+// row's input read, each later layer's forward, the loss, each backward), and last the SM clock
+// cycles (clock64) from block 0's start to its end: phase_stamps(f) + 2 (L - f) + 4 values for
+// L layers, f = row_from (PS_PHASE_STAMPS + 2L + 2 where f = 1).
 #include <cuda_pipeline.h>
 
 #include "batch_cursor.cuh"
@@ -67,7 +79,9 @@
 #define PS_ROWS_FLOATS (2 * PS_ROW_FLOATS + PS_THREADS)
 #define PS_SMEM_FLOATS (PS_TILE_FLOATS > PS_ROWS_FLOATS ? PS_TILE_FLOATS : PS_ROWS_FLOATS)
 
-#define PS_PHASE_STAMPS 5  // the start, after each of the 3 grid barriers, the end
+#define PS_PHASE_STAMPS 5  // the start, after each of the 3 grid barriers, the end (row_from = 1)
+// The stamps of the phases with row_from = f: the start, after each of the 2 f + 1 grid barriers, the end.
+__host__ __device__ __forceinline__ int phase_stamps(int f) { return 2 * f + 3; }
 
 #ifdef PS_PHASE_CLOCK
 #define PS_CLOCK_PARAM , unsigned long long* phase_ns
@@ -86,10 +100,10 @@ __device__ __forceinline__ unsigned long long globaltimer_ns() {
     const long long cycles0 = clock64()
 // block 0's SM clock cycles from its start to its end, after the row stamps: with the
 // %globaltimer stamps, the clock's rate while the kernel ran
-#define PS_CYCLES(n_layers)                                                                           \
-    do {                                                                                              \
-        if (blockIdx.x == 0 && threadIdx.x == 0)                                                      \
-            phase_ns[PS_PHASE_STAMPS + 2 * (n_layers) + 1] = (unsigned long long)(clock64() - cycles0); \
+#define PS_CYCLES(n_layers, f)                                                                               \
+    do {                                                                                                     \
+        if (blockIdx.x == 0 && threadIdx.x == 0)                                                             \
+            phase_ns[phase_stamps(f) + 2 * ((n_layers) - (f)) + 3] = (unsigned long long)(clock64() - cycles0); \
     } while (0)
 #define PS_STAMP()                                                                   \
     do {                                                                             \
@@ -100,7 +114,7 @@ __device__ __forceinline__ unsigned long long globaltimer_ns() {
 #define PS_ROW_STAMP()                                                                 \
     do {                                                                               \
         if (r == 0 && threadIdx.x == 0)                                                \
-            phase_ns[PS_PHASE_STAMPS + row_stamp] = globaltimer_ns();                  \
+            phase_ns[phase_stamps(row_from) + row_stamp] = globaltimer_ns();           \
         ++row_stamp;                                                                   \
     } while (0)
 #else
@@ -110,7 +124,7 @@ __device__ __forceinline__ unsigned long long globaltimer_ns() {
 #define PS_STAMP()
 #define PS_ROW_STAMPS
 #define PS_ROW_STAMP()
-#define PS_CYCLES(n_layers)
+#define PS_CYCLES(n_layers, f)
 #endif
 
 enum { ACT_NONE = 0, ACT_RELU = 1, ACT_SIGMOID = 2 };
@@ -155,15 +169,16 @@ __device__ __forceinline__ float activate_backward(int act, float g, float y) {
     return g;
 }
 
-// C[m0.., n0..] += op(A) B over k in [k_begin, k_end), a PS_BM x PS_BN tile, thread t's
+// C[m0.., n0..] += op(A) op(B) over k in [k_begin, k_end), a PS_BM x PS_BN tile, thread t's
 // 2 x 4 outputs (rows m0 + 2 (t / 8) + i, columns n0 + 4 (t % 8) + j) into acc. A is M x K
-// (a[m K + k]), or K x M where TA (a[k M + m]); B is K x N. Slices of PS_BK along k are staged
+// (a[m K + k]), or K x M where TA (a[k M + m]); B is K x N (b[k N + n]), or N x K where TB
+// (b[n K + k]: the backward's W^T). Slices of PS_BK along k are staged
 // in shared memory, each thread loading 16 elements of A and 8 of B with consecutive threads on
 // consecutive addresses; the next slice's loads are issued into registers before the current
 // slice's products, so that its wait for memory overlaps them. Each k then costs a thread two
 // scalar and one 16-byte shared load for 8 fmaf (a warp's loads are two broadcasts and one
 // 128-byte row). Every thread of the block calls it (it synchronizes the block).
-template <bool TA>
+template <bool TA, bool TB = false>
 __device__ __forceinline__ void tile_product(float (&acc)[2][4], float* smem, const float* a, const float* b, int M,
                                              int N, int K, int m0, int n0, int k_begin, int k_end) {
     constexpr int JA = PS_BM * PS_BK / PS_THREADS, JB = PS_BK * PS_BN / PS_THREADS;
@@ -180,8 +195,9 @@ __device__ __forceinline__ void tile_product(float (&acc)[2][4], float* smem, co
         }
 #pragma unroll
         for (int j = 0; j < JB; ++j) {
-            const int i = threadIdx.x + PS_THREADS * j, n = n0 + i % PS_BN, k = k0 + i / PS_BN;
-            rb[j] = k < k_end && n < N ? b[(long long)k * N + n] : 0.0f;
+            const int i = threadIdx.x + PS_THREADS * j;
+            const int n = n0 + (TB ? i / PS_BK : i % PS_BN), k = k0 + (TB ? i % PS_BK : i / PS_BN);
+            rb[j] = k < k_end && n < N ? b[TB ? (long long)n * K + k : (long long)k * N + n] : 0.0f;
         }
     };
     auto store = [&]() {  // where element i goes does not depend on the slice
@@ -194,7 +210,8 @@ __device__ __forceinline__ void tile_product(float (&acc)[2][4], float* smem, co
 #pragma unroll
         for (int j = 0; j < JB; ++j) {
             const int i = threadIdx.x + PS_THREADS * j;
-            bs[i / PS_BN][i % PS_BN] = rb[j];
+            if (TB) bs[i % PS_BK][i / PS_BK] = rb[j];
+            else bs[i / PS_BN][i % PS_BN] = rb[j];
         }
     };
 #pragma unroll
@@ -255,6 +272,47 @@ __device__ __forceinline__ void forward_first(const PersistentLayer& layer, cons
         tile_product<false>(acc, smem, x, layer.w, rows, N, K, m0, n0, slice_begin(s, S, K),
                             min(slice_begin(s + 1, S, K), K));
         store_tile(acc, layer.split + (long long)s * rows * N, rows, N, m0, n0);
+    }
+}
+
+// acc's elements that lie inside C (M x N), each through epilogue(m, n, value).
+template <class Epilogue>
+__device__ __forceinline__ void each_output(const float (&acc)[2][4], int M, int N, int m0, int n0,
+                                            Epilogue epilogue) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int m = m0 + 2 * (threadIdx.x / 8) + i, n = n0 + 4 * (threadIdx.x % 8) + j;
+            if (m < M && n < N) epilogue(m, n, acc[i][j]);
+        }
+}
+
+// forward l, a wide layer: out = act(in W + b) (rows x n_out), a tile a job, k in one slice.
+__device__ __forceinline__ void forward_tiles(const PersistentLayer& layer, const float* in, int rows, float* smem) {
+    const int N = layer.n_out, K = layer.n_in, tiles_n = cdiv(N, PS_BN);
+    for (int job = blockIdx.x; job < cdiv(rows, PS_BM) * tiles_n; job += gridDim.x) {
+        const int m0 = job / tiles_n * PS_BM, n0 = job % tiles_n * PS_BN;
+        float acc[2][4];
+        tile_product<false>(acc, smem, in, layer.w, rows, N, K, m0, n0, 0, K);
+        each_output(acc, rows, N, m0, n0, [&](int m, int n, float z) {
+            layer.out[(long long)m * N + n] = activate(layer.act, z + layer.b[n]);
+        });
+    }
+}
+
+// backward l, a wide layer: D_{l-1} = (D_l W_l^T) * act_{l-1}'(A_{l-1}) (rows x n_in), a tile a job.
+__device__ __forceinline__ void backward_tiles(const PersistentLayer& layer, const PersistentLayer& prev, int rows,
+                                               float* smem) {
+    const int N = layer.n_in, K = layer.n_out, tiles_n = cdiv(N, PS_BN);
+    for (int job = blockIdx.x; job < cdiv(rows, PS_BM) * tiles_n; job += gridDim.x) {
+        const int m0 = job / tiles_n * PS_BM, n0 = job % tiles_n * PS_BN;
+        float acc[2][4];
+        tile_product<false, true>(acc, smem, layer.delta, layer.w, rows, N, K, m0, n0, 0, K);
+        each_output(acc, rows, N, m0, n0, [&](int m, int n, float z) {
+            const long long at = (long long)m * N + n;
+            prev.delta[at] = activate_backward(prev.act, z, prev.out[at]);
+        });
     }
 }
 
@@ -402,14 +460,15 @@ __device__ __forceinline__ void backward_row(const PersistentLayer& layer, RowWe
     });
 }
 
-// The later layers' weights and biases into this block's shared memory, each row of W at a stride
+// The rows phase's weights and biases (of the layers from row_from on) into this block's shared memory, each row of W at a stride
 // of staged_ld floats, then b: asynchronous copies (cp.async), issued at the kernel's start so
 // that they land while the block computes its first forward; the rows phase waits for them. A
 // warp copies a row at a time, 16 bytes a copy where the rows allow it (n_out a multiple of 4, W
 // and b 16-byte aligned), else 4.
-__device__ __forceinline__ void stage_weights(const PersistentLayer* layers, int n_layers, float* staged) {
+__device__ __forceinline__ void stage_weights(const PersistentLayer* layers, int n_layers, int row_from,
+                                              float* staged) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    for (int l = 1; l < n_layers; ++l) {
+    for (int l = row_from; l < n_layers; ++l) {
         const PersistentLayer& layer = layers[l];
         if (layer.staged < 0) continue;
         const int N = layer.n_out;
@@ -434,9 +493,12 @@ __device__ __forceinline__ int row_block() { return gridDim.x - 1 - blockIdx.x; 
 
 // rows: a block per row, grid-stride. Layer l's output and delta lie at the same offset of
 // acts and deltas (the widths of the layers before it, summed: at most PS_ROW_FLOATS in all,
-// the host's rule).
-__device__ __forceinline__ void rows_phase(const PersistentLayer* layers, int n_layers, const float* target, int rows,
-                                           float* row_loss, float* smem, const float* staged PS_CLOCK_PARAM) {
+// the host's rule). The row starts from the first layer's partial sums (row_from = 1), or from
+// its input to layer row_from, A_{row_from - 1}, which the wide phases wrote; its deltas go down
+// to D_{row_from - 1}.
+__device__ __forceinline__ void rows_phase(const PersistentLayer* layers, int n_layers, int row_from,
+                                           const float* target, int rows, float* row_loss, float* smem,
+                                           const float* staged PS_CLOCK_PARAM) {
     float* acts = smem;
     float* deltas = smem + PS_ROW_FLOATS;
     float* red = smem + 2 * PS_ROW_FLOATS;
@@ -445,10 +507,17 @@ __device__ __forceinline__ void rows_phase(const PersistentLayer* layers, int n_
     for (int r = row_block(); r < rows; r += gridDim.x) {
         PS_ROW_STAMPS;
         PS_ROW_STAMP();
-        first_row(layers[0], r, rows, acts);
-        PS_ROW_STAMP();
         int offset = 0;  // layer l's, as l goes up
-        for (int l = 1; l < n_layers; ++l) {
+        for (int l = 0; l < row_from - 1; ++l) offset += layers[l].n_out;
+        if (row_from == 1) {
+            first_row(layers[0], r, rows, acts);
+        } else {  // the row's input to layer row_from
+            const PersistentLayer& in = layers[row_from - 1];
+            for (int n = threadIdx.x; n < in.n_out; n += PS_THREADS) acts[offset + n] = in.out[(long long)r * in.n_out + n];
+            __syncthreads();
+        }
+        PS_ROW_STAMP();
+        for (int l = row_from; l < n_layers; ++l) {
             const int next = offset + layers[l - 1].n_out;
             forward_row(layers[l], row_weights(layers[l], staged), r, acts + offset, acts + next, red);
             PS_ROW_STAMP();
@@ -456,7 +525,7 @@ __device__ __forceinline__ void rows_phase(const PersistentLayer* layers, int n_
         }
         loss_row(layers[n_layers - 1], target, r, rows, acts + offset, deltas + offset, row_loss);
         PS_ROW_STAMP();
-        for (int l = n_layers - 1; l >= 1; --l) {
+        for (int l = n_layers - 1; l >= row_from; --l) {
             const int below = offset - layers[l - 1].n_out;
             backward_row(layers[l], row_weights(layers[l], staged), layers[l - 1], r, deltas + offset, acts + below,
                          deltas + below, red);
@@ -543,14 +612,16 @@ __device__ __forceinline__ void update(const PersistentLayer* layers, int n_laye
 
 // Grid: one block per multiprocessor at most (every block must be resident: the grid
 // barriers wait for all of them); block: PS_THREADS. rows <= the rows the out/delta buffers
-// hold; n_layers <= PS_MAX_LAYERS; partials: every layer's gW tiles and gb chunks (n_partials
-// slots); row_loss: rows;
+// hold; n_layers <= PS_MAX_LAYERS; row_from: the first layer of the rows phase (1..n_layers - 1;
+// the layers before it are wide: see the top); partials: every layer's gW tiles and gb chunks
+// (n_partials slots); row_loss: rows;
 // batch: where this step's rows lie, moved past them at the end; report: the host's word for
 // the loss (step_report.cuh), or null;
-// phase_ns (PS_PHASE_CLOCK only): PS_PHASE_STAMPS + 2L + 2 values (see the top);
-// dynamic shared memory: the staged weights (each later layer's n_in + 1 rows of staged_ld floats from its offset).
+// phase_ns (PS_PHASE_CLOCK only): phase_stamps(row_from) + 2 (L - row_from) + 4 values (see the top);
+// dynamic shared memory: the staged weights (each rows-phase layer's n_in + 1 rows of staged_ld floats
+// from its offset).
 extern "C" __global__ void __launch_bounds__(PS_THREADS, 1) persistent_step(
-    const PersistentLayer* layers, int n_layers, BatchCursor* batch, int rows, float* row_loss,
+    const PersistentLayer* layers, int n_layers, int row_from, BatchCursor* batch, int rows, float* row_loss,
     float* partials, int n_partials, float* loss, unsigned long long* report, GridBarrier* barrier, int rmsprop,
     float lr, float decay, float eps, float max_norm PS_CLOCK_PARAM) {
     __shared__ __align__(16) float smem[PS_SMEM_FLOATS];
@@ -570,11 +641,19 @@ extern "C" __global__ void __launch_bounds__(PS_THREADS, 1) persistent_step(
     const float* const target = batch->target;
     // Only blocks that carry a row read the staged weights; no block writes a weight before the
     // update, after the third grid barrier.
-    if (row_block() < rows) stage_weights(layers, n_layers, staged);
-    forward_first(layers[0], x, rows, smem);
-    grid_barrier(barrier);
-    PS_STAMP();
-    rows_phase(layers, n_layers, target, rows, row_loss, smem, staged PS_CLOCK_ARG);
+    if (row_block() < rows) stage_weights(layers, n_layers, row_from, staged);
+    if (row_from == 1) {
+        forward_first(layers[0], x, rows, smem);
+        grid_barrier(barrier);
+        PS_STAMP();
+    } else {
+        for (int l = 0; l < row_from; ++l) {
+            forward_tiles(layers[l], l == 0 ? x : layers[l - 1].out, rows, smem);
+            grid_barrier(barrier);
+            PS_STAMP();
+        }
+    }
+    rows_phase(layers, n_layers, row_from, target, rows, row_loss, smem, staged PS_CLOCK_ARG);
     grid_barrier(barrier);
     PS_STAMP();
     if (blockIdx.x == 0 && threadIdx.x < 32) {  // the mean loss: each lane's rows in order, then a butterfly
@@ -587,6 +666,11 @@ extern "C" __global__ void __launch_bounds__(PS_THREADS, 1) persistent_step(
             report_loss(report, mean);
         }
     }
+    for (int l = row_from - 1; l >= 1; --l) {
+        backward_tiles(layers[l], layers[l - 1], rows, smem);
+        grid_barrier(barrier);
+        PS_STAMP();
+    }
     gradients(layers, n_layers, x, rows, partials, n_partials, smem);
     grid_barrier(barrier);
     PS_STAMP();
@@ -598,5 +682,5 @@ extern "C" __global__ void __launch_bounds__(PS_THREADS, 1) persistent_step(
         batch->target = target + (long long)rows * layers[n_layers - 1].n_out;
     }
     PS_STAMP();
-    PS_CYCLES(n_layers);
+    PS_CYCLES(n_layers, row_from);
 }
