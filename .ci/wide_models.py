@@ -5,8 +5,10 @@ models wider than the protocol's.
     bash .ci/gpu_run.sh python3 .ci/wide_models.py 1 2        # only the models numbered (0: the protocol's)
 
 Each model is one ``python -m minitorch_cuda.bench --stages 11-13 --no-eager ...`` run (interleaved
-rounds, PyTorch in the same process), 3 rounds. Writes $OUT/wide_models.json (each run's bench
-result, and a summary) and prints, per model, each stage's step time over PyTorch's graph next to
+rounds, PyTorch in the same process), 3 rounds, then stage 13's phases as chapter 21 times them
+(PersistentStep.phase_times, the default kernel and the one whose rows phase carries every layer
+after the first, ``wide=False``). Writes $OUT/wide_models.json (each run's bench result, the
+phases, and a summary) and prints, per model, each stage's step time over PyTorch's graph next to
 issue 41's targets: stage 13 at most 0.15 of PyTorch's on the protocol's model and 0.3 on the
 wider ones, stage 12 no slower than stage 11. The exit status is 0 even where a target is missed.
 """
@@ -22,7 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from minitorch_cuda import bench  # noqa: E402
+from minitorch_cuda import bench, train  # noqa: E402
+from minitorch_cuda.experiments import latency_floor  # noqa: E402
 
 # (hidden widths, activation, batch size): the protocol's first, then MLPs up to 512 wide, batch up to 128
 MODELS = [
@@ -46,6 +49,16 @@ def measure(hidden, activation, batch) -> dict:
         result = json.loads(out.read_text())
     result["seconds"] = round(time.monotonic() - started, 1)
     return result
+
+
+def phases(hidden, activation, batch) -> dict:
+    """Stage 13's phase by phase, on the first batch of the training split: the kernel as the trainer
+    builds it, and with every layer after the first in its rows phase (``wide=False``)."""
+    protocol = train.Protocol(hidden=hidden, activation=activation, batch_size=batch)
+    data = train.load_to("cuda")
+    x, y = data.x_train[:batch], data.y_train[:batch]
+    variants = {"default": {}, "rows phase from layer 2": {"wide": False}}
+    return latency_floor.phase_times(protocol, x, y, steps=50, variants=variants)
 
 
 def summary(result: dict, protocol: bool) -> dict:
@@ -73,7 +86,8 @@ def main(picked: list[str]) -> int:
         hidden, activation, batch = MODELS[n]
         result = measure(hidden, activation, batch)
         entry = {"model": n, "hidden": hidden, "activation": activation, "batch_size": batch,
-                 "summary": summary(result, n == 0), "bench": result}  # fmt: skip
+                 "summary": summary(result, n == 0), "phases": phases(hidden, activation, batch),
+                 "bench": result}  # fmt: skip
         record["models"].append(entry)
         record["device"] = result["device"]
         s = entry["summary"]
@@ -83,6 +97,10 @@ def main(picked: list[str]) -> int:
               + f"stage 13 target <= {s['stage_13_target']}: {'met' if s['stage_13_met'] else 'MISSED'}; "
               + f"stage 12 / 11 = {s['stage_12_over_11']:.2f}: {'met' if s['stage_12_met'] else 'MISSED'}",
               flush=True)  # fmt: skip
+        for variant, times in entry["phases"].items():
+            print(f"  stage 13 ({variant}, rows from layer {times['row_from']}): "
+                  + ", ".join(f"{p['phase']} {p['median_us']:.1f}" for p in times["phases"])
+                  + f" us; total {times['total']['median_us']:.1f} us", flush=True)  # fmt: skip
         out = Path(os.environ.get("OUT", "."), "wide_models.json")
         out.write_text(json.dumps(record, indent=1, default=str) + "\n")  # after each model: a timeout keeps the rest
     return 0

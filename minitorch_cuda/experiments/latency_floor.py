@@ -264,16 +264,17 @@ def steps(data, rounds: int, warmup: int, use_torch: bool, progress) -> dict:
     }
 
 
-def phase_times(protocol: train.Protocol, x, y, steps: int, warmup: int = 5) -> dict:
+def phase_times(protocol: train.Protocol, x, y, steps: int, warmup: int = 5, variants: dict | None = None) -> dict:
     """(f) stage 13's phases on the batch (x, y) (tensors of ``protocol.batch_size`` rows or fewer),
-    for each of PHASE_VARIANTS on a fresh model of the protocol: PersistentStep.phase_times after
+    for each of ``variants`` (name: persistent_step's options; PHASE_VARIANTS) on a fresh model of
+    the protocol: PersistentStep.phase_times after
     ``warmup`` clocked steps (module load, caches); %globaltimer ticks are coarse on some GPUs, so
     means are kept beside the medians."""
     from minitorch_cuda import nn, optim, stages
     from minitorch_cuda.persistent_model import persistent_step
 
     result = {}
-    for name, options in PHASE_VARIANTS.items():
+    for name, options in (variants or PHASE_VARIANTS).items():
         with stages.use_stage(13):
             net = train.make_net(protocol, "cuda")
             opt = optim.RmsProp(net.parameters(), protocol.lr, protocol.decay)
