@@ -169,34 +169,48 @@ __device__ __forceinline__ float activate_backward(int act, float g, float y) {
     return g;
 }
 
-// C[m0.., n0..] += op(A) op(B) over k in [k_begin, k_end), a PS_BM x PS_BN tile, thread t's
-// 2 x 4 outputs (rows m0 + 2 (t / 8) + i, columns n0 + 4 (t % 8) + j) into acc. A is M x K
-// (a[m K + k]), or K x M where TA (a[k M + m]); B is K x N (b[k N + n]), or N x K where TB
-// (b[n K + k]: the backward's W^T). Slices of PS_BK along k are staged
-// in shared memory, each thread loading 16 elements of A and 8 of B with consecutive threads on
-// consecutive addresses; the next slice's loads are issued into registers before the current
-// slice's products, so that its wait for memory overlaps them. Each k then costs a thread two
-// scalar and one 16-byte shared load for 8 fmaf (a warp's loads are two broadcasts and one
-// 128-byte row). Every thread of the block calls it (it synchronizes the block).
-template <bool TA, bool TB = false>
-__device__ __forceinline__ void tile_product(float (&acc)[2][4], float* smem, const float* a, const float* b, int M,
-                                             int N, int K, int m0, int n0, int k_begin, int k_end) {
-    constexpr int JA = PS_BM * PS_BK / PS_THREADS, JB = PS_BK * PS_BN / PS_THREADS;
-    float(*as)[PS_BM + 1] = reinterpret_cast<float(*)[PS_BM + 1]>(smem);  // as[k][m]; +1: no bank conflicts
-    float(*bs)[PS_BN] = reinterpret_cast<float(*)[PS_BN]>(smem + PS_BK * (PS_BM + 1));  // bs[k][n]
-    const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
+// A tile's shape: BM x BN outputs, each thread TM x TN of them (rows m0 + TM (t / TX) + i, columns
+// n0 + TN (t % TX) + j, TX = BN / TN threads across).
+template <int BM_, int BN_, int TM_, int TN_>
+struct Tile {
+    static constexpr int BM = BM_, BN = BN_, TM = TM_, TN = TN_, TX = BN / TN;
+    static_assert((PS_THREADS / TX) * TM == BM, "the block's threads cover the tile");
+    static_assert(BM * PS_BK % PS_THREADS == 0 && BN * PS_BK % PS_THREADS == 0, "whole loads a thread");
+};
+// The first forward's and the gradients' tiles: 64 x 32, 2 x 4 a thread (one 16-byte load of B a k).
+using Tile64x32 = Tile<PS_BM, PS_BN, 2, 4>;
+// The wide layers' tiles: 32 x 16, 2 x 1 a thread: four times the jobs of a Tile64x32, so that a
+// batch of 128 rows and 512 outputs is 128 jobs for about as many multiprocessors (a job's k steps
+// then cost a block a quarter of the issue slots).
+using Tile32x16 = Tile<32, 16, 2, 1>;
+
+// C[m0.., n0..] += op(A) op(B) over k in [k_begin, k_end), a T::BM x T::BN tile, thread t's
+// T::TM x T::TN outputs into acc. A is M x K (a[m K + k]), or K x M where TA (a[k M + m]); B is
+// K x N (b[k N + n]), or N x K where TB (b[n K + k]: the backward's W^T). Slices of PS_BK along k
+// are staged in shared memory, each thread loading its share of A and B with consecutive threads
+// on consecutive addresses; the next slice's loads are issued into registers before the current
+// slice's products, so that its wait for memory overlaps them. With the Tile64x32 each k costs a
+// thread two scalar and one 16-byte shared load for 8 fmaf (a warp's loads are two broadcasts
+// and one 128-byte row). Every thread of the block calls it (it synchronizes the block).
+template <bool TA, bool TB = false, class T = Tile64x32>
+__device__ __forceinline__ void tile_product(float (&acc)[T::TM][T::TN], float* smem, const float* a, const float* b,
+                                             int M, int N, int K, int m0, int n0, int k_begin, int k_end) {
+    constexpr int BM = T::BM, BN = T::BN, JA = BM * PS_BK / PS_THREADS, JB = PS_BK * BN / PS_THREADS;
+    float(*as)[BM + 1] = reinterpret_cast<float(*)[BM + 1]>(smem);  // as[k][m]; +1: no bank conflicts
+    float(*bs)[BN] = reinterpret_cast<float(*)[BN]>(smem + PS_BK * (BM + 1));  // bs[k][n]
+    const int tx = threadIdx.x % T::TX, ty = threadIdx.x / T::TX;
     float ra[JA], rb[JB];  // the slice in flight
     auto load = [&](int k0) {
 #pragma unroll
         for (int j = 0; j < JA; ++j) {
             const int i = threadIdx.x + PS_THREADS * j;
-            const int m = m0 + (TA ? i % PS_BM : i / PS_BK), k = k0 + (TA ? i / PS_BM : i % PS_BK);
+            const int m = m0 + (TA ? i % BM : i / PS_BK), k = k0 + (TA ? i / BM : i % PS_BK);
             ra[j] = m < M && k < k_end ? a[TA ? (long long)k * M + m : (long long)m * K + k] : 0.0f;
         }
 #pragma unroll
         for (int j = 0; j < JB; ++j) {
             const int i = threadIdx.x + PS_THREADS * j;
-            const int n = n0 + (TB ? i / PS_BK : i % PS_BN), k = k0 + (TB ? i % PS_BK : i / PS_BN);
+            const int n = n0 + (TB ? i / PS_BK : i % BN), k = k0 + (TB ? i % PS_BK : i / BN);
             rb[j] = k < k_end && n < N ? b[TB ? (long long)n * K + k : (long long)k * N + n] : 0.0f;
         }
     };
@@ -204,20 +218,20 @@ __device__ __forceinline__ void tile_product(float (&acc)[2][4], float* smem, co
 #pragma unroll
         for (int j = 0; j < JA; ++j) {
             const int i = threadIdx.x + PS_THREADS * j;
-            if (TA) as[i / PS_BM][i % PS_BM] = ra[j];
+            if (TA) as[i / BM][i % BM] = ra[j];
             else as[i % PS_BK][i / PS_BK] = ra[j];
         }
 #pragma unroll
         for (int j = 0; j < JB; ++j) {
             const int i = threadIdx.x + PS_THREADS * j;
             if (TB) bs[i % PS_BK][i / PS_BK] = rb[j];
-            else bs[i / PS_BN][i % PS_BN] = rb[j];
+            else bs[i / BN][i % BN] = rb[j];
         }
     };
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < T::TM; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+        for (int j = 0; j < T::TN; ++j) acc[i][j] = 0.0f;
     load(k_begin);
     for (int k0 = k_begin; k0 < k_end; k0 += PS_BK) {
         store();
@@ -226,32 +240,45 @@ __device__ __forceinline__ void tile_product(float (&acc)[2][4], float* smem, co
         const int steps = min(PS_BK, k_end - k0);  // no products of the zero padding
 #pragma unroll 4
         for (int kk = 0; kk < steps; ++kk) {
-            const float a0 = as[kk][2 * ty], a1 = as[kk][2 * ty + 1];
-            const float4 bk = *reinterpret_cast<const float4*>(&bs[kk][4 * tx]);
-            const float bv[4] = {bk.x, bk.y, bk.z, bk.w};
+            float av[T::TM], bv[T::TN];
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                acc[0][j] = fmaf(a0, bv[j], acc[0][j]);
-                acc[1][j] = fmaf(a1, bv[j], acc[1][j]);
+            for (int i = 0; i < T::TM; ++i) av[i] = as[kk][T::TM * ty + i];
+            if constexpr (T::TN == 4) {  // one 16-byte load
+                const float4 bk = *reinterpret_cast<const float4*>(&bs[kk][4 * tx]);
+                bv[0] = bk.x, bv[1] = bk.y, bv[2] = bk.z, bv[3] = bk.w;
+            } else {
+#pragma unroll
+                for (int j = 0; j < T::TN; ++j) bv[j] = bs[kk][T::TN * tx + j];
             }
+#pragma unroll
+            for (int j = 0; j < T::TN; ++j)
+#pragma unroll
+                for (int i = 0; i < T::TM; ++i) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
         }
         __syncthreads();
     }
 }
 
+// acc's elements that lie inside C (M x N), each through epilogue(m, n, value).
+template <class T = Tile64x32, class Epilogue>
+__device__ __forceinline__ void each_output(const float (&acc)[T::TM][T::TN], int M, int N, int m0, int n0,
+                                            Epilogue epilogue) {
+#pragma unroll
+    for (int i = 0; i < T::TM; ++i)
+#pragma unroll
+        for (int j = 0; j < T::TN; ++j) {
+            const int m = m0 + T::TM * (threadIdx.x / T::TX) + i, n = n0 + T::TN * (threadIdx.x % T::TX) + j;
+            if (m < M && n < N) epilogue(m, n, acc[i][j]);
+        }
+}
+
 // acc's elements that lie inside C (M x N) into c; returns the thread's sum of their squares.
 __device__ __forceinline__ float store_tile(const float (&acc)[2][4], float* c, int M, int N, int m0, int n0) {
     float sumsq = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int m = m0 + 2 * (threadIdx.x / 8) + i, n = n0 + 4 * (threadIdx.x % 8) + j;
-            if (m < M && n < N) {
-                c[(long long)m * N + n] = acc[i][j];
-                sumsq = fmaf(acc[i][j], acc[i][j], sumsq);
-            }
-        }
+    each_output(acc, M, N, m0, n0, [&](int m, int n, float v) {
+        c[(long long)m * N + n] = v;
+        sumsq = fmaf(v, v, sumsq);
+    });
     return sumsq;
 }
 
@@ -275,41 +302,30 @@ __device__ __forceinline__ void forward_first(const PersistentLayer& layer, cons
     }
 }
 
-// acc's elements that lie inside C (M x N), each through epilogue(m, n, value).
-template <class Epilogue>
-__device__ __forceinline__ void each_output(const float (&acc)[2][4], int M, int N, int m0, int n0,
-                                            Epilogue epilogue) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int m = m0 + 2 * (threadIdx.x / 8) + i, n = n0 + 4 * (threadIdx.x % 8) + j;
-            if (m < M && n < N) epilogue(m, n, acc[i][j]);
-        }
-}
-
-// forward l, a wide layer: out = act(in W + b) (rows x n_out), a tile a job, k in one slice.
+// forward l, a wide layer: out = act(in W + b) (rows x n_out), a Tile32x16 a job, k in one slice.
 __device__ __forceinline__ void forward_tiles(const PersistentLayer& layer, const float* in, int rows, float* smem) {
-    const int N = layer.n_out, K = layer.n_in, tiles_n = cdiv(N, PS_BN);
-    for (int job = blockIdx.x; job < cdiv(rows, PS_BM) * tiles_n; job += gridDim.x) {
-        const int m0 = job / tiles_n * PS_BM, n0 = job % tiles_n * PS_BN;
-        float acc[2][4];
-        tile_product<false>(acc, smem, in, layer.w, rows, N, K, m0, n0, 0, K);
-        each_output(acc, rows, N, m0, n0, [&](int m, int n, float z) {
+    using T = Tile32x16;
+    const int N = layer.n_out, K = layer.n_in, tiles_n = cdiv(N, T::BN);
+    for (int job = blockIdx.x; job < cdiv(rows, T::BM) * tiles_n; job += gridDim.x) {
+        const int m0 = job / tiles_n * T::BM, n0 = job % tiles_n * T::BN;
+        float acc[T::TM][T::TN];
+        tile_product<false, false, T>(acc, smem, in, layer.w, rows, N, K, m0, n0, 0, K);
+        each_output<T>(acc, rows, N, m0, n0, [&](int m, int n, float z) {
             layer.out[(long long)m * N + n] = activate(layer.act, z + layer.b[n]);
         });
     }
 }
 
-// backward l, a wide layer: D_{l-1} = (D_l W_l^T) * act_{l-1}'(A_{l-1}) (rows x n_in), a tile a job.
+// backward l, a wide layer: D_{l-1} = (D_l W_l^T) * act_{l-1}'(A_{l-1}) (rows x n_in), a Tile32x16 a job.
 __device__ __forceinline__ void backward_tiles(const PersistentLayer& layer, const PersistentLayer& prev, int rows,
                                                float* smem) {
-    const int N = layer.n_in, K = layer.n_out, tiles_n = cdiv(N, PS_BN);
-    for (int job = blockIdx.x; job < cdiv(rows, PS_BM) * tiles_n; job += gridDim.x) {
-        const int m0 = job / tiles_n * PS_BM, n0 = job % tiles_n * PS_BN;
-        float acc[2][4];
-        tile_product<false, true>(acc, smem, layer.delta, layer.w, rows, N, K, m0, n0, 0, K);
-        each_output(acc, rows, N, m0, n0, [&](int m, int n, float z) {
+    using T = Tile32x16;
+    const int N = layer.n_in, K = layer.n_out, tiles_n = cdiv(N, T::BN);
+    for (int job = blockIdx.x; job < cdiv(rows, T::BM) * tiles_n; job += gridDim.x) {
+        const int m0 = job / tiles_n * T::BM, n0 = job % tiles_n * T::BN;
+        float acc[T::TM][T::TN];
+        tile_product<false, true, T>(acc, smem, layer.delta, layer.w, rows, N, K, m0, n0, 0, K);
+        each_output<T>(acc, rows, N, m0, n0, [&](int m, int n, float z) {
             const long long at = (long long)m * N + n;
             prev.delta[at] = activate_backward(prev.act, z, prev.out[at]);
         });
