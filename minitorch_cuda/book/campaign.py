@@ -2,7 +2,7 @@
 code, and the groups those commands run in, each within one call of the lent GPU machine.
 
     python3 -m minitorch_cuda.book.campaign --list                  # the plan, with each group's estimate
-    bash .ci/gpu_run.sh bash .ci/record_book.sh --parallel ladder chapters matmul tile grading   # one call, 5+ GPUs
+    bash .ci/gpu_run.sh bash .ci/record_book.sh --parallel ladder chapters matmul tile grading wide  # one call, 6+ GPUs
     bash .ci/gpu_run.sh bash .ci/record_book.sh ladder              # or one group a call, on one GPU
 
 A group runs its steps in order, in a scratch copy of ``book/results`` (the steps read earlier
@@ -173,6 +173,16 @@ GROUPS: dict[str, tuple[Step, ...]] = {
             makes=("grade_one",),
             estimate_s=200,
             basis="the guide's last timing: 82 s cold, 74 s warm, plus the start",
+        ),
+    ),
+    # stage 13 on models wider than the protocol's, beside stages 11, 12 and PyTorch's graph (chapter 21)
+    "wide": (
+        module(
+            "experiments.wide_models",
+            "--record",
+            makes=("ch21_wide_models",),
+            estimate_s=300,
+            basis="not yet run: 4 models, 3 stages and PyTorch's graph over 3 rounds each, 2 x 55 clocked steps",
         ),
     ),
 }
