@@ -185,22 +185,28 @@ def test_forward_splits_follow_the_shapes():
     assert forward_splits(64, 20, 256) == 1  # 2 chunks of k: too short to split
 
 
+def _fresh_step(protocol: Protocol, **options):
+    """(net, its stage 13 step) for ``protocol``'s model from the CPU net's initial weights, RmsProp
+    (``options``: persistent_step's blocks, split, stage)."""
+    from minitorch_cuda.persistent_model import persistent_step
+
+    net = make_net(protocol, "cuda")
+    for mine, cpu in zip(net.parameters(), make_net(protocol, "cpu").parameters()):
+        mine.assign(cpu.numpy())
+    opt = optim.RmsProp(net.parameters(), protocol.lr, protocol.decay)
+    return net, persistent_step(net, nn.CrossEntropyWithSoftmax(), opt, protocol.max_norm, protocol.batch_size,
+                                **options)  # fmt: skip
+
+
 def _one_step(split: bool, clocked: bool = False, steps: int = 1, stage: bool = True):
     """``steps`` steps of NARROW's model on one batch (the kernel with the phase clock where
     ``clocked``; the later layers' weights read from global memory unless ``stage``): the step,
     its first layer's activations (of the last step), losses, parameters."""
     from minitorch_cuda.cuda.runtime import copy_dtoh
-    from minitorch_cuda.persistent_model import persistent_step
 
     x, y = mnist_shaped(NARROW.batch_size, seed=3)
     with mt.use_stage(13, without={"cuda_graphs"}):
-        net = make_net(NARROW, "cuda")
-        for mine, cpu in zip(net.parameters(), make_net(NARROW, "cpu").parameters()):
-            mine.assign(cpu.numpy())
-        opt = optim.RmsProp(net.parameters(), NARROW.lr, NARROW.decay)
-        step = persistent_step(
-            net, nn.CrossEntropyWithSoftmax(), opt, NARROW.max_norm, NARROW.batch_size, split=split, stage=stage
-        )
+        net, step = _fresh_step(NARROW, split=split, stage=stage)
         xd, yd = mt.tensor(x, "cuda").data, mt.tensor(y, "cuda").data
         if clocked:
             losses = [None] * steps
@@ -290,16 +296,10 @@ def test_the_layers_whose_weights_do_not_fit_run_as_tiles():
 
 def _wide_step(blocks: int = 0, clocked: bool = False, steps: int = 2):
     """``steps`` steps of SHAPES["wide layers"]'s model on one batch: the step, losses, parameters, phase times."""
-    from minitorch_cuda.persistent_model import persistent_step
-
     protocol = SHAPES["wide layers"]
     x, y = mnist_shaped(protocol.batch_size, seed=5)
     with mt.use_stage(13, without={"cuda_graphs"}):
-        net = make_net(protocol, "cuda")
-        for mine, cpu in zip(net.parameters(), make_net(protocol, "cpu").parameters()):
-            mine.assign(cpu.numpy())
-        opt = optim.RmsProp(net.parameters(), protocol.lr, protocol.decay)
-        step = persistent_step(net, nn.CrossEntropyWithSoftmax(), opt, protocol.max_norm, protocol.batch_size, blocks)
+        net, step = _fresh_step(protocol, blocks=blocks)
         xd, yd = mt.tensor(x, "cuda").data, mt.tensor(y, "cuda").data
         times = step.phase_times(xd, yd, steps) if clocked else None
         losses = None if clocked else [step.step(xd, yd) for _ in range(steps)]
