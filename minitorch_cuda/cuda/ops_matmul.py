@@ -155,8 +155,8 @@ def _tensor_cores_faster(family: str, a, b, g: Gemm, fused: Callable[[], object]
     then its epilogue as launches of their own) rather than as stage 11 does (``fused``: FP32,
     the epilogue inside), for ``op(a) @ op(b)``. On first use per shape each way's launches are
     timed back to back (the graphed step replays them so), the faster kept: stage 12's step is
-    then no slower than stage 11's where TF32 does not pay (few, small tiles). Before stage 12,
-    and untimed (the CPU emulator, the tuner off), tensor cores from stage 12 on."""
+    then no slower than stage 11's where TF32 does not pay (few, small tiles). Never before stage
+    12; from it, untimed (the CPU emulator, the tuner off), tensor cores."""
     if not stages.tensor_cores():
         return False
     ways = {"tensor cores": tf32, "stage 11": fused}  # untimed: the first

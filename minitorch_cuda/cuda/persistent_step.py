@@ -268,8 +268,7 @@ class PersistentStep:
         launchers.persistent_step(
             self.table, self.n_layers, self.row_from, self.batch.array, rows, self.row_loss, self.partials,
             self.n_partials, self.loss, report, self.barrier, self.rmsprop, opt.lr, decay, eps, self.max_norm,
-            blocks=self.blocks,
-            kernel=kernel, phase_ns=phase_ns, shared_bytes=self.staged_bytes,
+            blocks=self.blocks, kernel=kernel, phase_ns=phase_ns, shared_bytes=self.staged_bytes,
         )  # fmt: skip
 
     def phase_times(self, x: DeviceArray, y: DeviceArray, steps: int) -> dict:

@@ -56,7 +56,7 @@
 // at the start of row 0 and after each of its steps in its block (the first layer's sum, or the
 // row's input read, each later layer's forward, the loss, each backward), and last the SM clock
 // cycles (clock64) from block 0's start to its end: phase_stamps(f) + 2 (L - f) + 4 values for
-// L layers, f = row_from (PS_PHASE_STAMPS + 2L + 2 where f = 1).
+// L layers, f = row_from (2L + 6 where f = 1).
 #include <cuda_pipeline.h>
 
 #include "batch_cursor.cuh"
@@ -79,7 +79,6 @@
 #define PS_ROWS_FLOATS (2 * PS_ROW_FLOATS + PS_THREADS)
 #define PS_SMEM_FLOATS (PS_TILE_FLOATS > PS_ROWS_FLOATS ? PS_TILE_FLOATS : PS_ROWS_FLOATS)
 
-#define PS_PHASE_STAMPS 5  // the start, after each of the 3 grid barriers, the end (row_from = 1)
 // The stamps of the phases with row_from = f: the start, after each of the 2 f + 1 grid barriers, the end.
 __host__ __device__ __forceinline__ int phase_stamps(int f) { return 2 * f + 3; }
 
