@@ -17,13 +17,13 @@ It prints, per model, each stage's step over PyTorch's graphed step next to issu
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
 from pathlib import Path
 
 from minitorch_cuda import bench, results, train
+from minitorch_cuda.cli_parser import Parser
 from minitorch_cuda.experiments import latency_floor
 from minitorch_cuda.needs_gpu import refuse_emulated
 
@@ -77,7 +77,7 @@ def summary(result: dict, protocol: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m minitorch_cuda.experiments.wide_models",
+    parser = Parser(prog="python3 -m minitorch_cuda.experiments.wide_models",
                                      description=__doc__.split("\n")[0])  # fmt: skip
     parser.add_argument("--models", type=int, nargs="*", choices=range(len(MODELS)), default=list(range(len(MODELS))),
                         help="which models, by number (0: the protocol's; default: all)")  # fmt: skip
