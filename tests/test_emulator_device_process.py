@@ -215,3 +215,21 @@ def test_a_reply_the_kernel_forges_fails_its_launch(tmp_path, form) -> None:
     out["first"] = launch({source!r}, "reach", "Pi", (1, 1, 1), (1, 1, 1), d, 16)
     """
     assert named in run(code, "isolated", tmp_path)["first"]
+
+
+@pytest.mark.parametrize(("value", "workers"), [("3", 3), ("0", 1), ("500", 16), ("", None)])
+def test_the_emulators_worker_count_follows_the_setting(monkeypatch, value, workers) -> None:
+    """MINITORCH_CUDA_EMULATE_THREADS sets the workers, 1 to driver.MAX_WORKERS; unset (empty), one per core."""
+    from minitorch_cuda.emulator import driver
+
+    monkeypatch.setenv("MINITORCH_CUDA_EMULATE_THREADS", value)
+    expected = workers or min(len(os.sched_getaffinity(0)), driver.MAX_WORKERS)
+    assert driver._workers() == expected
+
+
+def test_a_worker_count_that_is_not_a_number_names_the_setting(monkeypatch) -> None:
+    from minitorch_cuda.emulator import driver
+
+    monkeypatch.setenv("MINITORCH_CUDA_EMULATE_THREADS", "four")
+    with pytest.raises(ValueError, match=r"MINITORCH_CUDA_EMULATE_THREADS='four': set it to a whole number"):
+        driver._workers()

@@ -54,7 +54,14 @@ MAX_WORKERS = 16
 def _workers() -> int:
     """OS threads that run blocks: MINITORCH_CUDA_EMULATE_THREADS, else the cores this process may use
     (at most MAX_WORKERS either way)."""
-    asked = int(os.environ.get("MINITORCH_CUDA_EMULATE_THREADS") or len(os.sched_getaffinity(0)))
+    text = os.environ.get("MINITORCH_CUDA_EMULATE_THREADS")
+    try:
+        asked = int(text) if text else len(os.sched_getaffinity(0))
+    except ValueError:
+        raise ValueError(
+            f"MINITORCH_CUDA_EMULATE_THREADS={text!r}: set it to a whole number of threads (1 runs the blocks "
+            "in order), or unset it for one per core"
+        ) from None
     return max(1, min(asked, MAX_WORKERS))
 
 
