@@ -51,11 +51,10 @@ def measure(hidden, activation, batch) -> dict:
     return result
 
 
-def phases(hidden, activation, batch) -> dict:
+def phases(data, hidden, activation, batch) -> dict:
     """Stage 13's phase by phase, on the first batch of the training split: the kernel as the trainer
     builds it, and with every layer after the first in its rows phase (``wide=False``)."""
     protocol = train.Protocol(hidden=hidden, activation=activation, batch_size=batch)
-    data = train.load_to("cuda")
     x, y = data.x_train[:batch], data.y_train[:batch]
     variants = {"default": {}, "rows phase from layer 2": {"wide": False}}
     return latency_floor.phase_times(protocol, x, y, steps=50, variants=variants)
@@ -86,11 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     refuse_emulated(parser.prog)
     record = {"models": []}
+    data = train.load_to("cuda")  # the phases' batches, once (each bench run loads its own)
     for n in args.models:
         hidden, activation, batch = MODELS[n]
         result = measure(hidden, activation, batch)
         entry = {"model": n, "hidden": hidden, "activation": activation, "batch_size": batch,
-                 "summary": summary(result, n == 0), "phases": phases(hidden, activation, batch),
+                 "summary": summary(result, n == 0), "phases": phases(data, hidden, activation, batch),
                  "bench": result}  # fmt: skip
         record["models"].append(entry)
         record["device"] = result["device"]
