@@ -14,6 +14,7 @@ Nothing is computed, so results mean nothing; what the framework's Python does
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 import types
 
@@ -164,3 +165,7 @@ sys.modules.update(
         "cuda.bindings.driver": bindings,
     }
 )
+
+# The stand-in is the device: a process that imports it is never the emulator's, even where the
+# shell running the tests set MINITORCH_CUDA_EMULATE=1 for the emulated ones.
+os.environ.pop("MINITORCH_CUDA_EMULATE", None)
