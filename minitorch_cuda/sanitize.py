@@ -159,6 +159,11 @@ def _wgmma_workload(rng) -> None:
         matmul_launchers.matmul_tf32_wgmma_tma(out, da, db, g, bn=128, as_stored=as_stored)
         way = "as stored" if as_stored else "transposed"
         _check_tf32(to_numpy(out), a, b, f"stage 12: matmul_tf32_wgmma_tma, B {way}")
+    a = rng.standard_normal((137, 520)).astype(np.float32)  # two K-slices of 260: each ends mid-stage
+    b = rng.standard_normal((520, 8)).astype(np.float32)
+    g, out = launch_core.Gemm.of(a, b), DeviceArray.empty((137, 8))
+    matmul_launchers.matmul_tf32_wgmma_tma(out, from_numpy(a), from_numpy(b), g, bn=128, as_stored=True, splits=2)
+    _check_tf32(to_numpy(out), a, b, "stage 12: matmul_tf32_wgmma_tma in two K-slices")
 
 
 def _check_tf32(got, a, b, what: str) -> None:

@@ -121,9 +121,19 @@ def test_tensor_map_arguments_of_a_batch_and_of_a_shared_matrix():
     assert (shared.dims, shared.strides, shared.box) == ((1028, 600, 1), (4112, 4112 * 600), (32, 256, 1))
 
 
+def test_tensor_map_of_k_slices_side_by_side():
+    """A split-K product's A (4096 x 4096, four K-slices): four matrices of 4096 rows of 1024,
+    rows 4096 floats apart and matrices 1024 apart, so matrix s is columns 1024 s .. of A."""
+    slices = swizzled_stack(0x10000, rows=4096, cols=1024, matrices=4, matrix_stride=1024, box_rows=256,
+                            box_cols=32, row_stride=4096)  # fmt: skip
+    assert (slices.dims, slices.strides, slices.box) == ((1024, 4096, 4), (4 * 4096, 4 * 1024), (32, 256, 1))
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
+        ({"row_stride": 60}, "cannot lie 60 floats apart"),
+        ({"row_stride": 66}, "whole 16 bytes"),
         ({"address": 0x10004}, "16-byte aligned"),
         ({"cols": 1022}, "whole 16 bytes"),
         ({"box_cols": 64}, "32 floats wide"),
@@ -275,6 +285,78 @@ print(json.dumps({"encoded": encoded, "launched": launched, "built": built, "ref
                   "pointers": [a.ptr, b.ptr, c.ptr]}))
 """
 )
+
+
+SPLIT_SIDE = (
+    HOST_SIDE.split("M, N, K = 300, 600, 1028")[0]
+    + """
+from minitorch_cuda.cuda.launch_core import Gemm
+M, N, K = 4096, 128, 4096  # a @ b, 16 tiles of 256 x 128 (C^T's) as stored for 132 SMs
+a, b, c = DeviceArray.empty((M, K)), DeviceArray.empty((K, N)), DeviceArray.empty((M, N))
+g = Gemm(M, N, K)
+matmul_launchers.matmul_tf32_wgmma_tma(c, a, b, g, bn=256, as_stored=True, splits=4)
+first = len(launched)
+for _ in range(2):  # a user's loop: the route's queue, the maps worked out once
+    matmul_launchers.wgmma_tma_launch(a, b, g, 256, True, 4).queue(c, a, b)
+bt = DeviceArray.empty((N, K))  # a @ b.T: K-major B^T
+matmul_launchers.matmul_tf32_wgmma_tma(c, a, bt, Gemm(M, N, K, tb=True), bn=128, splits=2)
+for problem, splits in ((Gemm(M, N, K, stride_a=M * K, batch=2), 2), (Gemm(M, N, 4092), 2), (Gemm(M, N, K), 3)):
+    try:
+        matmul_launchers.matmul_tf32_wgmma_tma(c, a, b, problem, bn=256, as_stored=True, splits=splits)
+    except ValueError as exc:
+        refused.append(str(exc))
+splits = {f"{shape} {bn} {as_stored}": matmul_choice.wgmma_tma_splits(Gemm(*shape), bn, as_stored)
+          for shape in ((4096, 128, 4096), (128, 4096, 4096), (1024, 1024, 1024), (4096, 4096, 4096), (4096, 128, 384))
+          for bn in (256, 128) for as_stored in (True, False)}
+print(json.dumps({"encoded": encoded, "launched": launched, "refused": refused, "first": first, "splits": splits,
+                  "pointers": [a.ptr, b.ptr, c.ptr, bt.ptr]}))
+"""
+)
+
+
+def test_a_split_product_reads_k_slices_as_a_batch_and_sums_them():
+    """On the stand-in driver (132 SMs): a skinny product split in four K-slices is one launch of
+    the kernel on a batch of four (A's slices side by side, rows K apart; B's slices one after
+    the other), writing scratch, then the four-wide sum into C, in the route's queue as in the
+    launcher; K-major B^T splits the same way; what cannot be split is refused with the rule; and
+    splits are offered only where the tiles leave SMs idle, up to the first count that covers them,
+    each slice at least 128 of K."""
+    done = subprocess.run([sys.executable, "-c", SPLIT_SIDE], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = json.loads(done.stdout.splitlines()[-1])
+    pa, pb, pc, pbt = run["pointers"]
+    M, N, K = 4096, 128, 4096
+    maps = [m[2:6] for m in run["encoded"]]
+    assert maps == [
+        [pa, [1024, M, 4], [4 * K, 4 * 1024], [32, 256, 1]],  # A's slices, side by side
+        [pb, [N, 1024, 4], [4 * N, 4 * 1024 * N], [32, 32, 1]],  # B's, one after another
+        [pa, [2048, M, 2], [4 * K, 4 * 2048], [32, 128, 1]],  # K-major: A ...
+        [pbt, [2048, N, 2], [4 * K, 4 * 2048], [32, 128, 1]],  # ... and B^T sliced alike
+    ]  # the queued products reuse the first two
+    tiles = 4 * 16  # four slices of 16 tiles
+    product, total = run["launched"][0], run["launched"][1]
+    assert product[0] == "matmul_tf32_wgmma_tma" and product[2] == [tiles, 1, 1]
+    scratch = product[4][2]
+    assert scratch != pc and product[4] == [1, 2, scratch, M, N, 1024, 4, 4, tiles]
+    assert total[0] == "matmul_splitk_reduce4" and total[4] == [pc, scratch, M * N, 4, M * N]
+    assert run["first"] == 2 and [r[0] for r in run["launched"][2:6]] == [product[0], total[0]] * 2
+    assert [r[4][3:] for r in run["launched"][2:6:2]] == [product[4][3:]] * 2
+    k_major = run["launched"][6:]
+    assert [r[0] for r in k_major] == ["matmul_tf32_wgmma_tma", "matmul_splitk_reduce4"]
+    assert k_major[0][4][3:] == [M, N, 2048, 2, 2, 2 * 32 * 1]  # 32 tiles of 128 x 128
+    assert len(run["refused"]) == 3 and all("K-slices need one matrix" in r for r in run["refused"])
+    assert run["splits"] == {
+        "(4096, 128, 4096) 256 True": [1, 2, 4, 8, 16], "(4096, 128, 4096) 256 False": [1, 2, 4, 8],
+        "(4096, 128, 4096) 128 True": [1, 2, 4, 8], "(4096, 128, 4096) 128 False": [1, 2, 4, 8],
+        "(128, 4096, 4096) 256 True": [1, 2, 4, 8], "(128, 4096, 4096) 256 False": [1, 2, 4, 8, 16],
+        "(128, 4096, 4096) 128 True": [1, 2, 4, 8], "(128, 4096, 4096) 128 False": [1, 2, 4, 8],
+        "(1024, 1024, 1024) 256 True": [1, 2, 4, 8], "(1024, 1024, 1024) 256 False": [1, 2, 4, 8],
+        "(1024, 1024, 1024) 128 True": [1, 2, 4], "(1024, 1024, 1024) 128 False": [1, 2, 4],
+        "(4096, 4096, 4096) 256 True": [1], "(4096, 4096, 4096) 256 False": [1],
+        "(4096, 4096, 4096) 128 True": [1], "(4096, 4096, 4096) 128 False": [1],
+        "(4096, 128, 384) 256 True": [1, 2], "(4096, 128, 384) 256 False": [1, 2],
+        "(4096, 128, 384) 128 True": [1, 2], "(4096, 128, 384) 128 False": [1, 2],
+    }  # fmt: skip
 
 
 def test_the_ablations_switches_reach_the_build_and_the_launch():
@@ -507,6 +589,21 @@ def test_b_read_as_stored_against_float64(shape, switches):
 
 @pytest.mark.gpu
 @pytest.mark.usefixtures("first_launch_apart")
+@pytest.mark.parametrize("splits", [2, 4])
+@pytest.mark.parametrize("as_stored", [True, False])
+@pytest.mark.parametrize("shape", [(4096, 128, 4096), (128, 4096, 4096), (300, 132, 1040), (72, 76, 3088)], ids=str)
+def test_split_k_against_float64(shape, as_stored, splits):
+    """K-slices as the kernel's batch, then their sum: the skinny shapes, partial tiles, and slices
+    whose K the 32-wide stage does not divide (1040 / 4 = 260: the map's zero fill must end each
+    slice, or slice s would add the start of slice s + 1)."""
+    M, N, K = shape
+    a, b = matmul_inputs(M, N, K, False, not as_stored, seed=40)
+    out = _launch(a, b, tb=not as_stored, as_stored=as_stored or None, splits=splits)
+    _check_tf32(out, a, b if not as_stored else np.ascontiguousarray(b.T), f"{splits} slices: ")
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("first_launch_apart")
 def test_b_read_as_stored_batched_and_shared():
     for b_batch, what in (((3,), "batched: "), ((), "shared B: ")):
         a, b = matmul_inputs(200, 300, 68, False, False, (3,), b_batch, seed=39)
@@ -549,7 +646,8 @@ def test_the_ablations_builds_compute_the_same_product(switches):
 @pytest.mark.usefixtures("first_launch_apart")
 def test_stage_12s_route_times_both_tile_widths_and_keeps_the_faster():
     """a @ b at 1024^3 through the launcher as stage 12 calls it (no width given): both widths are
-    timed, each with B transposed first and read as stored, transposes included, the least of
+    timed, each with B transposed first and read as stored, unsplit and in K-slices, transposes
+    and the slices' sum included, the least of
     each one's longer GPU and host time (the transpose a launch more) is kept for the shape, and
     the product is right."""
     from minitorch_cuda.cuda import backend, launch_core, matmul_choice
@@ -564,8 +662,12 @@ def test_stage_12s_route_times_both_tile_widths_and_keeps_the_faster():
     matmul_choice.matmul_tf32_wgmma_tma(out, da, db, g)
     synchronize("matmul_tf32_wgmma_tma")
     timed = tuner.choices()["matmul_tf32_wgmma_tma 1024,1024,1024,0,0,1,True,True"]
-    assert set(timed["timings_ms"]) == {"256", "128", "256 as stored", "128 as stored"}
-    assert timed["host_ms"]["256"] == 2 * timed["host_ms"]["256 as stored"]
+    # 32 wide tiles or 64 narrow ones for the SMs: K-splits up to the first count that covers them
+    splits = {w: [""] + [f" split {s}" for s in matmul_choice.wgmma_tma_splits(g, w, True)[1:]] for w in (256, 128)}
+    assert set(timed["timings_ms"]) == {
+        f"{w}{way}{s}" for w in (256, 128) for way in ("", " as stored") for s in splits[w]
+    }
+    assert timed["host_ms"]["256"] == 2 * timed["host_ms"]["256 as stored"] == timed["host_ms"]["256 as stored split 2"]
     assert timed["choice"] == min(timed["timings_ms"], key=lambda v: max(timed["timings_ms"][v], timed["host_ms"][v]))
     ref, scale = matmul_reference(a, b, False, False)
     assert np.all(np.abs(backend.to_numpy(out) - ref) <= 2.5e-3 * scale + 1e-6)

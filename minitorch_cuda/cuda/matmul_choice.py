@@ -11,7 +11,7 @@ alignment) the first time the key is seen, by timing the candidates that fit
   (``sgemm_candidates``), each at the longer of its GPU time and its launches' host time (the
   host-cost model: ``host_launch_ms``, ``sgemm_host_ms``);
 - ``linear_variant``: the lean step's forward, the register tile or a split-K bias+act variant;
-- ``wgmma_tma_variant``: stage 12's tile width and way of reading B on Hopper;
+- ``wgmma_tma_variant``: stage 12's tile width, way of reading B and K-split on Hopper;
 - ``tf32_variant``: stage 12's kernel below the products that go to wgmma_tma: mma.sync, WMMA,
   or on Hopper the TMA-fed wgmma.
 
@@ -216,35 +216,64 @@ def linear_variant(c, a, b, bias, counters, g: Gemm, relu: bool) -> str:
 
 WGMMA_TMA_WIDTHS = (256, 128)  # wgmma_tma.cu's WT_BN: the tile widths stage 12 chooses from
 AS_STORED = " as stored"  # a candidate's suffix: the N-major build, B read without a transpose
+SPLIT = " split "  # ... and "split 4": the product in four K-slices, then their sum
 
 
-def wgmma_tma_variant(c, a, b, g: Gemm) -> tuple[int, bool]:
-    """Stage 12's tile width for this problem, and whether to read B as stored: 128 x 256 tiles,
-    or 128 x 128 where the wide ones leave SMs idle (1024^3: 32 wide tiles for 132 SMs, 64 narrow
-    ones); for ``a @ b``, each width with B transposed first and as stored (``"256 as stored"``).
-    Each is timed on first use (autotune.tuner, transposes included), at the longer of its GPU time
-    and its launches' host time (wgmma_tma_host_ms: a transpose first is a launch more, and at
-    1024^3 the product takes the GPU about as long as a launch takes the host), the least kept
-    for the shape."""
+def wgmma_tma_variant(c, a, b, g: Gemm) -> dict:
+    """Stage 12's launch of this problem as matmul_launchers.matmul_tf32_wgmma_tma's keywords:
+    the tile width ``bn`` (128 x 256 tiles, or 128 x 128 where the wide ones leave SMs idle),
+    ``as_stored`` (for ``a @ b``, B read as stored or transposed first: "256 as stored") and
+    ``splits`` (where the tiles leave SMs idle, the product in K-slices: "256 as stored split 4",
+    wgmma_tma_splits). Each is timed on first use (autotune.tuner, transposes and the slices' sum
+    included), at the longer of its GPU time and its launches' host time (wgmma_tma_host_ms: a
+    transpose first or a sum after is a launch more, and at 1024^3 the product takes the GPU
+    about as long as a launch takes the host), the least kept for the shape."""
     ways = (AS_STORED, "") if matmul_launchers.b_reads_as_stored(a, b, g) else ("",)  # untuned (tuner off): the first
-    variants = {f"{width}{way}": (width, way == AS_STORED) for way in ways for width in WGMMA_TMA_WIDTHS}
+    variants = {}
+    for way in ways:
+        for width in WGMMA_TMA_WIDTHS:
+            for splits in wgmma_tma_splits(g, width, way == AS_STORED):
+                name = f"{width}{way}" + (f"{SPLIT}{splits}" if splits > 1 else "")
+                variants[name] = {"bn": width, "as_stored": way == AS_STORED, "splits": splits}
 
     def time_ms(name: str) -> float:
-        bn, as_stored = variants[name]
-        return matmul_launchers.matmul_tf32_wgmma_tma(c, a, b, g, bn=bn, as_stored=as_stored, timed=tuning_launches())
+        return matmul_launchers.matmul_tf32_wgmma_tma(c, a, b, g, **variants[name], timed=tuning_launches())
 
     def host_ms(name: str) -> float:
-        return wgmma_tma_host_ms(g, variants[name][1])
+        return wgmma_tma_host_ms(g, variants[name]["as_stored"], variants[name]["splits"])
 
     choice = tuner.pick("matmul_tf32_wgmma_tma", tuning_key(a, b, g), list(variants), time_ms, host_ms=host_ms)
     return variants[choice]
 
 
-def wgmma_tma_host_ms(g: Gemm, as_stored: bool) -> float:
-    """The host's milliseconds to launch matmul_tf32_wgmma_tma: host_launch_ms for its launch and
-    for each operand k_major_operands transposes first (none where B is read as stored)."""
+WGMMA_TMA_SPLITS = (2, 4, 8, 16)
+WGMMA_TMA_MIN_SLICE = 4 * 32  # floats of K in a slice: four of the kernel's 32-wide stages, its ring full
+
+
+def wgmma_tma_splits(g: Gemm, bn: int, as_stored: bool) -> list[int]:
+    """The K-splits worth timing for stage 12's TMA kernel at tile width ``bn``: 1 (unsplit), and
+    where its 128 x ``bn`` tiles (``bn`` x 128 as stored) are fewer than the SMs, each count from 2
+    up to the first that covers them all, while a slice keeps WGMMA_TMA_MIN_SLICE of K and starts
+    16 bytes aligned (one matrix only: the slices are the kernel's batch). 4096 x 4096 x 128: 16
+    wide tiles for 132 SMs."""
+    tile_m, tile_n = (bn, 128) if as_stored else (128, bn)
+    tiles, sms = cdiv(g.M, tile_m) * cdiv(g.N, tile_n), runtime.multiprocessors()
+    counts = [1]
+    for splits in WGMMA_TMA_SPLITS if g.batch == 1 and tiles < sms else ():
+        if g.K % (4 * splits) or g.K // splits < WGMMA_TMA_MIN_SLICE:
+            break
+        counts.append(splits)
+        if tiles * splits >= sms:
+            break
+    return counts
+
+
+def wgmma_tma_host_ms(g: Gemm, as_stored: bool, splits: int = 1) -> float:
+    """The host's milliseconds to launch matmul_tf32_wgmma_tma: host_launch_ms for its launch, for
+    each operand k_major_operands transposes first (none where B is read as stored) and for the
+    slices' sum of a split product."""
     transposes = 0 if as_stored else int(g.ta) + int(not g.tb)
-    return (1 + transposes) * host_launch_ms()
+    return (1 + transposes + int(splits > 1)) * host_launch_ms()
 
 
 WGMMA_TMA, MMA_SYNC, WMMA = "wgmma_tma", "mma.sync", "wmma"  # stage 12's kernels, as tf32_variant names them
@@ -270,7 +299,10 @@ def tf32_variant(c, a, b, g: Gemm, *, wgmma: bool = False) -> str:
         return launcher(c, a, b, g, timed=tuning_launches())
 
     def host_ms(name: str) -> float:  # wgmma's variant is chosen by the time this is asked (time_ms)
-        return wgmma_tma_host_ms(g, wgmma_tma_variant(c, a, b, g)[1]) if name == WGMMA_TMA else host_launch_ms()
+        if name != WGMMA_TMA:
+            return host_launch_ms()
+        way = wgmma_tma_variant(c, a, b, g)
+        return wgmma_tma_host_ms(g, way["as_stored"], way["splits"])
 
     return tuner.pick("matmul_tf32", tuning_key(a, b, g), candidates, time_ms, host_ms=host_ms)
 
@@ -291,8 +323,7 @@ def matmul_sgemm(c, a, b, g: Gemm, *, timed: int = 0):
 def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, timed: int = 0, **debugging):
     """Stage 12 on Hopper: matmul_launchers.matmul_tf32_wgmma_tma at the tile width and way of
     reading B that wgmma_tma_variant chose (``debugging``: the launcher's stages, blocks, tiles, debug)."""
-    bn, as_stored = wgmma_tma_variant(c, a, b, g)
-    return matmul_launchers.matmul_tf32_wgmma_tma(c, a, b, g, bn=bn, as_stored=as_stored, timed=timed, **debugging)
+    return matmul_launchers.matmul_tf32_wgmma_tma(c, a, b, g, **wgmma_tma_variant(c, a, b, g), timed=timed, **debugging)
 
 
 # The matmul kernels by name, each launched as (c, a, b, gemm, timed=...): the benchmark's and the

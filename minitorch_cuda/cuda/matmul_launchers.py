@@ -176,12 +176,18 @@ def split_k(kernel: str | Kernel, c, a, b, g: Gemm, tile: tuple[int, int, int], 
     partial = DeviceBuffer(ITEMSIZE * g.batch * splits * mn)  # the pool reuses it in stream order
     args = (partial.ptr, a, b, *g.args, splits)
     times = [dispatch(kernel, (*grid[:2], g.batch * splits), (threads, 1, 1), args, timed, (g,))]
-    reduce_args = (c, partial.ptr, mn, splits, g.batch * mn)
-    if mn % 4 == 0 and aligned16(c, partial):
-        times.append(elementwise("matmul_splitk_reduce4", cdiv(g.batch * mn, 4), *reduce_args, timed=timed))
-    else:
-        times.append(elementwise("matmul_splitk_reduce", g.batch * mn, *reduce_args, timed=timed))
+    times.append(splitk_reduce(c, partial, mn, splits, g.batch, timed))
     return total_ms(times)
+
+
+def splitk_reduce(c, partial, mn: int, splits: int, batch: int = 1, timed: int = 0) -> float | None:
+    """c[z] = the sum of partial's ``splits`` slices of ``mn`` floats for each matrix z, in order
+    0, 1, ... (deterministic: no atomics); four outputs a thread (matmul_splitk_reduce4) where mn is
+    a multiple of 4 and both start 16-byte aligned."""
+    args = (c, partial, mn, splits, batch * mn)
+    if mn % 4 == 0 and aligned16(c, partial):
+        return elementwise("matmul_splitk_reduce4", cdiv(batch * mn, 4), *args, timed=timed)
+    return elementwise("matmul_splitk_reduce", batch * mn, *args, timed=timed)
 
 
 def matmul_cluster_splitk(c, a, b, g: Gemm, *, tile: str, splits: int, timed: int = 0):
@@ -389,7 +395,7 @@ def matmul_tf32_wgmma(c, a, b, g: Gemm, *, timed: int = 0):
     return total_ms(times)
 
 
-def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, bn: int, as_stored: bool | None = None,
+def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, bn: int, as_stored: bool | None = None, splits: int = 1,
                           stages: int | None = None, blocks: int | None = None, tiles: int | None = None,
                           debug: bool = False, consumers: int = 2, tma: bool = True, timed: int = 0):  # fmt: skip
     """Stage 12 from WGMMA_MIN_PRODUCT up: C = op(A) op(B) on Hopper by wgmma_tma.cu, TMA copies
@@ -398,13 +404,15 @@ def matmul_tf32_wgmma_tma(c, a, b, g: Gemm, *, bn: int, as_stored: bool | None =
     (k_major_operands transposes the others first), or, ``as_stored``, B of ``a @ b`` as it lies
     (the N-major build; b_reads_as_stored says where it can); ``as_stored`` None: as stored
     wherever it can be (matmul_choice.wgmma_tma_variant times both ways). Its two tensor maps are
-    passed by value (128 bytes each, ``128s`` in its signature).
+    passed by value (128 bytes each, ``128s`` in its signature). ``splits`` > 1: the K-slices
+    as a batch of products into scratch (wgmma_tma.plan), then matmul_splitk_reduce sums them into
+    C: a skinny product's few tiles then fill the SMs.
     Debugging: ``stages=1`` builds a single stage, ``blocks=1`` has one block walk every tile,
     ``tiles=n`` computes only the first n tiles of the raster, ``debug`` names a stuck barrier.
     The ablation (experiments/tma_ablation.py; B^T given, as_stored False): ``consumers=1``, one
     consumer warpgroup on 64-row tiles; ``tma=False``, the producer's threads copy the slices;
     ``blocks`` as many as the tiles, one tile a block (no persistence)."""
-    launch = wgmma_tma_launch(a, b, g, bn, as_stored)
+    launch = wgmma_tma_launch(a, b, g, bn, as_stored, splits)
     switches = (stages, blocks, tiles, debug, consumers, tma)
     if switches != PLAIN:
         launch = dataclasses.replace(launch, **dict(zip(SWITCHES, switches)))
@@ -416,10 +424,10 @@ SWITCHES = ("stages", "blocks", "tiles", "debug", "consumers", "tma")
 PLAIN = (None, None, None, False, 2, True)
 
 
-def wgmma_tma_launch(a, b, g: Gemm, bn: int, as_stored: bool | None = None) -> WgmmaTmaLaunch:
-    """matmul_tf32_wgmma_tma's launch at tile width ``bn``, for every product of ``g``'s shape and
-    of operands aligned like ``a`` and ``b``; ValueError where the problem or this GPU cannot
-    have it."""
+def wgmma_tma_launch(a, b, g: Gemm, bn: int, as_stored: bool | None = None, splits: int = 1) -> WgmmaTmaLaunch:
+    """matmul_tf32_wgmma_tma's launch at tile width ``bn`` (and ``splits`` K-slices), for every
+    product of ``g``'s shape and of operands aligned like ``a`` and ``b``; ValueError where the
+    problem or this GPU cannot have it."""
     if runtime.arch() != "sm_90":
         raise ValueError(
             f"matmul_tf32_wgmma_tma needs a Hopper GPU (sm_90: TMA, wgmma, setmaxnreg); "
@@ -431,7 +439,11 @@ def wgmma_tma_launch(a, b, g: Gemm, bn: int, as_stored: bool | None = None) -> W
         as_stored = b_reads_as_stored(a, b, g)
     elif as_stored and not b_reads_as_stored(a, b, g):
         raise ValueError(f"B is read as stored only for a @ b with aligned operands and N % 4 == 0, not {g}")
-    return WgmmaTmaLaunch(g, bn, as_stored)
+    if splits > 1 and (g.batch > 1 or g.K % (4 * splits)):
+        raise ValueError(
+            f"{splits} K-slices need one matrix and K a multiple of {4 * splits} (16-byte slices), not {g}"
+        )
+    return WgmmaTmaLaunch(g, bn, as_stored, splits)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -439,11 +451,12 @@ class WgmmaTmaLaunch:
     """wgmma_tma_launch's: all but the tensor maps, which hold the operands' addresses
     (wgmma_tma.plan keeps them per pair of operands), and matmul_tf32_wgmma_tma's debugging
     switches. Read as stored, a product is one launch; else the operands' transposes come first
-    (k_major_operands)."""
+    (k_major_operands); split, the reduction follows."""
 
     g: Gemm
     bn: int
     as_stored: bool
+    splits: int = 1
     stages: int | None = None
     blocks: int | None = None
     tiles: int | None = None
@@ -460,9 +473,14 @@ class WgmmaTmaLaunch:
             pa, pb, k, times = as_arg(a), as_arg(b), g, []
         else:
             pa, pb, k, times, _scratch = k_major_operands(a, b, g, timed)
-        maps, grid, rest = wgmma_tma.plan(pa, pb, k, bn, self.stages, self.blocks, self.tiles, as_stored, consumers)
+        maps, grid, rest = wgmma_tma.plan(
+            pa, pb, k, bn, self.stages, self.blocks, self.tiles, as_stored, consumers, self.splits
+        )
         copied = () if self.tma else (pa, pb, k.stride_a, k.stride_b)  # the operands the producer's threads read
-        times.append(dispatch(kernel, grid, (shape["THREADS"], 1, 1), (*maps, c, *rest, *copied), timed, (g,)))
+        out, partial = self._output(c)
+        times.append(dispatch(kernel, grid, (shape["THREADS"], 1, 1), (*maps, out, *rest, *copied), timed, (g,)))
+        if partial is not None:
+            times.append(splitk_reduce(c, partial, g.M * g.N, self.splits, timed=timed))
         return total_ms(times)
 
     def queue(self, c, a, b) -> None:
@@ -474,9 +492,21 @@ class WgmmaTmaLaunch:
         kernel, shape = wgmma_tma.kernel(self.bn, None, False, True)
         pointers, last = (a.ptr, b.ptr), self._last[0]
         if last is None or last[0] != pointers:
-            last = self._last[0] = (pointers, *wgmma_tma.plan(*pointers, self.g, self.bn, None, None, None, True))
+            plan = wgmma_tma.plan(*pointers, self.g, self.bn, None, None, None, True, 2, self.splits)
+            last = self._last[0] = (pointers, *plan)
         _, maps, grid, rest = last
-        queue(kernel, grid, (shape["THREADS"], 1, 1), *maps, c.ptr, *rest, shapes=(self.g,))
+        out, partial = self._output(c)
+        queue(kernel, grid, (shape["THREADS"], 1, 1), *maps, as_arg(out), *rest, shapes=(self.g,))
+        if partial is not None:
+            splitk_reduce(c, partial, self.g.M * self.g.N, self.splits)
+
+    def _output(self, c):
+        """Where the kernel writes: C, or for a split product scratch of its slices (the pool
+        reuses it in stream order), returned too."""
+        if self.splits == 1:
+            return c, None
+        partial = DeviceBuffer(ITEMSIZE * self.splits * self.g.M * self.g.N)
+        return partial.ptr, partial
 
 
 def b_reads_as_stored(a, b, g: Gemm) -> bool:

@@ -116,8 +116,7 @@ def tensor_core_matmul(out: DeviceArray, a: DeviceArray, b: DeviceArray, g: Gemm
     else:
         kernel = choice.tf32_variant(out, a, b, g, wgmma=wgmma)
     if kernel == choice.WGMMA_TMA:
-        bn, as_stored = choice.wgmma_tma_variant(out, a, b, g)
-        return matmul_launchers.wgmma_tma_launch(a, b, g, bn, as_stored).queue
+        return matmul_launchers.wgmma_tma_launch(a, b, g, **choice.wgmma_tma_variant(out, a, b, g)).queue
     if kernel == choice.MMA_SYNC:
         return matmul_launchers.tf32_async_launch(g).queue
     return matmul_launchers.tf32_launch(g).queue

@@ -36,26 +36,31 @@ class TiledMap:
 
 
 def swizzled_stack(address: int, rows: int, cols: int, matrices: int, matrix_stride: int, box_rows: int,
-                   box_cols: int) -> TiledMap:  # fmt: skip
+                   box_cols: int, row_stride: int | None = None) -> TiledMap:  # fmt: skip
     """A map of ``matrices`` row-major ``rows`` x ``cols`` float32 matrices, ``matrix_stride``
-    floats apart, whose box is ``box_rows`` rows of ``box_cols`` floats: one 128-byte swizzled row
-    per row of the box. For A or B^T (cols = K) that is the K-major layout wgmma reads; for B of
-    ``a @ b`` (rows = K, cols = N) it is 32 columns of N, which wgmma_tma.cu's N-major build loads
-    into registers. Raises ValueError with the rule a problem breaks."""
+    floats apart, rows ``row_stride`` floats apart (``cols`` where None), whose box is
+    ``box_rows`` rows of ``box_cols`` floats: one 128-byte swizzled row per row of the box. For A
+    or B^T (cols = K) that is the K-major layout wgmma reads; for B of ``a @ b`` (rows = K,
+    cols = N) it is 32 columns of N, which wgmma_tma.cu's N-major build loads into registers. A
+    row stride past ``cols`` makes the matrices slices of a wider one: K-slices of A, side by
+    side, for a split-K product. Raises ValueError with the rule a problem breaks."""
+    row_stride = cols if row_stride is None else row_stride
     if min(rows, cols, matrices) < 1:
         raise ValueError(f"a tensor map needs a non-empty tensor, not {matrices} x {rows} x {cols}")
     if address % 16:
         raise ValueError(f"TMA needs a 16-byte aligned operand; this one starts at {address:#x}")
-    if (cols * FLOAT_BYTES) % 16 or (matrix_stride * FLOAT_BYTES) % 16:
+    if (row_stride * FLOAT_BYTES) % 16 or (matrix_stride * FLOAT_BYTES) % 16:
         raise ValueError(
-            f"TMA strides are whole 16 bytes: rows of {cols} floats and a matrix stride of {matrix_stride} floats"
+            f"TMA strides are whole 16 bytes: rows {row_stride} floats and matrices {matrix_stride} floats apart"
         )
+    if row_stride < cols:
+        raise ValueError(f"rows of {cols} floats cannot lie {row_stride} floats apart")
     if box_cols * FLOAT_BYTES != SWIZZLE_SPAN:
         raise ValueError(f"a 128-byte swizzled box is {SWIZZLE_SPAN // FLOAT_BYTES} floats wide, not {box_cols}")
     if not 1 <= box_rows <= MAX_BOX:
         raise ValueError(f"a box has 1 to {MAX_BOX} rows, not {box_rows}")
-    matrix_bytes = FLOAT_BYTES * (matrix_stride if matrices > 1 else rows * cols)  # one matrix: any valid stride
-    return TiledMap(address, (cols, rows, matrices), (cols * FLOAT_BYTES, matrix_bytes), (box_cols, box_rows, 1))
+    matrix_bytes = FLOAT_BYTES * (matrix_stride if matrices > 1 else rows * row_stride)  # one matrix: any valid stride
+    return TiledMap(address, (cols, rows, matrices), (row_stride * FLOAT_BYTES, matrix_bytes), (box_cols, box_rows, 1))
 
 
 @functools.lru_cache(maxsize=64)  # a map only describes memory: the same arguments, the same bytes

@@ -76,28 +76,54 @@ def _kernel(
 
 
 @functools.lru_cache(maxsize=64)  # the same operands, the same launch: a map only describes memory
-def plan(pa: int, pb: int, k: Gemm, bn: int, stages: int | None, blocks: int | None, tiles: int | None,
-         n_major: bool = False, consumers: int = 2) -> tuple[tuple[bytes, bytes], tuple, tuple]:  # fmt: skip
+def plan(
+    pa: int,
+    pb: int,
+    k: Gemm,
+    bn: int,
+    stages: int | None,
+    blocks: int | None,
+    tiles: int | None,
+    n_major: bool = False,
+    consumers: int = 2,
+    splits: int = 1,
+) -> tuple[tuple[bytes, bytes], tuple, tuple]:
     """wgmma_tma.cu's launch of C = A B^T (``k``, operands K-contiguous at ``pa`` and ``pb``), or
     with ``n_major`` of C = A B (B N-contiguous, read in boxes of 32 x 32): its two encoded tensor
     maps, its grid, and its arguments after C. Worked out once per problem and operands: at
-    2048^3 the product takes tens of microseconds, as long as working this out took."""
+    2048^3 the product takes tens of microseconds, as long as working this out took.
+    ``splits`` > 1 (one matrix, K a multiple of 4 x splits): the K-slices of the product as a
+    batch of ``splits`` products, slice s of A (and of B) read as matrix s of a map whose rows lie
+    K apart; the kernel then writes slice s's partial product to C + s M N."""
     s = shape(bn, stages, consumers)
     bm, bk = s["BM"], s["BK"]
-    # each operand as row-major rows x inner matrices, and its box: (rows, inner, stride, box rows, box inner)
+    if splits > 1 and (k.batch > 1 or k.K % (4 * splits)):
+        raise ValueError(f"a split-K product takes one matrix whose K is a multiple of {4 * splits}, not {k}")
+    kk = k.K // splits
+    # each operand's (matrices, matrix stride, row stride), then its (address, rows, inner, ...,
+    # box rows, box inner); split, slice s of each operand is its matrix s
+    if splits > 1:
+        a_stack, b_stack = (splits, kk, k.K), (splits, kk * k.N, k.N) if n_major else (splits, kk, k.K)
+    else:
+        a_stack = (_matrices(k, k.stride_a), k.stride_a, k.K)
+        b_stack = (_matrices(k, k.stride_b), k.stride_b, k.N if n_major else k.K)
     if n_major:  # A's rows take B^T's place; B is K rows of N
-        operands = ((pa, k.M, k.K, k.stride_a, bn, bk), (pb, k.K, k.N, k.stride_b, bk, 32))
+        operands = ((pa, k.M, kk, *a_stack, bn, bk), (pb, kk, k.N, *b_stack, bk, 32))
         tile_m, tile_n = bn, bm
     else:
-        operands = ((pa, k.M, k.K, k.stride_a, bm, bk), (pb, k.N, k.K, k.stride_b, bn, bk))
+        operands = ((pa, k.M, kk, *a_stack, bm, bk), (pb, k.N, kk, *b_stack, bn, bk))
         tile_m, tile_n = bm, bn
     maps, batches = [], []
-    for x, rows, inner, stride, box_rows, box_inner in operands:
-        matrices = k.batch if stride else 1  # stride 0: one matrix for the whole batch
-        tiled = tensor_map.swizzled_stack(x, rows, inner, matrices, stride, box_rows, box_inner)
+    for x, rows, inner, matrices, stride, row_stride, box_rows, box_inner in operands:
+        tiled = tensor_map.swizzled_stack(x, rows, inner, matrices, stride, box_rows, box_inner, row_stride)
         maps.append(tensor_map.encode(tiled))
         batches.append(matrices)
-    total = k.batch * cdiv(k.M, tile_m) * cdiv(k.N, tile_n)
+    total = k.batch * splits * cdiv(k.M, tile_m) * cdiv(k.N, tile_n)
     count = total if tiles is None else max(1, min(tiles, total))
     grid = (min(blocks or multiprocessors(), count), 1, 1)
-    return tuple(maps), grid, (k.M, k.N, k.K, *batches, count)
+    return tuple(maps), grid, (k.M, k.N, kk, *batches, count)
+
+
+def _matrices(k: Gemm, stride: int) -> int:
+    """The matrices of an operand ``stride`` floats apart: the batch, or one shared by it (stride 0)."""
+    return k.batch if stride else 1
