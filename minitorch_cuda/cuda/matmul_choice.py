@@ -13,7 +13,9 @@ alignment) the first time the key is seen, by timing the candidates that fit
 - ``linear_variant``: the lean step's forward, the register tile or a split-K bias+act variant;
 - ``wgmma_tma_variant``: stage 12's tile width, way of reading B and K-split on Hopper;
 - ``tf32_variant``: stage 12's kernel below the products that go to wgmma_tma: mma.sync, WMMA,
-  or on Hopper the TMA-fed wgmma.
+  or on Hopper the TMA-fed wgmma;
+- ``lean_tensor_cores_faster``: whether stage 12 runs a product of the lean step on tensor cores
+  or fused in FP32, as stage 11 does.
 
 The split-K policy (``splitk_counts``) says which K-splits are worth timing for a tile. On the CPU
 emulator, whose times stand for nothing a GPU would do, the choices are the heuristic ones.
@@ -24,9 +26,10 @@ from __future__ import annotations
 import functools
 import statistics
 import time
+from collections.abc import Callable
 
-from .. import profiler
-from . import matmul_launchers, runtime
+from .. import profiler, stages
+from . import matmul_launchers, runtime, timing
 from .autotune import TIMED_LAUNCHES, fits, tuner
 from .driver import EMULATED
 from .kernel_table import (
@@ -355,3 +358,25 @@ MATMULS = {
     "matmul_tf32_wgmma": matmul_launchers.matmul_tf32_wgmma,
     "matmul_tf32_wgmma_tma": matmul_tf32_wgmma_tma,
 }
+
+
+def lean_tensor_cores_faster(family: str, a, b, g: Gemm, fused: Callable[[], object], tf32: Callable[[], object]
+                             ) -> bool:  # fmt: skip
+    """Whether stage 12 runs a product of the lean step on tensor cores (``tf32``: the TF32 product,
+    then its epilogue as launches of their own) rather than as stage 11 does (``fused``: FP32,
+    the epilogue inside), for ``op(a) @ op(b)``. On first use per shape each way's launches are
+    timed back to back (the graphed step replays them so), the faster kept: stage 12's step is
+    then no slower than stage 11's where TF32 does not pay (few, small tiles). Never before stage
+    12; from it, untimed (the CPU emulator, the tuner off), tensor cores."""
+    if not stages.tensor_cores():
+        return False
+    ways = {"tensor cores": tf32, "stage 11": fused}  # untimed: the first
+
+    def time_ms(way: str) -> float:
+        ways[way]()  # a first call may time and choose its own kernels: not in the sample
+        n = tuning_launches()
+        return timing.elapsed_ms(lambda: [ways[way]() for _ in range(n)]) / n
+
+    if EMULATED:  # the emulator's times stand for nothing a GPU would do
+        return True
+    return tuner.pick(f"lean_tf32 {family}", tuning_key(a, b, g), list(ways), time_ms) == "tensor cores"

@@ -12,7 +12,7 @@ import functools
 from collections.abc import Callable
 
 from .. import stages
-from . import launchers, matmul_launchers, timing
+from . import launchers, matmul_launchers
 from . import matmul_choice as choice
 from .array import DeviceArray
 from .autotune import tuner
@@ -145,29 +145,8 @@ def linear(x: DeviceArray, w: DeviceArray, bias: DeviceArray | None, relu: bool)
         elif relu:
             launchers.elementwise("ew_relu", out.size, out, out, out.size)
 
-    (tensor_cores if _tensor_cores_faster("linear", x, w, g, fused, tensor_cores) else fused)()
+    (tensor_cores if choice.lean_tensor_cores_faster("linear", x, w, g, fused, tensor_cores) else fused)()
     return out
-
-
-def _tensor_cores_faster(family: str, a, b, g: Gemm, fused: Callable[[], object], tf32: Callable[[], object]) -> bool:
-    """Whether stage 12 runs a product of the lean step on tensor cores (``tf32``: the TF32 product,
-    then its epilogue as launches of their own) rather than as stage 11 does (``fused``: FP32,
-    the epilogue inside), for ``op(a) @ op(b)``. On first use per shape each way's launches are
-    timed back to back (the graphed step replays them so), the faster kept: stage 12's step is
-    then no slower than stage 11's where TF32 does not pay (few, small tiles). Never before stage
-    12; from it, untimed (the CPU emulator, the tuner off), tensor cores."""
-    if not stages.tensor_cores():
-        return False
-    ways = {"tensor cores": tf32, "stage 11": fused}  # untimed: the first
-
-    def time_ms(way: str) -> float:
-        ways[way]()  # a first call may time and choose its own kernels: not in the sample
-        n = choice.tuning_launches()
-        return timing.elapsed_ms(lambda: [ways[way]() for _ in range(n)]) / n
-
-    if choice.EMULATED:  # the emulator's times stand for nothing a GPU would do
-        return True
-    return tuner.pick(f"lean_tf32 {family}", choice.tuning_key(a, b, g), list(ways), time_ms) == "tensor cores"
 
 
 _counters: list[DeviceArray] = []
@@ -207,7 +186,7 @@ def linear_backward(
         if gb is not None:  # the column sums of gz (rows summed per column)
             launchers.elementwise("sum_axis", gb.size, gb, gz, 1, gz.shape[0], gz.shape[1], 1.0)
 
-    (tensor_cores if _tensor_cores_faster("weight grad", a, gz, problem, fused, tensor_cores) else fused)()
+    (tensor_cores if choice.lean_tensor_cores_faster("weight grad", a, gz, problem, fused, tensor_cores) else fused)()
     return gx, gw, gb
 
 
@@ -225,6 +204,6 @@ def _masked_product(gz: DeviceArray, w: DeviceArray, mask: DeviceArray | None) -
         if mask is not None:
             launchers.elementwise("ew_relu_backward", out.size, out, out, mask, out.size)
 
-    (tensor_cores if _tensor_cores_faster("input grad", gz, b, g, fused, tensor_cores) else fused)()
+    (tensor_cores if choice.lean_tensor_cores_faster("input grad", gz, b, g, fused, tensor_cores) else fused)()
     out.masked_by = mask
     return out
