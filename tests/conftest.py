@@ -56,7 +56,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(f"needs a CUDA GPU: {mt.cuda_unavailable_reason()} (or the CPU emulator: MINITORCH_CUDA_EMULATE=1)")
     if item.get_closest_marker("gpu_only") is not None and mt.emulator.selected():
         pytest.skip("needs a CUDA GPU: the CPU emulator does not run this test (see its gpu_only marker)")
-    if item.get_closest_marker("gpu") is not None and item.get_closest_marker("emulated") is None and mt.emulator.selected():
+    on_gpu_only = item.get_closest_marker("gpu") is not None and item.get_closest_marker("emulated") is None
+    if on_gpu_only and mt.emulator.selected():
         pytest.skip("needs a CUDA GPU: the CPU emulator runs the GPU tests marked emulated (-m emulated), not this one")
 
 
