@@ -36,7 +36,7 @@ from .grade.fakes import FakeArray, FakeDevice, GraphDevice, QueueingDevice, Tin
 
 __all__ = [
     "ExerciseNotDone", "FakeArray", "FakeDevice", "GraphDevice", "QueueingDevice", "TinyStep", "cuda_exercise",
-    "device_line", "report",
+    "device_line", "report", "say_if_missing",
 ]  # fmt: skip
 
 # A check cell's time limit on the CPU emulator, the grader's default per exercise (rubric.toml):
@@ -61,20 +61,37 @@ class ExerciseNotDone(NotImplementedError):
 
 
 def device_line() -> str:
-    """The setup cell's line: whether kernels run here, where, and what to do without a GPU."""
+    """The setup cell's line: where kernels run here, and what to do without a GPU. The way on
+    comes first; why there is no GPU (whose fix, the `cuda` extra, needs one) comes last."""
     from .device import cuda_available, cuda_unavailable_reason, gpu_for_timing
 
     if gpu_for_timing():
         return "GPU available: True"
     if cuda_available():
         return (
-            f"GPU available: True, emulated: kernels run on the CPU emulator ({emulator.SWITCH}), "
-            "checked for correctness; timings there are the CPU's, not a GPU's"
+            f"GPU available: False; kernels run on the CPU emulator ({emulator.SWITCH}) instead: "
+            "checked for correctness, and timings there are the CPU's, not a GPU's"
         )
-    return (
-        f"GPU available: False ({cuda_unavailable_reason()}). The kernel exercises run on the CPU emulator: "
-        f"make `%env {emulator.SWITCH}` the first cell, then Kernel > Restart and run all"
-    )
+    return f"GPU available: False. {_EMULATOR_WAY} (Why no GPU: {cuda_unavailable_reason()}.)"
+
+
+# What a student without a GPU does, in the setup line and in a kernel cell's note.
+_EMULATOR_WAY = (
+    f"The kernel exercises run on the CPU emulator: make `%env {emulator.SWITCH}` the first cell, "
+    "then Kernel > Restart and run all."
+)
+
+
+def say_if_missing(module: str, extra: str, needed_by: str) -> None:
+    """The setup cell's line for an optional package an exercise needs, printed only where it is
+    missing: said once at the start, not first met as a traceback (and a NameError after it)."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        print(
+            f"{module} is not installed: {needed_by} needs it (its cells stop at `import {module}`); install the "
+            f"`{extra}` extra (pip install -e '.[{extra}]'), then Kernel > Restart. The rest runs without it."
+        )
 
 
 class Outcome:
@@ -125,8 +142,8 @@ def cuda_exercise(exercise_id: str, source: str) -> None:
 
     if not cuda_available():
         print(
-            f"Name and parameters checked, not compiled: no usable GPU ({cuda_unavailable_reason()}). "
-            f"To compile and check kernels on the CPU emulator, start Python or Jupyter with {emulator.SWITCH}."
+            f"Name and parameters checked, not compiled: no usable GPU here. {_EMULATOR_WAY} "
+            f"(Why no GPU: {cuda_unavailable_reason()}.)"
         )
         return
     from .cuda.driver import EMULATED

@@ -263,14 +263,30 @@ def test_the_setup_line_names_the_emulator_as_the_way_without_a_gpu() -> None:
     if mt.cuda_available():
         pytest.skip("checks the line without a GPU")
     line = device_line()
-    assert line.startswith("GPU available: False (") and "%env MINITORCH_CUDA_EMULATE=1" in line, line
+    way, why = line.split(" (Why no GPU: ")
+    assert way.startswith("GPU available: False. The kernel exercises run on the CPU emulator"), line
+    assert "%env MINITORCH_CUDA_EMULATE=1" in way and "extra" not in way, line  # the cuda extra needs a GPU
+    assert mt.cuda_unavailable_reason() in why
 
 
 @needs_gxx
 def test_the_setup_line_says_the_gpu_is_the_cpu_emulator() -> None:
     done = emulated("from minitorch_cuda.exercise import device_line; print(device_line())")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("GPU available: True, emulated: kernels run on the CPU emulator"), done.stdout
+    assert done.stdout.startswith("GPU available: False; kernels run on the CPU emulator"), done.stdout
+
+
+def test_without_a_gpu_a_kernel_cell_points_to_the_emulator_first(capsys, monkeypatch) -> None:
+    from minitorch_cuda.exercise import cuda_exercise
+
+    if mt.cuda_available():
+        pytest.skip("checks the kernel cell without a GPU")
+    cuda_exercise("3.1", solution_kernel("3.1"))
+    (line,) = capsys.readouterr().out.splitlines()
+    way, why = line.split(" (Why no GPU: ")
+    assert way.startswith("Name and parameters checked, not compiled: no usable GPU here. The kernel exercises run")
+    assert "%env MINITORCH_CUDA_EMULATE=1" in way and "extra" not in way, line
+    assert mt.cuda_unavailable_reason() in why
 
 
 def test_without_a_gpu_a_check_says_first_to_use_the_emulator(capsys) -> None:
@@ -351,3 +367,19 @@ def test_a_runaway_kernel_stops_at_the_check_cells_time_limit() -> None:
     assert "FAILED [timeout]" in done.stdout and "ran past the time limit of 2 s" in done.stdout, done.stdout
     seconds = float(re.search(r"seconds (\S+)", done.stdout).group(1))
     assert seconds < 20, done.stdout
+
+
+def test_a_missing_optional_package_is_said_once_at_the_start(capsys) -> None:
+    from minitorch_cuda.exercise import say_if_missing
+
+    say_if_missing("numpy", extra="dev", needed_by="Exercise 0.0")
+    assert capsys.readouterr().out == ""  # installed: nothing to say
+    say_if_missing("no_such_module_here", extra="triton", needed_by="Exercise 20.2")
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("no_such_module_here is not installed: Exercise 20.2 needs it"), line
+    assert "install the `triton` extra (pip install -e '.[triton]')" in line
+
+
+def test_the_triton_exercise_says_in_its_setup_cell_when_triton_is_missing() -> None:
+    setup = next(c for c in jupytext.read(ROOT / "exercises" / "20_tile_programming.md").cells if c.cell_type == "code")
+    assert 'say_if_missing("triton", extra="triton", needed_by="Exercise 20.2")' in setup.source
