@@ -44,9 +44,16 @@ __all__ = [
 CHECK_SECONDS = 120
 
 
-class ExerciseNotDone(NotImplementedError):
-    """An exercise that still holds its stub. A notebook shows it as one line saying what to do:
-    IPython prints what ``_render_traceback_`` returns instead of the traceback."""
+class _OneLine:
+    """An error a notebook shows as one line saying what to do: IPython prints what
+    ``_render_traceback_`` returns instead of the traceback (whose frames would be the course's)."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
+class ExerciseNotDone(_OneLine, NotImplementedError):
+    """An exercise that still holds its stub."""
 
     def __init__(self, exercise_id: str, then: str):
         ex = exercises.get(exercise_id)
@@ -56,8 +63,20 @@ class ExerciseNotDone(NotImplementedError):
             stub = f"`{ex.name}` still raises NotImplementedError"
         super().__init__(f"Exercise {ex.id} is not done yet: {stub}; {then}")
 
-    def _render_traceback_(self) -> list[str]:
-        return [f"{type(self).__name__}: {self}"]
+
+class KernelNotCompiled(_OneLine, RuntimeError):
+    """A check cell run on a kernel whose own cell failed to compile it: the compiler's error is
+    shown once, in that cell, not again here by another compiler (the emulator's g++)."""
+
+    def __init__(self, exercise_id: str):
+        super().__init__(
+            f"Exercise {exercise_id}'s kernel did not compile: its cell above shows the compiler's error; "
+            "fix the kernel there, run that cell, then this one"
+        )
+
+
+# Exercise id -> the kernel source its cell last failed to compile (cleared when one compiles).
+_NOT_COMPILED: dict[str, str] = {}
 
 
 def device_line() -> str:
@@ -124,6 +143,8 @@ def report(exercise_id: str, artifact) -> Outcome:
         from .emulator.driver import time_limit
 
         limit = time_limit(CHECK_SECONDS)
+    if isinstance(artifact, str) and _NOT_COMPILED.get(exercises.get(exercise_id).id) == artifact:
+        raise KernelNotCompiled(exercises.get(exercise_id).id)
     try:
         with limit:
             return Outcome(run(exercise_id, artifact))
@@ -147,12 +168,17 @@ def cuda_exercise(exercise_id: str, source: str) -> None:
         )
         return
     from .cuda.driver import EMULATED
-    from .cuda.runtime import compile_module
+    from .cuda.runtime import KernelCompileError, compile_module
 
     label = f"your kernel {ex.kernel!r} (exercise {ex.id})"
-    if EMULATED:
-        _nvcc_report(source, label)
-    compile_module(source, label)
+    try:
+        if EMULATED:
+            _nvcc_report(source, label)
+        compile_module(source, label)
+    except KernelCompileError:
+        _NOT_COMPILED[ex.id] = source
+        raise
+    _NOT_COMPILED.pop(ex.id, None)
 
 
 def _nvcc_report(source: str, label: str) -> None:

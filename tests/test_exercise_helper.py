@@ -114,6 +114,8 @@ def test_emulated_helper_shows_nvccs_syntax_error_with_its_line() -> None:
     assert out.startswith("KernelCompileError\nnvcc could not compile your kernel 'matmul_tiled' (exercise 11.1):"), out
     assert f'kernel.cu({after}): error: expected a ";"' in out, out
     assert f">> {after:4d} | {lines[after - 1]}" in out, out  # the framework's numbered excerpt
+    # the warnings after the syntax error echo it ("declared but never referenced"): not pointed at
+    assert "never referenced" in out and out.count(">> ") == out.count("): error"), out
 
 
 @needs_nvcc
@@ -343,6 +345,36 @@ def test_a_compile_error_is_one_compilers_error_without_library_frames(monkeypat
     (text,) = error.traceback  # the message alone: no frames of the course's code
     assert text.startswith("KernelCompileError: ") and text.count("could not compile") == 1, text
     assert ("nvcc could not compile" in text) == nvcc and "intt" in text and ">> " in text, text
+
+
+@needs_gxx
+def test_the_check_after_a_kernel_that_did_not_compile_says_so_in_one_line(monkeypatch) -> None:
+    """The kernel cell shows the compiler's error; its check cell does not compile the same source
+    again with the emulator's g++ (a second compiler's message, other line numbers), and once the
+    kernel compiles the check runs it."""
+    import nbclient
+    import nbformat
+
+    monkeypatch.setenv(emulator.ENV, "1")  # the notebook's kernel inherits it
+    good = solution_kernel("3.1")
+    broken = good.replace("int i =", "intt i =", 1)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("from minitorch_cuda.exercise import cuda_exercise, report"),
+        nbformat.v4.new_code_cell(f"source = {broken!r}\ncuda_exercise('3.1', source)"),
+        nbformat.v4.new_code_cell("report('3.1', source)"),
+        nbformat.v4.new_code_cell(f"source = {good!r}\ncuda_exercise('3.1', source)"),
+        nbformat.v4.new_code_cell("report('3.1', source)"),
+    ]
+    nbclient.NotebookClient(nb, timeout=300, allow_errors=True).execute(cwd=str(ROOT))
+    errors = [[o for o in cell.outputs if o.output_type == "error"] for cell in nb.cells]
+    assert [e[0].ename if e else None for e in errors] == [None, "KernelCompileError", "KernelNotCompiled", None, None]
+    (line,) = errors[2][0].traceback
+    assert line == (
+        "KernelNotCompiled: Exercise 3.1's kernel did not compile: its cell above shows the compiler's error; "
+        "fix the kernel there, run that cell, then this one"
+    ), line
+    assert "PASSED" in "".join(o.get("text", "") for o in nb.cells[4].outputs)
 
 
 @needs_gxx
