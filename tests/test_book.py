@@ -253,6 +253,23 @@ def test_page_reads_well(page: str, book_html: Path, browser, tmp_path: Path) ->
     assert not seen["split"], f"{page}: a cell's output split into boxes: {seen['split'][:3]} (screenshot {shot})"
 
 
+def test_wide_output_cells_print_in_the_smaller_type(book_html: Path, browser) -> None:
+    """A cell tagged `wide-output` (a text table, a kernel file's header) shows its output, printed
+    text or a listing, in smaller type than the code, so that its rows stay on one line."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        pg = ctx.new_page()
+        pg.goto((book_html / "chapters" / "21_latency_floor.html").as_uri(), wait_until="load")
+        sizes = pg.evaluate("""() => ({
+          code: parseFloat(getComputedStyle(document.querySelector('article .cell_input pre')).fontSize),
+          wide: Array.from(document.querySelectorAll('article .cell.tag_wide-output .cell_output pre'))
+                  .map(pre => [parseFloat(getComputedStyle(pre).fontSize), pre.innerText.slice(0, 50)])})""")
+    finally:
+        ctx.close()
+    assert len(sizes["wide"]) >= 3, sizes  # a table, the floors' printout, two kernel headers
+    assert all(size < 0.9 * sizes["code"] for size, _ in sizes["wide"]), sizes
+
+
 def test_the_page_check_reads_what_collapsed_blocks_hide(browser, tmp_path: Path) -> None:
     """Raw TeX in an output inside a closed dropdown (sphinx-togglebutton's own script and
     style) or a closed <details> is invisible to innerText: the page test opens both first."""
