@@ -436,8 +436,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m minitorch_cuda.be
     refuse_emulated(prog, TIMINGS + ("; --record would store them as GPU results" if args.record else ""))
     if not cuda_available():
         print(
-            f"The benchmark needs a CUDA GPU: {cuda_unavailable_reason()}\n"
-            "Without one, train on the CPU instead: minitorch-cuda train --device cpu",
+            f"{prog}: error: the benchmark needs a CUDA GPU: {cuda_unavailable_reason()}; "
+            "without one, train on the CPU instead: minitorch-cuda train --device cpu",
             file=sys.stderr,
         )
         return 2

@@ -124,7 +124,7 @@ def train_main(argv: list[str], prog: str = "minitorch-cuda train") -> int:
         damaged = "not found" not in str(err)  # the not-found message names its fix already
         fix = "; restore data/mnist from the repository (git checkout data/mnist) or pass --data a good copy"
         print(f"{prog}: error: {err}{fix if damaged else ''}", file=sys.stderr)
-        return 1
+        return 2  # as every command's setup error: one line, status 2
     from tqdm.auto import tqdm
 
     protocol = train.Protocol(activation=args.activation)

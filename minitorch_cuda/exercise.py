@@ -36,7 +36,7 @@ from .grade.fakes import FakeArray, FakeDevice, GraphDevice, QueueingDevice, Tin
 
 __all__ = [
     "ExerciseNotDone", "FakeArray", "FakeDevice", "GraphDevice", "QueueingDevice", "TinyStep", "cuda_exercise",
-    "device_line", "report",
+    "device_line", "report", "say_if_missing",
 ]  # fmt: skip
 
 # A check cell's time limit on the CPU emulator, the grader's default per exercise (rubric.toml):
@@ -44,9 +44,16 @@ __all__ = [
 CHECK_SECONDS = 120
 
 
-class ExerciseNotDone(NotImplementedError):
-    """An exercise that still holds its stub. A notebook shows it as one line saying what to do:
-    IPython prints what ``_render_traceback_`` returns instead of the traceback."""
+class _OneLine:
+    """An error a notebook shows as one line saying what to do: IPython prints what
+    ``_render_traceback_`` returns instead of the traceback (whose frames would be the course's)."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
+class ExerciseNotDone(_OneLine, NotImplementedError):
+    """An exercise that still holds its stub."""
 
     def __init__(self, exercise_id: str, then: str):
         ex = exercises.get(exercise_id)
@@ -56,25 +63,54 @@ class ExerciseNotDone(NotImplementedError):
             stub = f"`{ex.name}` still raises NotImplementedError"
         super().__init__(f"Exercise {ex.id} is not done yet: {stub}; {then}")
 
-    def _render_traceback_(self) -> list[str]:
-        return [f"{type(self).__name__}: {self}"]
+
+class KernelNotCompiled(_OneLine, RuntimeError):
+    """A check cell run on a kernel whose own cell failed to compile it: the compiler's error is
+    shown once, in that cell, not again here by another compiler (the emulator's g++)."""
+
+    def __init__(self, exercise_id: str):
+        super().__init__(
+            f"Exercise {exercise_id}'s kernel did not compile: its cell above shows the compiler's error; "
+            "fix the kernel there, run that cell, then this one"
+        )
+
+
+# Exercise id -> the kernel source its cell last failed to compile (cleared when one compiles).
+_NOT_COMPILED: dict[str, str] = {}
 
 
 def device_line() -> str:
-    """The setup cell's line: whether kernels run here, where, and what to do without a GPU."""
+    """The setup cell's line: where kernels run here, and what to do without a GPU. The way on
+    comes first; why there is no GPU (whose fix, the `cuda` extra, needs one) comes last."""
     from .device import cuda_available, cuda_unavailable_reason, gpu_for_timing
 
     if gpu_for_timing():
         return "GPU available: True"
     if cuda_available():
         return (
-            f"GPU available: True, emulated: kernels run on the CPU emulator ({emulator.SWITCH}), "
-            "checked for correctness; timings there are the CPU's, not a GPU's"
+            f"GPU available: False; kernels run on the CPU emulator ({emulator.SWITCH}) instead: "
+            "checked for correctness, and timings there are the CPU's, not a GPU's"
         )
-    return (
-        f"GPU available: False ({cuda_unavailable_reason()}). The kernel exercises run on the CPU emulator: "
-        f"make `%env {emulator.SWITCH}` the first cell, then Kernel > Restart and run all"
-    )
+    return f"GPU available: False. {_EMULATOR_WAY} (Why no GPU: {cuda_unavailable_reason()}.)"
+
+
+# What a student without a GPU does, in the setup line and in a kernel cell's note.
+_EMULATOR_WAY = (
+    f"The kernel exercises run on the CPU emulator: make `%env {emulator.SWITCH}` the first cell, "
+    "then Kernel > Restart and run all."
+)
+
+
+def say_if_missing(module: str, extra: str, needed_by: str) -> None:
+    """The setup cell's line for an optional package an exercise needs, printed only where it is
+    missing: said once at the start, not first met as a traceback (and a NameError after it)."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        print(
+            f"{module} is not installed: {needed_by} needs it (its cells stop at `import {module}`); install the "
+            f"`{extra}` extra (pip install -e '.[{extra}]'), then Kernel > Restart. The rest runs without it."
+        )
 
 
 class Outcome:
@@ -107,6 +143,8 @@ def report(exercise_id: str, artifact) -> Outcome:
         from .emulator.driver import time_limit
 
         limit = time_limit(CHECK_SECONDS)
+    if isinstance(artifact, str) and _NOT_COMPILED.get(exercises.get(exercise_id).id) == artifact:
+        raise KernelNotCompiled(exercises.get(exercise_id).id)
     try:
         with limit:
             return Outcome(run(exercise_id, artifact))
@@ -125,17 +163,22 @@ def cuda_exercise(exercise_id: str, source: str) -> None:
 
     if not cuda_available():
         print(
-            f"Name and parameters checked, not compiled: no usable GPU ({cuda_unavailable_reason()}). "
-            f"To compile and check kernels on the CPU emulator, start Python or Jupyter with {emulator.SWITCH}."
+            f"Name and parameters checked, not compiled: no usable GPU here. {_EMULATOR_WAY} "
+            f"(Why no GPU: {cuda_unavailable_reason()}.)"
         )
         return
     from .cuda.driver import EMULATED
-    from .cuda.runtime import compile_module
+    from .cuda.runtime import KernelCompileError, compile_module
 
     label = f"your kernel {ex.kernel!r} (exercise {ex.id})"
-    if EMULATED:
-        _nvcc_report(source, label)
-    compile_module(source, label)
+    try:
+        if EMULATED:
+            _nvcc_report(source, label)
+        compile_module(source, label)
+    except KernelCompileError:
+        _NOT_COMPILED[ex.id] = source
+        raise
+    _NOT_COMPILED.pop(ex.id, None)
 
 
 def _nvcc_report(source: str, label: str) -> None:

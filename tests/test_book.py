@@ -176,7 +176,11 @@ _PAGE_JS = r"""() => {
                 ...article.querySelectorAll('pre, div.highlight, .cell_output div.output')]
     .filter(o => o.scrollWidth > o.clientWidth + OVERFLOW_ALLOWANCE_PX)
     .map(o => o.scrollWidth + 'px > ' + o.clientWidth + 'px: ' + (o.innerText || '').split('\n')[0].slice(0, 70));
-  return {prose, outputs, figures, widgets, wide,
+  // a cell's printed lines in one block, not one box per stream message
+  const split = Array.from(article.querySelectorAll('.cell_output'))
+    .filter(o => o.querySelectorAll(':scope > div.output.stream').length > 1)
+    .map(o => o.innerText.split('\n')[0].slice(0, 70));
+  return {prose, outputs, figures, widgets, wide, split,
           katexErrors: article.querySelectorAll('.katex-error').length,
           math: article.querySelectorAll('math').length};
 }"""
@@ -205,7 +209,8 @@ def test_page_reads_well(page: str, book_html: Path, browser, tmp_path: Path) ->
     opened: no error in the console, every image loads and has alt text that is not
     its file name, no error output, no raw LaTeX (math renders without a network),
     no message about the build machine, no widget area left empty, no figure without
-    its picture, and no code or output wider than the column."""
+    its picture, no code or output wider than the column, and no cell's printed lines
+    split into several boxes."""
     path = book_html / f"{page}.html"
     assert path.exists(), f"{path} was not built"
     ctx = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -245,6 +250,24 @@ def test_page_reads_well(page: str, book_html: Path, browser, tmp_path: Path) ->
     assert not seen["widgets"], f"{page}: widget areas left empty: {seen['widgets']} (screenshot {shot})"
     assert not seen["figures"], f"{page}: figures without a picture: {seen['figures']} (screenshot {shot})"
     assert not seen["wide"], f"{page}: outputs wider than the column: {seen['wide'][:3]} (screenshot {shot})"
+    assert not seen["split"], f"{page}: a cell's output split into boxes: {seen['split'][:3]} (screenshot {shot})"
+
+
+def test_wide_output_cells_print_in_the_smaller_type(book_html: Path, browser) -> None:
+    """A cell tagged `wide-output` (a text table, a kernel file's header) shows its output, printed
+    text or a listing, in smaller type than the code, so that its rows stay on one line."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        pg = ctx.new_page()
+        pg.goto((book_html / "chapters" / "21_latency_floor.html").as_uri(), wait_until="load")
+        sizes = pg.evaluate("""() => ({
+          code: parseFloat(getComputedStyle(document.querySelector('article .cell_input pre')).fontSize),
+          wide: Array.from(document.querySelectorAll('article .cell.tag_wide-output .cell_output pre'))
+                  .map(pre => [parseFloat(getComputedStyle(pre).fontSize), pre.innerText.slice(0, 50)])})""")
+    finally:
+        ctx.close()
+    assert len(sizes["wide"]) >= 3, sizes  # a table, the floors' printout, two kernel headers
+    assert all(size < 0.9 * sizes["code"] for size, _ in sizes["wide"]), sizes
 
 
 def test_the_page_check_reads_what_collapsed_blocks_hide(browser, tmp_path: Path) -> None:

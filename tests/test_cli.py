@@ -81,11 +81,25 @@ def test_cuda_without_a_gpu_is_one_line_naming_the_fix(capsys):
     code, _, err = run(capsys, "train", "--device", "cuda")
     line = err.splitlines()[-1]
     assert code == 2 and "--device cuda needs a usable GPU" in line and "--device cpu" in line
+    if "PyCUDA is not installed" in line:  # the extra named for a checkout and for an installed package
+        assert "pip install -e '.[cuda]'" in line and "pip install 'minitorch-cuda[cuda]'" in line, line
+
+
+def test_bench_without_a_gpu_is_one_line_naming_the_way_on(capsys, monkeypatch):
+    from minitorch_cuda import bench
+
+    monkeypatch.delenv("MINITORCH_CUDA_EMULATE", raising=False)
+    monkeypatch.setattr(bench, "cuda_available", lambda: False)
+    monkeypatch.setattr(bench, "cuda_unavailable_reason", lambda: "no GPU here")
+    code, out, err = run(capsys, "bench")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("minitorch-cuda bench: error: the benchmark needs a CUDA GPU: no GPU here"), err
+    assert "minitorch-cuda train --device cpu" in err
 
 
 def test_missing_data_names_the_fix(capsys, tmp_path):
     code, out, err = run(capsys, "train", "--data", str(tmp_path))
-    assert code == 1 and out == ""
+    assert code == 2 and out == ""
     assert err.count("\n") == 1 and "MNIST not found" in err and "MINITORCH_CUDA_DATA" in err
 
 
@@ -97,7 +111,7 @@ def test_corrupted_data_names_the_fix(capsys, tmp_path):
     raw[100] ^= 0xFF
     target.write_bytes(bytes(raw))
     code, _, err = run(capsys, "train", "--data", str(tmp_path))
-    assert code == 1 and err.count("\n") == 1
+    assert code == 2 and err.count("\n") == 1
     assert "t10k-labels-idx1-ubyte.gz is corrupted" in err and "git checkout data/mnist" in err
 
 

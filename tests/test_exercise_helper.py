@@ -114,6 +114,8 @@ def test_emulated_helper_shows_nvccs_syntax_error_with_its_line() -> None:
     assert out.startswith("KernelCompileError\nnvcc could not compile your kernel 'matmul_tiled' (exercise 11.1):"), out
     assert f'kernel.cu({after}): error: expected a ";"' in out, out
     assert f">> {after:4d} | {lines[after - 1]}" in out, out  # the framework's numbered excerpt
+    # the warnings after the syntax error echo it ("declared but never referenced"): not pointed at
+    assert "never referenced" in out and out.count(">> ") == out.count("): error"), out
 
 
 @needs_nvcc
@@ -263,14 +265,30 @@ def test_the_setup_line_names_the_emulator_as_the_way_without_a_gpu() -> None:
     if mt.cuda_available():
         pytest.skip("checks the line without a GPU")
     line = device_line()
-    assert line.startswith("GPU available: False (") and "%env MINITORCH_CUDA_EMULATE=1" in line, line
+    way, why = line.split(" (Why no GPU: ")
+    assert way.startswith("GPU available: False. The kernel exercises run on the CPU emulator"), line
+    assert "%env MINITORCH_CUDA_EMULATE=1" in way and "extra" not in way, line  # the cuda extra needs a GPU
+    assert mt.cuda_unavailable_reason() in why
 
 
 @needs_gxx
 def test_the_setup_line_says_the_gpu_is_the_cpu_emulator() -> None:
     done = emulated("from minitorch_cuda.exercise import device_line; print(device_line())")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("GPU available: True, emulated: kernels run on the CPU emulator"), done.stdout
+    assert done.stdout.startswith("GPU available: False; kernels run on the CPU emulator"), done.stdout
+
+
+def test_without_a_gpu_a_kernel_cell_points_to_the_emulator_first(capsys, monkeypatch) -> None:
+    from minitorch_cuda.exercise import cuda_exercise
+
+    if mt.cuda_available():
+        pytest.skip("checks the kernel cell without a GPU")
+    cuda_exercise("3.1", solution_kernel("3.1"))
+    (line,) = capsys.readouterr().out.splitlines()
+    way, why = line.split(" (Why no GPU: ")
+    assert way.startswith("Name and parameters checked, not compiled: no usable GPU here. The kernel exercises run")
+    assert "%env MINITORCH_CUDA_EMULATE=1" in way and "extra" not in way, line
+    assert mt.cuda_unavailable_reason() in why
 
 
 def test_without_a_gpu_a_check_says_first_to_use_the_emulator(capsys) -> None:
@@ -330,6 +348,36 @@ def test_a_compile_error_is_one_compilers_error_without_library_frames(monkeypat
 
 
 @needs_gxx
+def test_the_check_after_a_kernel_that_did_not_compile_says_so_in_one_line(monkeypatch) -> None:
+    """The kernel cell shows the compiler's error; its check cell does not compile the same source
+    again with the emulator's g++ (a second compiler's message, other line numbers), and once the
+    kernel compiles the check runs it."""
+    import nbclient
+    import nbformat
+
+    monkeypatch.setenv(emulator.ENV, "1")  # the notebook's kernel inherits it
+    good = solution_kernel("3.1")
+    broken = good.replace("int i =", "intt i =", 1)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("from minitorch_cuda.exercise import cuda_exercise, report"),
+        nbformat.v4.new_code_cell(f"source = {broken!r}\ncuda_exercise('3.1', source)"),
+        nbformat.v4.new_code_cell("report('3.1', source)"),
+        nbformat.v4.new_code_cell(f"source = {good!r}\ncuda_exercise('3.1', source)"),
+        nbformat.v4.new_code_cell("report('3.1', source)"),
+    ]
+    nbclient.NotebookClient(nb, timeout=300, allow_errors=True).execute(cwd=str(ROOT))
+    errors = [[o for o in cell.outputs if o.output_type == "error"] for cell in nb.cells]
+    assert [e[0].ename if e else None for e in errors] == [None, "KernelCompileError", "KernelNotCompiled", None, None]
+    (line,) = errors[2][0].traceback
+    assert line == (
+        "KernelNotCompiled: Exercise 3.1's kernel did not compile: its cell above shows the compiler's error; "
+        "fix the kernel there, run that cell, then this one"
+    ), line
+    assert "PASSED" in "".join(o.get("text", "") for o in nb.cells[4].outputs)
+
+
+@needs_gxx
 def test_a_runaway_kernel_stops_at_the_check_cells_time_limit() -> None:
     """An endless loop in a kernel: the check cell ends at its time limit (here 2 s) with a
     timeout, as the grader's would, and the next check runs as usual."""
@@ -351,3 +399,19 @@ def test_a_runaway_kernel_stops_at_the_check_cells_time_limit() -> None:
     assert "FAILED [timeout]" in done.stdout and "ran past the time limit of 2 s" in done.stdout, done.stdout
     seconds = float(re.search(r"seconds (\S+)", done.stdout).group(1))
     assert seconds < 20, done.stdout
+
+
+def test_a_missing_optional_package_is_said_once_at_the_start(capsys) -> None:
+    from minitorch_cuda.exercise import say_if_missing
+
+    say_if_missing("numpy", extra="dev", needed_by="Exercise 0.0")
+    assert capsys.readouterr().out == ""  # installed: nothing to say
+    say_if_missing("no_such_module_here", extra="triton", needed_by="Exercise 20.2")
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("no_such_module_here is not installed: Exercise 20.2 needs it"), line
+    assert "install the `triton` extra (pip install -e '.[triton]')" in line
+
+
+def test_the_triton_exercise_says_in_its_setup_cell_when_triton_is_missing() -> None:
+    setup = next(c for c in jupytext.read(ROOT / "exercises" / "20_tile_programming.md").cells if c.cell_type == "code")
+    assert 'say_if_missing("triton", extra="triton", needed_by="Exercise 20.2")' in setup.source

@@ -102,7 +102,7 @@ def test_the_wheel_is_what_runs(installed: Path, tmp_path: Path) -> None:
 
 def test_train_finds_mnist_in_the_clone_and_needs_to_be_told_elsewhere(installed: Path, tmp_path: Path) -> None:
     lost = _run(installed, "minitorch-cuda", "train", "--device", "cpu", cwd=tmp_path)
-    assert lost.returncode == 1 and "MNIST not found" in lost.stderr and "Traceback" not in lost.stderr, lost.stderr
+    assert lost.returncode == 2 and "MNIST not found" in lost.stderr and "Traceback" not in lost.stderr, lost.stderr
     assert "run it inside the clone" in lost.stderr and "checkout's data/mnist" not in lost.stderr, lost.stderr
     args = ["minitorch-cuda", "train", "--device", "cpu", "--batches", "5", "--no-progress"]
     inside = _run(installed, *args, cwd=ROOT / "chapters")  # as the README says: found by itself in the clone

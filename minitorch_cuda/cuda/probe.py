@@ -25,7 +25,10 @@ def _probe() -> str | None:
     try:
         from .driver import drv
     except ImportError as exc:
-        return f"PyCUDA is not installed ({exc}); install the 'cuda' extra: pip install -e '.[cuda]'"
+        return (
+            f"PyCUDA is not installed ({exc}); install the 'cuda' extra "
+            "(in the checkout: pip install -e '.[cuda]'; elsewhere: pip install 'minitorch-cuda[cuda]')"
+        )
     except Exception as exc:  # a broken driver library raises OSError and friends
         return f"PyCUDA could not load the CUDA driver: {exc}"
     try:

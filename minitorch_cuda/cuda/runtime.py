@@ -114,9 +114,11 @@ def device_properties() -> dict:
 
 
 def _numbered_excerpt(source: str, log: str, context: int = 2) -> str:
-    """The source lines that the compiler log points at, with line numbers."""
+    """The source lines that the compiler log points at, with line numbers: its errors where it has
+    any (the warnings after a syntax error are its echoes), else its warnings."""
     lines = source.splitlines()
-    wanted = sorted({int(m) for m in re.findall(r"\((\d+)\): (?:error|warning)", log)})
+    points = {kind: {int(m) for m in re.findall(rf"\((\d+)\): {kind}", log)} for kind in ("error", "warning")}
+    wanted = sorted(points["error"] or points["warning"])
     shown: list[str] = []
     for number in wanted:
         for i in range(max(1, number - context), min(len(lines), number + context) + 1):
