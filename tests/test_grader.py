@@ -329,6 +329,14 @@ def test_help_names_the_command_and_its_defaults(capsys) -> None:
     assert "--shard K/N" in text and "--allow-partial" in text and "--emulate" in text
 
 
+def test_a_check_on_the_emulator_gets_the_rubrics_longer_limit() -> None:
+    """Graded beside other students on two cores, the emulated check of 11.1's solution ran past
+    the GPU's 120 s (alone it takes 52): under --emulate a check has the rubric's 300 s."""
+    conf = runner.load_rubric(None)["settings"]
+    assert (grade.check_timeout(conf, False), grade.check_timeout(conf, True)) == (120.0, 300.0)
+    assert grade.check_timeout({}, True) == 300.0 and grade.check_timeout({"check_timeout": 60}, False) == 60.0
+
+
 def test_folders_without_notebooks_are_not_students(tmp_path, capsys) -> None:
     subs = build(tmp_path / "subs", {"full_solutions": STUDENTS["full_solutions"]})
     (subs / "__MACOSX").mkdir()
