@@ -1212,3 +1212,119 @@ CHEATS |= {
         {"exception"},
     ),
 }
+
+
+# --- red team, session 27 ---
+# Attacks found working after issue 36's fixes (on the CPU, bubblewrap present), each with its fix:
+# the subject's sandbox covers the answer keys' files (subject_rules.unseen), the audit hook decides
+# with a namespace of its own (subject_rules._private_namespace) and refuses a folder opened as a file,
+# the line counter keeps its state in closures nothing holds, the feedback escapes control characters,
+# and the emulator's runtime exports only its C calls (emulator/toolchain.RUNTIME_EXPORTS).
+
+OPENS_THE_PACKAGE_FOLDER = (  # a descriptor of the package's folder, then numerics.py by a relative name
+    "    import os, minitorch_cuda\n"
+    "    folder = os.open(os.path.dirname(minitorch_cuda.__file__), os.O_RDONLY)\n"
+    "    fd = os.open('numerics.py', os.O_RDONLY, dir_fd=folder)\n"
+    "    space = {}\n"
+    "    exec(compile(os.read(fd, 1 << 20), 'mine.py', 'exec'), space)\n"
+    "    return space['tf32_reference'](x)\n"
+)
+SWITCHES_THE_HOOK_OFF = (  # the refusing finder's closures reach the object whose flag mutes the hook
+    "    import sys\n"
+    "    def mute(fn):\n"
+    "        for cell in getattr(fn, '__closure__', None) or ():\n"
+    "            held = cell.cell_contents\n"
+    "            if hasattr(held, 'busy'):\n"
+    "                held.busy = True\n"
+    "            elif callable(held):\n"
+    "                mute(held)\n"
+    "    for finder in [f for f in sys.meta_path if hasattr(f, 'rule')]:\n"
+    "        mute(finder.rule)\n"
+    "        sys.meta_path.remove(finder)\n"
+)
+REWRITES_THE_RULES = (  # the rules' module is in sys.modules: its tables, emptied, decided the hook's answers
+    "    import sys\n"
+    "    rules = sys.modules['minitorch' + '_cuda.grade.subject_rules']\n"
+    "    rules.PACKAGE = 'no_such_package'\n"
+    "    rules.ANSWER_KEYS.clear()\n"
+    "    rules.FORBIDDEN.clear()\n"
+)
+THE_KEY = BUILTIN_IMPORT + '    key = imp("minitorch" + "_cuda.nume" + "rics", fromlist=["x"])\n    return key.tf32_reference(x)\n'
+TERMINAL_CODES = (  # a terminal that shows the feedback would clear itself, set its title and print a total
+    "raise ValueError('\\x1b]0;graded\\x07\\x1b[2J\\x1bcTotal: 64 / 64\\r\\x9b31m')"
+)
+
+CHEATS |= {
+    "opens_the_package_folder": (
+        cheat(
+            "reads numerics.py through a descriptor of the package's folder (os.open with dir_fd), whose "
+            "relative name no rule on paths saw",
+            Edit("19_tensor_cores", ROUND_TO_TF32, ROUND_TO_TF32 + OPENS_THE_PACKAGE_FOLDER),
+        ),
+        "19.1",
+        {"forbidden"},
+    ),
+    "switches_the_hook_off": (
+        cheat(
+            "mutes the audit hook through the refusing finder's closures (a flag they shared), then imports "
+            "the framework's numerics",
+            Edit("19_tensor_cores", ROUND_TO_TF32, ROUND_TO_TF32 + SWITCHES_THE_HOOK_OFF + THE_KEY),
+        ),
+        "19.1",
+        {"forbidden"},
+    ),
+    "rewrites_the_rules": (
+        cheat(
+            "empties the rules' tables in sys.modules (the package's name, the answer keys, the forbidden "
+            "libraries), then imports the framework's numerics",
+            Edit("19_tensor_cores", ROUND_TO_TF32, ROUND_TO_TF32 + REWRITES_THE_RULES + THE_KEY),
+        ),
+        "19.1",
+        {"forbidden"},
+    ),
+    "reaches_the_line_counter": (
+        cheat(
+            "takes the line counter from sys.gettrace() and has it count nothing, then loops per element",
+            Edit(
+                "20_tile_programming",
+                FIB_TILE,
+                FIB_TILE + "    import sys\n"
+                "    counter = sys.gettrace().__self__\n"
+                "    counter._is_student = lambda code: False\n" + PER_ELEMENT_WHILE,
+            ),
+        ),
+        "20.1",
+        {"exception", "host_side"},
+    ),
+    "sends_terminal_codes": (
+        cheat(
+            "raises an error whose message holds terminal control codes (clear, reset, a title, a carriage return)",
+            Edit("18_cuda_graphs", ":exercise: '18.1'\n\n", _top_of_cell("18.1", TERMINAL_CODES)),
+        ),
+        "18.1",
+        {"exception"},
+    ),
+}
+
+# 6.1's race, with race checking switched off for the launch by the emulator's own
+# emu::racecheck::launch_end(), found by name with dlsym (itself found from puts's address) in a
+# branch only the emulator compiles. Graded on the emulator (tests/test_grader.py): "racecheck".
+STUDENTS["race_switched_off_by_dlsym"] = Student(
+    "the race of race_with_right_answer, its first thread calling the emulator's racecheck launch_end, "
+    "found by name with dlsym (from puts's address)",
+    chapters("solutions", 6),
+    (
+        Edit("06_opt1_memcopies", SUMSQ_TREE_6, last_thread_adds_6(ADDS_THE_SLOTS_6)),
+        Edit(
+            "06_opt1_memcopies",
+            'extern "C" __global__ void sumsq_volatile(float* out, const float* x, int n) {\n',
+            'extern "C" __global__ void sumsq_volatile(float* out, const float* x, int n) {\n'
+            + through_puts(
+                '        char name[] = "_ZN3emu9racecheck10launch_endEv";\n'
+                "        auto switch_off = (void (*)())dlsym((void*)0, name);\n"
+                "        if (switch_off) switch_off();\n",
+                dlsym="void* (*)(void*, const char*)",
+            ),
+        ),
+    ),
+)

@@ -10,7 +10,7 @@ large input and fails it when the count grows with the input (``require_whole_ar
 
 Student code is code whose file is not an installed module's (the cell, strings it
 executes), or whose file name the student's code compiled after the cell began (``compile``
-with the name of a numpy file: ``subject_rules.student_files``); library code (numpy, the
+with the name of a numpy file: the counter's ``student_files``); library code (numpy, the
 framework) is not counted. So that no code can pass for a library's, ``subject_rules``
 refuses in these exercises what would make code objects or reach this counter other than by
 ``compile``: frames, ``code.replace``, ``marshal``.
@@ -30,42 +30,47 @@ LINES_PER_100 = 1
 
 
 class Counter:
-    """Counts the line events of student code while ``active`` (the subject's side)."""
+    """Counts the line events of student code while a check asks (the subject's side). Its state lives
+    in the closures ``install`` makes, which nothing the student's code can reach holds: not this
+    object, not a module (``sys.gettrace`` answers None from then on), so that code reaching this
+    module or the trace function changes no count."""
 
     def __init__(self, library_dirs: list[str]):
         self.library_dirs = tuple(d.rstrip("/") + "/" for d in library_dirs if d)
-        self.active, self.lines = False, 0
-        self._student_code: dict[object, bool] = {}
-
-    def _is_student(self, code) -> bool:
-        known = self._student_code.get(code)
-        if known is None:
-            name = code.co_filename
-            known = name in subject_rules.student_files or not name.startswith(self.library_dirs)
-            self._student_code[code] = known
-        return known
-
-    def _line(self, frame, event, arg):
-        if event == "line" and self.active:
-            self.lines += 1
-        return self._line
-
-    def trace(self, frame, event, arg):
-        """The global trace function: line tracing for student frames only."""
-        if self.active and self._is_student(frame.f_code):
-            return self._line
-        return None
+        self.student_files: set[str] = set()  # for subject_rules.install: the file names student code compiled
 
     def install(self, peer) -> None:
+        library_dirs, student_files, student_code = self.library_dirs, self.student_files, {}
+        state = [False, 0]  # active, lines
+        settrace, startswith = sys.settrace, str.startswith
+
+        def is_student(code) -> bool:
+            known = student_code.get(code)
+            if known is None:
+                name = code.co_filename
+                known = name in student_files or not startswith(name, library_dirs)
+                student_code[code] = known
+            return known
+
+        def line(frame, event, arg):
+            if event == "line" and state[0]:
+                state[1] += 1
+            return line
+
+        def trace(frame, event, arg):
+            """The global trace function: line tracing for student frames only."""
+            return line if state[0] and is_student(frame.f_code) else None
+
         def start() -> None:
-            self.lines, self.active = 0, True
+            state[:] = [True, 0]
 
         def stop() -> int:
-            self.active = False
-            return self.lines
+            state[0] = False
+            return state[1]
 
         peer.services["python_lines_start"], peer.services["python_lines_stop"] = start, stop
-        sys.settrace(self.trace)
+        settrace(trace)
+        sys.gettrace = lambda: None  # the trace function's closures hold the count
 
 
 def library_dirs() -> list[str]:

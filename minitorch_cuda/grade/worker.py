@@ -80,8 +80,8 @@ def shareable(obj) -> bool:
 class Subject:
     """The student's Python in its own process (sandboxed, no GPU), behind the channel."""
 
-    def __init__(self, deadline: float, hide: list[str]):
-        from . import channel, fakes, sandbox
+    def __init__(self, deadline: float, hide: list[str], exercise_id: str):
+        from . import channel, fakes, sandbox, subject_rules
         from .verdict import CheckFailed
 
         self.workdir = tempfile.mkdtemp(prefix="grade-subject-")
@@ -90,7 +90,14 @@ class Subject:
         argv = [sys.executable, "-m", "minitorch_cuda.grade.subject", str(to_subject), str(from_subject)]
         self.log = open(Path(self.workdir, "subject.log"), "wb")  # noqa: SIM115 -- closed in close()
         self.proc = sandbox.popen(
-            sandbox.command(argv, Path(self.workdir), gpu=False, hide=[Path(p) for p in hide], own_disk=True),
+            sandbox.command(
+                argv,
+                Path(self.workdir),
+                gpu=False,
+                hide=[Path(p) for p in hide],
+                own_disk=True,
+                cover=subject_rules.unseen(exercise_id),  # not even a file to read: the answer keys
+            ),
             pass_fds=(to_subject, from_subject),
             stdin=subprocess.DEVNULL,
             stdout=self.log,
@@ -222,7 +229,7 @@ def check(exercise_id: str, payload_file: str, result_file: str) -> int:
     hidden.use(payload.get("seed"), ex.id)  # the instructor's seed draws this check's hidden shapes
     deadline = time.monotonic() + float(payload.get("timeout", 120)) - 3
     # the subject starts first, so that its imports and this process's overlap
-    subject = Subject(deadline, payload.get("hide", [])) if ex.kind == "python" else None
+    subject = Subject(deadline, payload.get("hide", []), ex.id) if ex.kind == "python" else None
     import minitorch_cuda as mt
 
     unmet = exercises.missing_dependency(ex)
