@@ -1306,6 +1306,83 @@ CHEATS |= {
     ),
 }
 
+# The line count of 20.1, once sent over the channel: the student's process can rewrite what it sends
+# (here json.dumps), put the work outside the counted call (a result whose elements are computed when
+# read, or code of its own that runs while the call's argument is decoded). The count now comes as a
+# record the trace function writes itself, under the checker's secret, with the result's digest,
+# counting every student line between two calls; and what a counted call returns must be data.
+FORGES_THE_COUNT_IN_JSON = (
+    "import json as _json\n"
+    "_dumps = _json.dumps\n\n\n"
+    "def _forged(obj, *args, **kwargs):  # every reply that carries a whole number carries 0\n"
+    "    if isinstance(obj, dict) and set(obj) == {'reply', 'value'} and type(obj['value']) is int:\n"
+    "        obj = dict(obj, value=0)\n"
+    "    return _dumps(obj, *args, **kwargs)\n\n\n"
+    "_json.dumps = _forged\n"
+)
+LAZY_RESULT = (  # each element computed when the checker reads it, after the counted call returned
+    "    class Lazy:\n"
+    "        def __init__(self, n):\n"
+    "            self.n = n\n\n"
+    "        def __len__(self):\n"
+    "            return len(self.n)\n\n"
+    "        def __getitem__(self, i):\n"
+    "            v = self.n[i]\n"
+    "            if getattr(v, 'ndim', 0):\n"
+    "                return [Lazy(v)[j] for j in range(len(v))]\n"
+    "            a, b, k = 0, 1, 1\n"
+    "            while k < v:\n"
+    "                a, b, k = b, a + b, k + 1\n"
+    "            return int(a)\n\n"
+    "    return Lazy(n)\n"
+)
+WORK_WHILE_DECODING = (  # per-element work in base64's decoding of the call's argument, before the call
+    "import base64 as _b64\n"
+    "_done = {}\n"
+    "_decode = _b64.b64decode\n\n\n"
+    "def _early(data, *args, **kwargs):\n"
+    "    raw = _decode(data, *args, **kwargs)\n"
+    "    if len(raw) >= 8 * 500:\n"
+    "        _done[raw] = _each(np.frombuffer(raw, np.int64))\n"
+    "    return raw\n\n\n"
+    "def _each(n):\n" + PER_ELEMENT_WHILE + "\n\n"
+    "_b64.b64decode = _early\n"
+)
+
+CHEATS |= {
+    "forges_the_count_in_json": (
+        cheat(
+            "loops per element, and patches json.dumps so that every whole number the subject sends is 0",
+            Edit("20_tile_programming", "MAX_FIB_N = 42\n", "MAX_FIB_N = 42\n" + FORGES_THE_COUNT_IN_JSON),
+            Edit("20_tile_programming", FIB_TILE, FIB_TILE + PER_ELEMENT_WHILE),
+        ),
+        "20.1",
+        {"host_side"},
+    ),
+    "returns_a_lazy_result": (
+        cheat(
+            "returns an object whose elements are computed per element in Python when the checker reads them",
+            Edit("20_tile_programming", FIB_TILE, FIB_TILE + LAZY_RESULT),
+        ),
+        "20.1",
+        {"host_side"},
+    ),
+    "works_while_decoding": (
+        cheat(
+            "computes per element in a patched base64.b64decode, as the call's argument arrives, and returns it",
+            Edit("20_tile_programming", "MAX_FIB_N = 42\n", "MAX_FIB_N = 42\n" + WORK_WHILE_DECODING),
+            Edit(
+                "20_tile_programming",
+                FIB_TILE,
+                FIB_TILE + "    done = _done.get(np.ascontiguousarray(n).tobytes())\n"
+                "    if done is not None:\n        return done.reshape(n.shape)\n",
+            ),
+        ),
+        "20.1",
+        {"host_side"},
+    ),
+}
+
 # 6.1's race, with race checking switched off for the launch by the emulator's own
 # emu::racecheck::launch_end(), found by name with dlsym (itself found from puts's address) in a
 # branch only the emulator compiles. Graded on the emulator (tests/test_grader.py): "racecheck".

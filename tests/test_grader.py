@@ -1528,12 +1528,12 @@ def test_module_and_path_rules() -> None:
 def test_per_element_python_is_counted_not_spelt() -> None:
     """A whole-array function runs as many lines for 8,000 values as for 500; a while loop over the
     elements runs more, and fails however it is written. Counted in this process by the subject's
-    counter, as the subject does (python_work.Counter)."""
+    counter, as the subject does (python_work.Counter), its records read as the checker reads them:
+    one a return, with the lines since the start and the result's digest, under the checker's secret."""
     import sys as _sys
 
     from minitorch_cuda.grade import python_work
 
-    counter = python_work.Counter(python_work.library_dirs())
     namespace: dict = {"np": np}
     exec(
         compile(
@@ -1545,23 +1545,38 @@ def test_per_element_python_is_counted_not_spelt() -> None:
         ),
         namespace,
     )
-
-    peer, gettrace = types.SimpleNamespace(services={}), _sys.gettrace
+    gettrace = _sys.gettrace
 
     def lines(fn, n):
-        counter.install(peer)  # (as the subject does before the cell: sys.gettrace then answers None)
+        """The lines of fn's second call on n values, and whether the result's digest came with them."""
+        reading, writing = os.pipe()
+        records = python_work.Records(reading, b"s" * python_work.SECRET_BYTES)
+        counter = python_work.Counter(python_work.library_dirs(), records.secret, writing)
+        watch = counter.install()  # (as the subject does before the cell: sys.gettrace then answers None)
         try:
-            assert _sys.gettrace() is None
-            peer.services["python_lines_start"]()
-            fn(np.arange(n) - n // 2)
-            return peer.services["python_lines_stop"]()
+            assert _sys.gettrace() is None and watch(fn)
+            x = np.arange(n) - n // 2
+            start = records.next(fn(x), "f")
+            got = fn(x)
+            return records.next(got, "f") - start
         finally:
             _sys.settrace(None)
             _sys.gettrace = gettrace
+            os.close(reading), os.close(writing)
 
     assert lines(namespace["whole"], 500) == lines(namespace["whole"], 8000) > 0
     assert lines(namespace["each"], 8000) - lines(namespace["each"], 500) >= 7500 * 2
     assert python_work.require_whole_array(namespace["whole"], np.ones(5), np.ones(50), "f") is None  # no subject
+    # a record of another result, or without the secret, fails the check
+    reading, writing = os.pipe()
+    records = python_work.Records(reading, b"s" * python_work.SECRET_BYTES)
+    os.write(writing, b"s" * python_work.SECRET_BYTES + (3).to_bytes(8, "big") + python_work.digester()(np.ones(2)))
+    with pytest.raises(verdict.CheckFailed, match="not the one your function returned"):
+        records.next(np.zeros(2), "f")
+    os.write(writing, b"x" * python_work.SECRET_BYTES + (3).to_bytes(8, "big") + python_work.digester()(np.ones(2)))
+    with pytest.raises(verdict.CheckFailed, match="did not come from the grader's counter"):
+        records.next(np.ones(2), "f")
+    os.close(reading), os.close(writing)
 
 
 def test_the_checkers_arrays_never_take_a_subjects_writes() -> None:

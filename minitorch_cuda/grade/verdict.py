@@ -199,7 +199,7 @@ def call(what: str, fn, *args, **kwargs):
     check with the reason ``exception``, naming the call as ``what``."""
     try:
         return fn(*args, **kwargs)
-    except NotImplementedError:
+    except (NotImplementedError, CheckFailed):  # (a verdict reached during the call stands)
         raise
     except Exception as exc:
         fail(EXCEPTION, f"{what} raised {type(exc).__name__}: {exc}")
