@@ -1659,6 +1659,9 @@ def test_a_subjects_sandbox_holds_no_answer_key_to_read(tmp_path) -> None:
     covered = subject_rules.unseen("2.1")
     assert package / "numerics.py" in covered and package / "grade" / "mma_fragments.py" in covered
     assert not {package / "grade" / f"{m}.py" for m in ("channel", "subject", "python_work")} & set(covered)
+    tiles = package / "tile_eval"  # 20.2 may use some of chapter 20's code: the rest stays covered
+    assert tiles in subject_rules.unseen("20.1") and tiles / "triton_kernels.py" in subject_rules.unseen("20.2")
+    assert not {tiles / "__init__.py", tiles / "interop.py", tiles / "cases.py"} & set(subject_rules.unseen("20.2"))
     probe = f"""
 import os, minitorch_cuda, minitorch_cuda.exercise
 folder = os.open({str(package)!r}, os.O_RDONLY)

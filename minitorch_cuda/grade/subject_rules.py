@@ -134,6 +134,12 @@ def _caches(folder: Path) -> list[Path]:
     return [folder / "__pycache__", *prefix]
 
 
+def _package_module(package: str, path: Path) -> str:
+    """``package.stem`` for a file of the package's folder (``package`` for its ``__init__``)."""
+    stem = path.name.split(".", 1)[0]
+    return package if stem == "__init__" else f"{package}.{stem}"
+
+
 def unseen(exercise_id: str) -> list[Path]:
     """What the subject's sandbox covers for ``exercise_id`` (``sandbox.command``'s ``cover``), so that
     no spelling reaches it even where the hook is got around: the answer keys' files (the modules of
@@ -141,9 +147,14 @@ def unseen(exercise_id: str) -> list[Path]:
     their compiled copies) and the folders of the exercise's forbidden libraries. The kernels stay:
     the framework reads them as it loads, and no Python exercise's answer is a kernel."""
     exercise_id = str(exercise_id)
-    allowed = {name.split(".", 1)[0] for name in ALLOWED.get(exercise_id, set())}
-    stems = [name for name in ANSWER_KEYS if name not in allowed and name != "kernels"]
+    allowed = ALLOWED.get(exercise_id, set())
+    partly = {name.split(".", 1)[0] for name in allowed}  # a key of which the exercise may use some modules
+    stems = [name for name in ANSWER_KEYS if name not in partly and name != "kernels"]
     out = [PACKAGE_DIR / name for name in stems if (PACKAGE_DIR / name).is_dir()]
+    for name in sorted(partly):  # its other modules and files
+        folder = PACKAGE_DIR / name
+        out += sorted(p for p in folder.iterdir() if p.is_file() and _package_module(name, p) not in allowed)
+        out += sorted(p for c in _caches(folder) for p in c.glob("*.pyc") if _package_module(name, p) not in allowed)
     out += [PACKAGE_DIR / f"{name}.py" for name in stems if (PACKAGE_DIR / f"{name}.py").is_file()]
     out += sorted(p for name in stems for cache in _caches(PACKAGE_DIR) for p in cache.glob(f"{name}.*.pyc"))
     grade = PACKAGE_DIR / "grade"
