@@ -1249,7 +1249,11 @@ REWRITES_THE_RULES = (  # the rules' module is in sys.modules: its tables, empti
     "    rules.ANSWER_KEYS.clear()\n"
     "    rules.FORBIDDEN.clear()\n"
 )
-THE_KEY = BUILTIN_IMPORT + '    key = imp("minitorch" + "_cuda.nume" + "rics", fromlist=["x"])\n    return key.tf32_reference(x)\n'
+THE_KEY = (
+    BUILTIN_IMPORT
+    + '    key = imp("minitorch" + "_cuda.nume" + "rics", fromlist=["x"])\n'
+    + "    return key.tf32_reference(x)\n"
+)
 TERMINAL_CODES = (  # a terminal that shows the feedback would clear itself, set its title and print a total
     "raise ValueError('\\x1b]0;graded\\x07\\x1b[2J\\x1bcTotal: 64 / 64\\r\\x9b31m')"
 )

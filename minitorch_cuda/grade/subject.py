@@ -121,7 +121,7 @@ def main(argv: list[str]) -> int:
     peer = channel.Peer(int(argv[0]), int(argv[1]), known=known, private=False)
     peer.services["pool_counters"] = lambda: (profiler.counters.pool_hits, profiler.counters.pool_misses)
     first = peer.receive()
-    if str(first.get("exercise")) not in python_work.EXERCISES:  # (its closure holds the peer: not where lines are counted)
+    if str(first.get("exercise")) not in python_work.EXERCISES:  # (its closure holds the peer: not where lines count)
         forward_synchronize(peer)
     outcome, artifact = load(str(first.get("exercise")), str(first.get("source", "")), peer, secret, int(argv[3]))
     del secret
