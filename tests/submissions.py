@@ -1224,3 +1224,200 @@ CHEATS |= {
         {"exception"},
     ),
 }
+
+
+# --- red team, session 27 ---
+# Attacks found working after issue 36's fixes (on the CPU, bubblewrap present), each with its fix:
+# the subject's sandbox covers the answer keys' files (subject_rules.unseen), the audit hook decides
+# with a namespace of its own (subject_rules._private_namespace) and refuses a folder opened as a file,
+# the line counter keeps its state in closures nothing holds, the feedback escapes control characters,
+# and the emulator's runtime exports only its C calls (emulator/toolchain.RUNTIME_EXPORTS).
+
+OPENS_THE_PACKAGE_FOLDER = (  # a descriptor of the package's folder, then numerics.py by a relative name
+    "    import os, minitorch_cuda\n"
+    "    folder = os.open(os.path.dirname(minitorch_cuda.__file__), os.O_RDONLY)\n"
+    "    fd = os.open('numerics.py', os.O_RDONLY, dir_fd=folder)\n"
+    "    space = {}\n"
+    "    exec(compile(os.read(fd, 1 << 20), 'mine.py', 'exec'), space)\n"
+    "    return space['tf32_reference'](x)\n"
+)
+SWITCHES_THE_HOOK_OFF = (  # the refusing finder's closures reach the object whose flag mutes the hook
+    "    import sys\n"
+    "    def mute(fn):\n"
+    "        for cell in getattr(fn, '__closure__', None) or ():\n"
+    "            held = cell.cell_contents\n"
+    "            if hasattr(held, 'busy'):\n"
+    "                held.busy = True\n"
+    "            elif callable(held):\n"
+    "                mute(held)\n"
+    "    for finder in [f for f in sys.meta_path if hasattr(f, 'rule')]:\n"
+    "        mute(finder.rule)\n"
+    "        sys.meta_path.remove(finder)\n"
+)
+REWRITES_THE_RULES = (  # the rules' module is in sys.modules: its tables, emptied, decided the hook's answers
+    "    import sys\n"
+    "    rules = sys.modules['minitorch' + '_cuda.grade.subject_rules']\n"
+    "    rules.PACKAGE = 'no_such_package'\n"
+    "    rules.ANSWER_KEYS.clear()\n"
+    "    rules.FORBIDDEN.clear()\n"
+)
+THE_KEY = (
+    BUILTIN_IMPORT
+    + '    key = imp("minitorch" + "_cuda.nume" + "rics", fromlist=["x"])\n'
+    + "    return key.tf32_reference(x)\n"
+)
+TERMINAL_CODES = (  # a terminal that shows the feedback would clear itself, set its title and print a total
+    "raise ValueError('\\x1b]0;graded\\x07\\x1b[2J\\x1bcTotal: 64 / 64\\r\\x9b31m')"
+)
+
+CHEATS |= {
+    "opens_the_package_folder": (
+        cheat(
+            "reads numerics.py through a descriptor of the package's folder (os.open with dir_fd), whose "
+            "relative name no rule on paths saw",
+            Edit("19_tensor_cores", ROUND_TO_TF32, ROUND_TO_TF32 + OPENS_THE_PACKAGE_FOLDER),
+        ),
+        "19.1",
+        {"forbidden"},
+    ),
+    "switches_the_hook_off": (
+        cheat(
+            "mutes the audit hook through the refusing finder's closures (a flag they shared), then imports "
+            "the framework's numerics",
+            Edit("19_tensor_cores", ROUND_TO_TF32, ROUND_TO_TF32 + SWITCHES_THE_HOOK_OFF + THE_KEY),
+        ),
+        "19.1",
+        {"forbidden"},
+    ),
+    "rewrites_the_rules": (
+        cheat(
+            "empties the rules' tables in sys.modules (the package's name, the answer keys, the forbidden "
+            "libraries), then imports the framework's numerics",
+            Edit("19_tensor_cores", ROUND_TO_TF32, ROUND_TO_TF32 + REWRITES_THE_RULES + THE_KEY),
+        ),
+        "19.1",
+        {"forbidden"},
+    ),
+    "reaches_the_line_counter": (
+        cheat(
+            "takes the line counter from sys.gettrace() and has it count nothing, then loops per element",
+            Edit(
+                "20_tile_programming",
+                FIB_TILE,
+                FIB_TILE + "    import sys\n"
+                "    counter = sys.gettrace().__self__\n"
+                "    counter._is_student = lambda code: False\n" + PER_ELEMENT_WHILE,
+            ),
+        ),
+        "20.1",
+        {"exception", "host_side"},
+    ),
+    "sends_terminal_codes": (
+        cheat(
+            "raises an error whose message holds terminal control codes (clear, reset, a title, a carriage return)",
+            Edit("18_cuda_graphs", ":exercise: '18.1'\n\n", _top_of_cell("18.1", TERMINAL_CODES)),
+        ),
+        "18.1",
+        {"exception"},
+    ),
+}
+
+# The line count of 20.1, once sent over the channel: the student's process can rewrite what it sends
+# (here json.dumps), put the work outside the counted call (a result whose elements are computed when
+# read, or code of its own that runs while the call's argument is decoded). The count now comes as a
+# record the trace function writes itself, under the checker's secret, with the result's digest,
+# counting every student line between two calls; and what a counted call returns must be data.
+FORGES_THE_COUNT_IN_JSON = (
+    "import json as _json\n"
+    "_dumps = _json.dumps\n\n\n"
+    "def _forged(obj, *args, **kwargs):  # every reply that carries a whole number carries 0\n"
+    "    if isinstance(obj, dict) and set(obj) == {'reply', 'value'} and type(obj['value']) is int:\n"
+    "        obj = dict(obj, value=0)\n"
+    "    return _dumps(obj, *args, **kwargs)\n\n\n"
+    "_json.dumps = _forged\n"
+)
+LAZY_RESULT = (  # each element computed when the checker reads it, after the counted call returned
+    "    class Lazy:\n"
+    "        def __init__(self, n):\n"
+    "            self.n = n\n\n"
+    "        def __len__(self):\n"
+    "            return len(self.n)\n\n"
+    "        def __getitem__(self, i):\n"
+    "            v = self.n[i]\n"
+    "            if getattr(v, 'ndim', 0):\n"
+    "                return [Lazy(v)[j] for j in range(len(v))]\n"
+    "            a, b, k = 0, 1, 1\n"
+    "            while k < v:\n"
+    "                a, b, k = b, a + b, k + 1\n"
+    "            return int(a)\n\n"
+    "    return Lazy(n)\n"
+)
+WORK_WHILE_DECODING = (  # per-element work in base64's decoding of the call's argument, before the call
+    "import base64 as _b64\n"
+    "_done = {}\n"
+    "_decode = _b64.b64decode\n\n\n"
+    "def _early(data, *args, **kwargs):\n"
+    "    raw = _decode(data, *args, **kwargs)\n"
+    "    if len(raw) >= 8 * 500:\n"
+    "        _done[raw] = _each(np.frombuffer(raw, np.int64))\n"
+    "    return raw\n\n\n"
+    "def _each(n):\n" + PER_ELEMENT_WHILE + "\n\n"
+    "_b64.b64decode = _early\n"
+)
+
+CHEATS |= {
+    "forges_the_count_in_json": (
+        cheat(
+            "loops per element, and patches json.dumps so that every whole number the subject sends is 0",
+            Edit("20_tile_programming", "MAX_FIB_N = 42\n", "MAX_FIB_N = 42\n" + FORGES_THE_COUNT_IN_JSON),
+            Edit("20_tile_programming", FIB_TILE, FIB_TILE + PER_ELEMENT_WHILE),
+        ),
+        "20.1",
+        {"host_side"},
+    ),
+    "returns_a_lazy_result": (
+        cheat(
+            "returns an object whose elements are computed per element in Python when the checker reads them",
+            Edit("20_tile_programming", FIB_TILE, FIB_TILE + LAZY_RESULT),
+        ),
+        "20.1",
+        {"host_side"},
+    ),
+    "works_while_decoding": (
+        cheat(
+            "computes per element in a patched base64.b64decode, as the call's argument arrives, and returns it",
+            Edit("20_tile_programming", "MAX_FIB_N = 42\n", "MAX_FIB_N = 42\n" + WORK_WHILE_DECODING),
+            Edit(
+                "20_tile_programming",
+                FIB_TILE,
+                FIB_TILE + "    done = _done.get(np.ascontiguousarray(n).tobytes())\n"
+                "    if done is not None:\n        return done.reshape(n.shape)\n",
+            ),
+        ),
+        "20.1",
+        {"host_side"},
+    ),
+}
+
+# 6.1's race, with race checking switched off for the launch by the emulator's own
+# emu::racecheck::launch_end(), found by name with dlsym (itself found from puts's address) in a
+# branch only the emulator compiles. Graded on the emulator (tests/test_grader.py): "racecheck".
+STUDENTS["race_switched_off_by_dlsym"] = Student(
+    "the race of race_with_right_answer, its first thread calling the emulator's racecheck launch_end, "
+    "found by name with dlsym (from puts's address)",
+    chapters("solutions", 6),
+    (
+        Edit("06_opt1_memcopies", SUMSQ_TREE_6, last_thread_adds_6(ADDS_THE_SLOTS_6)),
+        Edit(
+            "06_opt1_memcopies",
+            'extern "C" __global__ void sumsq_volatile(float* out, const float* x, int n) {\n',
+            'extern "C" __global__ void sumsq_volatile(float* out, const float* x, int n) {\n'
+            + through_puts(
+                '        char name[] = "_ZN3emu9racecheck10launch_endEv";\n'
+                "        auto switch_off = (void (*)())dlsym((void*)0, name);\n"
+                "        if (switch_off) switch_off();\n",
+                dlsym="void* (*)(void*, const char*)",
+            ),
+        ),
+    ),
+)

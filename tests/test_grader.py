@@ -1538,12 +1538,12 @@ def test_module_and_path_rules() -> None:
 def test_per_element_python_is_counted_not_spelt() -> None:
     """A whole-array function runs as many lines for 8,000 values as for 500; a while loop over the
     elements runs more, and fails however it is written. Counted in this process by the subject's
-    counter, as the subject does (python_work.Counter)."""
+    counter, as the subject does (python_work.Counter), its records read as the checker reads them:
+    one a return, with the lines since the start and the result's digest, under the checker's secret."""
     import sys as _sys
 
     from minitorch_cuda.grade import python_work
 
-    counter = python_work.Counter(python_work.library_dirs())
     namespace: dict = {"np": np}
     exec(
         compile(
@@ -1555,20 +1555,38 @@ def test_per_element_python_is_counted_not_spelt() -> None:
         ),
         namespace,
     )
+    gettrace = _sys.gettrace
 
     def lines(fn, n):
-        counter.lines, counter.active = 0, True
-        _sys.settrace(counter.trace)
+        """The lines of fn's second call on n values, and whether the result's digest came with them."""
+        reading, writing = os.pipe()
+        records = python_work.Records(reading, b"s" * python_work.SECRET_BYTES)
+        counter = python_work.Counter(python_work.library_dirs(), records.secret, writing)
+        watch = counter.install()  # (as the subject does before the cell: sys.gettrace then answers None)
         try:
-            fn(np.arange(n) - n // 2)
+            assert _sys.gettrace() is None and watch(fn)
+            x = np.arange(n) - n // 2
+            start = records.next(fn(x), "f")
+            got = fn(x)
+            return records.next(got, "f") - start
         finally:
             _sys.settrace(None)
-            counter.active = False
-        return counter.lines
+            _sys.gettrace = gettrace
+            os.close(reading), os.close(writing)
 
     assert lines(namespace["whole"], 500) == lines(namespace["whole"], 8000) > 0
     assert lines(namespace["each"], 8000) - lines(namespace["each"], 500) >= 7500 * 2
     assert python_work.require_whole_array(namespace["whole"], np.ones(5), np.ones(50), "f") is None  # no subject
+    # a record of another result, or without the secret, fails the check
+    reading, writing = os.pipe()
+    records = python_work.Records(reading, b"s" * python_work.SECRET_BYTES)
+    os.write(writing, b"s" * python_work.SECRET_BYTES + (3).to_bytes(8, "big") + python_work.digester()(np.ones(2)))
+    with pytest.raises(verdict.CheckFailed, match="not the one your function returned"):
+        records.next(np.zeros(2), "f")
+    os.write(writing, b"x" * python_work.SECRET_BYTES + (3).to_bytes(8, "big") + python_work.digester()(np.ones(2)))
+    with pytest.raises(verdict.CheckFailed, match="did not come from the grader's counter"):
+        records.next(np.ones(2), "f")
+    os.close(reading), os.close(writing)
 
 
 def test_the_checkers_arrays_never_take_a_subjects_writes() -> None:
@@ -1641,6 +1659,41 @@ def test_a_kernel_fitted_to_the_fixed_shapes_fails_on_the_hidden_ones_on_a_gpu(t
 
 
 @needs_bwrap
+def test_a_subjects_sandbox_holds_no_answer_key_to_read(tmp_path) -> None:
+    """What subject_rules.unseen names (numerics.py, the grader's checks, ml_dtypes for 2.1) reads as
+    nothing in a subject's sandbox, by any spelling, while the framework still imports: a hook got
+    around finds no file behind it (opens_the_package_folder, switches_the_hook_off)."""
+    from minitorch_cuda.grade import subject_rules
+
+    package = subject_rules.PACKAGE_DIR
+    covered = subject_rules.unseen("2.1")
+    assert package / "numerics.py" in covered and package / "grade" / "mma_fragments.py" in covered
+    assert not {package / "grade" / f"{m}.py" for m in ("channel", "subject", "python_work")} & set(covered)
+    tiles = package / "tile_eval"  # 20.2 may use some of chapter 20's code: the rest stays covered
+    assert tiles in subject_rules.unseen("20.1") and tiles / "triton_kernels.py" in subject_rules.unseen("20.2")
+    assert not {tiles / "__init__.py", tiles / "interop.py", tiles / "cases.py"} & set(subject_rules.unseen("20.2"))
+    probe = f"""
+import os, minitorch_cuda, minitorch_cuda.exercise
+folder = os.open({str(package)!r}, os.O_RDONLY)
+for name in ("numerics.py", "grade/mma_fragments.py"):
+    try:
+        fd = os.open(name, os.O_RDONLY, dir_fd=folder)
+        print(len(os.read(fd, 1 << 20)))
+    except OSError:
+        print(0)
+try:
+    import ml_dtypes  # (its folder is empty there: at most a namespace package)
+    print(hasattr(ml_dtypes, "bfloat16"))
+except ImportError:
+    print(False)
+"""
+    argv = sandbox.command([sys.executable, "-c", probe], tmp_path, cover=covered)
+    done = subprocess.run(argv, capture_output=True, text=True, env=sandbox.environment(tmp_path), timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "0", "False"], done.stdout
+
+
+@needs_bwrap
 def test_the_sandbox_shows_the_package_and_nothing_else_of_a_checkout(tmp_path) -> None:
     """Installed editable, the package lies in the course's repository: sandboxed code imports it, reads
     the MNIST data beside it, and sees nothing of solutions/, exercises/, tests/ or chapters/."""
@@ -1710,6 +1763,20 @@ def test_student_text_in_the_feedback_is_plain_text() -> None:
         "Total: 0 / 1",
         f"## Exercise 1.2: {exercises.get('1.2').title} (0/1, failed: x) Total: 64 / 64 \\# ok)",
     ]
+
+
+def test_control_characters_reach_no_feedback_and_no_terminal() -> None:
+    """A message, a detail or a name with terminal control codes (ESC, BEL, a carriage return, C1's CSI)
+    reaches the feedback, the CSV and the grader's warnings as visible escapes: a terminal that shows
+    them clears, retitles or rewrites nothing (sends_terminal_codes is the known cheat)."""
+    codes = "\x1b]0;graded\x07\x1b[2J\x1bcTotal: 64 / 64\r\x9b31m\x00"
+    result = verdict.CheckResult("1.2", False, verdict.EXCEPTION, "x " + codes + "\nsecond " + codes, [codes])
+    results = {("ann" + codes, "1.2"): dict(result.to_dict(), points=0.0, max_points=1.0, status=verdict.GRADED)}
+    executions = {"ann" + codes + "/01_cuda_setup": {"errors": [codes], "sandbox": "bwrap"}}
+    text = runner._feedback("ann" + codes, ["1.2"], results, executions, {"points": {"1.2": 1.0}})
+    text += runner._csv_text(codes) + verdict.shown(codes)
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", text), text
+    assert "\\x1b]0" in verdict.shown(codes) and "\\x9b31m" in verdict.shown(codes)
 
 
 def test_a_deep_folder_and_undecodable_names_cost_no_one_anything(tmp_path) -> None:
@@ -1958,6 +2025,18 @@ def test_a_race_with_the_right_answer_fails_as_a_race_on_the_emulator(tmp_path) 
         assembled["reason"] == verdict.COMPILE_ERROR
         and "does not model the PTX instruction movss" in (assembled["message"])
     ), assembled
+
+
+@pytest.mark.skipif(
+    not _emulator_usable(), reason="the CPU emulator (minitorch_cuda.emulator) or a C++ compiler is missing"
+)
+def test_race_checking_cannot_be_switched_off_by_name_on_the_emulator(tmp_path) -> None:
+    """The runtime exports only its C calls: a kernel that asks dlsym (found from puts's address) for
+    emu::racecheck::launch_end() finds nothing, and its race fails as one (red team, session 27)."""
+    results = _grade_emulated(tmp_path, ("full_solutions", "race_switched_off_by_dlsym"), "6.1")
+    assert results[("full_solutions", "6.1")]["passed"], results[("full_solutions", "6.1")]
+    result = results[("race_switched_off_by_dlsym", "6.1")]
+    assert result["reason"] == verdict.RACECHECK and result["emulated"], result
 
 
 @pytest.mark.skipif(

@@ -106,18 +106,27 @@ def install(built: Path, path: Path) -> None:
     os.replace(staging, path)
 
 
+# What the runtime exports: the C calls of the driver and the device process (emu_*) and of kernels
+# (__emu_*, ThreadSanitizer's and UBSan's entry points). Its C++ internals stay out of the dynamic symbol
+# table, so no kernel finds them by name (dlsym reached from a C library function's address):
+# emu::racecheck::launch_end() would switch race checking off for the launch.
+RUNTIME_EXPORTS = "{ global: emu_*; __emu_*; __tsan_*; __ubsan_*; local: *; };\n"
+
+
 @functools.cache
 def runtime_library() -> ctypes.CDLL:
     """runtime.cpp, built once per machine and loaded for every kernel library to link against
     (one copy per process: kernels and the driver must share its workers and state)."""
     sources = [HERE / "runtime.cpp", HERE / "racecheck.cpp", HERE / "trace.cpp"]
     text = "".join(p.read_text() for p in [*sources, HEADER, HERE / "racecheck.h", HERE / "trace.h"])
-    key = hashlib.sha256((text + compiler_version()).encode()).hexdigest()[:16]
+    key = hashlib.sha256((text + RUNTIME_EXPORTS + compiler_version()).encode()).hexdigest()[:16]
     path = cache_dir() / f"runtime-{key}.so"
     if not path.exists():
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "runtime.so"
+            Path(tmp, "exports.map").write_text(RUNTIME_EXPORTS)
             args = [CXX, *CXXFLAGS, "-U_FORTIFY_SOURCE", "-shared", "-I", str(HERE), *map(str, sources)]
+            args.append(f"-Wl,--version-script={Path(tmp, 'exports.map')}")
             run([*args, "-o", str(out), "-lpthread"], tmp, "building the emulator's runtime")
             install(out, path)
     return ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)

@@ -38,7 +38,7 @@ import os
 import re
 import select
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -177,6 +177,10 @@ class Peer:
         self.next_request = 0
         self.depth = 0
         self.last_changed: list[int] = []  # the arguments the other side changed in this side's last call
+        # called where the other side hands over an object it never shared before (None: any may come):
+        # a check whose rule is measured while a call runs takes plain data back, or the object's methods
+        # would run the student's code later, outside the measure
+        self.new_object: Callable[[], None] | None = None
 
     # --- framing ---------------------------------------------------------------------------
 
@@ -251,6 +255,8 @@ class Peer:
         if not isinstance(value, dict) or len(value) != 1:
             raise SubjectGone("crashed", f"a value the protocol does not know: {str(value)[:80]}")
         ((tag, body),) = value.items()
+        if tag == "H" and self.new_object is not None and body not in self.proxies:
+            self.new_object()
         try:
             if tag == "T":
                 return tuple(self.decode(v) for v in body)

@@ -167,10 +167,17 @@ def _course_content() -> list[Path]:
 
 
 def command(
-    argv: list[str], workdir: Path, *, gpu: bool = False, hide: list[Path] = (), own_disk: bool = False
+    argv: list[str],
+    workdir: Path,
+    *,
+    gpu: bool = False,
+    hide: list[Path] = (),
+    own_disk: bool = False,
+    cover: list[Path] = (),
 ) -> list[str]:
     """``argv`` wrapped in bwrap (when usable); ``workdir`` is the only writable folder; ``hide``
-    (the submissions, the outputs) is covered by an empty tmpfs should a read-only path hold it.
+    (the submissions, the outputs) is covered by an empty tmpfs should a read-only path hold it, and
+    so is each folder of ``cover`` (each file of it reads as empty: an answer key, in a subject).
     ``own_disk`` (where ``own_disk()``): ``workdir`` is a file system of ``DISK_BYTES`` in memory,
     gone with the run (a cell's ``fallocate`` of gigabytes fails at once, it fills nothing else);
     the folder's files are bound read-only at ``INPUT`` and ``unpack_input`` copies them in before
@@ -198,6 +205,11 @@ def command(
             args += ["--ro-bind", "/dev/null", str(entry)]  # a file (or a link): not readable there
         else:
             args += ["--tmpfs", str(entry)]
+    for path in cover:
+        if os.path.isdir(path) and not os.path.islink(path):
+            args += ["--tmpfs", str(path)]
+        elif os.path.isfile(path) and not os.path.islink(path):
+            args += ["--ro-bind", "/dev/null", str(path)]
     for path in hide:
         path = Path(path).resolve()
         if any(str(path).startswith(q.rstrip("/") + "/") or str(path) == q for q in ro) and path.is_dir():

@@ -1,6 +1,6 @@
 """The subject process: the one place where the grader runs a student's Python.
 
-    python -m minitorch_cuda.grade.subject READ_FD WRITE_FD
+    python -m minitorch_cuda.grade.subject READ_FD WRITE_FD SECRET_FD RECORD_FD
 
 The checker (``worker check``) starts it, sandboxed and without a GPU, and
 talks to it over ``channel``: the first message carries the exercise cell's
@@ -43,10 +43,11 @@ def _raised(exc: BaseException) -> dict:
     return {"status": "raised", "type": type(exc).__name__, "message": traceback.format_exception_only(exc)[-1]}
 
 
-def load(exercise_id: str, source: str, peer) -> tuple[dict, object]:
+def load(exercise_id: str, source: str, peer, secret: bytes = b"", record_fd: int = -1) -> tuple[dict, object]:
     """Run the exercise cell; (the outcome, the exercise's object or None). From the cell on, no program
     can be started (``no_exec``), what the exercise rules out is refused (``subject_rules``) and, where
-    Python per element is ruled out, the student's lines are countable (``python_work``)."""
+    Python per element is ruled out, the student's lines are counted (``python_work``: its records,
+    with ``secret``, go to ``record_fd``)."""
     import numpy as np
 
     import minitorch_cuda as mt
@@ -64,10 +65,11 @@ def load(exercise_id: str, source: str, peer) -> tuple[dict, object]:
         return _raised(exc), None
     peer.services["refusals"] = lambda: list(subject_rules.refusals)
     counted = ex.id in python_work.EXERCISES
-    if counted:
-        python_work.Counter(python_work.library_dirs()).install(peer)
+    counter = python_work.Counter(python_work.library_dirs(), secret, record_fd)
+    watch = counter.install() if counted else None
     no_exec.forbid()  # where it cannot (not x86-64 Linux), the audit hook below still refuses Python's spellings
-    subject_rules.install(ex.id, counted, python_work.library_dirs())
+    subject_rules.install(ex.id, counted, python_work.library_dirs(), counter.student_files)
+    del counter  # (the set stays the hook's and the counter's closures' only)
     try:
         exec(code, namespace)
     except NotImplementedError:
@@ -85,6 +87,8 @@ def load(exercise_id: str, source: str, peer) -> tuple[dict, object]:
         return {"status": "tampered", "changed": changed[:5]}, None
     if ex.name not in namespace:
         return {"status": "missing"}, None
+    if watch is not None and not watch(namespace[ex.name]):
+        return {"status": "uncounted"}, None
     return {"status": "ready"}, namespace[ex.name]
 
 
@@ -105,7 +109,10 @@ def forward_synchronize(peer) -> None:
 
 def main(argv: list[str]) -> int:
     from .. import emulator, profiler
-    from . import channel, fakes, sandbox
+    from . import channel, fakes, python_work, sandbox
+
+    secret = os.read(int(argv[2]), python_work.SECRET_BYTES)  # (what signs python_work's records)
+    os.close(int(argv[2]))
 
     sandbox.limit_resources(memory_bytes=16 << 30)
     os.environ.pop(emulator.ENV, None)  # no device here under --emulate either, as on a GPU machine
@@ -113,9 +120,11 @@ def main(argv: list[str]) -> int:
     known = {"CaptureError": fakes.CaptureError, "ChannelRefused": channel.ChannelRefused}
     peer = channel.Peer(int(argv[0]), int(argv[1]), known=known, private=False)
     peer.services["pool_counters"] = lambda: (profiler.counters.pool_hits, profiler.counters.pool_misses)
-    forward_synchronize(peer)
     first = peer.receive()
-    outcome, artifact = load(str(first.get("exercise")), str(first.get("source", "")), peer)
+    if str(first.get("exercise")) not in python_work.EXERCISES:  # (its closure holds the peer: not where lines count)
+        forward_synchronize(peer)
+    outcome, artifact = load(str(first.get("exercise")), str(first.get("source", "")), peer, secret, int(argv[3]))
+    del secret
     if artifact is not None:
         outcome["artifact"] = artifact
     peer.send({"reply": first.get("id"), "value": peer.encode(outcome)})

@@ -37,6 +37,7 @@ CHECKOUT_KEYS = ("solutions", "exercises", "tests", "chapters", "book")  # folde
 
 # the grader's modules the subject itself runs on; every other one is a check or an answer key
 SUBJECT_MODULES = {"", "channel", "subject", "subject_rules", "fakes", "exercises", "notebook", "sandbox", "verdict"}
+SUBJECT_RUNS_ON = {"no_exec", "python_work"}  # loaded by the subject too, but no student's to import
 ANSWER_KEYS = {  # the framework's modules (relative to the package) that hold an exercise's answer
     "numerics": "minitorch_cuda.numerics holds the rounding this exercise asks for",
     "experiments": "the course's experiments hold the chapters' reference code",
@@ -65,6 +66,7 @@ ALLOWED = {"20.2": {"tile_eval", "tile_eval.interop", "tile_eval.cases"}}
 
 WHY_PROCESS = "your code may not start programs or signal processes: the grader runs only your Python"
 WHY_INTERNALS = "your code may not use ctypes or gc's object lists: they reach around the interpreter"
+WHY_FOLDER = "your code may not open a folder as a file: open the files you need by their paths"
 PROCESS_EVENTS = {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.kill"}
 PROCESS_EVENTS |= {"os.killpg", "signal.pthread_kill", "os.startfile", "pty.spawn", "os.fork", "os.forkpty"}
 # (a thread would run outside python_work's line count, set for this thread before the cell)
@@ -124,6 +126,42 @@ def forbidden_files(exercise_id: str) -> dict[Path, str]:
         for place in spec.submodule_search_locations or ([spec.origin] if spec.origin else []):
             out[Path(os.path.realpath(place))] = why
     return out
+
+
+def _caches(folder: Path) -> list[Path]:
+    """Where Python keeps the compiled modules of ``folder``: its ``__pycache__``, or under ``sys.pycache_prefix``."""
+    prefix = [Path(sys.pycache_prefix, *folder.parts[1:])] if sys.pycache_prefix else []
+    return [folder / "__pycache__", *prefix]
+
+
+def _package_module(package: str, path: Path) -> str:
+    """``package.stem`` for a file of the package's folder (``package`` for its ``__init__``)."""
+    stem = path.name.split(".", 1)[0]
+    return package if stem == "__init__" else f"{package}.{stem}"
+
+
+def unseen(exercise_id: str) -> list[Path]:
+    """What the subject's sandbox covers for ``exercise_id`` (``sandbox.command``'s ``cover``), so that
+    no spelling reaches it even where the hook is got around: the answer keys' files (the modules of
+    ``ANSWER_KEYS`` but those the exercise may use, the grader's modules the subject does not run on,
+    their compiled copies) and the folders of the exercise's forbidden libraries. The kernels stay:
+    the framework reads them as it loads, and no Python exercise's answer is a kernel."""
+    exercise_id = str(exercise_id)
+    allowed = ALLOWED.get(exercise_id, set())
+    partly = {name.split(".", 1)[0] for name in allowed}  # a key of which the exercise may use some modules
+    stems = [name for name in ANSWER_KEYS if name not in partly and name != "kernels"]
+    out = [PACKAGE_DIR / name for name in stems if (PACKAGE_DIR / name).is_dir()]
+    for name in sorted(partly):  # its other modules and files
+        folder = PACKAGE_DIR / name
+        out += sorted(p for p in folder.iterdir() if p.is_file() and _package_module(name, p) not in allowed)
+        out += sorted(p for c in _caches(folder) for p in c.glob("*.pyc") if _package_module(name, p) not in allowed)
+    out += [PACKAGE_DIR / f"{name}.py" for name in stems if (PACKAGE_DIR / f"{name}.py").is_file()]
+    out += sorted(p for name in stems for cache in _caches(PACKAGE_DIR) for p in cache.glob(f"{name}.*.pyc"))
+    grade = PACKAGE_DIR / "grade"
+    kept = SUBJECT_MODULES | SUBJECT_RUNS_ON | {"__init__", "__main__"}
+    out += sorted(p for p in grade.glob("*.py") if p.stem not in kept)
+    out += sorted(p for cache in _caches(grade) for p in cache.glob("*.pyc") if p.name.split(".", 1)[0] not in kept)
+    return out + sorted(forbidden_files(exercise_id))
 
 
 def _real(path) -> Path | None:
@@ -227,14 +265,11 @@ class _RefusingFinder:
         return None
 
 
-def install(exercise_id: str, counted: bool = False, library_dirs: list[str] = ()) -> None:
-    """Refuse from now on what ``exercise_id`` rules out (an audit hook stays for the process's life);
-    ``counted``: the check counts the student's Python lines (``python_work``). ``library_dirs``:
-    where installed code lives (the standard library, site-packages)."""
-    exercise_id = str(exercise_id)
+def _rules(exercise_id: str, library_dirs: list[str]):
+    """(import_rule, framework_rule, reach, libraries) of ``exercise_id``, made anew at each call."""
     libraries = forbidden_files(exercise_id)
     loaded = frozenset(name for name in sys.modules if name.startswith(PACKAGE))
-    allowed = {f"{PACKAGE}.{name}" for name in SETUP_MODULES | ALLOWED.get(exercise_id, set())}
+    allowed = frozenset(f"{PACKAGE}.{name}" for name in SETUP_MODULES | ALLOWED.get(exercise_id, set()))
     reach = _Reach(list(library_dirs))
 
     def framework_rule(module: str | None) -> str | None:
@@ -246,19 +281,32 @@ def install(exercise_id: str, counted: bool = False, library_dirs: list[str] = (
     def import_rule(name: str) -> str | None:
         return module_rule(name, exercise_id) or framework_rule(name)
 
-    sys.meta_path.insert(0, _RefusingFinder(import_rule))
+    return import_rule, framework_rule, reach, libraries
+
+
+def _folder_rule(path, reach: _Reach) -> str | None:
+    """Why the student's code may not open ``path``: a folder (its descriptor would open the files in
+    it by relative names, which no rule on a path sees)."""
+    real = _real(path)
+    return WHY_FOLDER if real is not None and os.path.isdir(real) and reach.student_asking() else None
+
+
+def _install_hook(exercise_id: str, counted: bool, library_dirs: list[str], compiled: set[str]) -> None:
+    """The audit hook of ``install``, run from ``_private_namespace()``."""
+    import_rule, framework_rule, reach, libraries = _rules(exercise_id, library_dirs)
 
     def hook(event: str, args: tuple) -> None:
         if reach.busy:
             return
         why = None
         if event == "compile" and len(args) > 1 and isinstance(args[1], str) and not reach.by_import():
-            student_files.add(args[1])
+            compiled.add(args[1])
         elif event == "import":
             why = import_rule(str(args[0]))
             what = f"importing {args[0]}"
         elif event == "open":
             why = path_rule(args[0], exercise_id, libraries) or framework_rule(_module_of(args[0]))
+            why = why or _folder_rule(args[0], reach)
             what = f"opening {args[0]!r}"
         elif event in PROCESS_EVENTS:
             why, what = WHY_PROCESS, event
@@ -275,3 +323,47 @@ def install(exercise_id: str, counted: bool = False, library_dirs: list[str] = (
             raise Refused(refusals[-1])
 
     sys.addaudithook(hook)
+
+
+def _private_namespace() -> dict:
+    """This module's functions, classes and tables bound to a namespace of their own: code that reaches
+    the module (``sys.modules``) and changes a table or a function of it (``PACKAGE``, ``FORBIDDEN``,
+    ``_Reach.student_asking``) changes nothing of what the hook, made there, decides. ``refusals``
+    stays shared: it only reports what was refused."""
+    import copy
+    import types
+
+    space = {}
+    for name, value in globals().items():
+        shared = name == "refusals" or name.startswith("__") or isinstance(value, types.ModuleType)
+        space[name] = copy.deepcopy(value) if isinstance(value, (dict, set, list)) and not shared else value
+
+    def bound(fn: types.FunctionType) -> types.FunctionType:
+        return types.FunctionType(fn.__code__, space, fn.__name__, fn.__defaults__, fn.__closure__)
+
+    for name, value in list(space.items()):
+        if isinstance(value, types.FunctionType) and value.__module__ == __name__:
+            space[name] = bound(value)
+        elif isinstance(value, type) and value.__module__ == __name__ and not issubclass(value, BaseException):
+            body = {k: bound(v) if isinstance(v, types.FunctionType) else v for k, v in vars(value).items()}
+            body.pop("__dict__", None), body.pop("__weakref__", None)
+            space[name] = type(value.__name__, value.__bases__, body)
+    return space
+
+
+def install(
+    exercise_id: str, counted: bool = False, library_dirs: list[str] = (), compiled: set[str] | None = None
+) -> None:
+    """Refuse from now on what ``exercise_id`` rules out (an audit hook stays for the process's life);
+    ``counted``: the check counts the student's Python lines (``python_work``). ``library_dirs``:
+    where installed code lives (the standard library, site-packages). ``compiled``: the set that takes
+    the file names the student's code compiles (``student_files`` by default; the subject passes
+    the line counter's own, which no module holds)."""
+    exercise_id, library_dirs = str(exercise_id), list(library_dirs)
+    # the finder's rule is a copy of its own: what code does to it (it sits on sys.meta_path, its
+    # closures open) changes nothing of the hook's, made apart and reachable from nowhere
+    finder = _RefusingFinder(_rules(exercise_id, library_dirs)[0])
+    space = _private_namespace()
+    space["student_files"] = student_files if compiled is None else compiled  # (_Reach reads it too)
+    space["_install_hook"](exercise_id, counted, library_dirs, space["student_files"])
+    sys.meta_path.insert(0, finder)

@@ -95,6 +95,8 @@ def fail(reason: str, message: str, details: list[str] | None = None):
 
 # --- student text in the feedback (Markdown) -----------------------------------------
 
+# C0 and C1 control characters but tab and newline, and DEL: what a terminal obeys instead of showing
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _LINE_BREAKS = re.compile(r"[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]+")
 # what can make a heading, a table, a link or image, HTML, code or emphasis (an intraword _ cannot)
 _MARKDOWN = re.compile(r"([\\`*<>\[\]|#~])")
@@ -102,12 +104,13 @@ _MARKDOWN = re.compile(r"([\\`*<>\[\]|#~])")
 
 def shown(value) -> str:
     """Text that may hold a name's undecodable bytes (kept as surrogates, ``os.fsdecode``) as text
-    every file can hold: those bytes as ``\\xNN``, the rest as it is."""
+    every file can hold: those bytes as ``\\xNN``, and so are control characters other than a tab or a
+    newline (a terminal would run ``ESC c`` or ``ESC ]52`` in a feedback file it shows), the rest as it is."""
     try:
         raw = str(value).encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:  # a surrogate no file name decodes to (from a JSON escape)
         raw = str(value).encode("utf-8", "backslashreplace")
-    return raw.decode("utf-8", "backslashreplace")
+    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", raw.decode("utf-8", "backslashreplace"))
 
 
 def markdown_text(value, limit: int) -> str:
@@ -196,7 +199,7 @@ def call(what: str, fn, *args, **kwargs):
     check with the reason ``exception``, naming the call as ``what``."""
     try:
         return fn(*args, **kwargs)
-    except NotImplementedError:
+    except (NotImplementedError, CheckFailed):  # (a verdict reached during the call stands)
         raise
     except Exception as exc:
         fail(EXCEPTION, f"{what} raised {type(exc).__name__}: {exc}")

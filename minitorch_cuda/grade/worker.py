@@ -80,26 +80,39 @@ def shareable(obj) -> bool:
 class Subject:
     """The student's Python in its own process (sandboxed, no GPU), behind the channel."""
 
-    def __init__(self, deadline: float, hide: list[str]):
-        from . import channel, fakes, sandbox
+    def __init__(self, deadline: float, hide: list[str], exercise_id: str):
+        from . import channel, fakes, python_work, sandbox, subject_rules
         from .verdict import CheckFailed
 
         self.workdir = tempfile.mkdtemp(prefix="grade-subject-")
         to_subject, from_checker = os.pipe()
         to_checker, from_subject = os.pipe()
-        argv = [sys.executable, "-m", "minitorch_cuda.grade.subject", str(to_subject), str(from_subject)]
+        secret_in, secret_out = os.pipe()  # python_work's secret, read by the subject before the cell runs
+        records_in, records_out = os.pipe()  # its line counter's records (python_work.Records)
+        secret = os.urandom(python_work.SECRET_BYTES)
+        os.write(secret_out, secret)
+        os.close(secret_out)
+        fds = (to_subject, from_subject, secret_in, records_out)
+        argv = [sys.executable, "-m", "minitorch_cuda.grade.subject", *map(str, fds)]
         self.log = open(Path(self.workdir, "subject.log"), "wb")  # noqa: SIM115 -- closed in close()
         self.proc = sandbox.popen(
-            sandbox.command(argv, Path(self.workdir), gpu=False, hide=[Path(p) for p in hide], own_disk=True),
-            pass_fds=(to_subject, from_subject),
+            sandbox.command(
+                argv,
+                Path(self.workdir),
+                gpu=False,
+                hide=[Path(p) for p in hide],
+                own_disk=True,
+                cover=subject_rules.unseen(exercise_id),  # not even a file to read: the answer keys
+            ),
+            pass_fds=fds,
             stdin=subprocess.DEVNULL,
             stdout=self.log,
             stderr=subprocess.STDOUT,
             cwd=self.workdir,
             env=sandbox.environment(Path(self.workdir), no_gpu=True),
         )
-        os.close(to_subject)
-        os.close(from_subject)
+        for fd in fds:
+            os.close(fd)
         self.peer = channel.Peer(
             to_checker,
             from_checker,
@@ -108,6 +121,7 @@ class Subject:
             fatal=(CheckFailed,),
         )
         self.peer.deadline = deadline
+        self.peer.records = python_work.Records(records_in, secret)  # (python_work.lines_of_call reads them)
 
     def load(self, exercise_id: str, cell: str) -> dict:
         return self.peer.request({"op": "load", "exercise": exercise_id, "source": cell})
@@ -122,7 +136,7 @@ class Subject:
 
         from . import sandbox
 
-        for fd in (self.peer.rfd, self.peer.wfd):
+        for fd in (self.peer.rfd, self.peer.wfd, self.peer.records.fd):
             with contextlib.suppress(OSError):
                 os.close(fd)
         sandbox.finish(self.proc)
@@ -138,7 +152,7 @@ def _still_the_stub(ex):
 
 def check_python(ex, cell: str, subject: Subject):
     """The verdict on a Python exercise whose code runs in the subject process."""
-    from . import channel, checks, verdict
+    from . import channel, checks, python_work, verdict
     from .verdict import CheckResult
 
     try:
@@ -156,8 +170,17 @@ def check_python(ex, cell: str, subject: Subject):
             return CheckResult(ex.id, False, verdict.HOST_SIDE, message)
         if status == "missing":
             return CheckResult(ex.id, False, verdict.MISSING, f"the exercise cell does not define {ex.name!r}")
+        if status == "uncounted":  # python_work counts the lines of a function's calls
+            message = f"{ex.name} must be a function of your own (def {ex.name}(...)): the check counts its Python"
+            return CheckResult(ex.id, False, verdict.HOST_SIDE, message)
         if status != "ready" or not isinstance(outcome.get("artifact"), channel.Proxy):
             return CheckResult(ex.id, False, verdict.CRASHED, "the subject process answered out of protocol")
+        if ex.id in python_work.EXERCISES:  # its Python is counted during each call: what comes back is data
+            subject.peer.new_object = lambda: verdict.fail(
+                verdict.HOST_SIDE,
+                f"{ex.name} returned an object of your own instead of a numpy array: its methods would run your "
+                "Python for each element after the call. Return the array itself",
+            )
         try:
             return checks.run_check(ex.id, outcome["artifact"], cell)
         except NotImplementedError:
@@ -222,7 +245,7 @@ def check(exercise_id: str, payload_file: str, result_file: str) -> int:
     hidden.use(payload.get("seed"), ex.id)  # the instructor's seed draws this check's hidden shapes
     deadline = time.monotonic() + float(payload.get("timeout", 120)) - 3
     # the subject starts first, so that its imports and this process's overlap
-    subject = Subject(deadline, payload.get("hide", [])) if ex.kind == "python" else None
+    subject = Subject(deadline, payload.get("hide", []), ex.id) if ex.kind == "python" else None
     import minitorch_cuda as mt
 
     unmet = exercises.missing_dependency(ex)
