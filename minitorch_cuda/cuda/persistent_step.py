@@ -172,8 +172,7 @@ def rows_from(shapes: list[tuple[int, int]], limit_bytes: int) -> int:
 
 def layer_jobs(n_in: int, n_out: int) -> int:
     """The gradient phase's jobs of a layer (its slots of partials): gW tiles, then gb chunks."""
-    gw_tiles = _cdiv(n_in, PERSISTENT["GRAD_BM"]) * _cdiv(n_out, PERSISTENT["GRAD_BN"])
-    return gw_tiles + _cdiv(n_out, PERSISTENT["THREADS"])
+    return _cdiv(n_in, PERSISTENT["BM"]) * _cdiv(n_out, PERSISTENT["BN"]) + _cdiv(n_out, PERSISTENT["THREADS"])
 
 
 def phase_clock_kernel() -> Kernel:

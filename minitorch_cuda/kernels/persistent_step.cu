@@ -66,20 +66,18 @@
 #include "step_report.cuh"
 
 #define PS_THREADS 256      // threads of a block
-#define PS_BM 64            // tiles of PS_BM x PS_BN outputs (the first forward),
+#define PS_BM 64            // tiles of PS_BM x PS_BN outputs (the first forward, the gradients),
 #define PS_BN 32            //   a thread's 2 x 4 of them in registers
-#define PS_GRAD_BM 64       // the gradients' tiles: PS_GRAD_BM x PS_GRAD_BN, 4 x 4 a thread
-#define PS_GRAD_BN 64
 #define PS_BK 64            // the slice of k a tile stages in shared memory at once
 #define PS_CHUNK 16         // the first forward's slices of k are whole chunks of PS_CHUNK
 #define PS_ROW_FLOATS 2048  // a row's outputs of every layer (and its deltas) in shared memory
 #define PS_MAX_LAYERS 16    // the layer table is copied into shared memory (PS_LAYER_BYTES a layer)
 #define PS_LAYER_BYTES 104  // sizeof(PersistentLayer): 9 pointers and 8 ints
 
-#define PS_WIDE_BK 192      // the wide layers' slices of k (Tile32x16)
+#define PS_WIDE_BK 128      // the wide layers' slices of k (Tile32x16)
 
 // One buffer of shared memory, laid out by each phase in turn: a tile's operands, or a row.
-#define PS_TILE_FLOATS (PS_WIDE_BK * (32 + 1) + PS_WIDE_BK * 16)  // the largest: Tile32x16's
+#define PS_TILE_FLOATS (PS_WIDE_BK * (32 + 1) + PS_WIDE_BK * 16)  // the larger: Tile32x16's
 #define PS_ROWS_FLOATS (2 * PS_ROW_FLOATS + PS_THREADS)
 #define PS_SMEM_FLOATS (PS_TILE_FLOATS > PS_ROWS_FLOATS ? PS_TILE_FLOATS : PS_ROWS_FLOATS)
 
@@ -185,12 +183,8 @@ struct Tile {
     static_assert(BK * (BM + 1) + BK * BN <= PS_TILE_FLOATS && TM * TN * PS_THREADS <= PS_SMEM_FLOATS,
                   "the staged slice and the groups' sums fit the shared buffer");
 };
-// The first forward's tiles: 64 x 32, 2 x 4 a thread (one 16-byte load of B a k).
+// The first forward's and the gradients' tiles: 64 x 32, 2 x 4 a thread (one 16-byte load of B a k).
 using Tile64x32 = Tile<PS_BM, PS_BN, 2, 4>;
-// The gradients' tiles: 64 x 64, 4 x 4 a thread. Their k is the batch's rows, a slice or two, so a
-// job is mostly its waits for memory: half the jobs of a Tile64x32 take half the rounds of them
-// (the 784-512-512-512 model's 479 jobs were four rounds of the H100's 132 blocks).
-using TileGrad = Tile<PS_GRAD_BM, PS_GRAD_BN, 4, 4>;
 // The wide layers' tiles: 32 x 16 in four groups of 64 threads, 2 x 4 a thread, slices of 128 k:
 // four times the jobs of a Tile64x32, so that a batch of 128 rows and 512 outputs is 128 jobs for
 // about as many multiprocessors, at a Tile64x32's three shared loads for 8 fmaf a k, and half its
@@ -303,10 +297,9 @@ __device__ __forceinline__ void each_output(const float (&acc)[T::TM][T::TN], in
 }
 
 // acc's elements that lie inside C (M x N) into c; returns the thread's sum of their squares.
-template <class T = Tile64x32>
-__device__ __forceinline__ float store_tile(const float (&acc)[T::TM][T::TN], float* c, int M, int N, int m0, int n0) {
+__device__ __forceinline__ float store_tile(const float (&acc)[2][4], float* c, int M, int N, int m0, int n0) {
     float sumsq = 0.0f;
-    each_output<T>(acc, M, N, m0, n0, [&](int m, int n, float v) {
+    each_output(acc, M, N, m0, n0, [&](int m, int n, float v) {
         c[(long long)m * N + n] = v;
         sumsq = fmaf(v, v, sumsq);
     });
@@ -592,15 +585,15 @@ __device__ __forceinline__ void gradients(const PersistentLayer* layers, int n_l
         while (layers[l].partial0 > job) --l;  // the job's layer: the last to begin at or before it
         const PersistentLayer& layer = layers[l];
         const int local = job - layer.partial0;
-        const int n_in = layer.n_in, n_out = layer.n_out, tiles_n = cdiv(n_out, TileGrad::BN);
-        const int gw_tiles = cdiv(n_in, TileGrad::BM) * tiles_n;
+        const int n_in = layer.n_in, n_out = layer.n_out, tiles_n = cdiv(n_out, PS_BN);
+        const int gw_tiles = cdiv(n_in, PS_BM) * tiles_n;
         float sumsq = 0.0f;
         if (local < gw_tiles) {  // gW = A^T D: n_in x n_out, summed over the rows
-            const int m0 = local / tiles_n * TileGrad::BM, n0 = local % tiles_n * TileGrad::BN;
-            float acc[TileGrad::TM][TileGrad::TN];
-            tile_product<true, false, TileGrad>(acc, smem, l == 0 ? x : layers[l - 1].out, layer.delta, n_in, n_out,
-                                                rows, m0, n0, 0, rows);
-            sumsq = store_tile<TileGrad>(acc, layer.gw, n_in, n_out, m0, n0);
+            const int m0 = local / tiles_n * PS_BM, n0 = local % tiles_n * PS_BN;
+            float acc[2][4];
+            tile_product<true>(acc, smem, l == 0 ? x : layers[l - 1].out, layer.delta, n_in, n_out, rows, m0, n0, 0,
+                               rows);
+            sumsq = store_tile(acc, layer.gw, n_in, n_out, m0, n0);
         } else {  // gb: a thread per column, the rows in order
             const int n = (local - gw_tiles) * PS_THREADS + threadIdx.x;
             if (n < n_out) {
