@@ -18,7 +18,13 @@ import pytest
 from conftest import needs_gxx, needs_nvcc
 from helpers import launch_bounds, matmul_inputs, matmul_wrong, run_emulated, sm90_build
 
-from minitorch_cuda.cuda.kernel_table import KERNEL_DIR, REGTILED_EDGE_TILES, REGTILED_EXACT_TILES, REGTILED_TILES
+from minitorch_cuda.cuda.kernel_table import (
+    KERNEL_DIR,
+    REGTILED_EDGE_SPLITK_TILES,
+    REGTILED_EDGE_TILES,
+    REGTILED_EXACT_TILES,
+    REGTILED_TILES,
+)
 
 # Per tile: (M, N, K, batch of A, batch of B) the tile divides, small for the emulator.
 # K in 3, 5 or 6 tiles of 8: each of SPLITS leaves no slice empty (exact_fit's rule).
@@ -147,6 +153,7 @@ def test_exact_twins_build_for_sm_90_like_their_plain_kernels(tmp_path):
     for tile in REGTILED_EXACT_TILES:
         plain = bounds[f"matmul_regtiled_{tile}"]
         edge = (f"matmul_regtiled_edge_{tile}",) if tile in REGTILED_EDGE_TILES else ()
+        edge += (f"matmul_regtiled_edge_splitk_{tile}",) if tile in REGTILED_EDGE_SPLITK_TILES else ()
         for name in (f"matmul_regtiled_exact_{tile}", f"matmul_regtiled_splitk_exact_{tile}", *edge):
             assert bounds[name] == plain, (name, bounds[name], plain)
             kernel, blocks = report[name], plain[1]
@@ -168,7 +175,7 @@ import numpy as np
 from minitorch_cuda.cuda import backend, registry, runtime
 from minitorch_cuda.cuda.kernel_table import REGTILED_TILES
 from minitorch_cuda.cuda.launch_core import Gemm
-from minitorch_cuda.cuda.matmul_launchers import edge_fit
+from minitorch_cuda.cuda.matmul_launchers import edge_fit, matmul_regtiled, matmul_regtiled_edge
 
 tile, folder, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 bm, bn, _, threads = REGTILED_TILES[tile]
@@ -184,6 +191,12 @@ for i in range(count):
         runtime.launch(registry.get(f"matmul_regtiled_{kind}{tile}"), g.grid(bm, bn), (threads, 1, 1),
                        out.ptr, da.ptr, db.ptr, *g.args)
         outputs[f"{kind}{i}"] = backend.to_numpy(out)
+    if not edge_fit(da, db, g, tile, 2):  # (a tile without a split edge twin)
+        continue
+    for kind, launcher in (("split_", matmul_regtiled), ("edge_split_", matmul_regtiled_edge)):  # two K-slices
+        out = backend.from_numpy(np.full((g.M, g.N), np.nan, np.float32))
+        launcher(out, da, db, g, tile=tile, splits=2)
+        outputs[f"{kind}{i}"] = backend.to_numpy(out)
 np.savez(f"{folder}/outputs.npz", **outputs)
 """
 
@@ -191,6 +204,7 @@ np.savez(f"{folder}/outputs.npz", **outputs)
 @needs_gxx
 @pytest.mark.parametrize("tile", REGTILED_EDGE_TILES)
 def test_edge_twins_compute_the_plain_kernels_bits_on_the_emulator(tile, tmp_path):
+    """Whole and in two K-slices (the split edge twin against the plain split-K kernel)."""
     cases = EDGE_CASES[tile]
     pairs = [matmul_inputs(M, N, K, 0, 0, seed=len(tile) + i) for i, (M, N, K) in enumerate(cases)]
     outputs = emulated_outputs(pairs, tmp_path, EDGE_RUN, tile, str(tmp_path), str(len(cases)))
@@ -198,12 +212,17 @@ def test_edge_twins_compute_the_plain_kernels_bits_on_the_emulator(tile, tmp_pat
         plain, edge = outputs[f"{i}"], outputs[f"edge_{i}"]
         assert np.array_equal(plain, edge), f"{tile}, case {i}: the edge twin's bits differ"
         assert matmul_wrong(edge, a, b, False, False) == 0, f"{tile}, case {i} against float64"
+        if tile not in REGTILED_EDGE_SPLITK_TILES:
+            continue
+        split, edge_split = outputs[f"split_{i}"], outputs[f"edge_split_{i}"]  # in two K-slices, then their sum
+        assert np.array_equal(split, edge_split), f"{tile}, case {i}: the split edge twin's bits differ"
+        assert matmul_wrong(edge_split, a, b, False, False) == 0, f"{tile}, case {i} in two slices against float64"
 
 
 @pytest.mark.gpu
 @pytest.mark.emulated
 def test_edge_fit_takes_the_exact_twins_products_but_for_m_and_n():
-    from minitorch_cuda.cuda import launch_core, matmul_choice, matmul_launchers
+    from minitorch_cuda.cuda import launch_core, matmul_choice, matmul_launchers, runtime
 
     g = launch_core.Gemm
     fit = matmul_launchers.edge_fit
@@ -221,4 +240,13 @@ def test_edge_fit_takes_the_exact_twins_products_but_for_m_and_n():
     assert not fit(_Aligned(260), B, g(3000, 3000, 3000), "128x128x8"), "A off a 16-byte start"
     edges = [v for v in matmul_choice.sgemm_candidates(g(3000, 3000, 3000)) if v.endswith("_edge")]
     assert edges == [f"{t}_edge" for t in REGTILED_EDGE_TILES]  # the tuner times them against the rest
-    assert not [v for v in matmul_choice.sgemm_candidates(g(1024, 1024, 1024)) if v.endswith("_edge")]
+    assert not [v for v in matmul_choice.sgemm_candidates(g(1024, 1024, 1024)) if "_edge" in v]
+    # split where the grid leaves SMs idle: 1000^3 on 132 SMs is 64 tiles of 128 x 128, 128 of 128 x 64
+    runtime.multiprocessors, sms = (lambda: 132), runtime.multiprocessors
+    try:
+        split = [v for v in matmul_choice.sgemm_candidates(g(1000, 1000, 1000)) if "_edge_" in v]
+        assert split == [f"{t}_edge_splitk2" for t in REGTILED_EDGE_SPLITK_TILES] == ["128x64x8t128_edge_splitk2"]
+        assert fit(A, B, g(1000, 1000, 1000), "128x64x8t128", 2) and not fit(A, B, g(1000, 1000, 24), "128x64x8t128", 4)
+        assert not fit(A, B, g(1000, 1000, 1000), "128x128x8", 2)  # no split edge twin (it spills)
+    finally:
+        runtime.multiprocessors = sms

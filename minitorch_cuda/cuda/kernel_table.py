@@ -144,8 +144,9 @@ REGTILED_TILES: dict[str, tuple[int, int, int, int]] = {
 REGTILED_SPLITK_TILES = tuple(t for t, line in _REGTILED.items() if line[6])
 REGTILED_EXACT_TILES = REGTILED_SPLITK_TILES
 # ... and with an edge twin (matmul_regtiled_edge_{tile}: the exact body inside C, the plain one on
-# its edges; matmul_launchers.edge_fit): TWINS 2.
-REGTILED_EDGE_TILES = tuple(t for t, line in _REGTILED.items() if line[6] == 2)
+# its edges; matmul_launchers.edge_fit): TWINS 2, and with its split-K twin (_edge_splitk_) TWINS 3.
+REGTILED_EDGE_TILES = tuple(t for t, line in _REGTILED.items() if line[6] >= 2)
+REGTILED_EDGE_SPLITK_TILES = tuple(t for t, line in _REGTILED.items() if line[6] == 3)
 # matmul_cluster.cu's split-K in one launch (Hopper's thread block clusters): its tiles and splits
 CLUSTER_SPLITK_TILES = ("128x64x8t128",)
 CLUSTER_SPLITS = (2, 4)
@@ -273,6 +274,10 @@ SPECS.update(
         **{f"matmul_regtiled_splitk_{t}": KernelSpec("matmul_regtiled.cu", _SPLITK) for t in REGTILED_SPLITK_TILES},
         **{f"matmul_regtiled_exact_{t}": KernelSpec("matmul_regtiled.cu", _MATMUL) for t in REGTILED_EXACT_TILES},
         **{f"matmul_regtiled_edge_{t}": KernelSpec("matmul_regtiled.cu", _MATMUL) for t in REGTILED_EDGE_TILES},
+        **{
+            f"matmul_regtiled_edge_splitk_{t}": KernelSpec("matmul_regtiled.cu", _SPLITK)
+            for t in REGTILED_EDGE_SPLITK_TILES
+        },
         **{
             f"matmul_regtiled_splitk_exact_{t}": KernelSpec("matmul_regtiled.cu", _SPLITK) for t in REGTILED_EXACT_TILES
         },

@@ -123,8 +123,9 @@ def sgemm_candidates(g: Gemm) -> list[str]:
     (at most 2 per SM, 97% on average); split-K 2 brings 128 x 128 to 128 blocks. Outputs as
     narrow as 10 columns fit the 32 x 32 tile only. On Hopper, the same splits of the cluster
     tiles in one launch (``128x64x8t128_cluster2``, matmul_cluster_splitk) where the shape is exact.
-    Where only M or N is ragged (3000^3), the edge twins (``128x128x8_edge``, matmul_regtiled_edge):
-    the exact twin's speed inside, the plain kernel's on the edges (the caller checks alignment)."""
+    Where only M or N is ragged (3000^3, 1000^3), the edge twins (``128x128x8_edge``, and split
+    ``128x128x8_edge_splitk2``, matmul_regtiled_edge): the exact twin's speed inside, the plain
+    kernel's on the edges (the caller checks alignment)."""
     names = []
     for tile, (bm, bn, *_) in PIPELINED_TILES.items():
         if fits(bm, bn, g.M, g.N):
@@ -139,7 +140,10 @@ def sgemm_candidates(g: Gemm) -> list[str]:
                 s for s in splitk_counts(g, tile) if s in CLUSTER_SPLITS and matmul_launchers.exact_shape(g, tile, s)
             ]
             names += [f"{tile}_cluster{s}" for s in splits]
-    names += [f"{tile}_edge" for tile in REGTILED_EDGE_TILES if matmul_launchers.edge_shape(g, tile)]
+    for tile in REGTILED_EDGE_TILES:
+        if matmul_launchers.edge_shape(g, tile):
+            names += [f"{tile}_edge"]
+        names += [f"{tile}_edge_splitk{s}" for s in splitk_counts(g, tile) if matmul_launchers.edge_shape(g, tile, s)]
     return names
 
 

@@ -20,6 +20,7 @@ from .kernel_table import (
     CLUSTER_SPLITS,
     MMA_TILE,
     PIPELINED_TILES,
+    REGTILED_EDGE_SPLITK_TILES,
     REGTILED_EDGE_TILES,
     REGTILED_EXACT_TILES,
     REGTILED_SPLITK_TILES,
@@ -113,10 +114,15 @@ def exact_shape(g: Gemm, tile: str, splits: int = 1) -> bool:
 def matmul_regtiled_edge(c, a, b, g: Gemm, *, tile: str, splits: int = 1, timed: int = 0):
     """Stage 9's ``matmul_regtiled_edge_{tile}`` (REGTILED_EDGE_TILES): the exact twin's body in the
     blocks whose tile lies inside C, the plain one in the rest, for the products edge_fit takes
-    (3000^3: K in whole tiles, M and N not); the plain kernel's bits. One launch (``splits`` 1)."""
-    if splits != 1:
-        raise ValueError(f"the edge twin of {tile} computes whole K, not {splits} slices")
-    return edge_launch(a, b, g, tile).dispatch(c, a, b, timed)
+    (3000^3: K in whole tiles, M and N not); the plain kernel's bits. ``splits`` > 1: its split-K
+    twin ``matmul_regtiled_edge_splitk_{tile}``, reduced by split_k (1000^3: one wave unsplit)."""
+    if splits == 1:
+        return edge_launch(a, b, g, tile).dispatch(c, a, b, timed)
+    if not edge_fit(a, b, g, tile, splits):
+        raise ValueError(f"matmul_regtiled_edge_splitk_{tile} takes the exact twin's products in {splits} "
+                         f"slices but for M and N (matmul_launchers.edge_fit), not {g}")  # fmt: skip
+    bm, bn, _, threads = REGTILED_TILES[tile]
+    return split_k(f"matmul_regtiled_edge_splitk_{tile}", c, a, b, g, (bm, bn, threads), splits, timed)
 
 
 def edge_launch(a, b, g: Gemm, tile: str) -> Launch:
@@ -128,21 +134,22 @@ def edge_launch(a, b, g: Gemm, tile: str) -> Launch:
     return Launch(f"matmul_regtiled_edge_{tile}", g.grid(bm, bn), (threads, 1, 1), g.args, (g,))
 
 
-def edge_fit(a, b, g: Gemm, tile: str) -> bool:
-    """Whether the edge twin of register tile ``tile`` may compute this product: edge_shape, and
-    A and B start 16-byte aligned."""
-    return edge_shape(g, tile) and aligned16(a, b)
+def edge_fit(a, b, g: Gemm, tile: str, splits: int = 1) -> bool:
+    """Whether the edge twin of register tile ``tile`` (in ``splits`` K-slices) may compute this
+    product: edge_shape, and A and B start 16-byte aligned."""
+    return edge_shape(g, tile, splits) and aligned16(a, b)
 
 
-def edge_shape(g: Gemm, tile: str) -> bool:
-    """The shape half of edge_fit: a tile in REGTILED_EDGE_TILES, exact_shape's rules for the blocks
-    inside C (one matrix, no transposes, BK dividing K, rows of whole float4s) with M or N left
-    over (else the exact twin takes the product)."""
-    if tile not in REGTILED_EDGE_TILES or exact_shape(g, tile):
+def edge_shape(g: Gemm, tile: str, splits: int = 1) -> bool:
+    """The shape half of edge_fit: a tile in REGTILED_EDGE_TILES (split: REGTILED_EDGE_SPLITK_TILES),
+    exact_shape's rules for the blocks
+    inside C (one matrix, no transposes, BK dividing K, a K-tile in every slice, rows of whole
+    float4s) with M or N left over (else the exact twin takes the product)."""
+    if tile not in (REGTILED_EDGE_TILES if splits == 1 else REGTILED_EDGE_SPLITK_TILES) or exact_shape(g, tile, splits):
         return False
     bm, bn, _, _ = REGTILED_TILES[tile]
     rounded = dataclasses.replace(g, M=cdiv(g.M, bm) * bm, N=cdiv(g.N, bn) * bn)  # C's edges filled up
-    return exact_shape(rounded, tile) and g.N % 4 == 0
+    return exact_shape(rounded, tile, splits) and g.N % 4 == 0
 
 
 def matmul_pipelined(c, a, b, g: Gemm, *, tile: str, splits: int = 1, kernel: Kernel | None = None, timed: int = 0):
@@ -217,9 +224,11 @@ def cluster_launch(a, b, g: Gemm, tile: str, splits: int) -> Launch:
 def sgemm_parts(variant: str) -> tuple[str, str, int]:
     """(family, tile, splits) of a stage-9 variant: ``128x128x8`` is ("regtiled", "128x128x8", 1),
     ``128x128x8_splitk2`` ("regtiled", ..., 2), ``pipelined_64x64x16_splitk4`` ("pipelined", ...),
-    ``128x64x8t128_cluster2`` ("cluster", "128x64x8t128", 2), ``128x128x8_edge`` ("edge", ..., 1)."""
-    if variant.endswith("_edge"):
-        return "edge", variant.removesuffix("_edge"), 1
+    ``128x64x8t128_cluster2`` ("cluster", "128x64x8t128", 2), ``128x128x8_edge`` ("edge", ..., 1),
+    ``128x64x8t128_edge_splitk2`` ("edge", ..., 2)."""
+    if "_edge" in variant:
+        tile, _, split = variant.partition("_edge")
+        return "edge", tile, int(split.removeprefix("_splitk") or 1)
     family = "pipelined" if variant.startswith("pipelined_") else "cluster" if "_cluster" in variant else "regtiled"
     tile, _, split = variant.removeprefix("pipelined_").partition("_cluster" if family == "cluster" else "_splitk")
     return family, tile, int(split) if split else 1
@@ -227,9 +236,9 @@ def sgemm_parts(variant: str) -> tuple[str, str, int]:
 
 def matmul_sgemm(c, a, b, g: Gemm, *, variant: str, timed: int = 0):
     """Stage 9's product: ``variant`` a register-tiled tile (``128x128x8``), its split-K
-    (``128x128x8_splitk2``, or in one cluster ``128x64x8t128_cluster2``), its edge twin
-    (``128x128x8_edge``) or a pipelined one (``pipelined_128x128x16``, ``pipelined_64x64x16_splitk4``):
-    matmul_choice.sgemm_variant's names."""
+    (``128x128x8_splitk2``, or in one cluster ``128x64x8t128_cluster2``), its edge twins
+    (``128x128x8_edge``, ``128x128x8_edge_splitk2``) or a pipelined one (``pipelined_128x128x16``,
+    ``pipelined_64x64x16_splitk4``): matmul_choice.sgemm_variant's names."""
     family, tile, splits = sgemm_parts(variant)
     launcher = {"pipelined": matmul_pipelined, "regtiled": matmul_regtiled, "cluster": matmul_cluster_splitk,
                 "edge": matmul_regtiled_edge}[family]  # fmt: skip
@@ -242,10 +251,10 @@ def sgemm_launch(a, b, g: Gemm, variant: str) -> Launch | None:
     family, tile, splits = sgemm_parts(variant)
     if family == "cluster":
         return cluster_launch(a, b, g, tile, splits)
-    if family == "edge":
-        return edge_launch(a, b, g, tile)
     if splits > 1:
         return None
+    if family == "edge":
+        return edge_launch(a, b, g, tile)
     return regtiled_launch(a, b, g, tile) if family == "regtiled" else pipelined_launch(g, tile)
 
 
