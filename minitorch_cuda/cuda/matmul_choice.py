@@ -124,7 +124,7 @@ def sgemm_candidates(g: Gemm) -> list[str]:
     narrow as 10 columns fit the 32 x 32 tile only. On Hopper, the same splits of the cluster
     tiles in one launch (``128x64x8t128_cluster2``, matmul_cluster_splitk) where the shape is exact.
     Where only M or N is ragged (3000^3, 1000^3), the edge twins (``128x128x8_edge``, and split
-    ``128x128x8_edge_splitk2``, matmul_regtiled_edge): the exact twin's speed inside, the plain
+    ``128x64x8t128_edge_splitk2``, matmul_regtiled_edge): the exact twin's speed inside, the plain
     kernel's on the edges (the caller checks alignment)."""
     names = []
     for tile, (bm, bn, *_) in PIPELINED_TILES.items():

@@ -142,10 +142,10 @@ def edge_fit(a, b, g: Gemm, tile: str, splits: int = 1) -> bool:
 
 def edge_shape(g: Gemm, tile: str, splits: int = 1) -> bool:
     """The shape half of edge_fit: a tile in REGTILED_EDGE_TILES (split: REGTILED_EDGE_SPLITK_TILES),
-    exact_shape's rules for the blocks
-    inside C (one matrix, no transposes, BK dividing K, a K-tile in every slice, rows of whole
-    float4s) with M or N left over (else the exact twin takes the product)."""
-    if tile not in (REGTILED_EDGE_TILES if splits == 1 else REGTILED_EDGE_SPLITK_TILES) or exact_shape(g, tile, splits):
+    exact_shape's rules for the blocks inside C (one matrix, no transposes, BK dividing K, a K-tile
+    in every slice, rows of whole float4s) with M or N left over (else the exact twin takes it)."""
+    twins = REGTILED_EDGE_TILES if splits == 1 else REGTILED_EDGE_SPLITK_TILES
+    if tile not in twins or exact_shape(g, tile, splits):
         return False
     bm, bn, _, _ = REGTILED_TILES[tile]
     rounded = dataclasses.replace(g, M=cdiv(g.M, bm) * bm, N=cdiv(g.N, bn) * bn)  # C's edges filled up
@@ -237,7 +237,7 @@ def sgemm_parts(variant: str) -> tuple[str, str, int]:
 def matmul_sgemm(c, a, b, g: Gemm, *, variant: str, timed: int = 0):
     """Stage 9's product: ``variant`` a register-tiled tile (``128x128x8``), its split-K
     (``128x128x8_splitk2``, or in one cluster ``128x64x8t128_cluster2``), its edge twins
-    (``128x128x8_edge``, ``128x128x8_edge_splitk2``) or a pipelined one (``pipelined_128x128x16``,
+    (``128x128x8_edge``, ``128x64x8t128_edge_splitk2``) or a pipelined one (``pipelined_128x128x16``,
     ``pipelined_64x64x16_splitk4``): matmul_choice.sgemm_variant's names."""
     family, tile, splits = sgemm_parts(variant)
     launcher = {"pipelined": matmul_pipelined, "regtiled": matmul_regtiled, "cluster": matmul_cluster_splitk,
