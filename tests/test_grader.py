@@ -1518,6 +1518,54 @@ def test_the_subject_refuses_what_the_exercise_rules_out_whatever_the_spelling(e
     assert len(data["log"]) >= len(data["refused"]) and all("refused" in line for line in data["log"])
 
 
+PACKAGE_CTYPES_PROBE = """
+import ctypes, json, os, site, sys
+from minitorch_cuda.grade import python_work, subject_rules
+# a package's function (compiled before the rules, under a site-packages name), as Triton's driver probe
+package = os.path.join(site.getsitepackages()[0], "a_package", "driver.py")
+space = {}
+exec(compile("def probe(name):\\n    import ctypes\\n    return ctypes.CDLL(name)\\n", package, "exec"), space)
+subject_rules.install(sys.argv[1], library_dirs=python_work.library_dirs())
+outcome = {}
+for what, attempt in {
+    "the package opens the C library": lambda: space["probe"]("libc.so.6"),
+    "the package opens a file the student wrote": lambda: space["probe"]("/tmp/student/libmine.so"),
+    "the student opens the C library": lambda: ctypes.CDLL("libc.so.6"),
+    "the student reads memory": lambda: ctypes.string_at(id(1), 8),
+}.items():
+    try:
+        attempt()
+        outcome[what] = "ran"
+    except PermissionError:
+        outcome[what] = "refused"
+    except OSError:
+        outcome[what] = "not found"
+print(json.dumps({"outcome": outcome, "log": subject_rules.refusals}))
+"""
+
+
+@pytest.mark.parametrize("exercise_id", ["20.2", "19.1"])
+def test_ctypes_is_refused_to_the_student_not_to_an_installed_packages_own_probe(exercise_id) -> None:
+    """On the GPU machine Triton's driver probe opens libcuda through ctypes during 20.2's launch,
+    after the subject's rules are in place (the shipped solution was graded forbidden there): in
+    20.2 an installed package's own ctypes use passes, of a library the system holds; the same
+    package opening a file outside the system's folders (one the student's code could have
+    written) and the student's own ctypes are refused. In any other exercise, all of it."""
+    run = subprocess.run(
+        [sys.executable, "-c", PACKAGE_CTYPES_PROBE, exercise_id], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    data = json.loads(run.stdout.strip().splitlines()[-1])
+    package_may = exercise_id == "20.2"
+    assert data["outcome"] == {
+        "the package opens the C library": "ran" if package_may else "refused",
+        "the package opens a file the student wrote": "refused",
+        "the student opens the C library": "refused",
+        "the student reads memory": "refused",
+    }, data
+    assert len(data["log"]) == (3 if package_may else 4) and all("ctypes" in line for line in data["log"])
+
+
 def test_module_and_path_rules() -> None:
     from minitorch_cuda.grade import subject_rules as rules
 

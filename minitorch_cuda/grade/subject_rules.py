@@ -15,7 +15,9 @@ opened and program started, whatever the spelling that led there (``import``,
   code asks for it (the framework's own memory pool is 4.1's answer, its graphed step
   18.1's): the framework may still load what it needs;
 - starting programs (a child process would run without this hook) and signalling others;
-- ``ctypes`` and ``gc``'s object lists (ways around the interpreter's own checks).
+- ``ctypes`` and ``gc``'s object lists (ways around the interpreter's own checks); in 20.2 an
+  installed package's own ctypes use passes (Triton opening the CUDA driver to see whether there
+  is a GPU), of libraries the system holds (no file the student's code could have written).
 
 The modules the subject loaded before the cell (numpy, the framework's core) stay
 usable. A refusal raises ``PermissionError`` in the student's code, naming the rule, and
@@ -213,8 +215,16 @@ class _Reach:
     (the cell, code it compiled since, a file it wrote) and not the framework's."""
 
     def __init__(self, library_dirs: list[str]):
+        import site
+        import sysconfig
+
         self.library_dirs = tuple(d.rstrip("/") + "/" for d in library_dirs)
         self.framework = str(PACKAGE_DIR) + "/"
+        paths = sysconfig.get_paths()
+        self.stdlib = tuple({os.path.realpath(paths[k]) + "/" for k in ("stdlib", "platstdlib")} | {
+            paths[k].rstrip("/") + "/" for k in ("stdlib", "platstdlib")})  # fmt: skip
+        packages = {paths["purelib"], paths["platlib"], *site.getsitepackages()}
+        self.packages = tuple({os.path.realpath(d) + "/" for d in packages} | {d.rstrip("/") + "/" for d in packages})
         self.busy = False  # walking the frames raises audit events of its own: not judged
 
     def _caller(self):
@@ -229,6 +239,25 @@ class _Reach:
         try:
             frame = self._caller()
             return frame is not None and frame.f_code.co_filename.startswith("<frozen importlib")
+        finally:
+            self.busy = False
+
+    def package_asking(self) -> bool:
+        """Whether the nearest frame past the standard library (ctypes is part of it) is an installed
+        package's or the framework's own code (Triton's driver probe), not the student's."""
+        self.busy = True
+        try:
+            frame = self._caller()
+            while frame is not None:
+                name = frame.f_code.co_filename
+                if name in student_files:
+                    return False
+                in_packages = name.startswith(self.packages)
+                if not in_packages and (name.startswith(self.stdlib) or name.startswith("<frozen ")):
+                    frame = frame.f_back
+                    continue
+                return in_packages or name.startswith(self.framework)
+            return False
         finally:
             self.busy = False
 
@@ -291,6 +320,24 @@ def _folder_rule(path, reach: _Reach) -> str | None:
     return WHY_FOLDER if real is not None and os.path.isdir(real) and reach.student_asking() else None
 
 
+# The exercises whose installed packages use ctypes themselves: 20.2's Triton probes for the CUDA
+# driver as it launches (on a GPU machine; an interpreted launch all the same). Only there: elsewhere
+# a package that calls what it is given (numpy.vectorize) would call ctypes functions for the student.
+PACKAGE_CTYPES = {"20.2"}
+SYSTEM_LIBRARIES = ("/usr/", "/lib/", "/lib64/", "/opt/")  # read-only in the sandbox, as the installed packages
+
+
+def _library_rule(event: str, args: tuple) -> str | None:
+    """Why a package may not open this library for the student's code: a file outside the system's
+    and the installed packages' folders, which the student's code could have written (its own
+    native code). Libraries named without a folder are found by the loader in the system's."""
+    if event != "ctypes.dlopen" or not args or not isinstance(args[0], str) or "/" not in args[0]:
+        return None
+    real = os.path.realpath(args[0])
+    prefixes = (*SYSTEM_LIBRARIES, *(os.path.realpath(d) + "/" for d in (sys.prefix, sys.base_prefix)))
+    return None if real.startswith(prefixes) else WHY_INTERNALS
+
+
 def _install_hook(exercise_id: str, counted: bool, library_dirs: list[str], compiled: set[str]) -> None:
     """The audit hook of ``install``, run from ``_private_namespace()``."""
     import_rule, framework_rule, reach, libraries = _rules(exercise_id, library_dirs)
@@ -310,6 +357,8 @@ def _install_hook(exercise_id: str, counted: bool, library_dirs: list[str], comp
             what = f"opening {args[0]!r}"
         elif event in PROCESS_EVENTS:
             why, what = WHY_PROCESS, event
+        elif event.startswith("ctypes.") and exercise_id in PACKAGE_CTYPES and reach.package_asking():
+            why, what = _library_rule(event, args), event  # an installed package's own use
         elif event.startswith("ctypes.") or event in INTERNALS_EVENTS:
             why, what = WHY_INTERNALS, event
         elif (
