@@ -242,41 +242,32 @@ class _Reach:
         finally:
             self.busy = False
 
-    def package_asking(self) -> bool:
-        """Whether the nearest frame past the standard library (ctypes is part of it) is an installed
-        package's or the framework's own code (Triton's driver probe), not the student's."""
+    def _nearest(self, passed_on) -> str | None:
+        """The file of the nearest frame whose file ``passed_on`` does not pass on (None: no such frame)."""
         self.busy = True
         try:
             frame = self._caller()
-            while frame is not None:
-                name = frame.f_code.co_filename
-                if name in student_files:
-                    return False
-                in_packages = name.startswith(self.packages)
-                if not in_packages and (name.startswith(self.stdlib) or name.startswith("<frozen ")):
-                    frame = frame.f_back
-                    continue
-                return in_packages or name.startswith(self.framework)
-            return False
+            while frame is not None and passed_on(frame.f_code.co_filename):
+                frame = frame.f_back
+            return None if frame is None else frame.f_code.co_filename
         finally:
             self.busy = False
 
+    def package_asking(self) -> bool:
+        """Whether the nearest frame past the standard library (ctypes is part of it) is an installed
+        package's or the framework's own code (Triton's driver probe), not the student's."""
+        name = self._nearest(
+            lambda n: n not in student_files and not n.startswith(self.packages)
+            and (n.startswith(self.stdlib) or n.startswith("<frozen "))
+        )  # fmt: skip
+        return name is not None and name not in student_files and name.startswith((*self.packages, self.framework))
+
     def student_asking(self) -> bool:
-        self.busy = True
-        try:
-            frame = self._caller()
-            while frame is not None:
-                name = frame.f_code.co_filename
-                if name in student_files:
-                    return True
-                if name.startswith(self.framework):
-                    return False
-                if not (name.startswith(self.library_dirs) or name.startswith("<frozen ")):
-                    return True
-                frame = frame.f_back
-            return False
-        finally:
-            self.busy = False
+        name = self._nearest(
+            lambda n: n not in student_files and not n.startswith(self.framework)
+            and (n.startswith(self.library_dirs) or n.startswith("<frozen "))
+        )  # fmt: skip
+        return name is not None and (name in student_files or not name.startswith(self.framework))
 
 
 class _RefusingFinder:
