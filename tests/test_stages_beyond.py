@@ -28,6 +28,7 @@ from minitorch_cuda.cuda.kernel_table import (
     MATMUL_STAGES,
     MULTI_TENSOR_SLOTS,
     PIPELINED_TILES,
+    REGTILED_EDGE_SPLITK_TILES,
     REGTILED_EDGE_TILES,
     REGTILED_SPLITK_TILES,
     REGTILED_TILES,
@@ -93,6 +94,7 @@ def test_the_tile_lists_expand_into_the_kernels_the_launchers_size():
     twins = {
         f"matmul_regtiled_{kind}{t}" for t in REGTILED_SPLITK_TILES for kind in ("splitk_", "exact_", "splitk_exact_")
     } | {f"matmul_regtiled_edge_{t}" for t in REGTILED_EDGE_TILES}  # exact inside, checked on the edges
+    twins |= {f"matmul_regtiled_edge_splitk_{t}" for t in REGTILED_EDGE_SPLITK_TILES}  # ... and in K-slices
     expected = {
         "matmul_regtiled.cu": {f"matmul_regtiled_{t}": REGTILED_TILES[t] for t in REGTILED_TILES},
         "fused.cu": {f"matmul_{kind}_{t}": REGTILED_TILES[t] for kind in ("bias_act", "grad") for t in REGTILED_TILES},
