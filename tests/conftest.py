@@ -52,13 +52,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if item.get_closest_marker("gpu") is not None and not mt.cuda_available():
+    if item.get_closest_marker("gpu") is None:
+        return
+    if not mt.cuda_available():
         pytest.skip(f"needs a CUDA GPU: {mt.cuda_unavailable_reason()} (or the CPU emulator: MINITORCH_CUDA_EMULATE=1)")
-    if item.get_closest_marker("gpu_only") is not None and mt.emulator.selected():
-        pytest.skip("needs a CUDA GPU: the CPU emulator does not run this test (see its gpu_only marker)")
-    on_gpu_only = item.get_closest_marker("gpu") is not None and item.get_closest_marker("emulated") is None
-    if on_gpu_only and mt.emulator.selected():
-        pytest.skip("needs a CUDA GPU: the CPU emulator runs the GPU tests marked emulated (-m emulated), not this one")
+    if mt.emulator.selected() and item.get_closest_marker("emulated") is None:  # gpu_only ones among them
+        pytest.skip("needs a CUDA GPU: the CPU emulator runs only the GPU tests marked emulated (-m emulated)")
 
 
 # .ci/run's first part (the README's install) logs here what it skipped on this machine for a

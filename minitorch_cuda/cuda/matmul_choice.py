@@ -94,10 +94,16 @@ def splitk_counts(g: Gemm, tile: str) -> list[int]:
     """The K-splits worth timing for this tile (pipelined or register-tiled): none when its grid
     already covers every SM, else each count from 2 up to the first whose blocks cover them all."""
     bm, bn, bk = block_tile(tile)
-    blocks, sms = g.batch * cdiv(g.M, bm) * cdiv(g.N, bn), runtime.multiprocessors()
-    counts = []
+    blocks = g.batch * cdiv(g.M, bm) * cdiv(g.N, bn)
+    return covering_splits(blocks, lambda splits: cdiv(g.K, bk) >= splits * SPLITK_MIN_TILES)
+
+
+def covering_splits(blocks: int, fits: Callable[[int], bool]) -> list[int]:
+    """Of SPLITK_COUNTS, those a grid of ``blocks`` is split in: none where it covers every SM,
+    else each count from 2 up to the first whose blocks cover them all, while ``fits(count)``."""
+    counts, sms = [], runtime.multiprocessors()
     for splits in SPLITK_COUNTS if blocks < sms else ():
-        if cdiv(g.K, bk) < splits * SPLITK_MIN_TILES:
+        if not fits(splits):
             break
         counts.append(splits)
         if blocks * splits >= sms:
@@ -253,26 +259,19 @@ def wgmma_tma_variant(c, a, b, g: Gemm) -> dict:
     return variants[choice]
 
 
-WGMMA_TMA_SPLITS = (2, 4, 8, 16)
 WGMMA_TMA_MIN_SLICE = 4 * 32  # floats of K in a slice: four of the kernel's 32-wide stages, its ring full
 
 
 def wgmma_tma_splits(g: Gemm, bn: int, as_stored: bool) -> list[int]:
     """The K-splits worth timing for stage 12's TMA kernel at tile width ``bn``: 1 (unsplit), and
-    where its 128 x ``bn`` tiles (``bn`` x 128 as stored) are fewer than the SMs, each count from 2
-    up to the first that covers them all, while a slice keeps WGMMA_TMA_MIN_SLICE of K and starts
-    16 bytes aligned (one matrix only: the slices are the kernel's batch). 4096 x 4096 x 128: 16
-    wide tiles for 132 SMs."""
+    where its 128 x ``bn`` tiles (``bn`` x 128 as stored) are fewer than the SMs, covering_splits'
+    counts while a slice keeps WGMMA_TMA_MIN_SLICE of K and starts 16 bytes aligned (one matrix
+    only: the slices are the kernel's batch). 4096 x 4096 x 128: 16 wide tiles for 132 SMs."""
+    if g.batch != 1:
+        return [1]
     tile_m, tile_n = (bn, 128) if as_stored else (128, bn)
-    tiles, sms = cdiv(g.M, tile_m) * cdiv(g.N, tile_n), runtime.multiprocessors()
-    counts = [1]
-    for splits in WGMMA_TMA_SPLITS if g.batch == 1 and tiles < sms else ():
-        if g.K % (4 * splits) or g.K // splits < WGMMA_TMA_MIN_SLICE:
-            break
-        counts.append(splits)
-        if tiles * splits >= sms:
-            break
-    return counts
+    tiles = cdiv(g.M, tile_m) * cdiv(g.N, tile_n)
+    return [1, *covering_splits(tiles, lambda splits: g.K % (4 * splits) == 0 and g.K // splits >= WGMMA_TMA_MIN_SLICE)]
 
 
 def wgmma_tma_host_ms(g: Gemm, as_stored: bool, splits: int = 1) -> float:

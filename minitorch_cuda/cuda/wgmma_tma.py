@@ -92,13 +92,12 @@ def plan(
     with ``n_major`` of C = A B (B N-contiguous, read in boxes of 32 x 32): its two encoded tensor
     maps, its grid, and its arguments after C. Worked out once per problem and operands: at
     2048^3 the product takes tens of microseconds, as long as working this out took.
-    ``splits`` > 1 (one matrix, K a multiple of 4 x splits): the K-slices of the product as a
-    batch of ``splits`` products, slice s of A (and of B) read as matrix s of a map whose rows lie
-    K apart; the kernel then writes slice s's partial product to C + s M N."""
+    ``splits`` > 1 (one matrix, K a multiple of 4 x splits: matmul_launchers.wgmma_tma_launch
+    refuses others): the K-slices of the product as a batch of ``splits`` products, slice s of A
+    (and of B) read as matrix s of a map whose rows lie K apart; the kernel then writes slice s's
+    partial product to C + s M N."""
     s = shape(bn, stages, consumers)
     bm, bk = s["BM"], s["BK"]
-    if splits > 1 and (k.batch > 1 or k.K % (4 * splits)):
-        raise ValueError(f"a split-K product takes one matrix whose K is a multiple of {4 * splits}, not {k}")
     kk = k.K // splits
     # each operand's (matrices, matrix stride, row stride), then its (address, rows, inner, ...,
     # box rows, box inner); split, slice s of each operand is its matrix s
