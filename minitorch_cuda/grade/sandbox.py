@@ -166,6 +166,14 @@ def _course_content() -> list[Path]:
     ]
 
 
+def _covered(entry: Path) -> list[str]:
+    """bwrap's arguments that leave nothing of ``entry`` to read: a folder empty, a file (or a link)
+    an empty file."""
+    if entry.is_symlink() or not entry.is_dir():
+        return ["--ro-bind", "/dev/null", str(entry)]
+    return ["--tmpfs", str(entry)]
+
+
 def command(
     argv: list[str],
     workdir: Path,
@@ -201,15 +209,10 @@ def command(
         if os.path.isdir("/sys"):
             args += ["--ro-bind", "/sys", "/sys"]
     for entry in _course_content():
-        if entry.is_symlink() or not entry.is_dir():
-            args += ["--ro-bind", "/dev/null", str(entry)]  # a file (or a link): not readable there
-        else:
-            args += ["--tmpfs", str(entry)]
-    for path in cover:
-        if os.path.isdir(path) and not os.path.islink(path):
-            args += ["--tmpfs", str(path)]
-        elif os.path.isfile(path) and not os.path.islink(path):
-            args += ["--ro-bind", "/dev/null", str(path)]
+        args += _covered(entry)
+    for path in map(Path, cover):
+        if path.exists() and not path.is_symlink():
+            args += _covered(path)
     for path in hide:
         path = Path(path).resolve()
         if any(str(path).startswith(q.rstrip("/") + "/") or str(path) == q for q in ro) and path.is_dir():
