@@ -432,10 +432,10 @@ def last_thread_adds_6(reads: str) -> str:
     )
 
 
-def last_thread_race_6(description: str, reads: str) -> Student:
-    return Student(
-        description, chapters("solutions", 6), (Edit("06_opt1_memcopies", SUMSQ_TREE_6, last_thread_adds_6(reads)),)
-    )
+def last_thread_race_6(description: str, reads: str, *more: Edit) -> Student:
+    """6.1 with last_thread_adds_6's race, then ``more`` edits of its notebook."""
+    race = Edit("06_opt1_memcopies", SUMSQ_TREE_6, last_thread_adds_6(reads))
+    return Student(description, chapters("solutions", 6), (race, *more))
 
 
 ADDS_THE_SLOTS_6 = "        for (int i = 0; i < blockDim.x; ++i) total += smem[i];\n"
@@ -446,17 +446,14 @@ STUDENTS["race_with_right_answer"] = last_thread_race_6(
 )
 
 
-STUDENTS["race_hidden_from_the_check"] = Student(
+STUDENTS["race_hidden_from_the_check"] = last_thread_race_6(
     "the race above, in a kernel marked no_sanitize_thread so that g++ leaves out the calls race checking "
     "is made of: the emulator's order gives the right sum, and no check would see the race",
-    chapters("solutions", 6),
-    (
-        Edit("06_opt1_memcopies", SUMSQ_TREE_6, last_thread_adds_6(ADDS_THE_SLOTS_6)),
-        Edit(
-            "06_opt1_memcopies",
-            'extern "C" __global__ void sumsq_volatile(',
-            'extern "C" __global__ __attribute__((no_sanitize_thread)) void sumsq_volatile(',
-        ),
+    ADDS_THE_SLOTS_6,
+    Edit(
+        "06_opt1_memcopies",
+        'extern "C" __global__ void sumsq_volatile(',
+        'extern "C" __global__ __attribute__((no_sanitize_thread)) void sumsq_volatile(',
     ),
 )
 
@@ -1402,22 +1399,19 @@ CHEATS |= {
 # 6.1's race, with race checking switched off for the launch by the emulator's own
 # emu::racecheck::launch_end(), found by name with dlsym (itself found from puts's address) in a
 # branch only the emulator compiles. Graded on the emulator (tests/test_grader.py): "racecheck".
-STUDENTS["race_switched_off_by_dlsym"] = Student(
+STUDENTS["race_switched_off_by_dlsym"] = last_thread_race_6(
     "the race of race_with_right_answer, its first thread calling the emulator's racecheck launch_end, "
     "found by name with dlsym (from puts's address)",
-    chapters("solutions", 6),
-    (
-        Edit("06_opt1_memcopies", SUMSQ_TREE_6, last_thread_adds_6(ADDS_THE_SLOTS_6)),
-        Edit(
-            "06_opt1_memcopies",
-            'extern "C" __global__ void sumsq_volatile(float* out, const float* x, int n) {\n',
-            'extern "C" __global__ void sumsq_volatile(float* out, const float* x, int n) {\n'
-            + through_puts(
-                '        char name[] = "_ZN3emu9racecheck10launch_endEv";\n'
-                "        auto switch_off = (void (*)())dlsym((void*)0, name);\n"
-                "        if (switch_off) switch_off();\n",
-                dlsym="void* (*)(void*, const char*)",
-            ),
+    ADDS_THE_SLOTS_6,
+    Edit(
+        "06_opt1_memcopies",
+        'extern "C" __global__ void sumsq_volatile(float* out, const float* x, int n) {\n',
+        'extern "C" __global__ void sumsq_volatile(float* out, const float* x, int n) {\n'
+        + through_puts(
+            '        char name[] = "_ZN3emu9racecheck10launch_endEv";\n'
+            "        auto switch_off = (void (*)())dlsym((void*)0, name);\n"
+            "        if (switch_off) switch_off();\n",
+            dlsym="void* (*)(void*, const char*)",
         ),
     ),
 )
