@@ -436,6 +436,17 @@ ERRORS = {  # case: (threads in the one block, kernel body, the message)
         "out[0] = out[-1024];",
         r"out-of-bounds read of out\[-1024\] \(out holds 100 elements\)",
     ),
+    "global read far from any buffer": (
+        2,
+        "out[0] = out[(size_t)threadIdx.x << 34];",
+        r"thread \(1, 0, 0\): invalid read of out\[17179869184\], far past the end of out: no device memory is "
+        r"there, at line 2: `out\[0\] = out\[\(size_t\)threadIdx.x << 34\];`",
+    ),
+    "a read through a null pointer": (
+        1,
+        "float* never_set = nullptr;\nout[0] = never_set[n];",
+        r"invalid read through a null pointer \(address 0x190, a pointer that was never set\), at line 3",
+    ),
     "shared write past the end": (
         64,
         "__shared__ float s[32];\ns[threadIdx.x] = 1.0f;",

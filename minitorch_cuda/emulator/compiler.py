@@ -326,7 +326,8 @@ def build(
             if cluster:
                 unit += f'extern "C" const uint3 __emu_cluster_{name} = emu::cluster_dims({cluster});\n'
         racecheck = emulator.racecheck_selected() and not trace
-        compile_flags = [*CXXFLAGS, *CHECKS, "-g1", "-w", "-shared"]  # -g1: line tables, so a fault names its line
+        compile_flags = [*CXXFLAGS, *CHECKS, "-g1", "-gdwarf-4", "-w", "-shared"]  # line tables, so a fault names its line
+        # (DWARF 4: binutils 2.40's addr2line misnumbers a DWARF 5 table's files, naming unit.cpp for kernel.cu)
         compile_flags += TRACE if trace else RACECHECK if racecheck else []
         linked = KERNEL_MEMORY.read_text() if racecheck or trace else ""
         key = hashlib.sha256("\0".join([unit, linked, *compile_flags, toolchain.compiler_version()]).encode())

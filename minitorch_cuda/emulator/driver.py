@@ -170,10 +170,27 @@ def explain_fault(message: str, library: Library, name: str, args) -> str:
             held = int(near.group(3)) // size
             plain = f"out-of-bounds {near.group(1)} of {param}[{index}] ({param} holds {held} elements)"
             message = message.replace(near.group(0), plain)
+    far = re.search(r"invalid (read|write) at 0x([0-9a-f]+): no device memory is there", message)
+    if far:
+        message = message.replace(far.group(0), _far_access(far.group(1), int(far.group(2), 16),
+                                                            _buffer_names(library, name, args)))  # fmt: skip
     # the device process (device_process.py) loads the library from a descriptor: /proc/self/fd/N/...
     ours = Path(pc.group(1)) == Path(library.path) or pc.group(1).startswith("/proc/self/fd/")
     line = fault_line(library, int(pc.group(2), 16)) if ours else ""
     return f"{message}, at {line}" if line else message
+
+
+def _far_access(kind: str, address: int, buffers: dict[int, tuple[str, int]]) -> str:
+    """An access that no allocation holds, named by the pointer argument nearest to it: "invalid
+    write of out[1000000], far past out (no device memory is there)"; near zero, a null pointer."""
+    if address < 1 << 16:
+        return f"invalid {kind} through a null pointer (address {address:#x}, a pointer that was never set)"
+    if not buffers:
+        return f"invalid {kind} at {address:#x}: no device memory is there"
+    base = min(buffers, key=lambda b: abs(address - b))
+    param, size = buffers[base]
+    side = "past the end of" if address >= base else "before the start of"
+    return f"invalid {kind} of {param}[{(address - base) // size}], far {side} {param}: no device memory is there"
 
 
 _IN_BUFFER = re.compile(r"0x[0-9a-f]+, (\d+) bytes into a (\d+)-byte device buffer at 0x([0-9a-f]+)")
