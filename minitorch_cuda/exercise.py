@@ -101,16 +101,34 @@ _EMULATOR_WAY = (
 )
 
 
-def say_if_missing(module: str, extra: str, needed_by: str) -> None:
-    """The setup cell's line for an optional package an exercise needs, printed only where it is
-    missing: said once at the start, not first met as a traceback (and a NameError after it)."""
+def _missing(module: str, extra: str, needed_by: str) -> str:
+    """What to do about an optional package an exercise needs, or "" where it is installed."""
     import importlib.util
 
-    if importlib.util.find_spec(module) is None:
-        print(
-            f"{module} is not installed: {needed_by} needs it (its cells stop at `import {module}`); install the "
-            f"`{extra}` extra (pip install -e '.[{extra}]'), then Kernel > Restart. The rest runs without it."
-        )
+    if importlib.util.find_spec(module) is not None:
+        return ""
+    return (
+        f"{module} is not installed: {needed_by} needs it (its cells stop at `import {module}`); install the "
+        f"`{extra}` extra (pip install -e '.[{extra}]'), then Kernel > Restart. The rest runs without it."
+    )
+
+
+def say_if_missing(module: str, extra: str, needed_by: str) -> None:
+    """The setup cell's line for an optional package an exercise needs, printed only where it is
+    missing: said once at the start, not first met as a traceback."""
+    if line := _missing(module, extra, needed_by):
+        print(line)
+
+
+class PackageMissing(_OneLine, ModuleNotFoundError):
+    """A check cell whose exercise needs a package that is not installed: one line, not the
+    NameError of a function its exercise cell could not define."""
+
+
+def require(module: str, extra: str, needed_by: str) -> None:
+    """Raise PackageMissing, saying which extra to install, where ``module`` is not installed."""
+    if line := _missing(module, extra, needed_by):
+        raise PackageMissing(line, name=module)
 
 
 class Outcome:

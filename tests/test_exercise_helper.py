@@ -415,3 +415,17 @@ def test_a_missing_optional_package_is_said_once_at_the_start(capsys) -> None:
 def test_the_triton_exercise_says_in_its_setup_cell_when_triton_is_missing() -> None:
     setup = next(c for c in jupytext.read(ROOT / "exercises" / "20_tile_programming.md").cells if c.cell_type == "code")
     assert 'say_if_missing("triton", extra="triton", needed_by="Exercise 20.2")' in setup.source
+
+
+def test_a_check_cell_whose_package_is_missing_stops_in_one_line() -> None:
+    from minitorch_cuda.exercise import PackageMissing, require
+
+    require("numpy", extra="dev", needed_by="Exercise 0.0")  # installed: nothing happens
+    with pytest.raises(PackageMissing) as info:
+        require("no_such_module_here", extra="triton", needed_by="Exercise 20.2")
+    assert isinstance(info.value, ModuleNotFoundError) and info.value.name == "no_such_module_here"
+    (line,) = info.value._render_traceback_()  # what IPython shows: one line, no frames
+    assert line.startswith("PackageMissing: no_such_module_here is not installed: Exercise 20.2 needs it"), line
+    check = next(c for c in jupytext.read(ROOT / "exercises" / "20_tile_programming.md").cells
+                 if c.metadata.get("exercise_check") == "20.2")  # fmt: skip
+    assert check.source.index('require("triton"') < check.source.index("bias_relu_triton")
