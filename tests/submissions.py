@@ -227,6 +227,7 @@ STUDENTS: dict[str, Student] = {
                 "    out[:, :N] = np.maximum(c[:, :N] + bias, 0)  # numpy does the work, the kernel never runs\n"
                 "    return out\n",
             ),
+            Edit("20_tile_programming", "tl.maximum(x + b, 0.0), mask=inside)", "x * 0.0, mask=inside)"),
         ),
     ),
     "infinite_loop": Student(
@@ -1393,6 +1394,63 @@ CHEATS |= {
         ),
         "20.1",
         {"host_side"},
+    ),
+}
+
+# Exercise 20.2 is graded by what its kernel computes when the grader launches it (triton_launch):
+# a launcher that computes on the host, a patched interpreter and a reach for the grader's launcher.
+PATCH_THE_INTERPRETER = (
+    "import triton.runtime.interpreter as _interpreter\n\n\n"
+    "def _answer(self, *args, **kwargs):  # every launch: numpy writes the answer, no kernel runs\n"
+    "    out, c, bias, n = args[0].values, args[1].values, args[2].values, args[3]\n"
+    "    out[:, :n] = np.maximum(c[:, :n] + bias, 0)\n\n\n"
+    "_interpreter.GridExecutor.__call__ = _answer\n"
+)
+SWAP_THE_LAUNCHER = (
+    "import sys\n\n"
+    "_frame = sys._getframe()\n"
+    "while _frame is not None and 'peer' not in _frame.f_locals:\n"
+    "    _frame = _frame.f_back\n"
+    "_peer = _frame.f_locals['peer']\n"
+    "_encode = _peer.encode\n"
+    "_peer.encode = lambda value: _encode(value if not isinstance(value, dict) or 'artifact' not in value else\n"
+    "                                    value | {'artifact': [value['artifact'][0], value['artifact'][0]]})\n"
+)
+JUNK_KERNEL = Edit("20_tile_programming", "tl.maximum(x + b, 0.0), mask=inside)", "x * 0.0, mask=inside)")
+ON_THE_HOST = Edit(
+    "20_tile_programming",
+    "    grid = (M, triton.cdiv(N, BLOCK_N))\n",
+    "    out[:, :N] = (c[:, :N] + bias) * ((c[:, :N] + bias) > 0)  # '@triton.jit tl.store mask'\n    return out\n",
+)
+CHEATS |= {
+    "computes_on_the_host_by_operators": (
+        cheat(
+            "a kernel that stores zeros, and a launcher that computes with numpy's operators instead of launching it",
+            JUNK_KERNEL,
+            ON_THE_HOST,
+        ),  # fmt: skip
+        "20.2",
+        {"host_side"},
+    ),
+    "patches_the_interpreter": (
+        cheat(
+            "a kernel that stores zeros, and Triton's interpreter patched so that every launch computes with numpy",
+            JUNK_KERNEL,
+            Edit("20_tile_programming", "BLOCK_N = 64\n", "BLOCK_N = 64\n" + PATCH_THE_INTERPRETER),
+        ),
+        "20.2",
+        {"host_side"},
+    ),
+    "swaps_the_graders_launcher": (
+        cheat(
+            "a kernel that stores zeros, and the subject's channel patched to hand over the cell's launcher "
+            "in place of the grader's launch of the kernel",
+            JUNK_KERNEL,
+            ON_THE_HOST,
+            Edit("20_tile_programming", "BLOCK_N = 64\n", "BLOCK_N = 64\n" + SWAP_THE_LAUNCHER),
+        ),
+        "20.2",
+        {"forbidden"},
     ),
 }
 

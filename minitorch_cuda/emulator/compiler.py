@@ -326,8 +326,9 @@ def build(
             if cluster:
                 unit += f'extern "C" const uint3 __emu_cluster_{name} = emu::cluster_dims({cluster});\n'
         racecheck = emulator.racecheck_selected() and not trace
-        compile_flags = [*CXXFLAGS, *CHECKS, "-g1", "-gdwarf-4", "-w", "-shared"]  # line tables, so a fault names its line
-        # (DWARF 4: binutils 2.40's addr2line misnumbers a DWARF 5 table's files, naming unit.cpp for kernel.cu)
+        # line tables, so that a fault names its line; DWARF 4, since binutils 2.40's addr2line misnumbers
+        # a DWARF 5 table's files (it named unit.cpp for the kernel's reads)
+        compile_flags = [*CXXFLAGS, *CHECKS, "-g1", "-gdwarf-4", "-w", "-shared"]
         compile_flags += TRACE if trace else RACECHECK if racecheck else []
         linked = KERNEL_MEMORY.read_text() if racecheck or trace else ""
         key = hashlib.sha256("\0".join([unit, linked, *compile_flags, toolchain.compiler_version()]).encode())

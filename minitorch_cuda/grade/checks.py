@@ -109,6 +109,8 @@ def run_check(exercise_id: str, artifact, source: str = "") -> CheckResult:
 
 def _refusals(artifact) -> list[str]:
     """What the subject refused the student's code during the check (``subject_rules``); [] in a notebook."""
+    if isinstance(artifact, (list, tuple)) and artifact:  # the exercise's object and the grader's launch of its kernel
+        artifact = artifact[0]
     if not isinstance(artifact, channel.Proxy):
         return []
     try:

@@ -26,6 +26,9 @@ class Exercise:
     params: str | None = None  # the C parameters of a standalone kernel (not in the registry)
     gpu: bool = True  # whether its checks need a GPU
     needs: tuple[str, ...] = ()  # optional modules its checks import (the grade extra brings them)
+    # a Python exercise's kernel object that the grader launches itself, on its own arrays and grid
+    # (20.2's @triton.jit kernel): what the kernel computes, whatever its host function does
+    launched: str | None = None
 
     @property
     def sort_key(self) -> tuple[int, int]:
@@ -156,6 +159,7 @@ EXERCISES: dict[str, Exercise] = {
             "bias_relu_triton",
             gpu=False,
             needs=("triton",),
+            launched="bias_relu_kernel",
         ),
         _cuda(
             "21.1",

@@ -64,7 +64,7 @@ FORBIDDEN = {  # exercise id -> {module: why}, on top of the answer keys
 # (a cell that repeats such an import is honest) and what an exercise needs (20.2's launcher wraps
 # numpy arrays for Triton)
 SETUP_MODULES = {"results", "exercise", "profiler"}
-ALLOWED = {"20.2": {"tile_eval", "tile_eval.interop", "tile_eval.cases"}}
+ALLOWED = {"20.2": {"tile_eval", "tile_eval.interop", "tile_eval.cases", "tile_eval.triton_launch"}}
 
 WHY_PROCESS = "your code may not start programs or signal processes: the grader runs only your Python"
 WHY_INTERNALS = "your code may not use ctypes or gc's object lists: they reach around the interpreter"
@@ -77,9 +77,18 @@ INTERNALS_EVENTS |= {"_thread.start_new_thread"}
 
 # where Python per element is ruled out (python_work): no way to make code pass for a library's
 # or to reach the line counter (frames lead to it; code.replace and marshal make code objects)
-WHY_COUNTER = "your code may not reach frames or make code objects here: the check counts your Python"
+WHY_COUNTER = (
+    "your code may not reach frames or make code objects here: they lead to the grader's own code "
+    "(the count of your Python lines, the launch of your kernel)"
+)
 COUNTER_EVENTS = {"sys._getframe", "sys._current_frames", "code.__new__", "marshal.loads", "marshal.load"}
 FRAME_ATTRIBUTES = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "f_locals", "f_globals"}
+
+# where the grader launches a kernel of the cell itself (exercises.Exercise.launched): frames would
+# lead the student's code to the subject's channel, which hands the grader's launcher over. Asked
+# for by the student's code itself, past the standard library (typing's TypeVar reads its caller's
+# frame as Triton imports a module during a launch)
+FRAMES_GUARDED = {"20.2"}
 
 refusals: list[str] = []  # what was refused, in order: the checker asks for them after its check
 # file names the student's code compiled after install (``compile(source, "numpy/x.py")``): its own
@@ -353,7 +362,7 @@ def _install_hook(exercise_id: str, counted: bool, library_dirs: list[str], comp
         elif event.startswith("ctypes.") or event in INTERNALS_EVENTS:
             why, what = WHY_INTERNALS, event
         elif (
-            counted
+            (counted or (exercise_id in FRAMES_GUARDED and not reach.package_asking()))
             and (event in COUNTER_EVENTS or (event == "object.__getattr__" and str(args[1]) in FRAME_ATTRIBUTES))
             and not reach.by_import()  # (the import system unmarshals the modules it loads)
         ):

@@ -166,14 +166,24 @@ def check_python(ex, cell: str, subject: Subject):
             return CheckResult(ex.id, False, verdict.FORBIDDEN, f"your exercise cell: {outcome.get('message')}")
         if status == "tampered":
             changed = ", ".join(str(c) for c in outcome.get("changed", []))
-            message = f"the exercise cell modifies the framework instead of implementing the exercise: {changed}"
+            message = (
+                "the exercise cell modifies the framework (or a package the check runs on) instead of implementing "
+                f"the exercise: {changed}"
+            )
             return CheckResult(ex.id, False, verdict.HOST_SIDE, message)
         if status == "missing":
-            return CheckResult(ex.id, False, verdict.MISSING, f"the exercise cell does not define {ex.name!r}")
+            name = str(outcome.get("name", ex.name))
+            return CheckResult(ex.id, False, verdict.MISSING, f"the exercise cell does not define {name!r}")
         if status == "uncounted":  # python_work counts the lines of a function's calls
             message = f"{ex.name} must be a function of your own (def {ex.name}(...)): the check counts its Python"
             return CheckResult(ex.id, False, verdict.HOST_SIDE, message)
-        if status != "ready" or not isinstance(outcome.get("artifact"), channel.Proxy):
+        handed = outcome.get("artifact")  # the exercise's object; with a launched kernel, the grader's launch too
+        parts = list(handed) if isinstance(handed, (list, tuple)) and ex.launched else [handed]
+        if (
+            status != "ready"
+            or len(parts) != (2 if ex.launched else 1)
+            or not all(isinstance(p, channel.Proxy) for p in parts)
+        ):
             return CheckResult(ex.id, False, verdict.CRASHED, "the subject process answered out of protocol")
         if ex.id in python_work.EXERCISES:  # its Python is counted during each call: what comes back is data
             subject.peer.new_object = lambda: verdict.fail(
