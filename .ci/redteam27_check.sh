@@ -15,12 +15,13 @@ import sys
 sys.path.insert(0, "tests")
 from submissions import CHEATS, STUDENTS, build
 names = ["opens_the_package_folder", "switches_the_hook_off", "rewrites_the_rules", "reaches_the_line_counter",
-         "sends_terminal_codes", "forges_the_count_in_json", "returns_a_lazy_result", "works_while_decoding"]
+         "sends_terminal_codes", "forges_the_count_in_json", "returns_a_lazy_result", "works_while_decoding",
+         "computes_on_the_host_by_operators", "patches_the_interpreter", "swaps_the_graders_launcher"]
 build(sys.argv[1] + "/cheats", {"full_solutions": STUDENTS["full_solutions"]} | {n: CHEATS[n][0] for n in names}
       | {"race_switched_off_by_dlsym": STUDENTS["race_switched_off_by_dlsym"]})
 build(sys.argv[1] + "/solutions", {"full_solutions": STUDENTS["full_solutions"]})
 PY
-ids=(--exercise 6.1 --exercise 18.1 --exercise 19.1 --exercise 20.1)
+ids=(--exercise 6.1 --exercise 18.1 --exercise 19.1 --exercise 20.1 --exercise 20.2)
 timeout -s INT 140 python3 -m minitorch_cuda grade "$out/cheats" --out "$out/cheats_grades/grades.csv" --no-progress \
     --seed 27 --no-execute "${ids[@]}" >"$out/cheats.log" 2>&1
 cheats_rc=$?
@@ -35,7 +36,8 @@ from submissions import CHEATS
 out, cheats_rc, solutions_rc, seconds, solutions_seconds = sys.argv[1], *map(int, sys.argv[2:])
 expected = {n: (CHEATS[n][1], CHEATS[n][2]) for n in ("opens_the_package_folder", "switches_the_hook_off",
             "rewrites_the_rules", "reaches_the_line_counter", "sends_terminal_codes", "forges_the_count_in_json",
-            "returns_a_lazy_result", "works_while_decoding")}
+            "returns_a_lazy_result", "works_while_decoding", "computes_on_the_host_by_operators",
+            "patches_the_interpreter", "swaps_the_graders_launcher")}
 expected["race_switched_off_by_dlsym"] = ("6.1", {"race", "sanitizer", "racecheck"})  # a race on a GPU
 results = {}
 try:
