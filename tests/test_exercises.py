@@ -589,7 +589,8 @@ variants = {
     "solution": cell,
     "unmasked store": cell.replace(store, store.replace(", mask=inside", "")),
     "bias by row": cell.replace("tl.load(bias_ptr + cols, mask=inside)", "tl.load(bias_ptr + row + 0 * cols)"),
-    "numpy": cell.replace(grid, "    out[:, :N] = np.maximum(c[:, :N] + bias, 0)\\n    return out\\n" + grid),
+    "numpy": cell.replace(grid, "    out[:, :N] = np.maximum(c[:, :N] + bias, 0)\\n    return out\\n" + grid)
+    .replace(store, store.replace("tl.maximum(x + b, 0.0)", "x * 0.0")),  # a kernel that stores zeros
 }
 reasons = {}
 for name, source in variants.items():
@@ -618,7 +619,8 @@ def test_the_triton_kernel_runs_in_the_interpreter_and_its_mistakes_fail() -> No
     assert reasons["solution"][0] == verdict.PASSED, reasons["solution"]
     assert reasons["unmasked store"][0] == verdict.BOUNDARY and "past column" in reasons["unmasked store"][1]
     assert reasons["bias by row"][0] == verdict.WRONG_RESULT, reasons["bias by row"]
-    assert reasons["numpy"][0] == verdict.FORBIDDEN, reasons["numpy"]
+    # the launcher's numpy answer is right; the kernel, launched alone with other tiles, is not
+    assert reasons["numpy"][0] == verdict.HOST_SIDE and "the kernel must do the work" in reasons["numpy"][1]
 
 
 # --- 21.1 one phase of a persistent kernel (grade/grid_phase.py) --------------------------------
