@@ -181,8 +181,9 @@ def explain_fault(message: str, library: Library, name: str, args) -> str:
 
 
 def _far_access(kind: str, address: int, buffers: dict[int, tuple[str, int]]) -> str:
-    """An access that no allocation holds, named by the pointer argument nearest to it: "invalid
-    write of out[1000000], far past out (no device memory is there)"; near zero, a null pointer."""
+    """An access that no allocation holds, named by the pointer argument nearest to it ("invalid
+    write of out[1000000], far past the end of out: no device memory is there"); near zero, a null
+    pointer's."""
     if address < 1 << 16:
         return f"invalid {kind} through a null pointer (address {address:#x}, a pointer that was never set)"
     if not buffers:

@@ -100,9 +100,10 @@ def _doubly_held(table: dict) -> list[str]:
 
 
 def check_mma_fragments(fragment_coords, source: str = "") -> list[str]:
-    from .verdict import WRONG_RESULT, expect_value_error, fail, forbid, source_of
+    from .verdict import WRONG_RESULT, expect_value_error, fail, notebook_hint, source_of
 
-    forbid(
+    notebook_hint(
+        fragment_coords,
         source or source_of(fragment_coords),
         {
             r"minitorch_cuda|\bmt\s*\.|importlib|__import__": "derive the layout from the instruction's rules: "

@@ -186,8 +186,17 @@ def source_of(obj) -> str:
         return ""
 
 
-def forbid(source: str, patterns: dict[str, str]) -> None:
-    """Fail if the source uses any of ``patterns`` (regex -> why it is ruled out)."""
+def notebook_hint(artifact, source: str, patterns: dict[str, str]) -> None:
+    """An exercise's rules as read from its text, for the notebook's own check only, where nothing
+    measures what the code does: fail if the source uses any of ``patterns`` (regex -> why it is ruled
+    out). In the grader (``artifact`` is the subject's) nothing is decided by spelling: the subject
+    refuses what the code may not reach and counts the Python it runs (subject_rules, python_work)."""
+    from .channel import Proxy
+
+    if isinstance(artifact, Proxy) or (
+        isinstance(artifact, (tuple, list)) and any(isinstance(a, Proxy) for a in artifact)
+    ):
+        return
     code = "\n".join(line.split("#", 1)[0] for line in source.splitlines())
     for pattern, why in patterns.items():
         if re.search(pattern, code):

@@ -15,9 +15,10 @@ from .cases import MAX_FIB_N, fib_reference
 
 def check_fib_tile(fib_tile, source: str = "") -> list[str]:
     from ..grade import channel
-    from ..grade.verdict import WRONG_RESULT, fail, forbid, source_of
+    from ..grade.verdict import WRONG_RESULT, fail, notebook_hint, source_of
 
-    forbid(
+    notebook_hint(
+        fib_tile,
         source or source_of(fib_tile),
         {
             r"FIB_TABLE|fib_reference|fib_scalar|lru_cache": "compute the values; no lookup table or scalar helper",
