@@ -170,6 +170,9 @@ def explain_fault(message: str, library: Library, name: str, args) -> str:
             held = int(near.group(3)) // size
             plain = f"out-of-bounds {near.group(1)} of {param}[{index}] ({param} holds {held} elements)"
             message = message.replace(near.group(0), plain)
+        else:  # past a buffer the kernel was not given: named by the argument it came from, as a wild access
+            address = int(near.group(2), 16)
+            message = message.replace(near.group(0), _far_access(near.group(1), address, buffers))
     far = re.search(r"invalid (read|write) at 0x([0-9a-f]+): no device memory is there", message)
     if far:
         message = message.replace(far.group(0), _far_access(far.group(1), int(far.group(2), 16),
