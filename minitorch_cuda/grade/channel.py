@@ -409,6 +409,15 @@ class Peer:
         return self.request({"op": "call", "obj": proxy._hid, "args": args, "kwargs": kwargs}, mutable=args)
 
 
+def subject_object(artifact) -> Proxy | None:
+    """The subject's object a check was given: the artifact itself, or the first of the pair a
+    launched exercise hands over (its function, the grader's launch of its kernel); None in a
+    notebook, where the check gets the student's own object."""
+    if isinstance(artifact, (tuple, list)) and artifact:
+        artifact = artifact[0]
+    return artifact if isinstance(artifact, Proxy) else None
+
+
 def changed_arguments(artifact) -> list[int]:
     """The positions of the numpy arguments that the last call through ``artifact`` (a proxy) changed
     in the other process; [] for this process's own objects (a notebook's check compares its arrays)."""

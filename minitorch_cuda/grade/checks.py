@@ -109,12 +109,11 @@ def run_check(exercise_id: str, artifact, source: str = "") -> CheckResult:
 
 def _refusals(artifact) -> list[str]:
     """What the subject refused the student's code during the check (``subject_rules``); [] in a notebook."""
-    if isinstance(artifact, (list, tuple)) and artifact:  # the exercise's object and the grader's launch of its kernel
-        artifact = artifact[0]
-    if not isinstance(artifact, channel.Proxy):
+    remote = channel.subject_object(artifact)
+    if remote is None:
         return []
     try:
-        refused = artifact._peer.request({"op": "service", "name": "refusals"})
+        refused = remote._peer.request({"op": "service", "name": "refusals"})
     except channel.SubjectGone:  # gone after the check: the check's own result stands
         return []
     return [str(r)[:500] for r in refused] if isinstance(refused, list) else []

@@ -191,11 +191,9 @@ def notebook_hint(artifact, source: str, patterns: dict[str, str]) -> None:
     measures what the code does: fail if the source uses any of ``patterns`` (regex -> why it is ruled
     out). In the grader (``artifact`` is the subject's) nothing is decided by spelling: the subject
     refuses what the code may not reach and counts the Python it runs (subject_rules, python_work)."""
-    from .channel import Proxy
+    from .channel import subject_object
 
-    if isinstance(artifact, Proxy) or (
-        isinstance(artifact, (tuple, list)) and any(isinstance(a, Proxy) for a in artifact)
-    ):
+    if subject_object(artifact) is not None:
         return
     code = "\n".join(line.split("#", 1)[0] for line in source.splitlines())
     for pattern, why in patterns.items():
